@@ -1,0 +1,52 @@
+"""The one exception every layer raises for a failure the caller should see.
+
+Error codes are stable API (DESIGN.md "Results"); messages are one sentence that
+names the path as the caller gave it, never the host's absolute path.
+"""
+
+from __future__ import annotations
+
+ERROR_CODES = frozenset(
+    {
+        "invalid_arguments",
+        "unknown_tool",
+        "tool_disabled",
+        "path_denied",
+        "outside_workspace",
+        "not_found",
+        "already_exists",
+        "is_a_directory",
+        "not_a_directory",
+        "not_a_regular_file",
+        "too_large",
+        "binary_file",
+        "no_match",
+        "ambiguous_match",
+        "conflict",
+        "read_only",
+        "approval_required",
+        "approval_denied",
+        "symlink_loop",
+        "timeout",
+        "worker_crashed",
+        "io_error",
+    }
+)
+
+
+class CorralError(Exception):
+    """A tool failure with a stable code; `rule` names the policy rule that decided it."""
+
+    def __init__(self, code: str, message: str, *, rule: str | None = None) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.rule = rule
+
+    def to_dict(self) -> dict[str, str]:
+        error = {"code": self.code, "message": self.message}
+        if self.rule is not None:
+            error["rule"] = self.rule
+        return error
