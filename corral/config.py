@@ -25,3 +25,4 @@ class SandboxOptions:
     max_calls_per_worker: int = 10_000  # recycle after this many calls
     max_worker_rss_mb: int = 256  # recycle when RSS passes this
     max_frame_bytes: int = 64 * 1024 * 1024
+    resolver: str = "auto"  # "openat2" | "walk": forces a resolver (tests run both)
