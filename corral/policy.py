@@ -1,12 +1,43 @@
-"""INTERFACE STUB — the policy helper implements. Pure: no I/O.
+"""Pure policy: tool modes, path rules, a regex whitelist and built-in deny rules.
 
-Roots are given as RootSpec; decisions are made on the *resolved* path relative
-to its root (the fs guard hands it over after opening).
+No I/O. Decisions are made on the *resolved* path relative to its root (the fs
+guard hands it over after opening), so a symlink `notes.txt -> .env` is decided
+as `.env`. Order for one path: user rules (first match wins), built-in rules
+(each dropped when a user rule carries its name), the `path_regex` whitelist,
+then `default_action`.
+
+Glob syntax (rule `paths`): `*` and `?` stay within one path component, `[...]`
+is a character class, `**` is any number of whole components (zero included, so
+`dist/**` matches `dist` itself and everything beneath it). A glob is matched
+against the whole root-relative path (`"."` is the root itself); a glob that
+starts with `/` is matched against the absolute path (root + relative path).
+Dotfiles are not special: `*` matches `.env`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIONS = ("allow", "deny", "supervised")
+ROOT_MODES = ("rw", "ro")
+
+# Never roots: they expose the kernel, devices, host config or live sockets, and
+# "/" holds all of them.
+SYSTEM_PATHS = ("/proc", "/sys", "/dev", "/etc", "/run", "/var/run")
+
+DEFAULT_OFF = frozenset({"delete_file"})  # denied unless [tools] enables them
+
+PATH_REGEX_RULE = "path-regex"  # the rule name a whitelist miss reports
+
+# Bounded so a long session over many paths cannot grow the cache without limit.
+DECISION_CACHE_SIZE = 4096
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be built: bad action, bad glob or regex, a system root."""
 
 
 @dataclass(frozen=True)
@@ -30,27 +61,294 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class BuiltinRule:
+    """A built-in deny rule; `writes_only` rules leave reads alone."""
+
+    name: str
+    paths: tuple[str, ...]
+    writes_only: bool = False
+
+
+# Matched at any depth and case-insensitively (a case-folding file system would
+# otherwise let `.ENV` through). Override one by giving a [[rules]] entry its name.
+BUILTIN_RULES: tuple[BuiltinRule, ...] = (
+    BuiltinRule("block-ssh", ("**/.ssh/**",)),
+    BuiltinRule("block-gnupg", ("**/.gnupg/**",)),
+    BuiltinRule("block-aws-credentials", ("**/.aws/credentials",)),
+    BuiltinRule("block-netrc", ("**/.netrc", "**/_netrc")),
+    BuiltinRule("block-git-credentials", ("**/.git-credentials",)),
+    BuiltinRule("block-dotenv", ("**/.env", "**/.env.*")),
+    BuiltinRule(
+        "block-shell-history",
+        ("**/.*history", "**/.histfile", "**/fish_history"),
+    ),
+    BuiltinRule(
+        "block-private-keys",
+        (
+            "**/id_rsa*", "**/id_dsa*", "**/id_ecdsa*", "**/id_ed25519*",
+            "**/*.pem", "**/*.key", "**/*.p12", "**/*.pfx",
+        ),
+    ),
+    # A write under .git/ (hooks, config) runs code at the next human git command;
+    # `.git` itself too: a worktree's `.git` file points git at another directory.
+    BuiltinRule("block-git-writes", ("**/.git", "**/.git/**"), writes_only=True),
+    # The agent must not loosen its own policy for the next session.
+    BuiltinRule("protect-config", ("corral.toml",), writes_only=True),
+)
+BUILTIN_NAMES = frozenset(rule.name for rule in BUILTIN_RULES)
+
+
+def _translate_class(body: str) -> str:
+    negate = body.startswith("!")
+    body = body[1:] if negate else body
+    inner = "".join("-" if char == "-" else re.escape(char) for char in body)
+    return f"[^/{inner}]" if negate else f"[{inner}]"
+
+
+def _translate_component(component: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(component)
+    while i < n:
+        char = component[i]
+        i += 1
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            start = i + (1 if component[i:i + 1] == "!" else 0)
+            start += 1 if component[start:start + 1] == "]" else 0
+            end = component.find("]", start)
+            if end < 0:  # an unclosed "[" is a literal, as in fnmatch
+                out.append(re.escape(char))
+                continue
+            out.append(_translate_class(component[i:end]))
+            i = end + 1
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def glob_to_regex(glob: str) -> str:
+    """Regex source (for fullmatch) of one glob; a leading "/" stays a literal "/"."""
+    if not glob or "\0" in glob:
+        raise PolicyError(f"invalid glob {glob!r}: it must be a non-empty string without NUL")
+    components = [c for c in glob.split("/") if c not in ("", ".")]
+    if ".." in components:
+        raise PolicyError(f"invalid glob {glob!r}: '..' never matches a resolved path")
+    out = "/" if glob.startswith("/") else ""
+    for index, component in enumerate(components):
+        last = index == len(components) - 1
+        if component == "**" and last:
+            # "a/**" also matches "a" itself; a lone "**" matches everything.
+            out = out[:-1] + "(?:/.*)?" if index else out + ".*"
+        elif component == "**":
+            out += "(?:.*/)?"
+        else:
+            out += _translate_component(component) + ("" if last else "/")
+    return out
+
+
+def _compile_globs(globs: list[str], *, flags: int = 0) -> re.Pattern[str] | None:
+    """One matcher for several globs; None when there are none."""
+    if not globs:
+        return None
+    source = "|".join(f"(?:{glob_to_regex(glob)})" for glob in globs)
+    return re.compile(source, re.DOTALL | flags)
+
+
+def _absolute(root: RootSpec, rel: str) -> str:
+    return root.path if rel == "." else posixpath.join(root.path, rel)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    name: str
+    action: str
+    tools: frozenset[str] | None  # None: every tool
+    relative: re.Pattern[str] | None  # matched against the root-relative path
+    absolute: re.Pattern[str] | None  # matched against root + relative path
+
+    def matches(self, tool: str, rel: str, absolute: str, write: bool) -> bool:
+        if self.tools is not None and tool not in self.tools:
+            return False
+        if self.relative is not None and self.relative.fullmatch(rel):
+            return True
+        return self.absolute is not None and self.absolute.fullmatch(absolute) is not None
+
+
+def _check_action(value: object, what: str) -> None:
+    if value not in ACTIONS:
+        raise PolicyError(f"{what} must be one of {', '.join(ACTIONS)}; got {value!r}")
+
+
+def _compile_rule(rule: Rule) -> _Compiled:
+    if not rule.name:
+        raise PolicyError("a rule needs a non-empty name")
+    _check_action(rule.action, f"rule {rule.name!r} action")
+    if not rule.paths:
+        raise PolicyError(f"rule {rule.name!r} needs at least one path glob")
+    if not rule.tools:
+        raise PolicyError(f"rule {rule.name!r} needs at least one tool name or '*'")
+    relative = _compile_globs([g for g in rule.paths if not g.startswith("/")])
+    absolute = _compile_globs([g for g in rule.paths if g.startswith("/")])
+    tools = None if "*" in rule.tools else frozenset(rule.tools)
+    return _Compiled(rule.name, rule.action, tools, relative, absolute)
+
+
+def _named_alternation(rules: list[BuiltinRule], anywhere: bool) -> tuple[str, dict[str, str]]:
+    alternatives, names = [], {}
+    for index, rule in enumerate(rules):
+        globs = [g.removeprefix("**/") for g in rule.paths if g.startswith("**/") == anywhere]
+        if globs:
+            group = f"b{index}"
+            names[group] = rule.name
+            alternatives.append(f"(?P<{group}>{'|'.join(glob_to_regex(g) for g in globs)})")
+    return "|".join(alternatives), names
+
+
+class _BuiltinMatcher:
+    """The active built-in rules as one regex per kind, so a check costs one match.
+
+    "**/" globs are matched against the absolute path, so a root that itself lies
+    inside ~/.ssh or a .git directory is covered as well; the others are anchored
+    at each root.
+    """
+
+    def __init__(self, rules: list[BuiltinRule]) -> None:
+        self._matchers: list[tuple[bool, re.Pattern[str], bool, dict[str, str]]] = []
+        for writes_only in (False, True):
+            group = [rule for rule in rules if rule.writes_only == writes_only]
+            for anywhere in (False, True):
+                source, names = _named_alternation(group, anywhere)
+                if source:
+                    prefix = "(?:.*/)?" if anywhere else ""
+                    pattern = re.compile(f"{prefix}(?:{source})", re.DOTALL | re.IGNORECASE)
+                    self._matchers.append((writes_only, pattern, anywhere, names))
+
+    def match(self, rel: str, absolute: str, write: bool) -> str | None:
+        for writes_only, pattern, anywhere, names in self._matchers:
+            if writes_only and not write:
+                continue
+            found = pattern.fullmatch(absolute if anywhere else rel)
+            if found is not None:
+                return names[found.lastgroup or ""]
+        return None
+
+
+def compile_path_regex(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise PolicyError(f"invalid path_regex {pattern!r}: {exc}") from None
+    return tuple(compiled)
+
+
+def check_root(path: str) -> None:
+    """Refuse a root that is, or lies under, a system path (or is "/" itself).
+
+    Pure and lexical: the caller passes the real (symlink-resolved) absolute path.
+    """
+    if not path.startswith("/"):
+        raise PolicyError(f"root {path!r} must be an absolute path")
+    normal = posixpath.normpath(path)
+    if normal in ("/", "//"):
+        raise PolicyError("root '/' is not allowed: it contains the system paths")
+    for system in SYSTEM_PATHS:
+        if normal == system or normal.startswith(system + "/"):
+            raise PolicyError(
+                f"root {path!r} is not allowed: system paths ({', '.join(SYSTEM_PATHS)}) "
+                "are never roots"
+            )
+
+
+@dataclass(frozen=True)
 class Policy:
-    tool_modes: dict  # tool name -> "allow" | "deny" | "supervised"
+    tool_modes: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny|supervised
     rules: tuple[Rule, ...] = ()
     default_action: str = "allow"
     path_regex: tuple[str, ...] = ()
     read_only: bool = False
 
+    def __post_init__(self) -> None:
+        # Normalise lists (from_dict, hand-built policies) so the policy stays hashable-ish
+        # and comparable, then compile once: decide() runs on every path of every call.
+        object.__setattr__(self, "rules", tuple(
+            Rule(r.name, r.action, tuple(r.tools), tuple(r.paths)) for r in self.rules
+        ))
+        object.__setattr__(self, "path_regex", tuple(self.path_regex))
+        for tool, mode in self.tool_modes.items():
+            _check_action(mode, f"tool mode of {tool!r}")
+        _check_action(self.default_action, "default_action")
+        names = [rule.name for rule in self.rules]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise PolicyError(f"rule names must be unique; repeated: {', '.join(duplicates)}")
+        active = [rule for rule in BUILTIN_RULES if rule.name not in set(names)]
+        object.__setattr__(self, "_compiled", tuple(_compile_rule(rule) for rule in self.rules))
+        object.__setattr__(self, "_builtins", _BuiltinMatcher(active))
+        object.__setattr__(self, "_regexes", compile_path_regex(self.path_regex))
+        object.__setattr__(self, "_cache", {})
+
     def tool_mode(self, tool: str, *, writes: bool) -> str:
         """Mode of a tool: read_only denies writers; delete_file denied unless enabled."""
-        raise NotImplementedError
+        if self.read_only and writes:
+            return "deny"
+        default = "deny" if tool in DEFAULT_OFF else "allow"
+        return self.tool_modes.get(tool, default)
 
     def decide(self, tool: str, root: RootSpec, rel: str, *, write: bool) -> Decision:
         """Decision for one resolved root-relative path: user rules, then built-in
         rules (overridden by a user rule of the same name), then path_regex
         whitelist, then default_action. A write into an "ro" root is decided by
         the caller (read_only error), not here."""
-        raise NotImplementedError
+        key = (tool, root.path, rel, write)
+        cache: dict[tuple[str, str, str, bool], Decision] = self._cache  # type: ignore[attr-defined]
+        decision = cache.get(key)
+        if decision is None:
+            decision = self._decide(tool, root, rel, write)
+            if len(cache) >= DECISION_CACHE_SIZE:
+                cache.clear()
+            cache[key] = decision
+        return decision
 
-    def to_dict(self) -> dict:
-        raise NotImplementedError
+    def _decide(self, tool: str, root: RootSpec, rel: str, write: bool) -> Decision:
+        rel = rel or "."
+        absolute = _absolute(root, rel)
+        for rule in self._compiled:  # type: ignore[attr-defined]
+            if rule.matches(tool, rel, absolute, write):
+                return Decision(rule.action, rule.name)
+        builtin = self._builtins.match(rel, absolute, write)  # type: ignore[attr-defined]
+        if builtin is not None:
+            return Decision("deny", builtin)
+        regexes: tuple[re.Pattern[str], ...] = self._regexes  # type: ignore[attr-defined]
+        if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
+            return Decision("deny", PATH_REGEX_RULE)
+        return Decision(self.default_action, None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_modes": dict(self.tool_modes),
+            "rules": [
+                {"name": r.name, "action": r.action, "tools": list(r.tools), "paths": list(r.paths)}
+                for r in self.rules
+            ],
+            "default_action": self.default_action,
+            "path_regex": list(self.path_regex),
+            "read_only": self.read_only,
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> Policy:
-        raise NotImplementedError
+    def from_dict(cls, data: dict[str, Any]) -> Policy:
+        return cls(
+            tool_modes=dict(data.get("tool_modes", {})),
+            rules=tuple(
+                Rule(r["name"], r["action"], tuple(r.get("tools", ("*",))), tuple(r["paths"]))
+                for r in data.get("rules", ())
+            ),
+            default_action=data.get("default_action", "allow"),
+            path_regex=tuple(data.get("path_regex", ())),
+            read_only=bool(data.get("read_only", False)),
+        )
