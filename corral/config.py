@@ -1,12 +1,33 @@
-"""corral.toml -> Policy + Limits + SandboxOptions.
+"""corral.toml -> Config (roots, Policy, Limits, SandboxOptions, audit path).
 
-INTERFACE STUB for the dataclasses (real); the policy/config helper adds parsing
-(`load_config`, discovery of corral.toml in the workspace) and clear errors.
+Strict: an unknown section or key, a wrong type, a bad enum value, an invalid
+glob or regex, a missing or system root all raise ConfigError naming the file,
+the key and what is allowed. Relative paths are taken from the directory of the
+config file. Roots are resolved to real paths here (the one place allowed to
+look at the file system before the sandbox exists).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from corral.policy import ACTIONS, ROOT_MODES, Policy, PolicyError, RootSpec, Rule, check_root
+
+CONFIG_NAME = "corral.toml"
+
+# The tool names of the contract (DESIGN.md "Tools"); [tools] and rules' `tools`
+# are checked against them so a typo cannot leave a tool silently enabled.
+TOOL_NAMES = (
+    "read_file", "write_file", "edit_file", "read_multiple_files", "append_file",
+    "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
+    "delete_file", "search_files", "grep",
+)
+LAYERS = ("landlock", "seccomp", "openat2", "no_new_privs")  # what [sandbox] require names
+RESOLVERS = ("auto", "openat2", "walk")
 
 
 @dataclass(frozen=True)
@@ -14,8 +35,8 @@ class Limits:
     max_read_bytes: int = 256 * 1024  # returned per read: what fits a model's context
     max_write_bytes: int = 1024 * 1024  # per write/edit result/append
     max_file_bytes: int = 64 * 1024 * 1024  # largest file read, edited or grown by append
-    max_list_entries: int = 500
-    timeout_s: float = 10.0
+    max_list_entries: int = 500  # a listing larger than this floods a model's context
+    timeout_s: float = 10.0  # per call; the worker is killed and replaced after it
 
 
 @dataclass(frozen=True)
@@ -26,3 +47,289 @@ class SandboxOptions:
     max_worker_rss_mb: int = 256  # recycle when RSS passes this
     max_frame_bytes: int = 64 * 1024 * 1024
     resolver: str = "auto"  # "openat2" | "walk": forces a resolver (tests run both)
+
+
+@dataclass(frozen=True)
+class Config:
+    workspace: str  # real absolute path
+    allowed_paths: tuple[RootSpec, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+    limits: Limits = field(default_factory=Limits)
+    sandbox: SandboxOptions = field(default_factory=SandboxOptions)
+    audit_path: str | None = None  # absolute; None: no audit log
+    source: str | None = None  # the file this came from
+
+    @property
+    def roots(self) -> tuple[RootSpec, ...]:
+        """The workspace (ro under read_only) first, then allowed_paths."""
+        mode = "ro" if self.policy.read_only else "rw"
+        return (RootSpec(self.workspace, mode), *self.allowed_paths)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file and the key."""
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None) -> None:
+        self.file = file
+        self.key = key
+        self.problem = message
+        super().__init__(": ".join(part for part in (file, key, message) if part))
+
+
+def find_config(workspace: str | os.PathLike[str]) -> str | None:
+    """The workspace's own corral.toml, if it has one (the workspace only, no parents)."""
+    candidate = os.path.join(os.fspath(workspace), CONFIG_NAME)
+    return candidate if os.path.isfile(candidate) else None
+
+
+def resolve_roots(
+    workspace: str | os.PathLike[str],
+    allowed_paths: Iterable[RootSpec] = (),
+    *,
+    source: str | None = None,
+) -> tuple[str, tuple[RootSpec, ...]]:
+    """Real absolute paths of the roots, each an existing directory that is not a
+    system path; an "ro" root may not lie inside a "rw" root (Landlock grants the
+    union of rules, so the inner root would stay writable)."""
+    real = _real_directory(os.fspath(workspace), "[workspace] root", source)
+    others = []
+    for index, spec in enumerate(allowed_paths):
+        key = f"[workspace] allowed_paths[{index}]"
+        if spec.mode not in ROOT_MODES:
+            raise ConfigError(_expected(ROOT_MODES, spec.mode), file=source, key=f"{key}.mode")
+        others.append(RootSpec(_real_directory(spec.path, f"{key}.path", source), spec.mode))
+    roots = [RootSpec(real, "rw"), *others]
+    for index, inner in enumerate(roots):
+        for outer in roots[:index]:
+            _check_nesting(outer, inner, source)
+    return real, tuple(others)
+
+
+def _check_nesting(first: RootSpec, second: RootSpec, source: str | None) -> None:
+    if first.path == second.path:
+        raise ConfigError(f"{second.path} is listed twice", file=source,
+                          key="[workspace] allowed_paths")
+    for inner, outer in ((first, second), (second, first)):
+        if inner.mode == "ro" and outer.mode == "rw" and inner.path.startswith(outer.path + "/"):
+            raise ConfigError(
+                f"read-only root {inner.path} lies inside read-write root {outer.path}, "
+                "where it cannot be enforced; deny writes there with a [[rules]] entry instead",
+                file=source, key="[workspace] allowed_paths",
+            )
+
+
+def _real_directory(path: str, key: str, source: str | None) -> str:
+    real = os.path.realpath(path)
+    try:
+        check_root(real)
+    except PolicyError as exc:
+        raise ConfigError(str(exc), file=source, key=key) from None
+    if not os.path.isdir(real):
+        raise ConfigError(f"{path} is not an existing directory", file=source, key=key)
+    return real
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Parse and check one corral.toml."""
+    source = os.path.abspath(os.fspath(path))
+    try:
+        with open(source, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    return _Parser(source).config(data)
+
+
+def _expected(allowed: Iterable[str], got: object) -> str:
+    return f"expected one of {', '.join(repr(a) for a in allowed)}, got {got!r}"
+
+
+def _type_name(value: object) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.base = os.path.dirname(source)
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(message, file=self.source, key=key)
+
+    # -- typed getters -------------------------------------------------------
+
+    def table(self, data: dict[str, Any], name: str, allowed: Iterable[str]) -> dict[str, Any]:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            raise self.fail(f"[{name}]", f"expected a table, got {_type_name(value)}")
+        self.no_unknown(value, f"[{name}]", allowed)
+        return value
+
+    def no_unknown(self, value: dict[str, Any], where: str, allowed: Iterable[str]) -> None:
+        allowed = tuple(allowed)
+        for key in value:
+            if key not in allowed:
+                raise self.fail(
+                    f"{where} {key}", f"unknown key; allowed keys: {', '.join(allowed)}"
+                )
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {_type_name(value)}")
+        return value
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value or "\0" in value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def enum(self, value: Any, key: str, allowed: tuple[str, ...]) -> str:
+        if value not in allowed or not isinstance(value, str):
+            raise self.fail(key, _expected(allowed, value))
+        return value
+
+    def positive_int(self, value: Any, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(key, f"expected a positive integer, got {value!r}")
+        return value
+
+    def positive_number(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise self.fail(key, f"expected a positive number, got {value!r}")
+        return float(value)
+
+    def strings(self, value: Any, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise self.fail(key, f"expected an array of strings, got {_type_name(value)}")
+        return tuple(self.string(item, f"{key}[{i}]") for i, item in enumerate(value))
+
+    def path(self, value: Any, key: str) -> str:
+        return os.path.join(self.base, os.path.expanduser(self.string(value, key)))
+
+    # -- sections -------------------------------------------------------------
+
+    def config(self, data: dict[str, Any]) -> Config:
+        sections = ("workspace", "tools", "rules", "policy", "limits", "sandbox", "audit")
+        for name in data:
+            if name not in sections:
+                raise self.fail(f"[{name}]", f"unknown section; allowed: {', '.join(sections)}")
+        workspace = self.table(data, "workspace", ("root", "read_only", "allowed_paths"))
+        root = self.path(workspace.get("root", "."), "[workspace] root")
+        read_only = self.boolean(workspace.get("read_only", False), "[workspace] read_only")
+        specs = self.allowed_paths(workspace.get("allowed_paths", []))
+        real, others = resolve_roots(root, specs, source=self.source)
+        audit_path = self.audit(data)
+        # No tool may rewrite the policy it runs under or the log of what it did.
+        protected = tuple(os.path.realpath(p) for p in (self.source, audit_path) if p)
+        return Config(
+            workspace=real,
+            allowed_paths=others,
+            policy=self.policy(data, read_only, protected),
+            limits=self.limits(data),
+            sandbox=self.sandbox(data),
+            audit_path=audit_path,
+            source=self.source,
+        )
+
+    def allowed_paths(self, value: Any) -> list[RootSpec]:
+        key = "[workspace] allowed_paths"
+        specs = []
+        for index, item in enumerate(self.array(value, key)):
+            where = f"{key}[{index}]"
+            if isinstance(item, str):  # a bare path: read-only, the safe default
+                item = {"path": item}
+            if not isinstance(item, dict):
+                raise self.fail(where, "expected a table {path, mode} or a path string")
+            self.no_unknown(item, where, ("path", "mode"))
+            if "path" not in item:
+                raise self.fail(f"{where}.path", "missing; every allowed path needs one")
+            path = self.path(item["path"], f"{where}.path")
+            specs.append(RootSpec(path, self.enum(item.get("mode", "ro"), f"{where}.mode",
+                                                  ROOT_MODES)))
+        return specs
+
+    def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
+        tools = self.table(data, "tools", TOOL_NAMES)
+        modes = {name: self.enum(mode, f"[tools] {name}", ACTIONS) for name, mode in tools.items()}
+        section = self.table(data, "policy", ("default_action", "path_regex"))
+        default = self.enum(section.get("default_action", "allow"), "[policy] default_action",
+                            ACTIONS)
+        regexes = self.strings(section.get("path_regex", []), "[policy] path_regex")
+        for index, pattern in enumerate(regexes):
+            self.check(lambda p=pattern: Policy(path_regex=(p,)), f"[policy] path_regex[{index}]")
+        rules = self.rules(data.get("rules", []))
+        return self.check(
+            lambda: Policy(modes, rules, default, regexes, read_only, protected), "[[rules]]"
+        )
+
+    def rules(self, value: Any) -> tuple[Rule, ...]:
+        rules: list[Rule] = []
+        for index, item in enumerate(self.array(value, "[[rules]]")):
+            where = f"[[rules]] #{index + 1}"
+            if not isinstance(item, dict):
+                raise self.fail(where, f"expected a table, got {_type_name(item)}")
+            self.no_unknown(item, where, ("name", "action", "tools", "paths"))
+            for required in ("name", "action", "paths"):
+                if required not in item:
+                    raise self.fail(f"{where} {required}", "missing; a rule needs name, action "
+                                    "and paths (tools defaults to [\"*\"])")
+            name = self.string(item["name"], f"{where} name")
+            where = f"[[rules]] {name!r}"
+            if any(rule.name == name for rule in rules):
+                raise self.fail(f"{where} name", "repeated; rule names must be unique")
+            action = self.enum(item["action"], f"{where} action", ACTIONS)
+            tools = self.strings(item.get("tools", ["*"]), f"{where} tools")
+            for tool in tools:
+                if tool != "*" and tool not in TOOL_NAMES:
+                    raise self.fail(f"{where} tools", _expected(("*", *TOOL_NAMES), tool))
+            if not tools:
+                raise self.fail(f"{where} tools", "empty; name tools or use [\"*\"]")
+            paths = self.strings(item["paths"], f"{where} paths")
+            if not paths:
+                raise self.fail(f"{where} paths", "empty; a rule needs at least one glob")
+            rule = Rule(name, action, tools, paths)
+            self.check(lambda r=rule: Policy(rules=(r,)), f"{where} paths")
+            rules.append(rule)
+        return tuple(rules)
+
+    def check(self, build: Any, key: str) -> Policy:
+        try:
+            return build()
+        except PolicyError as exc:
+            raise self.fail(key, str(exc)) from None
+
+    def limits(self, data: dict[str, Any]) -> Limits:
+        section = self.table(data, "limits", [f.name for f in fields(Limits)])
+        values: dict[str, Any] = {}
+        for key, value in section.items():
+            check = self.positive_number if key == "timeout_s" else self.positive_int
+            values[key] = check(value, f"[limits] {key}")
+        return Limits(**values)
+
+    def sandbox(self, data: dict[str, Any]) -> SandboxOptions:
+        section = self.table(data, "sandbox", [f.name for f in fields(SandboxOptions)])
+        values: dict[str, Any] = {}
+        for key, value in section.items():
+            where = f"[sandbox] {key}"
+            if key == "require":
+                values[key] = tuple(self.enum(layer, f"{where}[{i}]", LAYERS)
+                                    for i, layer in enumerate(self.array(value, where)))
+            elif key == "resolver":
+                values[key] = self.enum(value, where, RESOLVERS)
+            else:
+                values[key] = self.positive_int(value, where)
+        return SandboxOptions(**values)
+
+    def array(self, value: Any, key: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(key, f"expected an array, got {_type_name(value)}")
+        return value
+
+    def audit(self, data: dict[str, Any]) -> str | None:
+        section = self.table(data, "audit", ("path",))
+        if "path" not in section:
+            return None
+        return os.path.abspath(self.path(section["path"], "[audit] path"))

@@ -31,6 +31,7 @@ SYSTEM_PATHS = ("/proc", "/sys", "/dev", "/etc", "/run", "/var/run")
 DEFAULT_OFF = frozenset({"delete_file"})  # denied unless [tools] enables them
 
 PATH_REGEX_RULE = "path-regex"  # the rule name a whitelist miss reports
+PROTECT_RULE = "protect-corral-files"  # writes to corral.toml and Policy.protected_paths
 
 # Bounded so a long session over many paths cannot grow the cache without limit.
 DECISION_CACHE_SIZE = 4096
@@ -92,8 +93,9 @@ BUILTIN_RULES: tuple[BuiltinRule, ...] = (
     # A write under .git/ (hooks, config) runs code at the next human git command;
     # `.git` itself too: a worktree's `.git` file points git at another directory.
     BuiltinRule("block-git-writes", ("**/.git", "**/.git/**"), writes_only=True),
-    # The agent must not loosen its own policy for the next session.
-    BuiltinRule("protect-config", ("corral.toml",), writes_only=True),
+    # The agent must not loosen its own policy for the next session nor rewrite the
+    # audit log; Policy.protected_paths adds the real config and audit files.
+    BuiltinRule(PROTECT_RULE, ("corral.toml",), writes_only=True),
 )
 BUILTIN_NAMES = frozenset(rule.name for rule in BUILTIN_RULES)
 
@@ -271,6 +273,7 @@ class Policy:
     default_action: str = "allow"
     path_regex: tuple[str, ...] = ()
     read_only: bool = False
+    protected_paths: tuple[str, ...] = ()  # absolute real paths no tool may write
 
     def __post_init__(self) -> None:
         # Normalise lists (from_dict, hand-built policies) so the policy stays hashable-ish
@@ -279,6 +282,7 @@ class Policy:
             Rule(r.name, r.action, tuple(r.tools), tuple(r.paths)) for r in self.rules
         ))
         object.__setattr__(self, "path_regex", tuple(self.path_regex))
+        object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
         for tool, mode in self.tool_modes.items():
             _check_action(mode, f"tool mode of {tool!r}")
         _check_action(self.default_action, "default_action")
@@ -289,6 +293,8 @@ class Policy:
         active = [rule for rule in BUILTIN_RULES if rule.name not in set(names)]
         object.__setattr__(self, "_compiled", tuple(_compile_rule(rule) for rule in self.rules))
         object.__setattr__(self, "_builtins", _BuiltinMatcher(active))
+        protected = PROTECT_RULE not in names
+        object.__setattr__(self, "_protected", frozenset(self.protected_paths if protected else ()))
         object.__setattr__(self, "_regexes", compile_path_regex(self.path_regex))
         object.__setattr__(self, "_cache", {})
 
@@ -323,6 +329,8 @@ class Policy:
         builtin = self._builtins.match(rel, absolute, write)  # type: ignore[attr-defined]
         if builtin is not None:
             return Decision("deny", builtin)
+        if write and absolute in self._protected:  # type: ignore[attr-defined]
+            return Decision("deny", PROTECT_RULE)
         regexes: tuple[re.Pattern[str], ...] = self._regexes  # type: ignore[attr-defined]
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
             return Decision("deny", PATH_REGEX_RULE)
@@ -338,6 +346,7 @@ class Policy:
             "default_action": self.default_action,
             "path_regex": list(self.path_regex),
             "read_only": self.read_only,
+            "protected_paths": list(self.protected_paths),
         }
 
     @classmethod
@@ -351,4 +360,5 @@ class Policy:
             default_action=data.get("default_action", "allow"),
             path_regex=tuple(data.get("path_regex", ())),
             read_only=bool(data.get("read_only", False)),
+            protected_paths=tuple(data.get("protected_paths", ())),
         )
