@@ -2,9 +2,11 @@
 
 No I/O. Decisions are made on the *resolved* path relative to its root (the fs
 guard hands it over after opening), so a symlink `notes.txt -> .env` is decided
-as `.env`. Order for one path: user rules (first match wins), built-in rules
-(each dropped when a user rule carries its name), the `path_regex` whitelist,
-then `default_action`.
+as `.env`. Order for one path: the built-in deny rules, then the user rules
+(first match wins), the `path_regex` whitelist, then `default_action`. Built-ins
+come first so that only a user rule carrying a built-in's *name* can override it
+(it replaces that built-in and takes its place among the user rules): a broad
+`allow **` rule must not unblock ~/.ssh by accident.
 
 Glob syntax (rule `paths`): `*` and `?` stay within one path component, `[...]`
 is a character class, `**` is any number of whole components (zero included, so
@@ -224,7 +226,8 @@ class _BuiltinMatcher:
             for anywhere in (False, True):
                 source, names = _named_alternation(group, anywhere)
                 if source:
-                    prefix = "(?:.*/)?" if anywhere else ""
+                    # Lazy, so the outermost matching component names the rule.
+                    prefix = "(?:.*?/)?" if anywhere else ""
                     pattern = re.compile(f"{prefix}(?:{source})", re.DOTALL | re.IGNORECASE)
                     self._matchers.append((writes_only, pattern, anywhere, names))
 
@@ -306,10 +309,10 @@ class Policy:
         return self.tool_modes.get(tool, default)
 
     def decide(self, tool: str, root: RootSpec, rel: str, *, write: bool) -> Decision:
-        """Decision for one resolved root-relative path: user rules, then built-in
-        rules (overridden by a user rule of the same name), then path_regex
-        whitelist, then default_action. A write into an "ro" root is decided by
-        the caller (read_only error), not here."""
+        """Decision for one resolved root-relative path: built-in deny rules (each
+        replaced by a user rule of the same name), then user rules in order, then
+        the path_regex whitelist, then default_action. A write into an "ro" root is
+        decided by the caller (read_only error), not here."""
         key = (tool, root.path, rel, write)
         cache: dict[tuple[str, str, str, bool], Decision] = self._cache  # type: ignore[attr-defined]
         decision = cache.get(key)
@@ -323,14 +326,14 @@ class Policy:
     def _decide(self, tool: str, root: RootSpec, rel: str, write: bool) -> Decision:
         rel = rel or "."
         absolute = _absolute(root, rel)
-        for rule in self._compiled:  # type: ignore[attr-defined]
-            if rule.matches(tool, rel, absolute, write):
-                return Decision(rule.action, rule.name)
         builtin = self._builtins.match(rel, absolute, write)  # type: ignore[attr-defined]
         if builtin is not None:
             return Decision("deny", builtin)
         if write and absolute in self._protected:  # type: ignore[attr-defined]
             return Decision("deny", PROTECT_RULE)
+        for rule in self._compiled:  # type: ignore[attr-defined]
+            if rule.matches(tool, rel, absolute, write):
+                return Decision(rule.action, rule.name)
         regexes: tuple[re.Pattern[str], ...] = self._regexes  # type: ignore[attr-defined]
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
             return Decision("deny", PATH_REGEX_RULE)

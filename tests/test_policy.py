@@ -1,0 +1,284 @@
+"""Pure tests of corral.policy: tool modes, globs, rule order, built-ins, whitelist."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from corral.policy import (
+    BUILTIN_NAMES,
+    DECISION_CACHE_SIZE,
+    PATH_REGEX_RULE,
+    PROTECT_RULE,
+    Decision,
+    Policy,
+    PolicyError,
+    RootSpec,
+    Rule,
+    check_root,
+    glob_to_regex,
+)
+
+ROOT = RootSpec("/home/u/ws", "rw")
+
+
+def decide(policy: Policy, rel: str, *, tool: str = "read_file", write: bool = False,
+           root: RootSpec = ROOT) -> Decision:
+    return policy.decide(tool, root, rel, write=write)
+
+
+# -- tool modes ---------------------------------------------------------------
+
+
+def test_tool_modes_default_allow_and_delete_off() -> None:
+    policy = Policy(tool_modes={})
+    assert policy.tool_mode("read_file", writes=False) == "allow"
+    assert policy.tool_mode("write_file", writes=True) == "allow"
+    assert policy.tool_mode("delete_file", writes=True) == "deny"
+
+
+def test_tool_modes_explicit() -> None:
+    policy = Policy({"delete_file": "allow", "write_file": "supervised", "grep": "deny"})
+    assert policy.tool_mode("delete_file", writes=True) == "allow"
+    assert policy.tool_mode("write_file", writes=True) == "supervised"
+    assert policy.tool_mode("grep", writes=False) == "deny"
+
+
+def test_read_only_denies_every_writer_even_if_allowed() -> None:
+    policy = Policy({"write_file": "allow", "delete_file": "allow"}, read_only=True)
+    assert policy.tool_mode("write_file", writes=True) == "deny"
+    assert policy.tool_mode("delete_file", writes=True) == "deny"
+    assert policy.tool_mode("read_file", writes=False) == "allow"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"tool_modes": {"read_file": "maybe"}},
+        {"default_action": "permit"},
+        {"rules": (Rule("r", "block", ("*",), ("a",)),)},
+        {"rules": (Rule("", "deny", ("*",), ("a",)),)},
+        {"rules": (Rule("r", "deny", ("*",), ()),)},
+        {"rules": (Rule("r", "deny", (), ("a",)),)},
+        {"rules": (Rule("r", "deny", ("*",), ("a",)), Rule("r", "allow", ("*",), ("b",)))},
+        {"rules": (Rule("r", "deny", ("*",), ("../x",)),)},
+        {"path_regex": ("(unclosed",)},
+    ],
+)
+def test_invalid_policies_raise(kwargs: dict) -> None:
+    with pytest.raises(PolicyError):
+        Policy(**kwargs)
+
+
+# -- globs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("glob", "matching", "not_matching"),
+    [
+        ("dist/**", ["dist", "dist/a.js", "dist/x/y/z"], ["distx", "a/dist/b", "dist2/a"]),
+        ("**/*.py", ["a.py", "x/y/a.py", ".hidden.py"], ["a.pyc", "a.py/b"]),
+        ("src/*.c", ["src/a.c"], ["src/x/a.c", "a.c"]),
+        ("a/**/b", ["a/b", "a/x/b", "a/x/y/b"], ["a/xb", "b"]),
+        ("file?.txt", ["file1.txt"], ["file.txt", "file12.txt", "file/.txt"]),
+        ("[!a]b", ["cb", ".b"], ["ab", "/b"]),
+        ("[]x]y", ["]y", "xy"], ["ay"]),
+        ("[a-c]z", ["bz"], ["dz", "-z"]),
+        ("a[b", ["a[b"], ["ab"]),
+        ("**", [".", "a", "a/b/c"], []),
+        ("./src/**", ["src/a"], ["./src/a"]),
+        ("name\nwith newline", ["name\nwith newline"], ["name"]),
+    ],
+)
+def test_glob_semantics(glob: str, matching: list[str], not_matching: list[str]) -> None:
+    pattern = re.compile(glob_to_regex(glob), re.DOTALL)
+    for path in matching:
+        assert pattern.fullmatch(path), (glob, path)
+    for path in not_matching:
+        assert not pattern.fullmatch(path), (glob, path)
+
+
+# -- user rules ---------------------------------------------------------------
+
+
+def test_first_matching_user_rule_wins_then_default() -> None:
+    policy = Policy(
+        rules=(
+            Rule("docs-ok", "allow", ("*",), ("dist/docs/**",)),
+            Rule("no-dist", "deny", ("write_file", "edit_file"), ("dist/**",)),
+            Rule("ask-src", "supervised", ("*",), ("src/**",)),
+        ),
+        default_action="deny",
+    )
+    assert decide(policy, "dist/docs/a.md", tool="write_file", write=True) == Decision(
+        "allow", "docs-ok")
+    assert decide(policy, "dist/a.js", tool="write_file", write=True) == Decision(
+        "deny", "no-dist")
+    # The rule names write_file and edit_file only: append_file falls to the default.
+    assert decide(policy, "dist/a.js", tool="append_file", write=True) == Decision("deny", None)
+    assert decide(policy, "src/app.py") == Decision("supervised", "ask-src")
+    assert decide(policy, "README.md") == Decision("deny", None)
+
+
+def test_absolute_glob_matches_root_plus_path() -> None:
+    policy = Policy(rules=(Rule("data-ro", "deny", ("*",), ("/data/**",)),))
+    data = RootSpec("/data", "ro")
+    assert decide(policy, "x/y.csv", root=data) == Decision("deny", "data-ro")
+    assert decide(policy, ".", root=data) == Decision("deny", "data-ro")
+    assert decide(policy, "data/x") == Decision("allow", None)  # relative to the workspace
+
+
+def test_default_action_supervised() -> None:
+    assert decide(Policy(default_action="supervised"), "a.txt") == Decision("supervised", None)
+
+
+# -- built-in rules -----------------------------------------------------------
+
+
+SECRETS = [
+    (".ssh/id_rsa", "block-ssh"),
+    (".ssh", "block-ssh"),
+    ("home/x/.ssh/authorized_keys", "block-ssh"),
+    (".gnupg/secring.gpg", "block-gnupg"),
+    (".aws/credentials", "block-aws-credentials"),
+    ("deep/.aws/credentials", "block-aws-credentials"),
+    (".netrc", "block-netrc"),
+    (".git-credentials", "block-git-credentials"),
+    (".env", "block-dotenv"),
+    ("a/b/.env", "block-dotenv"),
+    (".env.production", "block-dotenv"),
+    (".ENV", "block-dotenv"),
+    (".bash_history", "block-shell-history"),
+    ("u/.zsh_history", "block-shell-history"),
+    (".python_history", "block-shell-history"),
+    (".local/share/fish/fish_history", "block-shell-history"),
+    ("id_rsa", "block-private-keys"),
+    ("keys/id_ed25519", "block-private-keys"),
+    ("id_ecdsa.pub", "block-private-keys"),
+    ("tls/server.pem", "block-private-keys"),
+    ("server.key", "block-private-keys"),
+]
+
+
+@pytest.mark.parametrize(("rel", "rule"), SECRETS)
+def test_builtin_secrets_denied_for_reads_and_writes(rel: str, rule: str) -> None:
+    policy = Policy()
+    assert decide(policy, rel) == Decision("deny", rule)
+    assert decide(policy, rel, tool="write_file", write=True) == Decision("deny", rule)
+
+
+@pytest.mark.parametrize(
+    "rel", ["src/app.py", ".envrc", "environment.py", ".github/workflows/ci.yml", ".gitignore",
+            "ssh/config", "history.md", "keys.txt", "id.txt"]
+)
+def test_ordinary_paths_allowed(rel: str) -> None:
+    policy = Policy()
+    assert decide(policy, rel) == Decision("allow", None)
+    assert decide(policy, rel, tool="write_file", write=True) == Decision("allow", None)
+
+
+@pytest.mark.parametrize("rel", [".git", ".git/hooks/pre-commit", ".git/config", "sub/.git/HEAD"])
+def test_git_writes_denied_reads_allowed(rel: str) -> None:
+    policy = Policy()
+    denied = Decision("deny", "block-git-writes")
+    assert decide(policy, rel, tool="write_file", write=True) == denied
+    assert decide(policy, rel) == Decision("allow", None)
+
+
+def test_builtins_cover_a_root_inside_a_secret_directory() -> None:
+    inside = RootSpec("/home/u/.ssh", "ro")
+    assert decide(Policy(), "config", root=inside) == Decision("deny", "block-ssh")
+    assert decide(Policy(), ".", root=inside) == Decision("deny", "block-ssh")
+
+
+def test_broad_user_allow_rule_does_not_unblock_builtins() -> None:
+    policy = Policy(rules=(Rule("everything", "allow", ("*",), ("**",)),), default_action="deny")
+    assert decide(policy, ".env") == Decision("deny", "block-dotenv")
+    assert decide(policy, "a.txt") == Decision("allow", "everything")
+
+
+def test_user_rule_with_builtin_name_replaces_it() -> None:
+    policy = Policy(rules=(Rule("block-dotenv", "deny", ("*",), ("**/.env",)),))
+    assert decide(policy, ".env.example") == Decision("allow", None)
+    assert decide(policy, "x/.env") == Decision("deny", "block-dotenv")
+    assert decide(policy, ".ssh/id_rsa") == Decision("deny", "block-ssh")  # others stay
+
+
+def test_builtin_names_are_stable() -> None:
+    assert {
+        "block-ssh", "block-gnupg", "block-aws-credentials", "block-netrc",
+        "block-git-credentials", "block-dotenv", "block-shell-history", "block-private-keys",
+        "block-git-writes", PROTECT_RULE,
+    } == BUILTIN_NAMES
+
+
+def test_protected_paths_and_config_file_are_never_written() -> None:
+    policy = Policy(protected_paths=("/home/u/ws/logs/audit.jsonl",))
+    write = {"tool": "write_file", "write": True}
+    assert decide(policy, "logs/audit.jsonl", **write) == Decision("deny", PROTECT_RULE)
+    assert decide(policy, "corral.toml", **write) == Decision("deny", PROTECT_RULE)
+    assert decide(policy, "logs/audit.jsonl") == Decision("allow", None)
+    assert decide(policy, "sub/corral.toml", **write) == Decision("allow", None)
+    unlocked = Policy(
+        rules=(Rule(PROTECT_RULE, "allow", ("*",), ("nothing",)),),
+        protected_paths=("/home/u/ws/logs/audit.jsonl",),
+    )
+    assert decide(unlocked, "logs/audit.jsonl", **write) == Decision("allow", None)
+
+
+# -- path_regex ---------------------------------------------------------------
+
+
+def test_path_regex_whitelist() -> None:
+    policy = Policy(
+        rules=(Rule("always-readme", "allow", ("*",), ("README.md",)),),
+        path_regex=(r"\.py$", r"^/data/", r"^\.$"),
+    )
+    assert decide(policy, "src/a.py") == Decision("allow", None)  # search, not fullmatch
+    assert decide(policy, ".") == Decision("allow", None)
+    assert decide(policy, "a.txt") == Decision("deny", PATH_REGEX_RULE)
+    assert decide(policy, "README.md") == Decision("allow", "always-readme")
+    assert decide(policy, "x.csv", root=RootSpec("/data", "ro")) == Decision("allow", None)
+    assert decide(policy, ".env.py") == Decision("deny", "block-dotenv")
+
+
+# -- roots, serialisation, cache ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/proc", "/proc/self", "/sys/kernel", "/dev", "/etc", "/etc/ssh", "/run/user/1",
+             "/var/run", "/var/run/docker", "/etc/../etc", "relative/dir"]
+)
+def test_system_and_relative_roots_refused(path: str) -> None:
+    with pytest.raises(PolicyError, match="root"):
+        check_root(path)
+
+
+@pytest.mark.parametrize("path", ["/home/u/ws", "/procfs", "/etcetera/x", "/var/lib/x", "/tmp"])
+def test_ordinary_roots_accepted(path: str) -> None:
+    check_root(path)
+
+
+def test_to_dict_round_trips_through_json() -> None:
+    policy = Policy(
+        {"write_file": "supervised"},
+        rules=(Rule("no-dist", "deny", ("write_file",), ("dist/**",)),),
+        default_action="deny",
+        path_regex=(r"\.py$",),
+        read_only=True,
+        protected_paths=("/w/corral.toml",),
+    )
+    again = Policy.from_dict(json.loads(json.dumps(policy.to_dict())))
+    assert again == policy
+    assert decide(again, "dist/a", tool="write_file", write=True) == Decision("deny", "no-dist")
+
+
+def test_decision_cache_is_bounded_and_consistent() -> None:
+    policy = Policy(rules=(Rule("odd", "deny", ("*",), ("**/*1",)),))
+    for index in range(DECISION_CACHE_SIZE + 10):
+        expected = "deny" if str(index).endswith("1") else "allow"
+        assert decide(policy, f"f{index}").action == expected
+        assert decide(policy, f"f{index}").action == expected
+    assert len(policy._cache) <= DECISION_CACHE_SIZE  # type: ignore[attr-defined]
