@@ -1,5 +1,5 @@
-"""INTERFACE STUB — the tools helper implements. Tool = JSON schema + a function
-over a Context (Roots + Limits + Policy). Runs inside the worker."""
+"""Tool = JSON schema + a function over a Context (Roots + Limits + Policy).
+Runs inside the worker; nothing here touches the file system by itself."""
 
 from __future__ import annotations
 
@@ -25,11 +25,16 @@ class Touched:
 
 @dataclass
 class Context:
+    """Long-lived parts (roots, limits, policy) plus the state of one call;
+    registry.execute copies it per call so calls never share that state."""
+
     roots: Roots
     limits: Limits
     policy: Policy
     approved: frozenset[str] = frozenset()  # "root\0resolved" keys the host approved
     touched: list[Touched] = field(default_factory=list)
+    tool: str = ""  # the tool being run: policy decisions are per tool
+    needs_approval: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -47,3 +52,41 @@ class Tool:
     annotations: dict[str, bool]  # readOnlyHint, destructiveHint, idempotentHint
     writes: bool
     run: Callable[[Context, dict[str, Any]], Outcome]
+
+    def spec(self) -> dict[str, Any]:
+        """What a host shows a model: name, description, input_schema, annotations."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "annotations": dict(self.annotations),
+        }
+
+
+def annotations(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+    """MCP tool annotations, spelled as the MCP spec spells them."""
+    return {
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+    }
+
+
+def obj(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object schema that refuses unknown arguments."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def path_prop(what: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "minLength": 1,
+        "description": f"{what}: relative to the workspace, or absolute inside an allowed root.",
+    }

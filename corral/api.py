@@ -1,0 +1,345 @@
+"""Sandbox / AsyncSandbox: the public face (a recipe over the sandbox layer).
+
+As in httpx, one core holds every step that does no I/O: tool lookup, tool
+modes, argument validation, the approval flow, audit records and stripping
+the worker's meta. The core is written as a generator that yields what it
+needs done ("submit" a request to the executor, "approve" a request with the
+host's callback) and receives the answer, so `Sandbox` and `AsyncSandbox`
+only drive it, one with plain calls and one with awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
+
+from corral.audit import Audit
+from corral.config import Limits, SandboxOptions, load_config, resolve_roots
+from corral.errors import CorralError
+from corral.policy import Policy, RootSpec
+from corral.tools.inprocess import InProcessExecutor
+from corral.tools.registry import TOOLS, error_result, lookup, validate
+
+MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
+PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
+
+Approve = Callable[[dict[str, Any]], Any]
+Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
+Flow = Generator[Step, Any, dict[str, Any]]
+
+
+def _start_executor(
+    roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
+) -> Any:
+    """The one place that decides where tools run."""
+    return InProcessExecutor(roots, limits, policy, options)
+
+
+def _paths(arguments: dict[str, Any]) -> list[str]:
+    """The paths a call names, normalised lexically (for an approval prompt)."""
+    named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
+    named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
+    return [posixpath.normpath(p) for p in named]
+
+
+class _Core:
+    """Everything a call does except running the tool and asking the host."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        *,
+        policy: Policy | None,
+        limits: Limits | None,
+        workers: int | None,
+        approve: Approve | None,
+        audit: str | os.PathLike[str] | Audit | None,
+        allowed_paths: Sequence[RootSpec],
+        options: SandboxOptions | None,
+    ) -> None:
+        self.policy = policy if policy is not None else Policy()
+        self.limits = limits if limits is not None else Limits()
+        options = options if options is not None else SandboxOptions()
+        if workers is not None:
+            options = dataclasses.replace(options, workers=workers)
+        self.options = options
+        real, others = resolve_roots(workspace, allowed_paths)
+        self.roots = (RootSpec(real, "ro" if self.policy.read_only else "rw"), *others)
+        self.approve = approve
+        self._owns_audit = audit is not None and not isinstance(audit, Audit)
+        self.audit = Audit(audit) if self._owns_audit else audit  # type: ignore[arg-type]
+        self._state = threading.Condition()
+        self._running = 0
+        self.closed = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """One call in flight; refused once the sandbox is closed."""
+        with self._state:
+            if self.closed:
+                raise RuntimeError("this Sandbox is closed")
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._running -= 1
+                self._state.notify_all()
+
+    def shut(self) -> bool:
+        """Refuse new calls and wait for running ones; False if already closed."""
+        with self._state:
+            if self.closed:
+                return False
+            self.closed = True
+            self._state.wait_for(lambda: self._running == 0)
+        return True
+
+    def close_audit(self) -> None:
+        if self._owns_audit and self.audit is not None:
+            self.audit.close()
+
+    # -- the pure steps ----------------------------------------------------
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [
+            tool.spec()
+            for tool in TOOLS.values()
+            if self.policy.tool_mode(tool.name, writes=tool.writes) != "deny"
+        ]
+
+    def flow(self, name: Any, arguments: Any) -> Flow:
+        started = time.monotonic()
+        response = yield from self._run(name, {} if arguments is None else arguments)
+        return self._finish(response, arguments, started)
+
+    def _run(self, name: Any, arguments: Any) -> Flow:
+        try:
+            tool = lookup(name)
+            mode = self.policy.tool_mode(tool.name, writes=tool.writes)
+            if mode == "deny":
+                raise CorralError("tool_disabled", f"the tool {tool.name} is disabled by policy.")
+            args = validate(tool, arguments)
+        except CorralError as error:
+            return error_result(name if isinstance(name, str) else repr(name), error)
+        if mode == "supervised":
+            ask = {"tool": tool.name, "arguments": args, "paths": _paths(args)}
+            refusal = yield from self._ask(ask, f"the tool {tool.name} needs approval")
+            if refusal is not None:
+                return refusal
+        approved: list[str] = []
+        response: dict[str, Any] = {}
+        for _ in range(MAX_APPROVAL_ROUNDS):
+            response = yield "submit", {"tool": tool.name, "arguments": args, "approved": approved}
+            needed = [
+                need for need in response.get("meta", {}).get("needs_approval") or ()
+                if need["key"] not in approved
+            ]
+            if not needed or self.approve is None:
+                return response
+            ask = {
+                "tool": tool.name, "arguments": args,
+                "paths": [need["path"] for need in needed],
+                "resolved": [posixpath.join(need["root"], need["resolved"]) for need in needed],
+                "rules": [need.get("rule") for need in needed],
+            }
+            refusal = yield from self._ask(ask, f"{', '.join(ask['paths'])} needs approval")
+            if refusal is not None:
+                return {**refusal, "meta": response.get("meta", {})}
+            approved += [need["key"] for need in needed]
+        return response
+
+    def _ask(self, ask: dict[str, Any], what: str) -> Generator[Step, Any, dict[str, Any] | None]:
+        """None if the host approved; else the error result to return."""
+        if self.approve is None:
+            return error_result(ask["tool"], CorralError(
+                "approval_required", f"{what} and this sandbox has no approve callback."
+            ))
+        if (yield "approve", ask):
+            return None
+        return error_result(ask["tool"], CorralError("approval_denied", f"{what}; it was denied."))
+
+    def _finish(self, response: dict[str, Any], arguments: Any, started: float) -> dict[str, Any]:
+        meta = response.pop("meta", None) or {}
+        if self.audit is not None:
+            error = response.get("error") or {}
+            fields: dict[str, Any] = {
+                "tool": response["tool"], "ok": response["ok"], "error": error.get("code"),
+                "bytes": meta.get("bytes", 0),
+                "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            }
+            if meta.get("touched"):
+                fields["touched"] = meta["touched"]
+            else:
+                given = _paths(arguments) if isinstance(arguments, dict) else []
+                fields["path"] = given[0] if given else None
+                fields["rule"] = error.get("rule")
+            self.audit.record(**fields)
+        return response
+
+
+def _approve_sync(approve: Approve | None, ask: dict[str, Any]) -> bool:
+    assert approve is not None  # the core asks only when there is a callback
+    return bool(approve(ask))
+
+
+class Sandbox:
+    """File tools confined to a workspace. Thread-safe; close it (or use `with`)."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        *,
+        policy: Policy | None = None,
+        limits: Limits | None = None,
+        workers: int | None = None,
+        approve: Approve | None = None,
+        audit: str | os.PathLike[str] | Audit | None = None,
+        allowed_paths: Sequence[RootSpec] = (),
+        options: SandboxOptions | None = None,
+    ) -> None:
+        self._core = _Core(
+            workspace, policy=policy, limits=limits, workers=workers, approve=approve,
+            audit=audit, allowed_paths=allowed_paths, options=options,
+        )
+        try:
+            self._executor = _start_executor(
+                self._core.roots, self._core.limits, self._core.policy, self._core.options
+            )
+        except BaseException:
+            self._core.close_audit()
+            raise
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
+        """A sandbox as corral.toml describes it; keyword arguments win over the file."""
+        return cls(**_config_arguments(path, kwargs))
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Specs of the tools the policy lets a model see."""
+        return self._core.tools()
+
+    def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run one tool; a failure comes back as {"ok": false, "error": ...}."""
+        with self._core.active():
+            flow = self._core.flow(tool, arguments)
+            try:
+                kind, payload = next(flow)
+                while True:
+                    if kind == "submit":
+                        answer = self._executor.submit(payload)
+                    else:
+                        answer = _approve_sync(self._core.approve, payload)
+                    kind, payload = flow.send(answer)
+            except StopIteration as done:
+                return done.value
+
+    @property
+    def confinement(self) -> dict[str, Any]:
+        return self._executor.confinement
+
+    @property
+    def roots(self) -> tuple[RootSpec, ...]:
+        return self._core.roots
+
+    def close(self) -> None:
+        if self._core.shut():
+            try:
+                self._executor.close()
+            finally:
+                self._core.close_audit()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncSandbox:
+    """The same surface with `await sb.call(...)`; calls run concurrently."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        *,
+        policy: Policy | None = None,
+        limits: Limits | None = None,
+        workers: int | None = None,
+        approve: Approve | None = None,
+        audit: str | os.PathLike[str] | Audit | None = None,
+        allowed_paths: Sequence[RootSpec] = (),
+        options: SandboxOptions | None = None,
+    ) -> None:
+        self._sync = Sandbox(
+            workspace, policy=policy, limits=limits, workers=workers, approve=approve,
+            audit=audit, allowed_paths=allowed_paths, options=options,
+        )
+        self._core = self._sync._core
+        self._executor = self._sync._executor
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> AsyncSandbox:
+        return cls(**_config_arguments(path, kwargs))
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self._core.tools()
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._core.active():
+            flow = self._core.flow(tool, arguments)
+            try:
+                kind, payload = next(flow)
+                while True:
+                    if kind == "submit":
+                        answer = await self._executor.asubmit(payload)
+                    else:
+                        answer = self._core.approve(payload)  # type: ignore[misc]
+                        if inspect.isawaitable(answer):
+                            answer = await answer
+                        answer = bool(answer)
+                    kind, payload = flow.send(answer)
+            except StopIteration as done:
+                return done.value
+
+    @property
+    def confinement(self) -> dict[str, Any]:
+        return self._executor.confinement
+
+    @property
+    def roots(self) -> tuple[RootSpec, ...]:
+        return self._core.roots
+
+    async def aclose(self) -> None:
+        # Waiting for running calls blocks; do it off the event loop they run on.
+        await asyncio.to_thread(self._sync.close)
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _config_arguments(path: str | os.PathLike[str], overrides: dict[str, Any]) -> dict[str, Any]:
+    config = load_config(path)
+    arguments: dict[str, Any] = {
+        "workspace": config.workspace,
+        "policy": config.policy,
+        "limits": config.limits,
+        "options": config.sandbox,
+        "allowed_paths": config.allowed_paths,
+        "audit": config.audit_path,
+    }
+    arguments.update(overrides)
+    return arguments

@@ -1,0 +1,86 @@
+"""The policy hook: every path a tool touches goes through here.
+
+`target` maps the caller's path to (Root, rel) and refuses writes into an
+"ro" root; `guard` builds the check the Root calls with the *resolved* path,
+after opening and before acting, so a decision is made on what is really
+there, whatever races happen meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from corral.errors import CorralError
+from corral.fs import Root
+from corral.policy import RootSpec
+from corral.tools.base import Context, Touched
+
+
+def approval_key(root: str, resolved: str) -> str:
+    """The token the host approves for one resolved path."""
+    return f"{root}\0{resolved}"
+
+
+def target(ctx: Context, path: str, *, write: bool) -> tuple[Root, str]:
+    root, rel = ctx.roots.locate(path)
+    if write and root.mode == "ro":
+        raise CorralError("read_only", f"{path} lies in a read-only root.")
+    return root, rel
+
+
+def joined(base: str, name: str) -> str:
+    """A root-relative path below `base` ("." is the root itself)."""
+    return name if base == "." else f"{base}/{name}"
+
+
+def allowed(ctx: Context, root: Root, resolved: str, *, write: bool = False) -> bool:
+    """Whether the policy lets this tool use `resolved` without asking anyone:
+    walkers use it to skip entries silently instead of failing the whole call."""
+    decision = ctx.policy.decide(ctx.tool, RootSpec(root.path, root.mode), resolved, write=write)
+    return decision.action == "allow"
+
+
+def visible(ctx: Context, root: Root, resolved: str) -> bool:
+    """Listings hide what the policy denies outright."""
+    decision = ctx.policy.decide(ctx.tool, RootSpec(root.path, root.mode), resolved, write=False)
+    return decision.action != "deny"
+
+
+def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str], None]:
+    spec = RootSpec(root.path, root.mode)
+
+    def check(resolved: str) -> None:
+        decision = ctx.policy.decide(ctx.tool, spec, resolved, write=write)
+        _record(ctx, Touched(path, root.path, resolved, decision.action, decision.rule))
+        if decision.action == "deny":
+            raise CorralError(
+                "path_denied", f"{path} is denied by policy rule {decision.rule or 'default'}.",
+                rule=decision.rule,
+            )
+        if decision.action == "supervised":
+            key = approval_key(root.path, resolved)
+            if key not in ctx.approved:
+                ctx.needs_approval.append(
+                    {"key": key, "root": root.path, "resolved": resolved, "path": path,
+                     "rule": decision.rule or ""}
+                )
+                raise CorralError(
+                    "approval_required", f"{path} needs approval ({decision.rule or 'default'}).",
+                    rule=decision.rule,
+                )
+
+    return check
+
+
+def _record(ctx: Context, touched: Touched) -> None:
+    # A Root may call the guard more than once for one path (e.g. a retry).
+    if touched not in ctx.touched:
+        ctx.touched.append(touched)
+
+
+def open_target(
+    ctx: Context, path: str, *, write: bool
+) -> tuple[Root, str, Callable[[str], None]]:
+    """(root, rel, guard) for one path argument."""
+    root, rel = target(ctx, path, write=write)
+    return root, rel, guard(ctx, root, path, write=write)

@@ -1,0 +1,178 @@
+"""edit_file: exact string replacement, all edits or none, with a unified diff."""
+
+from __future__ import annotations
+
+import difflib
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from corral.errors import CorralError
+from corral.fs import content_version
+from corral.tools.access import open_target
+from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.read import is_binary
+from corral.tools.write import utf8
+
+DIFF_TEXT_LINES = 400  # diff lines shown to a model; the full diff stays in result.diff
+_NO_EOL = "\\ No newline at end of file\n"
+
+
+@dataclass(frozen=True)
+class Edit:
+    old: str
+    new: str
+    replace_all: bool
+
+
+def edits_of(args: dict[str, Any]) -> list[Edit]:
+    """The edits asked for: either one (old_string/new_string) or a list, never both."""
+    single = "old_string" in args or "new_string" in args
+    if args.get("edits") is not None:
+        if single or args.get("replace_all"):
+            raise CorralError(
+                "invalid_arguments",
+                "give either old_string/new_string/replace_all or edits, not both.",
+            )
+        edits = [
+            Edit(e["old_string"], e["new_string"], e.get("replace_all", False))
+            for e in args["edits"]
+        ]
+    elif "old_string" not in args or "new_string" not in args:
+        raise CorralError(
+            "invalid_arguments",
+            "missing required argument 'old_string' and 'new_string' (or 'edits').",
+        )
+    else:
+        edits = [Edit(args["old_string"], args["new_string"], bool(args.get("replace_all")))]
+    for index, edit in enumerate(edits):
+        if edit.old == edit.new:
+            where = f"edits[{index}]" if len(edits) > 1 or not single else "old_string"
+            raise CorralError(
+                "invalid_arguments", f"argument '{where}': old_string and new_string are identical."
+            )
+    return edits
+
+
+def apply(path: str, text: str, edits: list[Edit]) -> tuple[str, int]:
+    """The text after every edit in order, and the number of replacements."""
+    total = 0
+    for index, edit in enumerate(edits):
+        which = f"edit {index + 1} of {len(edits)}: " if len(edits) > 1 else ""
+        count = text.count(edit.old)
+        if count == 0:
+            raise CorralError("no_match", f"{which}old_string was not found in {path}.")
+        if count > 1 and not edit.replace_all:
+            raise CorralError(
+                "ambiguous_match",
+                f"{which}old_string occurs {count} times in {path}; add surrounding context "
+                "to make it unique, or set replace_all.",
+            )
+        text = text.replace(edit.old, edit.new)
+        total += count
+    return text, total
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    lines = difflib.unified_diff(
+        io.StringIO(before).readlines(),
+        io.StringIO(after).readlines(),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    return "".join(line if line.endswith("\n") else f"{line}\n{_NO_EOL}" for line in lines)
+
+
+def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    edits = edits_of(args)
+    root, rel, check = open_target(ctx, path, write=True)
+    data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+    current = content_version(data)
+    if args["expected_version"] is not None and args["expected_version"] != current:
+        raise CorralError("conflict", f"{path} changed since version {args['expected_version']}.")
+    if is_binary(data):
+        raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
+    before = data.decode("utf-8")
+    after, replacements = apply(path, before, edits)
+    new_data = utf8(after, "new_string")
+    if len(new_data) > ctx.limits.max_write_bytes:
+        raise CorralError(
+            "too_large",
+            f"{path} would be {len(new_data)} bytes after the edit, over the write limit of "
+            f"{ctx.limits.max_write_bytes} bytes.",
+        )
+    diff = unified_diff(path, before, after)
+    version = current
+    if not args["dry_run"]:
+        # The version read above guards the write: a change made in between is a conflict.
+        version = root.write_atomic(
+            rel, new_data, expected_version=current, make_parents=False, guard=check
+        ).version
+    result = {
+        "path": path,
+        "replacements": replacements,
+        "version": version,
+        "diff": diff,
+        "dry_run": args["dry_run"],
+    }
+    return Outcome(result, _text(path, replacements, diff, args["dry_run"]), len(new_data))
+
+
+def _text(path: str, replacements: int, diff: str, dry_run: bool) -> str:
+    plural = "replacement" if replacements == 1 else "replacements"
+    head = f"{'Would edit' if dry_run else 'Edited'} {path}: {replacements} {plural}."
+    lines = diff.splitlines()
+    if len(lines) > DIFF_TEXT_LINES:
+        lines = [*lines[:DIFF_TEXT_LINES], f"[diff cut: {len(lines)} lines in result.diff]"]
+    return "\n".join([head, *lines])
+
+
+_REPLACE_ALL = {"type": "boolean", "default": False,
+                "description": "Replace every occurrence instead of requiring exactly one."}
+
+EDIT_TOOLS = [
+    Tool(
+        name="edit_file",
+        description=(
+            "Change part of a text file by exact string replacement. old_string must occur "
+            "exactly once (include a few surrounding lines to make it unique) unless "
+            "replace_all is true; whitespace and indentation must match the file exactly, "
+            "and old_string must not include the line-number prefix that read_file shows. "
+            "For several changes pass edits=[{old_string, new_string}, ...]: they apply in "
+            "order and either all succeed or the file is left untouched. dry_run=true "
+            "returns the diff without writing."
+        ),
+        input_schema=obj(
+            {
+                "path": path_prop("File to edit"),
+                "old_string": {"type": "string", "minLength": 1,
+                               "description": "Exact text to replace."},
+                "new_string": {"type": "string", "description": "Text to put in its place."},
+                "replace_all": _REPLACE_ALL,
+                "edits": {
+                    "type": "array", "minItems": 1,
+                    "items": obj(
+                        {
+                            "old_string": {"type": "string", "minLength": 1},
+                            "new_string": {"type": "string"},
+                            "replace_all": _REPLACE_ALL,
+                        },
+                        ("old_string", "new_string"),
+                    ),
+                    "description": "Several edits applied in order, all or none.",
+                },
+                "expected_version": {
+                    "type": ["string", "null"], "default": None,
+                    "description": "Version the file must still have (from a read or stat).",
+                },
+                "dry_run": {"type": "boolean", "default": False,
+                            "description": "Return the diff without writing."},
+            },
+            ("path",),
+        ),
+        annotations=annotations(read_only=False, destructive=True, idempotent=False),
+        writes=True,
+        run=edit_file,
+    ),
+]

@@ -1,0 +1,186 @@
+"""create_directory, stat_file, move_file, copy_file, delete_file."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from corral.errors import CorralError
+from corral.fs import FileInfo, Root, content_version
+from corral.tools import render
+from corral.tools.access import open_target
+from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+
+
+def create_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    root, rel, check = open_target(ctx, path, write=True)
+    created = root.mkdir(rel, parents=True, guard=check)
+    text = f"Created directory {path}." if created else f"Directory {path} already exists."
+    return Outcome({"path": path, "created": created}, text)
+
+
+def _version(ctx: Context, root: Root, rel: str, check: Any) -> str | None:
+    """The content version of a regular file; None when it cannot be read whole."""
+    try:
+        return content_version(
+            root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+        )
+    except CorralError as error:
+        if error.code in ("too_large", "not_found", "not_a_regular_file", "is_a_directory"):
+            return None  # too big to hash, or swapped for something else meanwhile
+        raise
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
+def stat_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    root, rel, check = open_target(ctx, path, write=False)
+    try:
+        info = root.info(rel, follow=False, guard=check)
+    except CorralError as error:
+        if error.code != "not_found":  # a missing parent is just as missing
+            raise
+        info = None
+    if info is None:
+        return Outcome({"path": path, "exists": False}, f"{path} does not exist.")
+    version = _version(ctx, root, rel, check) if info.type == "file" else None
+    result: dict[str, Any] = {
+        "path": path,
+        "exists": True,
+        "type": info.type,
+        "size": info.size,
+        "modified": info.modified,
+        "mode": info.mode,
+        "version": version,
+    }
+    if info.symlink_target is not None:
+        result["symlink_target"] = info.symlink_target
+    return Outcome(result, _stat_text(path, info, version))
+
+
+def _stat_text(path: str, info: FileInfo, version: str | None) -> str:
+    parts = [f"{path}: {info.type}", render.size_text(info.size), f"mode {info.mode:04o}",
+             f"modified {_when(info.modified)}"]
+    if info.symlink_target is not None:
+        parts.append(f"-> {info.symlink_target}")
+    if version is not None:
+        parts.append(f"version {version}")
+    return ", ".join(parts)
+
+
+def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    source, destination = args["source"], args["destination"]
+    src_root, src_rel, src_check = open_target(ctx, source, write=True)
+    dst_root, dst_rel, dst_check = open_target(ctx, destination, write=True)
+    src_root.rename(
+        src_rel, dst_root, dst_rel, overwrite=args["overwrite"],
+        guard_src=src_check, guard_dst=dst_check,
+    )
+    result = {"source": source, "destination": destination}
+    return Outcome(result, f"Moved {source} to {destination}.")
+
+
+def copy_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    source, destination = args["source"], args["destination"]
+    src_root, src_rel, src_check = open_target(ctx, source, write=False)
+    dst_root, dst_rel, dst_check = open_target(ctx, destination, write=True)
+    data = src_root.read_bytes(src_rel, max_file_bytes=ctx.limits.max_file_bytes, guard=src_check)
+    dst_root.write_atomic(dst_rel, data, exclusive=not args["overwrite"], guard=dst_check)
+    result = {"source": source, "destination": destination, "bytes_copied": len(data)}
+    text = f"Copied {source} to {destination} ({render.size_text(len(data))})."
+    return Outcome(result, text, len(data))
+
+
+def delete_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    root, rel, check = open_target(ctx, path, write=True)
+    root.unlink(rel, guard=check)
+    return Outcome({"path": path, "deleted": True}, f"Deleted {path}.")
+
+
+_OVERWRITE = {"type": "boolean", "default": False,
+              "description": "Replace the destination if it exists (otherwise: already_exists)."}
+
+FILE_TOOLS = [
+    Tool(
+        name="create_directory",
+        description=(
+            "Create a directory, including any missing parent directories. Succeeds with "
+            "created=false if the directory already exists; fails with already_exists if "
+            "a file is in the way. write_file creates parents by itself, so this is only "
+            "needed for empty directories."
+        ),
+        input_schema=obj({"path": path_prop("Directory to create")}, ("path",)),
+        annotations=annotations(read_only=False, destructive=False, idempotent=True),
+        writes=True,
+        run=create_directory,
+    ),
+    Tool(
+        name="stat_file",
+        description=(
+            "Check whether a path exists and what it is: type (file, dir, symlink, other), "
+            "size, modification time, permission mode, the content version of a file and "
+            "the target of a symlink (not followed). A missing path is not an error: the "
+            "result says exists=false."
+        ),
+        input_schema=obj({"path": path_prop("Path to inspect")}, ("path",)),
+        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        writes=False,
+        run=stat_file,
+    ),
+    Tool(
+        name="move_file",
+        description=(
+            "Move or rename a file or directory. Fails with already_exists if the "
+            "destination exists, unless overwrite is true. A directory cannot be moved "
+            "into itself. Parent directories of the destination must exist "
+            "(create_directory makes them)."
+        ),
+        input_schema=obj(
+            {
+                "source": path_prop("Path to move"),
+                "destination": path_prop("New path"),
+                "overwrite": _OVERWRITE,
+            },
+            ("source", "destination"),
+        ),
+        annotations=annotations(read_only=False, destructive=True, idempotent=False),
+        writes=True,
+        run=move_file,
+    ),
+    Tool(
+        name="copy_file",
+        description=(
+            "Copy one regular file to a new path; the copy is written atomically and "
+            "missing parent directories are created. Fails with already_exists if the "
+            "destination exists, unless overwrite is true. Directories are not copied."
+        ),
+        input_schema=obj(
+            {
+                "source": path_prop("File to copy"),
+                "destination": path_prop("Path of the copy"),
+                "overwrite": _OVERWRITE,
+            },
+            ("source", "destination"),
+        ),
+        annotations=annotations(read_only=False, destructive=True, idempotent=True),
+        writes=True,
+        run=copy_file,
+    ),
+    Tool(
+        name="delete_file",
+        description=(
+            "Delete one file or symlink (a symlink is removed, its target is kept). "
+            "Directories are never deleted. The deletion cannot be undone, so read or stat "
+            "the file first if you are not sure it is the right one."
+        ),
+        input_schema=obj({"path": path_prop("File to delete")}, ("path",)),
+        annotations=annotations(read_only=False, destructive=True, idempotent=True),
+        writes=True,
+        run=delete_file,
+    ),
+]

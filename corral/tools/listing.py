@@ -1,0 +1,115 @@
+"""list_directory: one directory, or a whole tree, never following symlinks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from corral.fs import Entry, Root
+from corral.tools import render
+from corral.tools.access import joined, open_target, visible
+from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+
+DEFAULT_MAX_ENTRIES = 500
+
+
+class Resolved:
+    """Captures the resolved path a guard saw, so entries can be decided by policy."""
+
+    def __init__(self, check: Callable[[str], None]) -> None:
+        self.check = check
+        self.path = "."
+
+    def __call__(self, resolved: str) -> None:
+        self.check(resolved)
+        self.path = resolved
+
+
+def hidden(path: str) -> bool:
+    return any(part.startswith(".") for part in path.split("/"))
+
+
+def shown(
+    ctx: Context, root: Root, seen: Resolved, entries: Iterable[Entry], include_hidden: bool
+) -> Iterator[Entry]:
+    """Entries a caller may see: policy-denied paths are not listed at all. `seen.path`
+    is read per entry: a lazy walk runs its guard only when iteration starts."""
+    for entry in entries:
+        if not include_hidden and hidden(entry.path):
+            continue
+        if visible(ctx, root, joined(seen.path, entry.path)):
+            yield entry
+
+
+def take(entries: Iterable[Entry], limit: int) -> tuple[list[Entry], bool]:
+    """At most `limit` entries, and whether there were more."""
+    taken: list[Entry] = []
+    for entry in entries:
+        if len(taken) == limit:
+            return taken, True
+        taken.append(entry)
+    return taken, False
+
+
+def list_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    limit = min(args["max_entries"], ctx.limits.max_list_entries)
+    root, rel, check = open_target(ctx, path, write=False)
+    seen = Resolved(check)
+    listed = root.walk(rel, guard=seen) if args["recursive"] else root.scandir(rel, guard=seen)
+    entries, truncated = take(shown(ctx, root, seen, listed, args["include_hidden"]), limit)
+    result = {
+        "path": path,
+        "entries": [
+            {"name": e.path, "type": e.type, "size": e.size, "modified": e.modified}
+            for e in entries
+        ],
+        "count": len(entries),
+        "truncated": truncated,
+    }
+    return Outcome(result, _text(path, entries, truncated))
+
+
+def _text(path: str, entries: list[Entry], truncated: bool) -> str:
+    if not entries:
+        return f"{path} is empty."
+    lines = []
+    for entry in entries:
+        if entry.type == "dir":
+            lines.append(f"{entry.path}/")
+        elif entry.type == "file":
+            lines.append(f"{entry.path}  ({render.size_text(entry.size)})")
+        else:
+            lines.append(f"{entry.path}  [{entry.type}]")
+    if truncated:
+        lines.append(f"[listing cut at {len(entries)} entries; list a subdirectory for more]")
+    return "\n".join(lines)
+
+
+LISTING_TOOLS = [
+    Tool(
+        name="list_directory",
+        description=(
+            "List a directory's entries with their type (file, dir, symlink, other), size "
+            "and modification time. recursive=true lists the whole tree beneath it with "
+            "paths relative to the directory; symlinks are shown, never followed. The "
+            "listing stops at max_entries with truncated=true; then list a subdirectory or "
+            "use search_files with a glob."
+        ),
+        input_schema=obj(
+            {
+                "path": {**path_prop("Directory to list"), "default": "."},
+                "recursive": {"type": "boolean", "default": False,
+                              "description": "List the whole tree beneath the directory."},
+                "max_entries": {"type": "integer", "minimum": 1,
+                                "default": DEFAULT_MAX_ENTRIES,
+                                "description": "Most entries to return."},
+                "include_hidden": {"type": "boolean", "default": True,
+                                   "description": "Include names that start with a dot."},
+            },
+        ),
+        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        writes=False,
+        run=list_directory,
+    ),
+]

@@ -1,0 +1,245 @@
+"""read_file and read_multiple_files: paged, numbered, binary-aware reads."""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from corral.errors import CorralError
+from corral.fs import content_version
+from corral.tools import render
+from corral.tools.access import open_target
+from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+
+HARD_READ_CEILING = 4 * 1024 * 1024  # content per call, whatever the config says: frames stay small
+BINARY_SNIFF = 8192  # a NUL in the first 8 KiB means binary, as git decides
+MAX_FILES = 50  # read_multiple_files: paths per call
+DEFAULT_LIMIT = 2000  # lines per read: a screenful of context for a model
+DEFAULT_MAX_BYTES = 262144
+
+_BMP_HEADER_SIZES = {12, 40, 52, 56, 64, 108, 124}  # DIB header sizes; "BM" alone is too weak
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of a png/jpeg/gif/webp/bmp image, from its magic bytes."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    if (
+        data.startswith(b"BM")
+        and len(data) >= 26
+        and int.from_bytes(data[14:18], "little") in _BMP_HEADER_SIZES
+    ):
+        return "image/bmp"
+    return None
+
+
+def is_binary(data: bytes) -> bool:
+    """NUL bytes near the start, or not valid UTF-8 (reading it as text would lose bytes)."""
+    if b"\0" in data[:BINARY_SNIFF]:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Lines split on \\n only, each keeping its end (so \\r\\n files round-trip)."""
+    return io.BytesIO(data).readlines()
+
+
+@dataclass(frozen=True)
+class Page:
+    start: int  # 1-based line number of the first line returned
+    lines: list[bytes]
+    next_offset: int | None  # where to continue, None when the end was reached
+
+
+def page(lines: list[bytes], offset: int, limit: int, budget: int) -> Page:
+    """Select lines from `offset` (negative: from the end) until `limit` lines or
+    `budget` bytes. A first line longer than the budget is cut to it."""
+    total = len(lines)
+    start = max(1, total + offset + 1) if offset < 0 else offset
+    chosen: list[bytes] = []
+    used = 0
+    index = start - 1
+    while index < total and len(chosen) < limit:
+        line = lines[index]
+        if used + len(line) > budget:
+            if not chosen:
+                chosen.append(line[:budget])
+                index += 1
+            break
+        chosen.append(line)
+        used += len(line)
+        index += 1
+    return Page(start, chosen, index + 1 if index < total else None)
+
+
+def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
+    """One read_file call with `budget` bytes of content at most."""
+    path = args["path"]
+    if args["offset"] == 0:
+        raise CorralError(
+            "invalid_arguments", "argument 'offset' must not be 0 (lines start at 1)."
+        )
+    root, rel, check = open_target(ctx, path, write=False)
+    data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+    version = content_version(data)
+    if args["encoding"] == "utf-8":
+        media_type = image_type(data)
+        if media_type is not None:
+            return _image(path, data, media_type, version, budget)
+        if is_binary(data):
+            raise CorralError(
+                "binary_file", f"{path} is a binary file; read it with encoding='base64'."
+            )
+    lines = split_lines(data)
+    if args["encoding"] == "base64":
+        budget = budget // 4 * 3  # the base64 text is what must fit the budget
+    chosen = page(lines, args["offset"], args["limit"], budget)
+    raw = b"".join(chosen.lines)
+    result = {
+        "path": path,
+        "content": (
+            base64.b64encode(raw).decode("ascii")
+            if args["encoding"] == "base64"
+            else raw.decode("utf-8", "ignore")  # "ignore" only drops a char split by a cut
+        ),
+        "encoding": args["encoding"],
+        "total_lines": len(lines),
+        "start_line": chosen.start,
+        "lines_read": len(chosen.lines),
+        "truncated": chosen.next_offset is not None,
+        "next_offset": chosen.next_offset,
+        "size": len(data),
+        "version": version,
+    }
+    if args["encoding"] == "base64":
+        text = (
+            f"{path}: {render.size_text(len(raw))} of {render.size_text(len(data))} "
+            "as base64 in result.content"
+        )
+    else:
+        shown = [line.decode("utf-8", "ignore") for line in chosen.lines]
+        text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset)
+    return Outcome(result, text, len(raw))
+
+
+def _image(path: str, data: bytes, media_type: str, version: str, budget: int) -> Outcome:
+    if len(data) > budget:
+        raise CorralError(
+            "too_large",
+            f"{path} is an image of {len(data)} bytes, over the read limit of {budget} bytes.",
+        )
+    result = {
+        "path": path,
+        "size": len(data),
+        "version": version,
+        "image": {"media_type": media_type, "data": base64.b64encode(data).decode("ascii")},
+    }
+    text = f"[image {path}: {media_type}, {render.size_text(len(data))}]"
+    return Outcome(result, text, len(data))
+
+
+def read_budget(ctx: Context, max_bytes: int) -> int:
+    return min(max_bytes, ctx.limits.max_read_bytes, HARD_READ_CEILING)
+
+
+def read_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    return read_one(ctx, args, read_budget(ctx, args["max_bytes"]))
+
+
+def read_multiple_files(ctx: Context, args: dict[str, Any]) -> Outcome:
+    files: list[dict[str, Any]] = []
+    texts: list[str] = []
+    spent = 0
+    for path in args["paths"]:
+        one = {**args, "path": path, "encoding": "utf-8"}
+        del one["paths"]
+        try:
+            left = HARD_READ_CEILING - spent
+            if left <= 0:
+                raise CorralError(
+                    "too_large",
+                    f"{path} was not read: this call already returned {spent} bytes, "
+                    f"the most one call returns is {HARD_READ_CEILING} bytes; read it on its own.",
+                )
+            outcome = read_one(ctx, one, min(read_budget(ctx, args["max_bytes"]), left))
+        except CorralError as error:
+            files.append({"ok": False, "path": path, "error": error.to_dict()})
+            texts.append(f"==> {path} <==\n{render.error_line(error.code, error.message)}")
+            continue
+        spent += outcome.bytes
+        files.append({"ok": True, **outcome.result})
+        texts.append(f"==> {path} <==\n{outcome.text}")
+    return Outcome({"files": files}, "\n\n".join(texts), spent)
+
+
+_PAGING = {
+    "offset": {
+        "type": "integer",
+        "default": 1,
+        "description": "First line to read, 1-based; negative counts from the end (-20: last 20).",
+    },
+    "limit": {"type": "integer", "minimum": 1, "default": DEFAULT_LIMIT,
+              "description": "Most lines to return."},
+    "max_bytes": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_BYTES,
+                  "description": "Most bytes of content to return (also capped by the sandbox)."},
+}
+
+READ_TOOLS = [
+    Tool(
+        name="read_file",
+        description=(
+            "Read a file from the workspace. Text comes back with cat -n style line numbers "
+            "in the text (the raw content is in result.content); use offset and limit to page "
+            "through large files, a negative offset reads the end like tail. When truncated is "
+            "true, call again with offset=next_offset. Images (png, jpeg, gif, webp, bmp) come "
+            "back as an image; other binary files fail unless encoding is 'base64'. The result "
+            "carries a version you can pass to write_file or edit_file as expected_version."
+        ),
+        input_schema=obj(
+            {
+                "path": path_prop("File to read"),
+                **_PAGING,
+                "encoding": {"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8",
+                             "description": "'base64' returns raw bytes, for binary files."},
+            },
+            ("path",),
+        ),
+        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        writes=False,
+        run=read_file,
+    ),
+    Tool(
+        name="read_multiple_files",
+        description=(
+            f"Read up to {MAX_FILES} files in one call, each like read_file with the same "
+            "offset, limit and max_bytes. Each file succeeds or fails on its own: one missing "
+            "file does not fail the others. Prefer this over many read_file calls when you "
+            "already know which files you need."
+        ),
+        input_schema=obj(
+            {
+                "paths": {"type": "array", "minItems": 1, "maxItems": MAX_FILES,
+                          "items": path_prop("File to read"),
+                          "description": "Files to read."},
+                **_PAGING,
+            },
+            ("paths",),
+        ),
+        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        writes=False,
+        run=read_multiple_files,
+    ),
+]

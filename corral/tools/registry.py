@@ -1,0 +1,82 @@
+"""Every tool by name, argument validation, and `execute`: one request in, one
+result dict out, never an exception (it runs inside the worker's serve loop)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from corral.errors import CorralError
+from corral.tools import schema
+from corral.tools.base import Context, Tool
+from corral.tools.edit import EDIT_TOOLS
+from corral.tools.files import FILE_TOOLS
+from corral.tools.listing import LISTING_TOOLS
+from corral.tools.read import READ_TOOLS
+from corral.tools.search import SEARCH_TOOLS
+from corral.tools.write import WRITE_TOOLS
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in [
+        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *SEARCH_TOOLS
+    ]
+}
+
+
+def lookup(name: Any) -> Tool:
+    tool = TOOLS.get(name) if isinstance(name, str) else None
+    if tool is None:
+        raise CorralError("unknown_tool", f"there is no tool named {name!r}.")
+    return tool
+
+
+def validate(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """The arguments checked against the tool's schema, defaults filled in."""
+    return schema.validate(tool.input_schema, arguments)
+
+
+def error_result(tool: str, error: CorralError, meta: dict[str, Any] | None = None) -> dict:
+    response: dict[str, Any] = {"ok": False, "tool": tool, "error": error.to_dict()}
+    if meta is not None:
+        response["meta"] = meta
+    return response
+
+
+def _unexpected(tool: str, error: Exception) -> str:
+    # Never str(error): an OSError's text may hold a host path.
+    if isinstance(error, OSError) and error.errno is not None:
+        return f"{tool or 'the call'} failed: {os.strerror(error.errno)}."
+    return f"{tool or 'the call'} failed unexpectedly ({type(error).__name__})."
+
+
+def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    """Run one request {"tool", "arguments", "approved"} and return the contract's
+    result dict plus "meta" (touched paths, bytes, needs_approval) for the host."""
+    name = request.get("tool")
+    call = dataclasses.replace(
+        ctx, approved=frozenset(request.get("approved") or ()), touched=[],
+        tool=name if isinstance(name, str) else "", needs_approval=[],
+    )
+    size = 0
+    try:
+        tool = lookup(name)
+        # Checked here too, not only in the host: the worker trusts no request.
+        if ctx.policy.tool_mode(tool.name, writes=tool.writes) == "deny":
+            raise CorralError("tool_disabled", f"the tool {tool.name} is disabled by policy.")
+        outcome = tool.run(call, validate(tool, request.get("arguments", {})))
+        size = outcome.bytes
+        response: dict[str, Any] = {
+            "ok": True, "tool": tool.name, "result": outcome.result, "text": outcome.text
+        }
+    except CorralError as error:
+        response = error_result(call.tool, error)
+    except Exception as error:  # the worker must answer every request
+        response = error_result(call.tool, CorralError("io_error", _unexpected(call.tool, error)))
+    response["meta"] = {
+        "touched": [dataclasses.asdict(t) for t in call.touched],
+        "bytes": size,
+        "needs_approval": call.needs_approval,
+    }
+    return response

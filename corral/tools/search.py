@@ -1,0 +1,209 @@
+"""search_files (glob over names) and grep (regex over contents)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from corral.errors import CorralError
+from corral.fs import Root
+from corral.policy import PolicyError, glob_to_regex
+from corral.tools import render
+from corral.tools.access import allowed, joined, open_target
+from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.listing import Resolved, shown
+from corral.tools.read import is_binary, split_lines
+
+DEFAULT_MAX_FILES = 500
+DEFAULT_MAX_MATCHES = 200
+GREP_LINE_CUT = 500  # chars of a matching line: 200 matches must still fit a model's context
+
+
+def compile_glob(glob: str, field: str) -> re.Pattern[str]:
+    try:
+        return re.compile(glob_to_regex(glob), re.DOTALL)
+    except PolicyError as error:
+        raise CorralError("invalid_arguments", f"argument '{field}': {error}.") from None
+
+
+def shown_path(path: str, entry: str) -> str:
+    """An entry as a path the caller can pass straight back to another tool."""
+    if path in (".", "./"):
+        return entry
+    return f"{path.rstrip('/')}/{entry}"
+
+
+def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    pattern = compile_glob(args["pattern"], "pattern")
+    root, rel, check = open_target(ctx, path, write=False)
+    seen = Resolved(check)
+    matches: list[str] = []
+    truncated = False
+    for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
+        if pattern.fullmatch(entry.path):
+            if len(matches) == args["max_results"]:
+                truncated = True
+                break
+            matches.append(shown_path(path, entry.path))
+    result = {"pattern": args["pattern"], "path": path, "matches": matches,
+              "truncated": truncated}
+    if not matches:
+        return Outcome(result, f"No paths under {path} match {args['pattern']}.")
+    note = [f"[cut at {len(matches)} matches; narrow the pattern]"] if truncated else []
+    return Outcome(result, "\n".join([*matches, *note]))
+
+
+def _searchable(ctx: Context, root: Root, resolved: str) -> None:
+    """Guard for each file grep opens: only files the policy allows outright are read,
+    decided on what was really opened (a swapped-in symlink is decided as its target)."""
+    if not allowed(ctx, root, resolved):
+        raise CorralError("path_denied", f"{resolved} is not searchable.")
+
+
+def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    flags = re.IGNORECASE if args["ignore_case"] else 0
+    try:
+        regex = re.compile(args["pattern"], flags)
+    except re.error as error:
+        raise CorralError(
+            "invalid_arguments", f"argument 'pattern' is not a valid regular expression: {error}."
+        ) from None
+    wanted = _name_filter(args["glob"])
+    root, rel, check = open_target(ctx, path, write=False)
+    seen = Resolved(check)
+    info = root.info(rel, follow=True, guard=seen)
+    if info is None:
+        raise CorralError("not_found", f"{path} does not exist.")
+    found = Found(regex, args["max_results"])
+    if info.type != "dir":
+        # A file named explicitly: its errors are the caller's to see.
+        data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+        if is_binary(data):
+            raise CorralError("binary_file", f"{path} is a binary file; grep searches text.")
+        found.search(path, data)
+    else:
+        for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
+            if entry.type != "file" or not wanted(entry.path):
+                continue
+            data = _read_quietly(ctx, root, joined(seen.path, entry.path))
+            if data is not None and found.search(shown_path(path, entry.path), data):
+                break
+    result = {"pattern": args["pattern"], "path": path, "matches": found.matches,
+              "files_searched": found.files, "truncated": found.truncated}
+    return Outcome(result, _grep_text(result))
+
+
+class Found:
+    """Matching lines collected across files, up to a cap."""
+
+    def __init__(self, regex: re.Pattern[str], cap: int) -> None:
+        self.regex = regex
+        self.cap = cap
+        self.matches: list[dict[str, Any]] = []
+        self.files = 0
+        self.truncated = False
+
+    def search(self, shown_as: str, data: bytes) -> bool:
+        """Search one text file; True once the cap is passed (stop searching)."""
+        self.files += 1
+        for number, line in enumerate(split_lines(data), 1):
+            text = line.decode("utf-8").rstrip("\r\n")
+            if self.regex.search(text):
+                if len(self.matches) == self.cap:
+                    self.truncated = True
+                    return True
+                self.matches.append(
+                    {"path": shown_as, "line": number, "text": render.cut_line(text, GREP_LINE_CUT)}
+                )
+        return False
+
+
+def _read_quietly(ctx: Context, root: Root, resolved: str) -> bytes | None:
+    """A walked file's text, or None when grep should pass it by: unreadable, too
+    large, binary, denied or supervised by policy, or gone meanwhile."""
+    try:
+        data = root.read_bytes(
+            resolved, max_file_bytes=ctx.limits.max_file_bytes,
+            guard=lambda opened: _searchable(ctx, root, opened),
+        )
+    except CorralError:
+        return None
+    return None if is_binary(data) else data
+
+
+def _name_filter(glob: str | None) -> Callable[[str], bool]:
+    """A glob without "/" matches the file name at any depth (as ripgrep's --glob);
+    one with "/" matches the path relative to the searched directory."""
+    if glob is None:
+        return lambda rel: True
+    regex = compile_glob(glob, "glob")
+    if "/" in glob:
+        return lambda rel: regex.fullmatch(rel) is not None
+    return lambda rel: regex.fullmatch(rel.rsplit("/", 1)[-1]) is not None
+
+
+def _grep_text(result: dict[str, Any]) -> str:
+    matches = result["matches"]
+    if not matches:
+        return f"No matches for {result['pattern']} in {result['files_searched']} files."
+    lines = [f"{m['path']}:{m['line']}:{m['text']}" for m in matches]
+    if result["truncated"]:
+        lines.append(f"[cut at {len(matches)} matches; narrow the pattern, path or glob]")
+    return "\n".join(lines)
+
+
+SEARCH_TOOLS = [
+    Tool(
+        name="search_files",
+        description=(
+            "Find files and directories whose path matches a glob, searching the tree "
+            "beneath path. The glob is matched against the whole path relative to path: "
+            "'*' stays within one directory level, '**' spans any number of them, so use "
+            "'**/*.py' for Python files at any depth and '*.py' for the top level only. "
+            "Returned paths can be passed straight to the other tools."
+        ),
+        input_schema=obj(
+            {
+                "pattern": {"type": "string", "minLength": 1,
+                            "description": "Glob such as '**/*.py' or 'src/*/test_*.py'."},
+                "path": {**path_prop("Directory to search"), "default": "."},
+                "max_results": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_FILES,
+                                "description": "Most paths to return."},
+            },
+            ("pattern",),
+        ),
+        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        writes=False,
+        run=search_files,
+    ),
+    Tool(
+        name="grep",
+        description=(
+            "Search file contents for a Python regular expression, line by line, in one "
+            "file or every file beneath a directory. Returns path, line number and the "
+            "matching line. glob narrows the files searched ('*.py' matches by file name "
+            "at any depth, 'src/**/*.ts' by path). Binary files are skipped. Escape regex "
+            "metacharacters such as ( [ . * when you mean them literally."
+        ),
+        input_schema=obj(
+            {
+                "pattern": {"type": "string", "minLength": 1,
+                            "description": "Python regular expression (re.search per line)."},
+                "path": {**path_prop("File or directory to search"), "default": "."},
+                "glob": {"type": ["string", "null"], "default": None,
+                         "description": "Only search files matching this glob."},
+                "ignore_case": {"type": "boolean", "default": False,
+                                "description": "Match regardless of case."},
+                "max_results": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_MATCHES,
+                                "description": "Most matching lines to return."},
+            },
+            ("pattern",),
+        ),
+        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        writes=False,
+        run=grep,
+    ),
+]

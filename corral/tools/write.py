@@ -1,0 +1,118 @@
+"""write_file and append_file."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from corral.errors import CorralError
+from corral.tools import render
+from corral.tools.access import open_target
+from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+
+
+def utf8(text: str, field: str) -> bytes:
+    """JSON strings may hold lone surrogates, which no UTF-8 file can."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CorralError(
+            "invalid_arguments", f"argument '{field}' holds characters UTF-8 cannot encode."
+        ) from None
+
+
+def payload(ctx: Context, path: str, content: str, encoding: str) -> bytes:
+    """The bytes to write, checked against max_write_bytes."""
+    if encoding == "base64":
+        try:
+            data = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            raise CorralError(
+                "invalid_arguments", "argument 'content' is not valid base64."
+            ) from None
+    else:
+        data = utf8(content, "content")
+    if len(data) > ctx.limits.max_write_bytes:
+        raise CorralError(
+            "too_large",
+            f"content for {path} is {len(data)} bytes, over the write limit of "
+            f"{ctx.limits.max_write_bytes} bytes.",
+        )
+    return data
+
+
+def write_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    data = payload(ctx, path, args["content"], args["encoding"])
+    root, rel, check = open_target(ctx, path, write=True)
+    outcome = root.write_atomic(
+        rel, data, expected_version=args["expected_version"], guard=check
+    )
+    result = {
+        "path": path,
+        "bytes_written": len(data),
+        "created": outcome.created,
+        "version": outcome.version,
+    }
+    verb = "Created" if outcome.created else "Wrote"
+    return Outcome(result, f"{verb} {path} ({render.size_text(len(data))}).", len(data))
+
+
+def append_file(ctx: Context, args: dict[str, Any]) -> Outcome:
+    path = args["path"]
+    data = payload(ctx, path, args["content"], "utf-8")
+    root, rel, check = open_target(ctx, path, write=True)
+    size = root.append(rel, data, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+    result = {"path": path, "bytes_appended": len(data), "size": size}
+    text = f"Appended {render.size_text(len(data))} to {path}; it is now {render.size_text(size)}."
+    return Outcome(result, text, len(data))
+
+
+WRITE_TOOLS = [
+    Tool(
+        name="write_file",
+        description=(
+            "Create a file or replace its whole content. The write is atomic: readers see "
+            "the old or the new file, never a mix. Missing parent directories are created. "
+            "To change part of an existing file prefer edit_file. Pass the version from your "
+            "last read as expected_version to fail with 'conflict' instead of overwriting a "
+            "change someone else made meanwhile; use encoding='base64' for binary content."
+        ),
+        input_schema=obj(
+            {
+                "path": path_prop("File to write"),
+                "content": {"type": "string", "description": "The complete new content."},
+                "encoding": {"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8",
+                             "description": "How content is encoded."},
+                "expected_version": {
+                    "type": ["string", "null"], "default": None,
+                    "description": "Version the file must still have (from a read or stat).",
+                },
+            },
+            ("path", "content"),
+        ),
+        annotations=annotations(read_only=False, destructive=True, idempotent=True),
+        writes=True,
+        run=write_file,
+    ),
+    Tool(
+        name="append_file",
+        description=(
+            "Append text to the end of a file, creating it (and its parent directories) if "
+            "it does not exist. The text is added in one write, so concurrent appends never "
+            "interleave; add a trailing newline yourself if you want one. Good for logs and "
+            "notes; to change existing text use edit_file."
+        ),
+        input_schema=obj(
+            {
+                "path": path_prop("File to append to"),
+                "content": {"type": "string", "description": "Text to add at the end."},
+            },
+            ("path", "content"),
+        ),
+        annotations=annotations(read_only=False, destructive=False, idempotent=False),
+        writes=True,
+        run=append_file,
+    ),
+]
