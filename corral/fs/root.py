@@ -1,6 +1,9 @@
-"""INTERFACE STUB — the fs helper replaces the bodies; signatures are the contract
-that corral/tools codes against. Every method raises CorralError (never OSError)
-with the path *as the caller gave it* in the message.
+"""Root: a directory handle beneath which every path is resolved (hazmat layer).
+
+Every method raises CorralError (never OSError) with the path *as the caller
+gave it* in the message. Each is a short wrapper: resolve with
+corral/fs/_resolve.py (a parent directory fd beneath the root plus one final
+name), call `guard`, then act through that fd.
 
 `guard` on every operation: called with the root-relative resolved path
 (posix, "." for the root itself, no leading "./") of the object the operation is
@@ -11,10 +14,21 @@ policy and raises CorralError("path_denied"/"approval_required").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
+from corral.errors import CorralError
+from corral.fs import _atomic, _resolve, _sys
+from corral.fs._errors import check_path, fail, from_errno, translated
+from corral.fs.version import content_version
+
 Guard = Callable[[str], None] | None
+
+_READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_bytes
 
 
 @dataclass(frozen=True)
@@ -41,41 +55,273 @@ class WriteOutcome:
     version: str  # content_version of the bytes now in the file
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def _guard(guard: Guard, rel: str) -> None:
+    if guard is not None:
+        guard(rel)
+
+
+def _require_file(st: os.stat_result | None, trailing_slash: bool = False) -> None:
+    """Only regular files are read or written (ENXIO maps to not_a_regular_file)."""
+    if st is None:
+        raise OSError(errno.ENOENT, "missing")
+    if stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EISDIR, "directory")
+    if trailing_slash:
+        raise OSError(errno.ENOTDIR, "not a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.ENXIO, "not a regular file")
+
+
+def _entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:
+    """Sorted (name, lstat) of a directory opened O_RDONLY; vanished entries skipped."""
+    found = []
+    for name in sorted(os.listdir(dir_fd)):
+        with contextlib.suppress(FileNotFoundError):
+            found.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
+    return found
+
+
+def _entry(path: str, st: os.stat_result) -> Entry:
+    return Entry(path, _kind(st.st_mode), st.st_size, st.st_mtime)
+
+
+def _walk(fd: int) -> Iterator[Entry]:
+    """Depth-first over an O_RDONLY directory fd it owns; never enters a symlink."""
+    stack = [(fd, "", iter(_entries(fd)))]
+    try:
+        while stack:
+            dir_fd, prefix, pending = stack[-1]
+            item = next(pending, None)
+            if item is None:
+                os.close(dir_fd)
+                stack.pop()
+                continue
+            name, st = item
+            yield _entry(prefix + name, st)
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            try:
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                child = os.open(name, flags, dir_fd=dir_fd)
+            except OSError:
+                continue  # vanished or unreadable: list what can be listed
+            try:
+                stack.append((child, f"{prefix}{name}/", iter(_entries(child))))
+            except OSError:
+                os.close(child)
+    finally:
+        for dir_fd, _, _ in stack:
+            os.close(dir_fd)
+
+
+def _pick_resolver(choice: str, fd: int) -> _resolve.Resolver:
+    if choice not in ("auto", "openat2", "walk"):
+        raise ValueError(f"resolver must be auto, openat2 or walk, not {choice!r}")
+    if choice == "walk":
+        return _resolve.WalkResolver(fd)
+    resolver = _resolve.Openat2Resolver(fd)
+    try:
+        os.close(resolver.open_dir(".")[0])  # needs openat2 and /proc/self/fd
+    except OSError as exc:
+        if choice == "openat2":
+            raise CorralError("io_error", f"openat2 resolver unavailable: {exc.strerror}") from None
+        return _resolve.WalkResolver(fd)
+    return resolver
+
+
 class Root:
-    """A directory handle. Modes: "rw" or "ro" (ro refuses every change: read_only)."""
+    """A directory handle. Modes: "rw" or "ro" (ro refuses every change: read_only).
+
+    Every path is resolved beneath the root's fd: `..` above the root, absolute
+    paths and absolute symlinks, relative symlinks that leave the root and
+    /proc magic links fail outside_workspace, whatever renames race with it.
+
+    What a Root does NOT protect against (as with Go's os.Root):
+    - Hard links: a name inside the root hard-linked to a file outside is that
+      file. Reads return its content; append refuses files with nlink > 1 and
+      write_atomic replaces the inode, so neither writes through to it.
+    - Mount points inside the root are crossed: a bind mount of /etc into the
+      workspace is the workspace.
+    - Concurrent changes inside the root by other processes: a name may be
+      replaced between two calls, or between `guard` and the syscall that acts
+      on the same final name (the directory is pinned by its fd, the name in it
+      is not). The object acted on is always beneath the root.
+    - Special files swapped in after the lstat are opened O_NONBLOCK and
+      refused from fstat; opening a device can still have side effects.
+    - Resource use: huge files, directories or trees, a full disk; callers pass
+      limits. Temp files of a writer killed mid-write stay until
+      remove_stale_temps.
+    """
 
     path: str  # the root's real absolute path
     mode: str
     fd: int  # O_PATH|O_DIRECTORY fd of the root
+    given_path: str  # the absolute path the host named it by (may hold symlinks)
+    resolver: str  # "openat2" | "walk": the resolver in use
 
     def __init__(self, path: str, *, mode: str = "rw", resolver: str = "auto") -> None:
         """resolver: "auto" (openat2, else walk), "openat2" or "walk" (the fallback)."""
-        raise NotImplementedError
+        try:
+            fd = os.open(path, _resolve.DIR_FLAGS)
+        except OSError as exc:
+            raise from_errno(exc.errno, "open root", path) from None
+        try:
+            self._adopt(fd, path, mode, resolver)
+        except BaseException:
+            os.close(fd)
+            raise
 
     @classmethod
     def from_fd(cls, fd: int, path: str, *, mode: str = "rw", resolver: str = "auto") -> Root:
         """Adopt an fd opened elsewhere (the zygote opens roots, workers inherit them)."""
-        raise NotImplementedError
+        root = cls.__new__(cls)
+        root._adopt(fd, path, mode, resolver)
+        return root
+
+    def _adopt(self, fd: int, path: str, mode: str, resolver: str) -> None:
+        if mode not in ("rw", "ro"):
+            raise ValueError(f"mode must be rw or ro, not {mode!r}")
+        self.fd, self.mode = fd, mode
+        try:
+            self.path = _sys.fd_path(fd)
+        except OSError:
+            self.path = os.path.realpath(path)
+        self.given_path = os.path.abspath(path)
+        self._resolver = _pick_resolver(resolver, fd)
+        self.resolver = self._resolver.name
 
     def close(self) -> None:
-        raise NotImplementedError
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Root:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Root({self.path!r}, mode={self.mode!r}, resolver={self.resolver!r})"
+
+    # -- resolution -----------------------------------------------------------
+
+    def _target(
+        self, path: str, *, follow: bool, make_parents: bool = False, guard: Guard = None
+    ) -> _resolve.Target:
+        """Resolve `path`; with make_parents, create missing parent directories,
+        first guarding the path the target will then have."""
+        make = None
+        if make_parents:
+
+            def make(head: str, leaf: str) -> None:
+                def before(resolved: str) -> None:
+                    _guard(guard, _resolve.join(resolved, leaf))
+
+                _resolve.make_dirs(self._resolver, head, before)
+
+        return _resolve.lookup(self._resolver, path, follow=follow, make_dirs=make)
+
+    def _writable(self, op: str, rel: str) -> None:
+        if self.mode != "rw":
+            raise fail("read_only", op, rel, "the root is read-only")
 
     def resolve(self, rel: str, *, follow: bool = True) -> str:
         """The resolved root-relative path `rel` names (a missing leaf is allowed:
         resolved parent + leaf). Raises outside_workspace, symlink_loop, not_found
         (missing parent), not_a_directory."""
-        raise NotImplementedError
+        path = check_path("resolve", rel)
+        with translated("resolve", rel), self._target(path, follow=follow) as t:
+            return t.rel
+
+    # -- reading --------------------------------------------------------------
 
     def info(self, rel: str, *, follow: bool = False, guard: Guard = None) -> FileInfo | None:
         """lstat-like (stat if follow) through the parent fd; None if it does not exist."""
-        raise NotImplementedError
+        path = check_path("stat", rel)
+        with translated("stat", rel):
+            try:
+                t = self._target(path, follow=follow)
+            except FileNotFoundError:
+                return None
+            with t:
+                _guard(guard, t.rel)
+                st = t.st
+                if st is None:
+                    return None
+                if t.trailing_slash and not stat.S_ISDIR(st.st_mode):
+                    raise OSError(errno.ENOTDIR, "not a directory")
+                link = None
+                if stat.S_ISLNK(st.st_mode):
+                    link = os.readlink(t.name(), dir_fd=t.dir_fd)
+                return FileInfo(
+                    _kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
+                    st.st_nlink, link,
+                )
 
     def read_bytes(self, rel: str, *, max_file_bytes: int, guard: Guard = None) -> bytes:
         """Whole regular file (follows symlinks beneath the root). Opens O_NONBLOCK and
         decides from fstat: dir -> is_a_directory, FIFO/socket/device ->
         not_a_regular_file (never blocks), size > max_file_bytes -> too_large naming
         both sizes."""
-        raise NotImplementedError
+        path = check_path("read", rel)
+        with translated("read", rel), self._target(path, follow=True) as t:
+            _guard(guard, t.rel)
+            _require_file(t.st, t.trailing_slash)
+            fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
+            with contextlib.closing(os.fdopen(fd, "rb", buffering=0)) as f:
+                st = os.fstat(fd)
+                _require_file(st)
+                if st.st_size > max_file_bytes:
+                    raise self._too_large("read", rel, st.st_size, max_file_bytes)
+                chunks, size = [], 0
+                while size <= max_file_bytes and (chunk := f.read(_READ_CHUNK)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                if size > max_file_bytes:  # it grew while we read
+                    raise self._too_large("read", rel, size, max_file_bytes)
+                return b"".join(chunks)
+
+    @staticmethod
+    def _too_large(op: str, rel: str, size: int, limit: int) -> CorralError:
+        return fail("too_large", op, rel, f"{size} bytes is over the {limit} byte limit")
+
+    def scandir(self, rel: str, *, guard: Guard = None) -> list[Entry]:
+        """One directory's entries (names only in Entry.path), never following symlinks."""
+        with translated("list", rel):
+            fd = self._open_listing("list", rel, guard)
+            try:
+                return [_entry(name, st) for name, st in _entries(fd)]
+            finally:
+                os.close(fd)
+
+    def walk(self, rel: str, *, guard: Guard = None) -> Iterator[Entry]:
+        """Depth-first, sorted by name, paths relative to `rel`; never descends into
+        symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW."""
+        with translated("walk", rel):
+            return _walk(self._open_listing("walk", rel, guard))
+
+    def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
+        path = check_path(op, rel)
+        with self._target(path, follow=True) as t:
+            _guard(guard, t.rel)
+            if t.st is None:
+                raise OSError(errno.ENOENT, "missing")
+            if not stat.S_ISDIR(t.st.st_mode):
+                raise OSError(errno.ENOTDIR, "not a directory")
+            return t.open(os.O_RDONLY | os.O_DIRECTORY)
+
+    # -- changing -------------------------------------------------------------
 
     def write_atomic(
         self,
@@ -94,23 +340,105 @@ class Root:
         content's version must equal it (missing file -> conflict), else conflict.
         exclusive: fail already_exists if the target exists (copy/move without
         overwrite). On any failure the temp file is removed, the target untouched."""
-        raise NotImplementedError
+        path = check_path("write", rel)
+        self._writable("write", rel)
+        with translated("write", rel), self._target(
+            path, follow=True, make_parents=make_parents, guard=guard
+        ) as t:
+            name = t.name()
+            _guard(guard, t.rel)
+            st = t.st
+            if st is not None or t.trailing_slash:
+                _require_file(st, t.trailing_slash)
+            if exclusive and st is not None:
+                raise OSError(errno.EEXIST, "exists")
+            mode = stat.S_IMODE(st.st_mode) if st is not None else None
+            try:
+                _atomic.replace(
+                    t.dir_fd, name, data, mode=mode, expected_version=expected_version,
+                    exclusive=exclusive,
+                )
+            except _atomic.VersionMismatch:
+                raise fail(
+                    "conflict", "write", rel, "the file changed since expected_version was read"
+                ) from None
+            return WriteOutcome(created=st is None, version=content_version(data))
 
     def append(self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None) -> int:
         """One O_APPEND write (creates the file and parents if missing); refuses
         nlink > 1 with path_denied; too_large if the result would pass
         max_file_bytes. Returns the new size."""
-        raise NotImplementedError
+        path = check_path("append", rel)
+        self._writable("append", rel)
+        with translated("append", rel), self._target(
+            path, follow=True, make_parents=True, guard=guard
+        ) as t:
+            name = t.name()
+            _guard(guard, t.rel)
+            if t.st is not None or t.trailing_slash:
+                _require_file(t.st, t.trailing_slash)
+            elif len(data) > max_file_bytes:
+                raise self._too_large("append", rel, len(data), max_file_bytes)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
+            try:
+                st = os.fstat(fd)
+                _require_file(st)
+                if st.st_nlink > 1:
+                    raise fail(
+                        "path_denied", "append", rel,
+                        "the file has other hard links, which may lie outside the roots",
+                    )
+                if st.st_size + len(data) > max_file_bytes:
+                    raise self._too_large("append", rel, st.st_size + len(data), max_file_bytes)
+                _atomic.write_all(fd, data)
+                return os.fstat(fd).st_size
+            finally:
+                os.close(fd)
 
     def mkdir(self, rel: str, *, parents: bool = True, guard: Guard = None) -> bool:
         """Returns False if it already existed as a directory; already_exists if a
         non-directory is there."""
-        raise NotImplementedError
+        path = check_path("mkdir", rel)
+        self._writable("mkdir", rel)
+        with translated("mkdir", rel), self._target(
+            path, follow=False, make_parents=parents, guard=guard
+        ) as t:
+            _guard(guard, t.rel)
+            if t.leaf is None:
+                return False
+            if t.st is None:
+                try:
+                    os.mkdir(t.leaf, 0o777, dir_fd=t.dir_fd)
+                    return True
+                except FileExistsError:
+                    pass  # lost a race: judge what is there now
+            st = os.stat(t.leaf, dir_fd=t.dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):  # a link to a directory beneath the root counts
+                try:
+                    os.close(self._resolver.open_dir(t.rel)[0])
+                except NotADirectoryError:
+                    raise OSError(errno.EEXIST, "exists") from None
+                return False
+            if stat.S_ISDIR(st.st_mode):
+                return False
+            raise OSError(errno.EEXIST, "exists")
 
     def unlink(self, rel: str, *, guard: Guard = None) -> None:
         """Regular files and symlinks (the link, not its target) only; a directory
         -> is_a_directory."""
-        raise NotImplementedError
+        path = check_path("delete", rel)
+        self._writable("delete", rel)
+        with translated("delete", rel), self._target(path, follow=False) as t:
+            name = t.name()
+            _guard(guard, t.rel)
+            if t.st is None:
+                raise OSError(errno.ENOENT, "missing")
+            if stat.S_ISDIR(t.st.st_mode):
+                raise OSError(errno.EISDIR, "directory")
+            if t.trailing_slash:
+                raise OSError(errno.ENOTDIR, "not a directory")
+            os.unlink(name, dir_fd=t.dir_fd)
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
@@ -118,13 +446,52 @@ class Root:
     ) -> None:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
         (already_exists); a directory into itself -> invalid_arguments."""
-        raise NotImplementedError
+        src_path, dst_path = check_path("move", src), check_path("move", dst)
+        self._writable("move", src)
+        dst_root._writable("move", dst)
+        with translated("move", src), self._target(src_path, follow=False) as s:
+            src_name = s.name()
+            _guard(guard_src, s.rel)
+            if s.st is None:
+                raise OSError(errno.ENOENT, "missing")
+            with translated("move", dst), dst_root._target(dst_path, follow=False) as d:
+                dst_name = d.name()
+                _guard(guard_dst, d.rel)
+                if stat.S_ISDIR(s.st.st_mode) and self._same_root(dst_root) and (
+                    d.rel == s.rel or d.rel.startswith(s.rel + "/")
+                ):
+                    raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
+                flags = 0 if overwrite else _sys.RENAME_NOREPLACE
+                try:
+                    _sys.renameat2(s.dir_fd, src_name, d.dir_fd, dst_name, flags)
+                except OSError as exc:
+                    if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
+                        why = "cannot move across filesystems"
+                        raise fail("io_error", "move", src, why) from None
+                    raise
 
-    def scandir(self, rel: str, *, guard: Guard = None) -> list[Entry]:
-        """One directory's entries (names only in Entry.path), never following symlinks."""
-        raise NotImplementedError
+    def _same_root(self, other: Root) -> bool:
+        if other is self:
+            return True
+        a, b = os.fstat(self.fd), os.fstat(other.fd)
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
-    def walk(self, rel: str, *, guard: Guard = None) -> Iterator[Entry]:
-        """Depth-first, sorted by name, paths relative to `rel`; never descends into
-        symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW."""
-        raise NotImplementedError
+    def remove_stale_temps(
+        self, rel: str = ".", *, dead_pids: Collection[int] = (),
+        min_age: float = _atomic.STALE_TEMP_AGE,
+    ) -> int:
+        """Remove temp files left by writers that died mid-write: those named
+        with a pid in `dead_pids` (a pool knows which worker it killed) or older
+        than `min_age` seconds, anywhere under `rel`. Returns how many."""
+        self._writable("clean", rel)
+        removed = 0
+        for entry in self.walk(rel):
+            name = entry.path.rpartition("/")[2]
+            if entry.type != "file" or not _atomic.stale_temp(
+                name, entry.modified, dead_pids=dead_pids, min_age=min_age
+            ):
+                continue
+            with contextlib.suppress(CorralError):
+                self.unlink(_resolve.join(rel, entry.path))
+                removed += 1
+        return removed

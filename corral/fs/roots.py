@@ -1,9 +1,16 @@
-"""INTERFACE STUB — the fs helper implements. Pure lexical mapping of a caller's
-path to (Root, path-relative-to-that-root); resolution then happens beneath it."""
+"""Pure lexical mapping of a caller's path to (Root, path-relative-to-that-root);
+resolution then happens beneath it."""
 
 from __future__ import annotations
 
+from corral.errors import CorralError
+from corral.fs._errors import PATH_MAX, fail, show
 from corral.fs.root import Root
+
+
+def _parts(path: str) -> list[str]:
+    """Components without "" and "." (so `//` and `/./` do not matter); ".." kept."""
+    return [p for p in path.split("/") if p not in ("", ".")]
 
 
 class Roots:
@@ -17,7 +24,27 @@ class Roots:
         outside_workspace. NUL, "" and len > PATH_MAX (4096) -> invalid_arguments.
         The returned rel may still hold ".." (resolution beneath the root refuses
         escapes)."""
-        raise NotImplementedError
+        if not isinstance(path, str) or not path:
+            raise CorralError("invalid_arguments", "path must be a non-empty string")
+        if "\0" in path:
+            raise fail("invalid_arguments", "locate", path, "path contains a NUL byte")
+        if len(path.encode("utf-8", "surrogatepass")) >= PATH_MAX:
+            raise fail("invalid_arguments", "locate", path, f"path is over {PATH_MAX} bytes")
+        if not path.startswith("/"):
+            return self.workspace, path
+        parts = _parts(path)
+        candidates = []
+        for root in self.all():
+            for name in (root.path, root.given_path):
+                prefix = _parts(name)
+                if parts[: len(prefix)] == prefix:
+                    candidates.append((len(prefix), root, parts[len(prefix):]))
+        if not candidates:
+            raise CorralError(
+                "outside_workspace", f"{show(path)} is outside the workspace roots"
+            )
+        _, root, rest = max(candidates, key=lambda c: c[0])
+        return root, "/".join(rest) or "."
 
     def all(self) -> list[Root]:
         return [self.workspace, *self.others]

@@ -1,0 +1,110 @@
+"""Atomic replace of one name in a directory fd: temp file, fsync, rename, fsync dir.
+
+Temp files are named TEMP_PREFIX + "<pid>-<random>" in the target's own
+directory (so the rename never crosses a filesystem). A writer killed between
+create and rename leaves one behind; `stale_temp` tells which of them a
+cleanup may remove (Root.remove_stale_temps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Collection
+
+from corral.fs import _sys
+from corral.fs.version import content_version
+
+TEMP_PREFIX = ".corral-tmp-"
+STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old temp is orphaned
+_READ_CHUNK = 1 << 20  # reading the current content for expected_version, a MiB at a time
+
+
+class VersionMismatch(Exception):
+    """The current content is not the expected version (or the file is missing)."""
+
+
+def temp_name() -> str:
+    return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def stale_temp(name: str, mtime: float, *, dead_pids: Collection[int], min_age: float) -> bool:
+    if not name.startswith(TEMP_PREFIX):
+        return False
+    pid = name[len(TEMP_PREFIX):].partition("-")[0]
+    if pid.isdigit() and int(pid) in dead_pids:
+        return True
+    return time.time() - mtime >= min_age
+
+
+def _current(dir_fd: int, name: str) -> tuple[bytes, int] | None:
+    """(content, mode) of the regular file `name`, or None if missing."""
+    try:
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    with contextlib.closing(os.fdopen(fd, "rb", buffering=0)) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.ENXIO, name)
+        chunks = []
+        while chunk := f.read(_READ_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def replace(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int | None,
+    expected_version: str | None,
+    exclusive: bool,
+) -> None:
+    """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
+    file's permission bits (None: new file, umask applies). With
+    expected_version, the check and the rename happen under an flock of the
+    directory, so of racing writers holding the same version exactly one wins."""
+    dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if expected_version is not None:
+            fcntl.flock(dfd, fcntl.LOCK_EX)  # released when dfd closes
+            current = _current(dir_fd, name)
+            if current is None or content_version(current[0]) != expected_version:
+                raise VersionMismatch
+            mode = current[1]
+        tmp = temp_name()
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+            dir_fd=dir_fd,
+        )
+        try:
+            try:
+                write_all(fd, data)
+                if mode is not None:
+                    os.fchmod(fd, mode)  # after the write, which would clear set-id bits
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            flags = _sys.RENAME_NOREPLACE if exclusive else 0
+            _sys.renameat2(dir_fd, tmp, dir_fd, name, flags)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

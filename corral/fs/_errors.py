@@ -1,0 +1,77 @@
+"""errno -> stable error code, in one place, and the checks every caller path gets.
+
+Messages follow Go's PathError: the operation and the path as the caller gave
+it, never the host's absolute path, and nothing that tells whether something
+outside the roots exists (an escape is refused before anything there is looked up).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from corral.errors import CorralError
+
+PATH_MAX = 4096  # the kernel refuses longer paths (ENAMETOOLONG); refuse them before any syscall
+SHOWN_PATH_CHARS = 200  # an overlong path is cut in messages so one error stays one readable line
+
+_CODES = {
+    errno.ELOOP: ("symlink_loop", "too many levels of symbolic links"),
+    errno.EXDEV: ("outside_workspace", "path escapes the workspace roots"),
+    errno.ENOENT: ("not_found", "no such file or directory"),
+    errno.ENOTDIR: ("not_a_directory", "not a directory"),
+    errno.EISDIR: ("is_a_directory", "is a directory"),
+    errno.EEXIST: ("already_exists", "already exists"),
+    errno.ENOTEMPTY: ("already_exists", "a non-empty directory is in the way"),
+    errno.EROFS: ("read_only", "the file system is read-only"),
+    errno.EACCES: ("path_denied", "permission denied"),
+    errno.EPERM: ("path_denied", "operation not permitted"),
+    errno.ENAMETOOLONG: ("invalid_arguments", "file name too long"),
+    errno.EINVAL: ("invalid_arguments", "invalid path for this operation"),
+    errno.ENXIO: ("not_a_regular_file", "not a regular file"),
+}
+
+
+def show(path: str) -> str:
+    shown = path if path.isprintable() else repr(path)
+    if len(shown) > SHOWN_PATH_CHARS:
+        shown = shown[:SHOWN_PATH_CHARS] + "..."
+    return shown
+
+
+def fail(code: str, op: str, path: str, why: str) -> CorralError:
+    return CorralError(code, f"{op} {show(path)}: {why}")
+
+
+def from_errno(err: int | None, op: str, path: str) -> CorralError:
+    code, why = _CODES.get(err or 0, ("io_error", ""))
+    return fail(code, op, path, why or f"i/o error ({os.strerror(err or errno.EIO)})")
+
+
+@contextmanager
+def translated(op: str, path: str) -> Iterator[None]:
+    """OSError inside -> CorralError naming `op` and the caller's `path`."""
+    try:
+        yield
+    except OSError as exc:
+        raise from_errno(exc.errno, op, path) from None
+
+
+def check_path(op: str, path: object) -> str:
+    """The caller's path if it can be resolved at all, else invalid_arguments/outside_workspace."""
+    if not isinstance(path, str) or not path:
+        raise CorralError("invalid_arguments", f"{op}: path must be a non-empty string")
+    if "\0" in path:
+        raise fail("invalid_arguments", op, path, "path contains a NUL byte")
+    try:
+        size = len(path.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        raise fail("invalid_arguments", op, path, "path is not valid text") from None
+    if size >= PATH_MAX:
+        why = f"path is {size} bytes, over the {PATH_MAX} byte limit"
+        raise fail("invalid_arguments", op, path, why)
+    if path.startswith("/"):
+        raise from_errno(errno.EXDEV, op, path)
+    return path

@@ -1,0 +1,237 @@
+"""The one resolution loop: a root-relative path -> (parent directory fd, final name).
+
+Two resolvers open directories beneath the root fd:
+- `Openat2Resolver`: one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) call;
+  the kernel refuses `..` above the root, absolute symlinks and magic links
+  with EXDEV/ELOOP, whatever renames race with it.
+- `WalkResolver` (kernels without openat2): one component at a time with
+  O_NOFOLLOW, keeping its own stack of directory fds so `..` pops a fd it
+  opened instead of asking the kernel for a parent. It resolves symlinks
+  itself and does what RESOLVE_BENEATH does: a relative target is spliced
+  into the remaining path, an *absolute target is refused* (EXDEV ->
+  outside_workspace) even when it would land inside the root, `..` never goes
+  above the root, and more than MAX_SYMLINKS links is ELOOP.
+
+Above both, `lookup` opens the parent of the final name and, when asked to
+follow, resolves a final symlink itself in the same way (re-resolving the
+link's target from the root), so every syscall that acts gets a directory fd
+beneath the root plus one plain name. Failures are OSError with the errno the
+kernel would give; corral/fs/_errors.py maps them once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from corral.fs import _sys
+
+MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS: the same depth both resolvers allow
+OPENAT2_EAGAIN_RETRIES = 16  # EAGAIN = a rename raced the lookup; a few retries win, then report it
+
+DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_RESOLVE = _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_MAGICLINKS
+
+
+def _oserror(err: int) -> OSError:
+    return OSError(err, os.strerror(err))
+
+
+def join(base: str, rel: str) -> str:
+    return rel if base == "." else f"{base}/{rel}"
+
+
+def split(rel: str) -> tuple[str, str]:
+    """Lexical (directory part, final name); the name may be "", "." or ".."."""
+    head, _, leaf = rel.rstrip("/").rpartition("/")
+    return head or ".", leaf
+
+
+class Openat2Resolver:
+    name = "openat2"
+
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+
+    def open_dir(self, rel: str) -> tuple[int, str]:
+        for _ in range(OPENAT2_EAGAIN_RETRIES):
+            try:
+                fd = _sys.openat2(self.root_fd, rel, DIR_FLAGS, 0, _RESOLVE)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    continue
+                raise
+            try:
+                return fd, self._relative(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+        raise _oserror(errno.EAGAIN)
+
+    def _relative(self, fd: int) -> str:
+        """Root-relative path of an fd opened beneath the root, from the kernel's record."""
+        root, here = _sys.fd_path(self.root_fd), _sys.fd_path(fd)
+        if here == root:
+            return "."
+        prefix = root if root.endswith("/") else root + "/"
+        if not here.startswith(prefix):  # root moved or removed meanwhile
+            raise _oserror(errno.ESTALE)
+        return here[len(prefix):]
+
+
+class WalkResolver:
+    name = "walk"
+
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+
+    def open_dir(self, rel: str) -> tuple[int, str]:
+        if rel.startswith("/"):
+            raise _oserror(errno.EXDEV)
+        fds: list[int] = []  # fds[i] is the directory names[:i+1]; the root fd is never in it
+        names: list[str] = []
+        todo = rel.split("/")[::-1]  # a stack: the next component is last
+        links = 0
+        try:
+            while todo:
+                name = todo.pop()
+                if name in ("", "."):
+                    continue
+                if name == "..":
+                    if not names:
+                        raise _oserror(errno.EXDEV)
+                    os.close(fds.pop())
+                    names.pop()
+                    continue
+                here = fds[-1] if fds else self.root_fd
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode):
+                    fds.append(fd)
+                    names.append(name)
+                    continue
+                try:
+                    if not stat.S_ISLNK(mode):
+                        raise _oserror(errno.ENOTDIR)
+                    target = os.readlink(name, dir_fd=here)
+                finally:
+                    os.close(fd)
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise _oserror(errno.ELOOP)
+                if target.startswith("/"):
+                    raise _oserror(errno.EXDEV)
+                if not target:
+                    raise _oserror(errno.ENOENT)
+                todo.extend(target.split("/")[::-1])
+            result = fds.pop() if fds else os.dup(self.root_fd)
+            return result, "/".join(names) or "."
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+Resolver = Openat2Resolver | WalkResolver
+
+
+@dataclass
+class Target:
+    """What a path names: `leaf` in the directory `dir_fd` (O_PATH), or, when
+    `leaf` is None, the directory `dir_fd` itself (the path ended in ., .. or
+    named the root). `rel` is its resolved root-relative path; `st` its lstat
+    (None: missing). The caller closes it (it is a context manager)."""
+
+    dir_fd: int
+    leaf: str | None
+    rel: str
+    st: os.stat_result | None
+    trailing_slash: bool
+
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.dir_fd)
+
+    def name(self) -> str:
+        """The final name an acting syscall gets; "", "." and ".." are refused."""
+        if self.leaf is None:
+            raise _oserror(errno.EINVAL)
+        return self.leaf
+
+    def open(self, flags: int, mode: int = 0o666) -> int:
+        name = self.leaf if self.leaf is not None else "."
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.dir_fd)
+
+
+MakeDirs = Callable[[str, str], None]
+
+
+def lookup(
+    resolver: Resolver, rel: str, *, follow: bool, make_dirs: MakeDirs | None = None
+) -> Target:
+    """Open the parent of `rel`'s final name beneath the root; follow a final
+    symlink (relative targets only) if asked. `make_dirs(dir_rel, leaf)` is
+    called once when the parent directory is missing, to create it."""
+    slash = rel.endswith("/")
+    for _ in range(MAX_SYMLINKS + 1):
+        head, leaf = split(rel)
+        if leaf in ("", ".", ".."):
+            fd, resolved = resolver.open_dir(rel)
+            return Target(fd, None, resolved, os.fstat(fd), slash)
+        try:
+            fd, parent = resolver.open_dir(head)
+        except FileNotFoundError:
+            if make_dirs is None:
+                raise
+            make_dirs(head, leaf)
+            make_dirs = None
+            fd, parent = resolver.open_dir(head)
+        try:
+            st: os.stat_result | None = os.stat(leaf, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if not (follow and st is not None and stat.S_ISLNK(st.st_mode)):
+            return Target(fd, leaf, join(parent, leaf), st, slash)
+        try:
+            link = os.readlink(leaf, dir_fd=fd)
+        finally:
+            os.close(fd)
+        if link.startswith("/"):
+            raise _oserror(errno.EXDEV)
+        rel = join(parent, link)
+    raise _oserror(errno.ELOOP)
+
+
+def make_dirs(resolver: Resolver, rel: str, before_create: Callable[[str], None]) -> None:
+    """Create the missing directories of `rel` (mkdir -p beneath the root).
+    `before_create(resolved_rel)` sees the resolved path of the deepest one first."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    for depth in range(len(parts), -1, -1):
+        try:
+            fd, base = resolver.open_dir("/".join(parts[:depth]) or ".")
+            break
+        except FileNotFoundError:
+            if depth == 0:
+                raise
+    missing = parts[depth:]
+    try:
+        if ".." in missing:  # `new/../x`: the kernel would say ENOENT for new, so do we
+            raise _oserror(errno.ENOENT)
+        before_create(join(base, "/".join(missing)))
+        for name in missing:
+            # FileExistsError: a racing mkdir -p; O_NOFOLLOW below refuses all but a directory
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=fd)
+            child = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
