@@ -1,0 +1,237 @@
+"""Pure parts of the tools layer: the schema validator, rendering, the specs."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.errors import CorralError
+from corral.tools import render, schema
+from corral.tools.edit import Edit, apply, unified_diff
+from corral.tools.read import image_type, is_binary, page, split_lines
+from corral.tools.registry import TOOLS, validate
+
+# The contract's argument names (DESIGN.md "Tools"), exactly.
+CONTRACT_ARGUMENTS = {
+    "read_file": {"path", "offset", "limit", "max_bytes", "encoding"},
+    "write_file": {"path", "content", "encoding", "expected_version"},
+    "edit_file": {"path", "old_string", "new_string", "replace_all", "edits",
+                  "expected_version", "dry_run"},
+    "read_multiple_files": {"paths", "offset", "limit", "max_bytes"},
+    "append_file": {"path", "content"},
+    "list_directory": {"path", "recursive", "max_entries", "include_hidden"},
+    "create_directory": {"path"},
+    "stat_file": {"path"},
+    "move_file": {"source", "destination", "overwrite"},
+    "copy_file": {"source", "destination", "overwrite"},
+    "delete_file": {"path"},
+    "search_files": {"pattern", "path", "max_results"},
+    "grep": {"pattern", "path", "glob", "ignore_case", "max_results"},
+}
+
+CONTRACT_DEFAULTS = {
+    "read_file": {"offset": 1, "limit": 2000, "max_bytes": 262144, "encoding": "utf-8"},
+    "write_file": {"encoding": "utf-8", "expected_version": None},
+    "edit_file": {"replace_all": False, "dry_run": False, "expected_version": None},
+    "list_directory": {"path": ".", "recursive": False, "max_entries": 500,
+                       "include_hidden": True},
+    "move_file": {"overwrite": False},
+    "copy_file": {"overwrite": False},
+    "search_files": {"path": ".", "max_results": 500},
+    "grep": {"path": ".", "glob": None, "ignore_case": False, "max_results": 200},
+}
+
+READ_ONLY = {"read_file", "read_multiple_files", "list_directory", "stat_file",
+             "search_files", "grep"}
+
+
+class TestSpecs:
+    def test_every_contract_tool_and_no_other(self) -> None:
+        assert set(TOOLS) == set(CONTRACT_ARGUMENTS)
+
+    @pytest.mark.parametrize("name", sorted(CONTRACT_ARGUMENTS))
+    def test_argument_names_are_the_contract(self, name: str) -> None:
+        assert set(TOOLS[name].input_schema["properties"]) == CONTRACT_ARGUMENTS[name]
+
+    @pytest.mark.parametrize("name", sorted(CONTRACT_DEFAULTS))
+    def test_defaults_are_the_contract(self, name: str) -> None:
+        props = TOOLS[name].input_schema["properties"]
+        assert {k: props[k]["default"] for k in CONTRACT_DEFAULTS[name]} == CONTRACT_DEFAULTS[name]
+
+    @pytest.mark.parametrize("name", sorted(CONTRACT_ARGUMENTS))
+    def test_spec_shape(self, name: str) -> None:
+        tool = TOOLS[name]
+        spec = tool.spec()
+        assert set(spec) == {"name", "description", "input_schema", "annotations"}
+        assert spec["input_schema"]["type"] == "object"
+        assert spec["input_schema"]["additionalProperties"] is False
+        assert len(tool.description) > 80 and "\n" not in tool.description
+        assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint"}
+        assert tool.annotations["readOnlyHint"] is (name in READ_ONLY)
+        assert tool.writes is (name not in READ_ONLY)
+        if tool.annotations["readOnlyHint"]:
+            assert tool.annotations["destructiveHint"] is False
+
+
+def _invalid(name: str, arguments: object) -> str:
+    with pytest.raises(CorralError) as caught:
+        validate(TOOLS[name], arguments)
+    assert caught.value.code == "invalid_arguments"
+    return caught.value.message
+
+
+class TestValidate:
+    def test_fills_defaults_without_touching_given_values(self) -> None:
+        args = validate(TOOLS["read_file"], {"path": "a", "limit": 5})
+        assert args == {"path": "a", "offset": 1, "limit": 5, "max_bytes": 262144,
+                        "encoding": "utf-8"}
+
+    def test_unknown_argument_is_named(self) -> None:
+        assert "'lenght'" in _invalid("read_file", {"path": "a", "lenght": 3})
+
+    def test_missing_required_is_named(self) -> None:
+        assert "'content'" in _invalid("write_file", {"path": "a"})
+
+    @pytest.mark.parametrize(
+        ("name", "arguments", "field"),
+        [
+            ("read_file", {"path": 3}, "'path'"),
+            ("read_file", {"path": "a", "offset": "1"}, "'offset'"),
+            ("read_file", {"path": "a", "limit": True}, "'limit'"),  # bool is not an integer
+            ("read_file", {"path": "a", "limit": 1.5}, "'limit'"),
+            ("read_file", {"path": "a", "limit": 0}, "'limit'"),
+            ("read_file", {"path": "a", "encoding": "latin-1"}, "'encoding'"),
+            ("list_directory", {"recursive": "yes"}, "'recursive'"),
+            ("read_multiple_files", {"paths": "a"}, "'paths'"),
+            ("read_multiple_files", {"paths": []}, "'paths'"),
+            ("read_multiple_files", {"paths": ["a", 1]}, "'paths[1]'"),
+            ("edit_file", {"path": "a", "edits": [{"old_string": "x"}]}, "'edits[0].new_string'"),
+            ("edit_file", {"path": "a", "edits": [{"old_string": "x", "new_string": "y",
+                                                   "extra": 1}]}, "'edits[0].extra'"),
+            ("edit_file", {"path": "a", "old_string": "", "new_string": "y"}, "'old_string'"),
+            ("write_file", {"path": "a", "content": "x", "expected_version": 5},
+             "'expected_version'"),
+            ("grep", {"pattern": "x", "glob": 3}, "'glob'"),
+            ("stat_file", {"path": ""}, "'path'"),
+        ],
+    )
+    def test_mistyped_argument_is_named(self, name: str, arguments: dict, field: str) -> None:
+        assert field in _invalid(name, arguments)
+
+    def test_too_many_paths(self) -> None:
+        assert "at most 50" in _invalid("read_multiple_files", {"paths": ["a"] * 51})
+
+    @pytest.mark.parametrize("arguments", [None, [], "path", 3])
+    def test_arguments_must_be_an_object(self, arguments: object) -> None:
+        assert "object" in _invalid("stat_file", arguments)
+
+    def test_null_allowed_only_where_declared(self) -> None:
+        assert validate(TOOLS["grep"], {"pattern": "x", "glob": None})["glob"] is None
+        assert "'path'" in _invalid("grep", {"pattern": "x", "path": None})
+
+    def test_schema_rejects_unsupported_type_names(self) -> None:
+        with pytest.raises(ValueError):
+            schema.check(1, {"type": "integr"}, "x")
+
+    def test_number_bounds(self) -> None:
+        schema.check(2.5, {"type": "number", "minimum": 1, "maximum": 3}, "x")
+        with pytest.raises(CorralError, match="at most 3"):
+            schema.check(4, {"type": "number", "maximum": 3}, "x")
+
+
+class TestRender:
+    def test_numbered_is_cat_n(self) -> None:
+        assert render.numbered(["a\n", "b\r\n", "c"], 9) == "     9\ta\n    10\tb\n    11\tc"
+
+    def test_long_lines_are_cut_with_their_length(self) -> None:
+        text = render.numbered(["x" * 2500 + "\n"], 1)
+        assert text.startswith("     1\t" + "x" * 2000 + "...")
+        assert "2500 chars" in text
+        assert "x" * 2001 not in text
+
+    def test_line_of_exactly_the_limit_is_kept(self) -> None:
+        assert render.cut_line("y" * 2000) == "y" * 2000
+
+    def test_read_text_paging_hint(self) -> None:
+        text = render.read_text("f", ["a\n", "b\n"], 3, 10, 5)
+        assert text.endswith("[showing lines 3-4 of 10; continue with offset=5]")
+
+    def test_read_text_empty_and_past_end(self) -> None:
+        assert render.read_text("f", [], 1, 0, None) == "f is empty."
+        assert "none at line 7" in render.read_text("f", [], 7, 3, None)
+
+
+class TestReadHelpers:
+    LINES = split_lines(b"1\n2\n3\n4\n5\n")
+
+    def test_split_keeps_ends_and_only_splits_on_newline(self) -> None:
+        assert split_lines(b"a\r\nb\x0bc\rd") == [b"a\r\n", b"b\x0bc\rd"]
+        assert split_lines(b"") == []
+
+    def test_page_from_start_with_limit(self) -> None:
+        got = page(self.LINES, 2, 2, 1000)
+        assert (got.start, got.lines, got.next_offset) == (2, [b"2\n", b"3\n"], 4)
+
+    def test_page_tail(self) -> None:
+        got = page(self.LINES, -2, 2000, 1000)
+        assert (got.start, got.lines, got.next_offset) == (4, [b"4\n", b"5\n"], None)
+
+    def test_page_tail_longer_than_file(self) -> None:
+        assert page(self.LINES, -50, 2000, 1000).start == 1
+
+    def test_page_byte_budget_stops_at_whole_lines(self) -> None:
+        got = page(self.LINES, 1, 2000, 5)
+        assert (got.lines, got.next_offset) == ([b"1\n", b"2\n"], 3)
+
+    def test_page_cuts_a_first_line_longer_than_the_budget(self) -> None:
+        got = page([b"abcdefgh\n", b"x\n"], 1, 10, 4)
+        assert (got.lines, got.next_offset) == ([b"abcd"], 2)
+
+    def test_page_past_the_end(self) -> None:
+        got = page(self.LINES, 9, 10, 100)
+        assert (got.lines, got.next_offset) == ([], None)
+
+    @pytest.mark.parametrize(
+        ("data", "media_type"),
+        [
+            (b"\x89PNG\r\n\x1a\n" + b"\0" * 8, "image/png"),
+            (b"\xff\xd8\xff\xe0" + b"\0" * 8, "image/jpeg"),
+            (b"GIF89a" + b"\0" * 8, "image/gif"),
+            (b"RIFF\0\0\0\0WEBPVP8 ", "image/webp"),
+            (b"BM" + b"\0" * 12 + (40).to_bytes(4, "little") + b"\0" * 8, "image/bmp"),
+            (b"BMW drivers rarely signal\n" * 2, None),
+            (b"RIFF\0\0\0\0WAVEfmt ", None),
+        ],
+    )
+    def test_image_type_from_magic_bytes(self, data: bytes, media_type: str | None) -> None:
+        assert image_type(data) == media_type
+
+    def test_is_binary(self) -> None:
+        assert is_binary(b"a\0b")
+        assert is_binary(b"caf\xe9")  # latin-1: reading it as text would lose bytes
+        assert not is_binary("café ☕".encode())
+
+
+class TestEditHelpers:
+    def test_apply_in_order(self) -> None:
+        text, count = apply("f", "a b c", [Edit("a", "x", False), Edit("x b", "y", False)])
+        assert (text, count) == ("y c", 2)
+
+    def test_ambiguous_names_the_count(self) -> None:
+        with pytest.raises(CorralError) as caught:
+            apply("f", "a a a", [Edit("a", "b", False)])
+        assert caught.value.code == "ambiguous_match"
+        assert "3 times" in caught.value.message
+
+    def test_replace_all_counts_every_occurrence(self) -> None:
+        assert apply("f", "a a a", [Edit("a", "b", True)]) == ("b b b", 3)
+
+    def test_no_match_names_the_edit(self) -> None:
+        with pytest.raises(CorralError) as caught:
+            apply("f", "abc", [Edit("a", "x", False), Edit("zz", "y", False)])
+        assert caught.value.code == "no_match"
+        assert "edit 2 of 2" in caught.value.message
+
+    def test_diff_marks_a_missing_final_newline(self) -> None:
+        diff = unified_diff("f", "a\nb", "a\nc")
+        assert diff.startswith("--- a/f\n+++ b/f\n")
+        assert "-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n" in diff
