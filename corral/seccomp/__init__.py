@@ -1,0 +1,40 @@
+"""The worker's syscall profile (data: worker.json, OCI/Docker seccomp format) and
+the compiler that turns it into a classic BPF filter for the running architecture.
+
+Hazmat: `install()` is irreversible for the calling process and its future
+children. Unknown syscalls fail with the profile's errno (EPERM); calls from a
+foreign ABI (x86 int 0x80, arm32 compat) kill the process.
+"""
+
+from __future__ import annotations
+
+from corral.seccomp import _kernel
+from corral.seccomp.arches import native_arch
+from corral.seccomp.bpf import compile_filter, pack
+from corral.seccomp.profile import Profile, ProfileError, load_profile
+
+__all__ = ["Profile", "ProfileError", "SeccompError", "install", "load_profile", "supported"]
+
+
+class SeccompError(RuntimeError):
+    """The filter could not be installed."""
+
+
+def supported() -> bool:
+    """True if this machine has a syscall table and its kernel takes seccomp filters."""
+    arch = native_arch()
+    return arch is not None and _kernel.filters_available(arch)
+
+
+def install(profile: Profile | None = None) -> None:
+    """Sets no_new_privs (the kernel requires it of unprivileged callers) and loads
+    the filter for `profile` (the shipped worker profile by default) on every thread."""
+    arch = native_arch()
+    if arch is None:
+        raise SeccompError("no syscall table for this machine's architecture")
+    program = pack(compile_filter(profile or load_profile(), arch))
+    try:
+        _kernel.set_no_new_privs()
+        _kernel.load_filter(arch, program)
+    except OSError as exc:
+        raise SeccompError(f"loading the seccomp filter failed: {exc.strerror}") from exc
