@@ -54,8 +54,7 @@ def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str]
         _record(ctx, Touched(path, root.path, resolved, decision.action, decision.rule))
         if decision.action == "deny":
             raise CorralError(
-                "path_denied", f"{path} is denied by policy rule {decision.rule or 'default'}.",
-                rule=decision.rule,
+                "path_denied", f"{path} is denied by {_why(decision.rule)}.", rule=decision.rule
             )
         if decision.action == "supervised":
             key = approval_key(root.path, resolved)
@@ -65,11 +64,15 @@ def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str]
                      "rule": decision.rule or ""}
                 )
                 raise CorralError(
-                    "approval_required", f"{path} needs approval ({decision.rule or 'default'}).",
+                    "approval_required", f"{path} needs approval under {_why(decision.rule)}.",
                     rule=decision.rule,
                 )
 
     return check
+
+
+def _why(rule: str | None) -> str:
+    return "the policy's default action" if rule is None else f"policy rule '{rule}'"
 
 
 def _record(ctx: Context, touched: Touched) -> None:
