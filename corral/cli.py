@@ -1,0 +1,220 @@
+"""The `corral` command: doctor, call, tools, serve.
+
+Exit codes: 0 success; 1 a tool call that returned an error result (or an MCP
+server whose sandbox could not start); 2 misuse: bad arguments, a workspace
+or config that cannot be used.
+Errors are one line on stderr: `corral: error: ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from corral.api import Sandbox
+from corral.config import find_config, load_config
+from corral.errors import CorralError
+from corral.mcp_server import Approve, mcp_tool
+
+EXIT_OK = 0
+EXIT_TOOL_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+
+
+class UsageError(Exception):
+    """Misuse of the command line: reported in one line, exit code 2."""
+
+
+def openai_tool(spec: dict[str, Any]) -> dict[str, Any]:
+    """The function-tool shape of OpenAI's Chat Completions `tools` list."""
+    return {
+        "type": "function",
+        "function": {
+            "name": spec["name"],
+            "description": spec["description"],
+            "parameters": spec["input_schema"],
+        },
+    }
+
+
+def anthropic_tool(spec: dict[str, Any]) -> dict[str, Any]:
+    """The client-tool shape of Anthropic's Messages API `tools` list."""
+    return {
+        "name": spec["name"],
+        "description": spec["description"],
+        "input_schema": spec["input_schema"],
+    }
+
+
+FORMATS = {"mcp": mcp_tool, "openai": openai_tool, "anthropic": anthropic_tool}
+
+
+def locate(args: argparse.Namespace) -> tuple[Path, str | None]:
+    """The workspace (--workspace, default: the current directory) and the config
+    file (--config, default: corral.toml in the workspace, if there is one)."""
+    workspace = Path(args.workspace or ".")
+    if not workspace.is_dir():
+        raise UsageError(f"workspace {workspace} is not a directory")
+    if args.config is None:
+        return workspace, find_config(workspace)
+    if not Path(args.config).is_file():
+        raise UsageError(f"config file {args.config} does not exist")
+    return workspace, args.config
+
+
+def open_sandbox(args: argparse.Namespace, approve: Approve | None = None) -> Sandbox:
+    """The sandbox the command line describes; an explicit --workspace wins over
+    the config file's [workspace] root."""
+    workspace, config = locate(args)
+    if config is None:
+        return Sandbox(workspace, approve=approve)
+    if args.workspace is None:
+        return Sandbox.from_config(config, approve=approve)
+    return Sandbox.from_config(config, workspace=workspace, approve=approve)
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from corral.sandbox.probe import probe
+
+    kernel = probe()
+    with open_sandbox(args) as sandbox:
+        worker = sandbox.confinement
+    if args.json:
+        print_json({"kernel": kernel, "worker": worker})
+        return EXIT_OK
+    print("kernel offers:")
+    for key, value in kernel.items():
+        print(f"  {key}: {value}")
+    print(f"a worker for {sandbox.roots[0].path} got:")
+    for key, value in worker.items():
+        print(f"  {key}: {value}")
+    return EXIT_OK
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.arguments == "-" else args.arguments
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"ARGUMENTS is not valid JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "README.md"}\'')
+    with open_sandbox(args) as sandbox:
+        outcome = sandbox.call(args.tool, arguments)
+    print_json(outcome)
+    return EXIT_OK if outcome["ok"] else EXIT_TOOL_ERROR
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    with open_sandbox(args) as sandbox:
+        specs = sandbox.tools()
+    print_json([FORMATS[args.format](spec) for spec in specs])
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from corral import jsonl_server, mcp_server
+    from corral.stdio import protocol_streams
+
+    if args.jsonl:
+        with open_sandbox(args) as sandbox:
+            jsonl_server.serve(sandbox, *protocol_streams())
+        return EXIT_OK
+    # The MCP server opens the sandbox on `initialize`; check what can be checked first,
+    # so a bad command line fails here, in one line, before the protocol starts.
+    _, config = locate(args)
+    if config is not None:
+        load_config(config)
+    served = mcp_server.serve(lambda approve: open_sandbox(args, approve), *protocol_streams())
+    return EXIT_OK if served else EXIT_TOOL_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="corral",
+        description="Kernel-confined file tools for AI agents.",
+        epilog="Run `corral COMMAND --help` for a command's options.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    place = argparse.ArgumentParser(add_help=False)
+    place.add_argument(
+        "--workspace",
+        help="the directory the tools work in (default: the current directory)",
+    )
+    place.add_argument(
+        "--config",
+        help="a corral.toml (default: corral.toml in the workspace, if there is one)",
+    )
+
+    doctor = commands.add_parser(
+        "doctor",
+        parents=[place],
+        help="show what confinement the kernel offers and what a worker gets",
+        description="Probe the kernel (Landlock ABI, seccomp, openat2, no_new_privs), start "
+        "a sandbox for the workspace and show which layers its workers actually run under.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(run=cmd_doctor)
+
+    call = commands.add_parser(
+        "call",
+        parents=[place],
+        help="run one tool call and print its result as JSON",
+        description="Run one tool call in a confined worker and print the result as JSON. "
+        "Exit code 0 if the call succeeded, 1 if it returned an error result.",
+    )
+    call.add_argument("tool", metavar="TOOL", help="tool name, e.g. read_file")
+    call.add_argument(
+        "arguments",
+        metavar="ARGUMENTS",
+        nargs="?",
+        default="{}",
+        help="the tool's arguments as a JSON object, or - to read them from stdin",
+    )
+    call.set_defaults(run=cmd_call)
+
+    tools = commands.add_parser(
+        "tools",
+        parents=[place],
+        help="print the tool specs visible under the policy",
+        description="Print the tools the policy allows as JSON, shaped for MCP, OpenAI "
+        "(Chat Completions function tools) or Anthropic (Messages API tools).",
+    )
+    tools.add_argument(
+        "--format", choices=sorted(FORMATS), default="mcp", help="spec shape (default: mcp)"
+    )
+    tools.set_defaults(run=cmd_tools)
+
+    serve = commands.add_parser(
+        "serve",
+        parents=[place],
+        help="serve the tools over stdio (MCP, or JSON lines with --jsonl)",
+        description="Serve the tools on stdin/stdout until stdin closes: the Model Context "
+        "Protocol by default, or one JSON request and one JSON result per line with --jsonl.",
+    )
+    serve.add_argument(
+        "--jsonl",
+        action="store_true",
+        help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
+    )
+    serve.set_defaults(run=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (UsageError, CorralError, OSError, ValueError) as exc:
+        print(f"corral: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

@@ -1,0 +1,84 @@
+"""Newline-delimited JSON over stdin/stdout, shared by the MCP and JSON-lines servers.
+
+`protocol_streams` takes fd 1 for the protocol and points fd 1 at stderr, so a
+stray print (ours, a library's, or a child process that inherited fd 1) lands
+on stderr instead of corrupting the stream the client parses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+# Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
+# while a client that never sends a newline cannot grow the host without bound.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+def protocol_streams() -> tuple[BinaryIO, BinaryIO]:
+    """The protocol's input and output; fd 1 now writes to stderr."""
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    return sys.stdin.buffer, out
+
+
+def read_lines(stream: BinaryIO) -> Iterator[bytes | None]:
+    """Each non-blank line without its newline; None for a line over MAX_LINE_BYTES
+    (its bytes are skipped up to the next newline)."""
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while (rest := stream.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        line = line.strip()
+        if line:
+            yield line
+
+
+class LineWriter:
+    """Writes one JSON value per line; safe to call from many threads."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def write(self, message: Any) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            try:
+                self._stream.write(data)
+                self._stream.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # the client is gone (or the stream closed): nobody left to tell
+
+
+def parse_line(line: bytes) -> Any:
+    """The JSON value on a line; ValueError for anything that is not JSON (bad
+    UTF-8, nesting deep enough to exhaust the parser's recursion)."""
+    try:
+        return json.loads(line)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+
+
+def guarded_call(
+    call: Callable[[str, dict[str, Any]], dict[str, Any]], tool: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """`Sandbox.call`, with a host-side bug reported to the client (and stderr)
+    as an `io_error` result instead of a request that never gets an answer."""
+    try:
+        return call(tool, arguments)
+    except Exception as exc:
+        traceback.print_exc()
+        message = f"internal error in the corral host: {type(exc).__name__}: {exc}"
+        return {"ok": False, "tool": tool, "error": {"code": "io_error", "message": message}}

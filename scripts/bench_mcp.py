@@ -1,0 +1,250 @@
+"""Per-call latency of `corral serve` against the reference MCP filesystem server.
+
+Both servers are driven by the same raw JSON-RPC stdio client in the same run
+(one request in flight at a time, so client overhead is equal), on the same
+files: a 4 KiB read, a 4 KiB write, a stat, a listing of 1,000 entries and
+one edit in a 100 KiB file. A third column times the same call through the
+Python API (`Sandbox.call`, no protocol) to show what MCP framing costs.
+
+Install the reference server outside the repo first:
+
+    mkdir -p /tmp/refserver && cd /tmp/refserver
+    npm install @modelcontextprotocol/server-filesystem
+
+    python scripts/bench_mcp.py --ref /tmp/refserver [--calls 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+REF_ENTRY = "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+WARMUP_CALLS = 30  # first calls pay for imports, JIT and cold caches on both sides
+LIST_ENTRIES = 1000
+EDIT_FILE_BYTES = 100 * 1024
+IO_BYTES = 4096
+
+
+class StdioClient:
+    """Newline-delimited JSON-RPC over a child's stdin/stdout, one call at a time."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
+        self.ids = 0
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "bench_mcp", "version": "1"},
+            },
+        )
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        self.ids += 1
+        self.send({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"server exited during {method}")
+            message = json.loads(line)
+            if message.get("id") == self.ids and "method" not in message:
+                if "error" in message:
+                    raise RuntimeError(f"{method} failed: {message['error']}")
+                return message["result"]
+            if "method" in message and "id" in message:  # a server request we do not serve
+                self.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "error": {"code": -32601, "message": "not supported"},
+                    }
+                )
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = self.request("tools/call", {"name": tool, "arguments": arguments})
+        if result.get("isError"):
+            raise RuntimeError(f"{tool} failed: {result['content']}")
+        return result
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+def make_workspace(root: Path) -> None:
+    (root / "read.txt").write_bytes(b"x" * (IO_BYTES - 1) + b"\n")
+    many = root / "many"
+    many.mkdir()
+    for index in range(LIST_ENTRIES):
+        (many / f"entry-{index:04d}.txt").write_bytes(b"")
+    line = b"a line of text in a file that is edited once per call\n"
+    body = line * (EDIT_FILE_BYTES // len(line))
+    (root / "edit.txt").write_bytes(body[: EDIT_FILE_BYTES // 2] + b"MARKER_A\n" + body)
+
+
+# Each operation: (corral tool, its arguments, reference tool, its arguments); "{ws}"
+# is the workspace's absolute path (the reference server wants absolute paths).
+def operations(ws: Path) -> dict[str, Callable[[int], tuple[str, dict, str, dict]]]:
+    content = "y" * (IO_BYTES - 1) + "\n"
+
+    def edit(i: int) -> tuple[str, dict, str, dict]:
+        old, new = ("MARKER_A", "MARKER_B") if i % 2 == 0 else ("MARKER_B", "MARKER_A")
+        return (
+            "edit_file",
+            {"path": "edit.txt", "old_string": old, "new_string": new},
+            "edit_file",
+            {"path": str(ws / "edit.txt"), "edits": [{"oldText": old, "newText": new}]},
+        )
+
+    return {
+        "read 4 KiB": lambda i: (
+            "read_file",
+            {"path": "read.txt"},
+            "read_text_file",
+            {"path": str(ws / "read.txt")},
+        ),
+        "write 4 KiB": lambda i: (
+            "write_file",
+            {"path": "write.txt", "content": content},
+            "write_file",
+            {"path": str(ws / "write.txt"), "content": content},
+        ),
+        "stat": lambda i: (
+            "stat_file",
+            {"path": "read.txt"},
+            "get_file_info",
+            {"path": str(ws / "read.txt")},
+        ),
+        "list 1,000 entries": lambda i: (
+            "list_directory",
+            {"path": "many", "max_entries": LIST_ENTRIES},
+            "list_directory",
+            {"path": str(ws / "many")},
+        ),
+        "edit in 100 KiB file": edit,
+    }
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def timed(run: Callable[[int], Any], calls: int) -> list[float]:
+    for i in range(WARMUP_CALLS):
+        run(i)
+    samples = []
+    for i in range(WARMUP_CALLS, WARMUP_CALLS + calls):
+        start = time.perf_counter()
+        run(i)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--ref",
+        type=Path,
+        default=Path("/tmp/refserver"),
+        help="directory where @modelcontextprotocol/server-filesystem is installed",
+    )
+    parser.add_argument("--calls", type=int, default=500, help="timed calls per operation")
+    args = parser.parse_args()
+    ref_entry = args.ref / REF_ENTRY
+    if not ref_entry.is_file():
+        print(f"bench_mcp: error: {ref_entry} not found; see the module docstring", file=sys.stderr)
+        return 2
+
+    sys.path.insert(0, str(REPO))
+    from corral import Sandbox
+
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
+        ws = Path(tmp, "ws")
+        ws.mkdir()
+        make_workspace(ws)
+        config = Path(tmp, "corral.toml")
+        config.write_text(f"[limits]\nmax_list_entries = {LIST_ENTRIES}\n")
+        corral = StdioClient(
+            [
+                sys.executable,
+                "-m",
+                "corral",
+                "serve",
+                "--workspace",
+                str(ws),
+                "--config",
+                str(config),
+            ],
+            ws,
+        )
+        ref = StdioClient(["node", str(ref_entry), str(ws)], ws)
+        sandbox = Sandbox.from_config(config, workspace=ws)
+        rows = []
+        try:
+            for name, op in operations(ws).items():
+                corral_s = timed(lambda i, op=op: corral.call(*op(i)[:2]), args.calls)
+                ref_s = timed(lambda i, op=op: ref.call(*op(i)[2:]), args.calls)
+                api_s = timed(lambda i, op=op: sandbox.call(*op(i)[:2]), args.calls)
+                rows.append((name, corral_s, ref_s, api_s))
+            confinement = sandbox.confinement
+        finally:
+            corral.close()
+            ref.close()
+            sandbox.close()
+
+    us = 1e6
+    print(f"corral worker confinement: {json.dumps(confinement)}")
+    print(f"{args.calls} calls per operation after {WARMUP_CALLS} warm-up calls; times in µs\n")
+    header = (
+        "operation",
+        "corral med",
+        "corral p99",
+        "ref med",
+        "ref p99",
+        "ref/corral",
+        "api med",
+        "mcp/api",
+    )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, corral_s, ref_s, api_s in rows:
+        c_med, r_med, a_med = (statistics.median(s) for s in (corral_s, ref_s, api_s))
+        cells = (
+            name,
+            f"{c_med * us:.0f}",
+            f"{percentile(corral_s, 0.99) * us:.0f}",
+            f"{r_med * us:.0f}",
+            f"{percentile(ref_s, 0.99) * us:.0f}",
+            f"{r_med / c_med:.2f}x",
+            f"{a_med * us:.0f}",
+            f"{c_med / a_med:.2f}x",
+        )
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

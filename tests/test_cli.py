@@ -1,0 +1,147 @@
+"""The `corral` command: output and exit codes of doctor, call, tools, serve."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+# What both OpenAI and Anthropic accept as a tool name.
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("corral: error: "), err
+    return lines[0]
+
+
+def test_call_prints_the_result(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
+    code, out, err = run(
+        capsys, "call", "read_file", '{"path": "hello.txt"}', "--workspace", str(workspace)
+    )
+    result = json.loads(out)
+    assert code == 0 and err == ""
+    assert result["ok"] is True and result["result"]["content"] == "hello\nworld\n"
+    assert "meta" not in result
+
+
+def test_call_tool_error_exits_1(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
+    code, out, _ = run(
+        capsys,
+        "call",
+        "read_file",
+        '{"path": "../outside/secret.txt"}',
+        "--workspace",
+        str(workspace),
+    )
+    assert code == 1 and json.loads(out)["error"]["code"] == "outside_workspace"
+    code, out, _ = run(capsys, "call", "no_such_tool", "--workspace", str(workspace))
+    assert code == 1 and json.loads(out)["error"]["code"] == "unknown_tool"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["call", "read_file", "{nope"], "not valid JSON"),
+        (["call", "read_file", "[1]"], "must be a JSON object"),
+        (["call", "read_file", "{}", "--workspace", "/no/such/dir"], "/no/such/dir"),
+        (["call", "read_file", "{}", "--config", "/no/such.toml"], "/no/such.toml"),
+    ],
+)
+def test_misuse_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    workspace: Path,
+    argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(workspace)
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in one_error_line(err)
+
+
+def test_bad_config_names_the_key(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
+    (workspace / "corral.toml").write_text('[tools]\nread_file = "sometimes"\n')
+    code, _, err = run(capsys, "tools", "--workspace", str(workspace))
+    assert code == 2 and "read_file" in one_error_line(err)
+
+
+def test_config_is_discovered_in_the_workspace(
+    capsys: pytest.CaptureFixture[str], workspace: Path
+) -> None:
+    (workspace / "corral.toml").write_text('[tools]\ngrep = "deny"\n')
+    code, out, _ = run(capsys, "tools", "--workspace", str(workspace))
+    assert code == 0 and "grep" not in {tool["name"] for tool in json.loads(out)}
+
+
+def check_schema(schema: dict[str, Any]) -> None:
+    assert schema["type"] == "object" and isinstance(schema["properties"], dict)
+    assert set(schema.get("required", [])) <= set(schema["properties"])
+
+
+def test_tools_formats(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
+    specs = {}
+    for fmt in ("mcp", "openai", "anthropic"):
+        code, out, _ = run(capsys, "tools", "--format", fmt, "--workspace", str(workspace))
+        assert code == 0
+        specs[fmt] = json.loads(out)
+    assert len(specs["mcp"]) == len(specs["openai"]) == len(specs["anthropic"]) >= 10
+    for tool in specs["mcp"]:
+        assert set(tool) == {"name", "description", "inputSchema", "annotations"}
+        check_schema(tool["inputSchema"])
+    for tool in specs["openai"]:
+        assert set(tool) == {"type", "function"} and tool["type"] == "function"
+        function = tool["function"]
+        assert set(function) == {"name", "description", "parameters"}
+        assert TOOL_NAME.match(function["name"]) and function["description"]
+        check_schema(function["parameters"])
+    for tool in specs["anthropic"]:
+        assert set(tool) == {"name", "description", "input_schema"}
+        assert TOOL_NAME.match(tool["name"]) and tool["description"]
+        check_schema(tool["input_schema"])
+    names = [tool["name"] for tool in specs["anthropic"]]
+    assert names == [tool["function"]["name"] for tool in specs["openai"]]
+    assert "delete_file" not in names
+
+
+def test_doctor(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
+    code, out, _ = run(capsys, "doctor", "--workspace", str(workspace))
+    assert code == 0 and "kernel offers" in out and "landlock" in out
+    code, out, _ = run(capsys, "doctor", "--json", "--workspace", str(workspace))
+    report = json.loads(out)
+    assert code == 0 and set(report) == {"kernel", "worker"}
+    assert "level" in report["worker"]
+
+
+def test_help_for_every_command() -> None:
+    for argv in ([], ["doctor"], ["call"], ["tools"], ["serve"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "corral", *argv, "--help"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+        assert proc.returncode == 0 and "usage: corral" in proc.stdout
+
+
+def test_no_command_is_misuse(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2 and "usage" in capsys.readouterr().err

@@ -1,0 +1,94 @@
+"""`corral serve --jsonl`: pipelined requests matched by id; bad lines get error lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import stdio
+from tests.conftest import SECRET
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def serve_jsonl(workspace: Path, lines: list[bytes]) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "corral", "serve", "--jsonl", "--workspace", str(workspace)],
+        input=b"".join(line + b"\n" for line in lines),
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def line(request_id: Any, tool: str, **arguments: Any) -> bytes:
+    return json.dumps({"id": request_id, "tool": tool, "arguments": arguments}).encode()
+
+
+def test_thousand_pipelined_requests_come_back_matched_by_id(workspace: Path) -> None:
+    for index in range(100):
+        (workspace / f"f{index}.txt").write_text(f"file {index}\n")
+    requests = {}
+    for index in range(1000):
+        kind = index % 4
+        if kind == 0:
+            requests[index] = line(index, "read_file", path=f"f{index % 100}.txt")
+        elif kind == 1:
+            requests[index] = line(index, "stat_file", path=f"f{index % 100}.txt")
+        elif kind == 2:
+            requests[index] = line(index, "write_file", path=f"w/{index}.txt", content=str(index))
+        else:
+            requests[index] = line(index, "read_file", path="../outside/secret.txt")
+    responses = serve_jsonl(workspace, list(requests.values()))
+    assert sorted(response["id"] for response in responses) == list(range(1000))
+    for response in responses:
+        index = response["id"]
+        kind = index % 4
+        if kind == 0:
+            assert response["ok"] and response["result"]["content"] == f"file {index % 100}\n"
+        elif kind == 1:
+            assert response["ok"] and response["result"]["size"] == len(f"file {index % 100}\n")
+        elif kind == 2:
+            assert response["ok"] and (workspace / f"w/{index}.txt").read_text() == str(index)
+        else:
+            assert response["error"]["code"] == "outside_workspace"
+            assert SECRET not in json.dumps(response)
+
+
+def test_malformed_lines_get_error_lines_and_serving_continues(workspace: Path) -> None:
+    lines = [
+        b"{not json",
+        b"[1, 2]",
+        b'{"id": "a", "arguments": {}}',
+        b'{"id": "b", "tool": "read_file", "arguments": "hello.txt"}',
+        b'{"id": "c", "tool": 5}',
+        line("d", "no_such_tool"),
+        line("e", "read_file", path="hello.txt"),
+        line("f", "read_file", nonsense=True),
+    ]
+    responses = serve_jsonl(workspace, lines)
+    by_id = {response["id"]: response for response in responses if response["id"] is not None}
+    anonymous = [response for response in responses if response["id"] is None]
+    assert len(anonymous) == 2 and len(by_id) == 6
+    for response in [*anonymous, by_id["a"], by_id["b"], by_id["c"]]:
+        assert response["ok"] is False and response["error"]["code"] == "invalid_arguments"
+        assert response["error"]["message"]
+    assert by_id["b"]["tool"] == "read_file" and by_id["c"]["tool"] is None
+    assert by_id["d"]["error"]["code"] == "unknown_tool"
+    assert by_id["e"]["ok"] and by_id["e"]["result"]["content"] == "hello\nworld\n"
+    assert by_id["f"]["error"]["code"] == "invalid_arguments"
+
+
+def test_oversized_line_is_skipped_to_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stdio, "MAX_LINE_BYTES", 10)
+    stream = io.BytesIO(b'{"id": 1}\n' + b"x" * 35 + b"\n\n  \n" + b'{"id":2}\n' + b"tail")
+    assert list(stdio.read_lines(stream)) == [b'{"id": 1}', None, b'{"id":2}', b"tail"]
