@@ -1,0 +1,377 @@
+"""Policy, config, approvals and audit end to end, through Sandbox on the real
+file system: decisions are made on resolved paths, whatever the caller names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import Sandbox
+from corral.config import TOOL_NAMES, ConfigError, Limits
+from corral.policy import Policy, RootSpec, Rule
+from corral.tools.registry import TOOLS
+
+MARKER = "CONTENT-MARKER-5d1e0b7a"  # must never reach the audit log
+ENV_SECRET = "ENV-SECRET-91c4"
+
+
+@pytest.fixture
+def ws(workspace: Path) -> Path:
+    (workspace / ".env").write_text(f"TOKEN={ENV_SECRET}\n")
+    (workspace / "notes.txt").symlink_to(".env")
+    (workspace / "deep").mkdir()
+    (workspace / "deep" / "link").symlink_to("../.env")
+    hooks = workspace / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("print('app')\n")
+    (workspace / "alias.py").symlink_to("src/app.py")
+    return workspace
+
+
+@pytest.fixture
+def sandbox(ws: Path) -> Iterator[Sandbox]:
+    with Sandbox(ws) as sb:
+        yield sb
+
+
+def code(result: dict[str, Any]) -> str | None:
+    return None if result["ok"] else result["error"]["code"]
+
+
+# -- decisions on resolved paths ----------------------------------------------
+
+
+@pytest.mark.parametrize("path", [".env", "notes.txt", "deep/link", "./deep/../notes.txt"])
+def test_symlinks_into_a_denied_file_are_denied_like_it(sandbox: Sandbox, path: str) -> None:
+    for tool, args in [
+        ("read_file", {"path": path}),
+        ("write_file", {"path": path, "content": "x"}),
+        ("append_file", {"path": path, "content": "x"}),
+        ("edit_file", {"path": path, "old_string": "TOKEN", "new_string": "T"}),
+        ("copy_file", {"source": path, "destination": "copy.txt"}),
+    ]:
+        result = sandbox.call(tool, args)
+        assert code(result) == "path_denied", (tool, result)
+        assert result["error"]["rule"] == "block-dotenv"
+        assert ENV_SECRET not in json.dumps(result)
+
+
+def test_denied_file_is_untouched_and_never_found(sandbox: Sandbox, ws: Path) -> None:
+    assert code(sandbox.call("stat_file", {"path": ".env"})) == "path_denied"
+    sandbox.call("write_file", {"path": "notes.txt", "content": "overwritten"})
+    assert (ws / ".env").read_text() == f"TOKEN={ENV_SECRET}\n"
+    for tool, args in [("grep", {"pattern": "TOKEN"}), ("search_files", {"pattern": "**"}),
+                       ("list_directory", {"recursive": True}),
+                       ("read_multiple_files", {"paths": ["notes.txt", ".env", "hello.txt"]})]:
+        assert ENV_SECRET not in json.dumps(sandbox.call(tool, args)), tool
+
+
+def test_git_writes_denied_reads_allowed(sandbox: Sandbox, ws: Path) -> None:
+    for tool, args in [
+        ("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"}),
+        ("write_file", {"path": ".git/config", "content": "[core]\nfsmonitor = evil\n"}),
+        ("append_file", {"path": ".git/config", "content": "x"}),
+        ("create_directory", {"path": ".git/hooks/x"}),
+        ("copy_file", {"source": "hello.txt", "destination": ".git/hooks/post-checkout"}),
+        ("move_file", {"source": "hello.txt", "destination": ".git/hooks/pre-push"}),
+    ]:
+        result = sandbox.call(tool, args)
+        assert code(result) == "path_denied", (tool, result)
+        assert result["error"]["rule"] == "block-git-writes"
+    assert list((ws / ".git" / "hooks").iterdir()) == []
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert (ws / "hello.txt").exists()
+    assert sandbox.call("read_file", {"path": ".git/config"})["ok"]
+
+
+def test_a_symlink_into_git_cannot_be_written_through(sandbox: Sandbox, ws: Path) -> None:
+    (ws / "hook").symlink_to(".git/hooks/pre-commit")
+    result = sandbox.call("write_file", {"path": "hook", "content": "#!/bin/sh\nevil\n"})
+    assert code(result) == "path_denied"
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_ro_root_written_by_absolute_path_is_read_only(ws: Path, outside: Path) -> None:
+    with Sandbox(ws, allowed_paths=[RootSpec(str(outside), "ro")]) as sb:
+        target = str(outside / "new.txt")
+        assert code(sb.call("write_file", {"path": target, "content": "x"})) == "read_only"
+        assert code(sb.call("create_directory", {"path": str(outside / "d")})) == "read_only"
+        moved = sb.call("move_file", {"source": str(outside / "secret.txt"),
+                                      "destination": "stolen.txt"})
+        assert code(moved) == "read_only"
+        assert sb.call("read_file", {"path": str(outside / "secret.txt")})["ok"]
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+def test_user_rules_and_default_action(ws: Path) -> None:
+    policy = Policy(
+        rules=(Rule("no-src-writes", "deny", ("write_file", "edit_file"), ("src/**",)),),
+        default_action="deny",
+    )
+    (ws / "README.md").write_text("readme\n")
+    policy = Policy(
+        rules=(*policy.rules, Rule("docs", "allow", ("*",), ("*.md", "src/**", "."))),
+        default_action="deny",
+    )
+    with Sandbox(ws, policy=policy) as sb:
+        assert sb.call("read_file", {"path": "alias.py"})["ok"]  # resolves to src/app.py
+        denied = sb.call("write_file", {"path": "alias.py", "content": "x"})
+        assert denied["error"]["rule"] == "no-src-writes"
+        assert sb.call("read_file", {"path": "README.md"})["ok"]
+        default = sb.call("read_file", {"path": "hello.txt"})
+        assert code(default) == "path_denied" and "rule" not in default["error"]
+
+
+def test_path_regex_whitelist(ws: Path) -> None:
+    with Sandbox(ws, policy=Policy(path_regex=(r"\.py$",))) as sb:
+        assert sb.call("read_file", {"path": "src/app.py"})["ok"]
+        assert sb.call("read_file", {"path": "alias.py"})["ok"]
+        miss = sb.call("read_file", {"path": "hello.txt"})
+        assert (code(miss), miss["error"]["rule"]) == ("path_denied", "path-regex")
+
+
+def test_builtin_overridden_by_a_rule_of_the_same_name(ws: Path) -> None:
+    (ws / ".env.example").write_text("TOKEN=changeme\n")
+    policy = Policy(rules=(Rule("block-dotenv", "deny", ("*",), ("**/.env",)),))
+    with Sandbox(ws, policy=policy) as sb:
+        assert sb.call("read_file", {"path": ".env.example"})["ok"]
+        assert code(sb.call("read_file", {"path": "notes.txt"})) == "path_denied"
+
+
+# -- tool discovery -------------------------------------------------------------
+
+
+def names(sb: Sandbox) -> set[str]:
+    return {spec["name"] for spec in sb.tools()}
+
+
+def test_contract_tool_names_match_the_registry() -> None:
+    assert set(TOOL_NAMES) == set(TOOLS)
+
+
+def test_tools_hides_denied_tools_and_calls_fail_tool_disabled(ws: Path) -> None:
+    with Sandbox(ws) as sb:
+        assert names(sb) == set(TOOL_NAMES) - {"delete_file"}
+        assert code(sb.call("delete_file", {"path": "hello.txt"})) == "tool_disabled"
+    assert (ws / "hello.txt").exists()
+    with Sandbox(ws, policy=Policy({"delete_file": "allow", "grep": "deny"})) as sb:
+        assert names(sb) == set(TOOL_NAMES) - {"grep"}
+        assert code(sb.call("grep", {"pattern": "x"})) == "tool_disabled"
+        assert sb.call("delete_file", {"path": "hello.txt"})["ok"]
+
+
+def test_read_only_hides_every_writer(ws: Path) -> None:
+    policy = Policy({"delete_file": "allow", "write_file": "allow"}, read_only=True)
+    with Sandbox(ws, policy=policy) as sb:
+        writers = {name for name, tool in TOOLS.items() if tool.writes}
+        assert names(sb) == set(TOOL_NAMES) - writers
+        assert {"write_file", "edit_file", "append_file", "delete_file"} <= writers
+        for name in writers:
+            assert code(sb.call(name, {})) == "tool_disabled", name
+        assert sb.roots[0].mode == "ro"
+
+
+# -- approvals ------------------------------------------------------------------
+
+
+class Approver:
+    def __init__(self, answer: bool) -> None:
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: dict[str, Any]) -> bool:
+        self.requests.append(request)
+        return self.answer
+
+
+SUPERVISED_TOOL = Policy({"write_file": "supervised"})
+SUPERVISED_RULE = Policy(rules=(Rule("ask-src", "supervised", ("*",), ("src/**",)),))
+
+
+@pytest.mark.parametrize("policy", [SUPERVISED_TOOL, SUPERVISED_RULE], ids=["tool", "rule"])
+def test_no_callback_means_approval_required(ws: Path, policy: Policy) -> None:
+    with Sandbox(ws, policy=policy) as sb:
+        result = sb.call("write_file", {"path": "alias.py", "content": "changed\n"})
+    assert code(result) == "approval_required"
+    assert (ws / "src" / "app.py").read_text() == "print('app')\n"
+
+
+@pytest.mark.parametrize("policy", [SUPERVISED_TOOL, SUPERVISED_RULE], ids=["tool", "rule"])
+def test_refusal_means_approval_denied(ws: Path, policy: Policy) -> None:
+    approver = Approver(False)
+    with Sandbox(ws, policy=policy, approve=approver) as sb:
+        result = sb.call("write_file", {"path": "alias.py", "content": "changed\n"})
+    assert code(result) == "approval_denied"
+    assert len(approver.requests) == 1
+    assert (ws / "src" / "app.py").read_text() == "print('app')\n"
+
+
+@pytest.mark.parametrize("policy", [SUPERVISED_TOOL, SUPERVISED_RULE], ids=["tool", "rule"])
+def test_approval_runs_the_call(ws: Path, policy: Policy) -> None:
+    approver = Approver(True)
+    with Sandbox(ws, policy=policy, approve=approver) as sb:
+        result = sb.call("write_file", {"path": "alias.py", "content": "changed\n"})
+    assert result["ok"], result
+    assert (ws / "src" / "app.py").read_text() == "changed\n"
+    (request,) = approver.requests
+    assert request["tool"] == "write_file"
+    assert request["arguments"]["path"] == "alias.py"
+    assert request["paths"] == ["alias.py"]
+
+
+def test_rule_approval_names_the_resolved_path_and_rule(ws: Path) -> None:
+    approver = Approver(True)
+    with Sandbox(ws, policy=SUPERVISED_RULE, approve=approver) as sb:
+        assert sb.call("read_file", {"path": "alias.py"})["ok"]
+        assert sb.call("read_file", {"path": "hello.txt"})["ok"]  # not supervised: no ask
+    (request,) = approver.requests
+    assert request["resolved"] == [str(ws / "src" / "app.py")]
+    assert request["rules"] == ["ask-src"]
+
+
+def test_rule_supervision_without_callback_names_the_rule(ws: Path) -> None:
+    with Sandbox(ws, policy=SUPERVISED_RULE) as sb:
+        result = sb.call("read_file", {"path": "src/app.py"})
+    assert (code(result), result["error"].get("rule")) == ("approval_required", "ask-src")
+
+
+# -- config end to end ----------------------------------------------------------
+
+CONFIG = """
+[workspace]
+allowed_paths = [{{ path = "{outside}", mode = "ro" }}]
+
+[tools]
+delete_file = "allow"
+write_file = "supervised"
+
+[[rules]]
+name = "no-build-output"
+action = "deny"
+tools = ["write_file", "edit_file", "append_file"]
+paths = ["dist/**"]
+
+[limits]
+max_read_bytes = 64
+max_write_bytes = 32
+max_file_bytes = 4096
+max_list_entries = 3
+
+[audit]
+path = "../audit.jsonl"
+"""
+
+
+@pytest.fixture
+def configured(ws: Path, outside: Path) -> Path:
+    path = ws / "corral.toml"
+    path.write_text(CONFIG.format(outside=outside))
+    return path
+
+
+def test_from_config_applies_every_section(configured: Path, ws: Path, outside: Path) -> None:
+    with Sandbox.from_config(configured, approve=Approver(True)) as sb:
+        assert sb.roots == (RootSpec(str(ws), "rw"), RootSpec(str(outside), "ro"))
+        assert "delete_file" in names(sb)
+        assert sb.call("append_file", {"path": "dist/a.js", "content": "x"})["error"]["rule"] \
+            == "no-build-output"
+        assert code(sb.call("write_file", {"path": str(outside / "x"), "content": "x"})) \
+            == "read_only"
+    assert (ws.parent / "audit.jsonl").exists()
+
+
+def test_from_config_keyword_arguments_win(configured: Path, ws: Path) -> None:
+    with Sandbox.from_config(configured, limits=Limits(max_write_bytes=4)) as sb:
+        result = sb.call("append_file", {"path": "a.txt", "content": "12345"})
+        assert code(result) == "too_large"
+        # No approve= here: the file's supervised write_file needs one.
+        assert code(sb.call("write_file", {"path": "b", "content": "x"})) == "approval_required"
+
+
+def test_limits_from_config_are_honoured(configured: Path, ws: Path) -> None:
+    (ws / "big.txt").write_text("line\n" * 100)  # 500 bytes
+    (ws / "huge.txt").write_text("x" * 5000)
+    with Sandbox.from_config(configured, approve=Approver(True)) as sb:
+        read = sb.call("read_file", {"path": "big.txt"})
+        assert read["result"]["truncated"] and len(read["result"]["content"]) <= 64
+        assert code(sb.call("read_file", {"path": "huge.txt"})) == "too_large"
+        too_long = sb.call("write_file", {"path": "w.txt", "content": "x" * 33})
+        assert code(too_long) == "too_large" and "33" in too_long["error"]["message"]
+        assert sb.call("write_file", {"path": "w.txt", "content": "x" * 32})["ok"]
+        listing = sb.call("list_directory", {"path": "."})
+        assert listing["result"]["truncated"] and listing["result"]["count"] == 3
+
+
+def test_config_file_and_audit_log_cannot_be_rewritten(ws: Path) -> None:
+    (ws / "corral.toml").write_text('[audit]\npath = "logs/audit.jsonl"\n')
+    (ws / "logs").mkdir()
+    with Sandbox.from_config(ws / "corral.toml") as sb:
+        for path in ("corral.toml", "logs/audit.jsonl"):
+            result = sb.call("write_file", {"path": path, "content": "[tools]\n"})
+            assert result["error"]["rule"] == "protect-corral-files", result
+        assert sb.call("read_file", {"path": "corral.toml"})["ok"]
+
+
+def test_from_config_errors_are_config_errors(ws: Path) -> None:
+    (ws / "corral.toml").write_text("[tools]\nwrite_file = 'sometimes'\n")
+    with pytest.raises(ConfigError, match=r"corral\.toml: \[tools\] write_file: expected one of"):
+        Sandbox.from_config(ws / "corral.toml")
+
+
+@pytest.mark.parametrize("root", ["/proc", "/etc", "/"])
+def test_system_paths_are_never_roots(ws: Path, root: str) -> None:
+    with pytest.raises(ConfigError, match="not allowed"):
+        Sandbox(root)
+    with pytest.raises(ConfigError, match="not allowed"):
+        Sandbox(ws, allowed_paths=[RootSpec(root, "ro")])
+
+
+# -- audit end to end -----------------------------------------------------------
+
+
+def test_audit_has_one_line_per_call_and_never_contents(ws: Path) -> None:
+    log = ws.parent / "audit.jsonl"
+    calls = [
+        ("write_file", {"path": "m.txt", "content": MARKER}),
+        ("read_file", {"path": "m.txt"}),
+        ("edit_file", {"path": "m.txt", "old_string": MARKER, "new_string": MARKER + "2"}),
+        ("grep", {"pattern": MARKER}),
+        ("append_file", {"path": "m.txt", "content": MARKER}),
+        ("read_file", {"path": "notes.txt"}),
+        ("copy_file", {"source": "m.txt", "destination": "n.txt"}),
+        ("delete_file", {"path": "m.txt"}),
+        ("no_such_tool", {"content": MARKER}),
+        ("write_file", {"path": "x", "content": MARKER, "bogus": MARKER}),
+    ]
+    with Sandbox(ws, audit=log) as sb:
+        results = [sb.call(tool, args) for tool, args in calls]
+    text = log.read_text()
+    assert MARKER not in text and ENV_SECRET not in text
+    records = [json.loads(line) for line in text.splitlines()]
+    assert len(records) == len(calls)
+    assert [r["tool"] for r in records] == [tool for tool, _ in calls]
+    assert [r["ok"] for r in records] == [r["ok"] for r in results]
+    write, read, _, _, _, denied, copy, disabled, unknown, invalid = records
+    assert (write["path"], write["resolved"], write["root"], write["decision"]) == (
+        "m.txt", "m.txt", str(ws), "allow")
+    assert write["bytes"] == len(MARKER) and read["bytes"] == len(MARKER)
+    assert (denied["path"], denied["resolved"], denied["rule"], denied["error"]) == (
+        "notes.txt", ".env", "block-dotenv", "path_denied")
+    assert [t["path"] for t in copy["touched"]] == ["m.txt", "n.txt"]
+    assert disabled["error"] == "tool_disabled"
+    assert unknown["error"] == "unknown_tool"
+    assert invalid["error"] == "invalid_arguments"
+    assert all(r["duration_ms"] >= 0 for r in records)
+
+
+def test_audit_sink_that_cannot_open_fails_the_sandbox(ws: Path) -> None:
+    from corral.audit import AuditError
+
+    with pytest.raises(AuditError, match="cannot open audit log"):
+        Sandbox(ws, audit=ws / "missing" / "audit.jsonl")
