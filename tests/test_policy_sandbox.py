@@ -375,3 +375,20 @@ def test_audit_sink_that_cannot_open_fails_the_sandbox(ws: Path) -> None:
 
     with pytest.raises(AuditError, match="cannot open audit log"):
         Sandbox(ws, audit=ws / "missing" / "audit.jsonl")
+
+
+def test_an_audit_log_inside_the_workspace_cannot_be_replaced(ws: Path) -> None:
+    log = ws / "audit.jsonl"
+    with Sandbox(ws, audit=log, policy=Policy({"delete_file": "allow"})) as sb:
+        for tool, args in [
+            ("write_file", {"path": "audit.jsonl", "content": "{}\n"}),
+            ("append_file", {"path": "audit.jsonl", "content": "{}\n"}),
+            ("move_file", {"source": "audit.jsonl", "destination": "gone.jsonl"}),
+            ("move_file", {"source": "hello.txt", "destination": "audit.jsonl",
+                           "overwrite": True}),
+            ("delete_file", {"path": "audit.jsonl"}),
+        ]:
+            result = sb.call(tool, args)
+            assert result["error"]["rule"] == "protect-corral-files", (tool, result)
+        assert sb.call("read_file", {"path": "audit.jsonl"})["ok"]
+    assert len(log.read_text().splitlines()) == 6
