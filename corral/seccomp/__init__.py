@@ -13,7 +13,10 @@ from corral.seccomp.arches import native_arch
 from corral.seccomp.bpf import compile_filter, pack
 from corral.seccomp.profile import Profile, ProfileError, load_profile
 
-__all__ = ["Profile", "ProfileError", "SeccompError", "install", "load_profile", "supported"]
+__all__ = [
+    "Profile", "ProfileError", "SeccompError", "compile_native", "install", "load_profile",
+    "supported",
+]
 
 
 class SeccompError(RuntimeError):
@@ -26,13 +29,24 @@ def supported() -> bool:
     return arch is not None and _kernel.filters_available(arch)
 
 
-def install(profile: Profile | None = None) -> None:
-    """Sets no_new_privs (the kernel requires it of unprivileged callers) and loads
-    the filter for `profile` (the shipped worker profile by default) on every thread."""
+def compile_native(profile: Profile | None = None) -> bytes:
+    """The packed filter for this machine; `profile` defaults to the worker profile.
+    Reads files: do it before Landlock closes them off."""
     arch = native_arch()
     if arch is None:
         raise SeccompError("no syscall table for this machine's architecture")
-    program = pack(compile_filter(profile or load_profile(), arch))
+    return pack(compile_filter(profile or load_profile(), arch))
+
+
+def install(program: bytes | None = None) -> None:
+    """Sets no_new_privs (the kernel requires it of unprivileged callers) and loads
+    `program` (compile_native()'s output; the worker profile's by default) on every
+    thread."""
+    arch = native_arch()
+    if arch is None:
+        raise SeccompError("no syscall table for this machine's architecture")
+    if program is None:
+        program = compile_native()
     try:
         _kernel.set_no_new_privs()
         _kernel.load_filter(arch, program)

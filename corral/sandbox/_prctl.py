@@ -1,0 +1,37 @@
+"""prctl for confinement: set and read no_new_privs, read the seccomp mode.
+Private plumbing (ctypes) for confine.py and probe.py."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+PR_GET_SECCOMP = 21
+PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, arg2: int = 0) -> int:
+    ctypes.set_errno(0)
+    result = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(0),
+                         ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(result)
+
+
+def set_no_new_privs() -> None:
+    """Irreversible: execve can never again grant privileges (setuid bits, file caps)."""
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def no_new_privs() -> bool:
+    return _prctl(PR_GET_NO_NEW_PRIVS) == 1
+
+
+def seccomp_mode() -> int:
+    """0 none, 1 strict, 2 filter (only answered while a filter lets prctl through)."""
+    return _prctl(PR_GET_SECCOMP)

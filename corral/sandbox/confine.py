@@ -1,0 +1,142 @@
+"""confine(): the layers a worker applies to itself before it serves. Hazmat:
+every step is irreversible for the calling process.
+
+Order: close inherited fds, rlimits, no_new_privs, Landlock, seccomp last (so the
+earlier steps may still use the calls it denies). Whatever needs a file (the
+seccomp profile, the syscall tables) is read first, before anything is closed.
+Best effort by kernel: a layer the kernel lacks is reported as absent; a layer
+the kernel offers that fails to apply raises ConfinementError (fail closed).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import signal
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from corral import seccomp
+from corral.config import Limits
+from corral.sandbox import _landlock, _prctl
+
+# Address space: the interpreter with everything a worker imports, malloc's
+# per-thread arenas and thread stacks (~0.5 GiB of reservations, mostly untouched) ...
+ADDRESS_SPACE_BASE = 1 << 30
+# ... plus this many copies of the largest file: bytes, the decoded str (up to 4
+# bytes a character), the edited text, its encoding and a diff live at once.
+FILE_COPIES_IN_MEMORY = 16
+MAX_OPEN_FILES = 1024  # roots, the pipe, a few per call, and a directory walk's depth
+_PROC_FDS = "/proc/self/fd"
+
+
+class ConfinementError(RuntimeError):
+    """A layer the kernel offers could not be applied: the worker must not serve."""
+
+
+class RootLike(Protocol):
+    path: str
+    mode: str
+    fd: int
+
+
+Roots = Sequence[tuple[str, str]] | Sequence[RootLike]
+
+
+def confine(roots: Roots, *, keep_fds: Iterable[int], limits: Limits) -> dict[str, Any]:
+    """Confine this process to `roots` ((absolute path, "rw"|"ro") pairs, or open
+    Roots, whose fds then name the directories, immune to renames of their paths).
+    `keep_fds` must include the roots' fds and the worker's pipe; stdin, stdout and
+    stderr not in it are pointed at /dev/null. Returns the layers applied."""
+    program = seccomp.compile_native() if seccomp.supported() else None
+    abi = _landlock.abi_version()
+    rules = [_rule(root, abi) for root in roots]
+    _close_fds(set(keep_fds))
+    _set_rlimits(limits)
+    _set_no_new_privs()
+    if abi:
+        _apply_landlock(rules, abi)
+    if program is not None:
+        _apply_seccomp(program)
+    return {
+        "landlock_abi": abi,
+        "seccomp": program is not None,
+        "no_new_privs": True,
+        "rlimits": True,
+    }
+
+
+def _rule(root: tuple[str, str] | RootLike, abi: int) -> tuple[str, _landlock.FSAccess]:
+    if isinstance(root, tuple):
+        path, mode = root
+        if not os.path.isabs(path):
+            raise ConfinementError(f"root {path!r} is not an absolute path")
+    else:
+        # the magic link names the very directory the worker holds open
+        path, mode = f"{_PROC_FDS}/{root.fd}", root.mode
+    if mode not in ("rw", "ro"):
+        raise ConfinementError(f"root mode must be 'rw' or 'ro', not {mode!r}")
+    rights = _landlock.READ_WRITE if mode == "rw" else _landlock.READ
+    return path, (rights & _landlock.handled_fs()) if abi else rights
+
+
+def _close_fds(keep: set[int]) -> None:
+    """Only the kept fds survive; 0-2 are kept open on /dev/null so a stray print or
+    warning can never land in a workspace file that reused their number."""
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    for fd in (0, 1, 2):
+        if fd not in keep and fd != devnull:
+            os.dup2(devnull, fd, inheritable=False)
+    for name in os.listdir(_PROC_FDS):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                if exc.errno != errno.EBADF:  # the listing's own fd, closed already
+                    raise ConfinementError(f"closing fd {fd} failed: {exc}") from exc
+
+
+def rlimits(limits: Limits) -> dict[int, int]:
+    """The limits a worker runs under (soft = hard, so it cannot raise them)."""
+    return {
+        # a write past the largest file allowed fails with EFBIG (SIGXFSZ is ignored)
+        resource.RLIMIT_FSIZE: limits.max_file_bytes,
+        resource.RLIMIT_NOFILE: MAX_OPEN_FILES,
+        resource.RLIMIT_AS: ADDRESS_SPACE_BASE + FILE_COPIES_IN_MEMORY * limits.max_file_bytes,
+        resource.RLIMIT_CORE: 0,  # a crash must not write the worker's memory to disk
+    }
+
+
+def _set_rlimits(limits: Limits) -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        for which, value in rlimits(limits).items():
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))
+    except (OSError, ValueError) as exc:
+        raise ConfinementError(f"setting resource limits failed: {exc}") from exc
+
+
+def _set_no_new_privs() -> None:
+    try:
+        _prctl.set_no_new_privs()
+    except OSError as exc:
+        raise ConfinementError(f"no_new_privs failed: {exc.strerror}") from exc
+
+
+def _apply_landlock(rules: list[tuple[str, _landlock.FSAccess]], abi: int) -> None:
+    try:
+        _landlock.restrict(rules, abi)
+    except _landlock.ERRORS as exc:
+        raise ConfinementError(f"Landlock (ABI {abi}) failed: {exc}") from exc
+
+
+def _apply_seccomp(program: bytes) -> None:
+    try:
+        seccomp.install(program)
+    except seccomp.SeccompError as exc:
+        raise ConfinementError(str(exc)) from exc

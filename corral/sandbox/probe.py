@@ -1,0 +1,83 @@
+"""What the kernel offers, and what a confined process actually got: for
+`corral doctor`, the pool's confinement report and the tests."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from corral import seccomp
+from corral.fs import _sys as fs_sys
+from corral.sandbox import _landlock, _prctl
+
+_LANDLOCK_PROBE = "/"  # never a root (system paths cannot be): readable only without Landlock
+
+
+def probe() -> dict[str, Any]:
+    """The layers this kernel offers: landlock_abi (0 = none), seccomp, openat2,
+    no_new_privs."""
+    return {
+        "landlock_abi": _landlock.abi_version(),
+        "seccomp": seccomp.supported(),
+        "openat2": openat2_available(),
+        "no_new_privs": _no_new_privs_available(),
+    }
+
+
+def openat2_available() -> bool:
+    try:
+        fd = fs_sys.openat2(-100, "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, 0, 0)
+    except OSError as exc:
+        # ENOSYS: no such call; EPERM: a seccomp filter of ours (or a container's)
+        return exc.errno not in (errno.ENOSYS, errno.EPERM)
+    os.close(fd)
+    return True
+
+
+def _no_new_privs_available() -> bool:
+    try:
+        _prctl.no_new_privs()
+    except OSError:
+        return False
+    return True
+
+
+def observed(pid: int | None = None) -> dict[str, Any]:
+    """What process `pid` (default: this one) runs under, from /proc/PID/status:
+    no_new_privs, seccomp (filter mode), seccomp_filters; for this process also
+    landlock, from a probe access (another process's Landlock domain is not visible).
+    Inside a Landlock domain /proc is out of reach, so this process then asks prctl."""
+    try:
+        report = _status(f"/proc/{pid or 'self'}/status")
+    except PermissionError:
+        if pid is not None:
+            raise
+        report = {
+            "no_new_privs": _prctl.no_new_privs(),
+            "seccomp": _prctl.seccomp_mode() == 2,
+            "seccomp_filters": None,  # only /proc tells how many
+        }
+    if pid is None:
+        report["landlock"] = landlock_enforced()
+    return report
+
+
+def landlock_enforced() -> bool:
+    """True if this process is in a Landlock domain that hides `/`."""
+    try:
+        fd = os.open(_LANDLOCK_PROBE, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:
+        return True
+    os.close(fd)
+    return False
+
+
+def _status(path: str) -> dict[str, Any]:
+    with open(path, encoding="ascii") as status:
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+    return {
+        "no_new_privs": fields.get("NoNewPrivs", "0").strip() == "1",
+        "seccomp": fields.get("Seccomp", "0").strip() == "2",
+        "seccomp_filters": int(fields.get("Seccomp_filters", "0").strip()),
+    }
