@@ -3,6 +3,7 @@ file system: decisions are made on resolved paths, whatever the caller names."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -392,3 +393,25 @@ def test_an_audit_log_inside_the_workspace_cannot_be_replaced(ws: Path) -> None:
             assert result["error"]["rule"] == "protect-corral-files", (tool, result)
         assert sb.call("read_file", {"path": "audit.jsonl"})["ok"]
     assert len(log.read_text().splitlines()) == 6
+
+
+def test_async_sandbox_approvals(ws: Path) -> None:
+    from corral import AsyncSandbox
+
+    async def scenario() -> list[str | None]:
+        answers = iter([False, True])
+        asked: list[dict[str, Any]] = []
+
+        async def approve(request: dict[str, Any]) -> bool:
+            asked.append(request)
+            return next(answers)
+
+        async with AsyncSandbox(ws, policy=SUPERVISED_TOOL, approve=approve) as sb:
+            args = {"path": "./src/../alias.py", "content": "async\n"}
+            first = await sb.call("write_file", args)
+            second = await sb.call("write_file", args)
+        assert [request["paths"] for request in asked] == [["alias.py"], ["alias.py"]]
+        return [code(first), code(second)]
+
+    assert asyncio.run(scenario()) == ["approval_denied", None]
+    assert (ws / "src" / "app.py").read_text() == "async\n"
