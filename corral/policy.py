@@ -162,7 +162,9 @@ def _compile_globs(globs: list[str], *, flags: int = 0) -> re.Pattern[str] | Non
 
 
 def _absolute(root: RootSpec, rel: str) -> str:
-    return root.path if rel == "." else posixpath.join(root.path, rel)
+    if rel == ".":
+        return root.path
+    return f"{root.path}{rel}" if root.path.endswith("/") else f"{root.path}/{rel}"
 
 
 @dataclass(frozen=True)
