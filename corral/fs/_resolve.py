@@ -64,6 +64,8 @@ class Openat2Resolver:
             except OSError as exc:
                 if exc.errno == errno.EAGAIN:
                     continue
+                if exc.errno == errno.ELOOP:
+                    self._classify_loop(rel)
                 raise
             try:
                 return fd, self._relative(fd)
@@ -71,6 +73,17 @@ class Openat2Resolver:
                 os.close(fd)
                 raise
         raise _oserror(errno.EAGAIN)
+
+    def _classify_loop(self, rel: str) -> None:
+        """The kernel answers ELOOP both for a loop and for a magic link such as
+        /proc/self/root; the walk tells them apart (EXDEV for the magic link, whose
+        text is absolute or leaves the root). Its result is never used otherwise."""
+        try:
+            os.close(WalkResolver(self.root_fd).open_dir(rel)[0])
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                raise
+        raise _oserror(errno.ELOOP)
 
     def _relative(self, fd: int) -> str:
         """Root-relative path of an fd opened beneath the root, from the kernel's record."""
