@@ -175,7 +175,7 @@ class _Compiled:
     relative: re.Pattern[str] | None  # matched against the root-relative path
     absolute: re.Pattern[str] | None  # matched against root + relative path
 
-    def matches(self, tool: str, rel: str, absolute: str, write: bool) -> bool:
+    def matches(self, tool: str, rel: str, absolute: str) -> bool:
         if self.tools is not None and tool not in self.tools:
             return False
         if self.relative is not None and self.relative.fullmatch(rel):
@@ -273,6 +273,9 @@ def check_root(path: str) -> None:
 
 @dataclass(frozen=True)
 class Policy:
+    """What tools may run and which paths they may touch; JSON round-trips through
+    to_dict/from_dict (the worker rebuilds it from that)."""
+
     tool_modes: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny|supervised
     rules: tuple[Rule, ...] = ()
     default_action: str = "allow"
@@ -281,8 +284,8 @@ class Policy:
     protected_paths: tuple[str, ...] = ()  # absolute real paths no tool may write
 
     def __post_init__(self) -> None:
-        # Normalise lists (from_dict, hand-built policies) so the policy stays hashable-ish
-        # and comparable, then compile once: decide() runs on every path of every call.
+        # Normalise lists to tuples so a policy compares equal however it was built, then
+        # compile once: decide() runs on every path of every call.
         object.__setattr__(self, "rules", tuple(
             Rule(r.name, r.action, tuple(r.tools), tuple(r.paths)) for r in self.rules
         ))
@@ -334,7 +337,7 @@ class Policy:
         if write and absolute in self._protected:  # type: ignore[attr-defined]
             return Decision("deny", PROTECT_RULE)
         for rule in self._compiled:  # type: ignore[attr-defined]
-            if rule.matches(tool, rel, absolute, write):
+            if rule.matches(tool, rel, absolute):
                 return Decision(rule.action, rule.name)
         regexes: tuple[re.Pattern[str], ...] = self._regexes  # type: ignore[attr-defined]
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
