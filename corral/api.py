@@ -71,7 +71,7 @@ class _Core:
         if workers is not None:
             options = dataclasses.replace(options, workers=workers)
         self.options = options
-        real, others = resolve_roots(workspace, allowed_paths)
+        real, others = resolve_roots(workspace, allowed_paths, read_only=self.policy.read_only)
         self.roots = (RootSpec(real, "ro" if self.policy.read_only else "rw"), *others)
         self.approve = approve
         self._owns_audit = audit is not None and not isinstance(audit, Audit)

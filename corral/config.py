@@ -86,35 +86,38 @@ def resolve_roots(
     workspace: str | os.PathLike[str],
     allowed_paths: Iterable[RootSpec] = (),
     *,
+    read_only: bool = False,
     source: str | None = None,
 ) -> tuple[str, tuple[RootSpec, ...]]:
     """Real absolute paths of the roots, each an existing directory that is not a
     system path; an "ro" root may not lie inside a "rw" root (Landlock grants the
-    union of rules, so the inner root would stay writable)."""
-    real = _real_directory(os.fspath(workspace), "[workspace] root", source)
+    union of rules, so the inner root would stay writable). Errors name the
+    config key when `source` is a file, else the argument."""
+    keys = ("[workspace] root", "[workspace] allowed_paths") if source else (
+        "workspace", "allowed_paths")
+    real = _real_directory(os.fspath(workspace), keys[0], source)
     others = []
     for index, spec in enumerate(allowed_paths):
-        key = f"[workspace] allowed_paths[{index}]"
+        key = f"{keys[1]}[{index}]"
         if spec.mode not in ROOT_MODES:
             raise ConfigError(_expected(ROOT_MODES, spec.mode), file=source, key=f"{key}.mode")
         others.append(RootSpec(_real_directory(spec.path, f"{key}.path", source), spec.mode))
-    roots = [RootSpec(real, "rw"), *others]
+    roots = [RootSpec(real, "ro" if read_only else "rw"), *others]
     for index, inner in enumerate(roots):
         for outer in roots[:index]:
-            _check_nesting(outer, inner, source)
+            _check_nesting(outer, inner, source, keys[1])
     return real, tuple(others)
 
 
-def _check_nesting(first: RootSpec, second: RootSpec, source: str | None) -> None:
+def _check_nesting(first: RootSpec, second: RootSpec, source: str | None, key: str) -> None:
     if first.path == second.path:
-        raise ConfigError(f"{second.path} is listed twice", file=source,
-                          key="[workspace] allowed_paths")
+        raise ConfigError(f"{second.path} is listed twice", file=source, key=key)
     for inner, outer in ((first, second), (second, first)):
         if inner.mode == "ro" and outer.mode == "rw" and inner.path.startswith(outer.path + "/"):
             raise ConfigError(
                 f"read-only root {inner.path} lies inside read-write root {outer.path}, "
                 "where it cannot be enforced; deny writes there with a [[rules]] entry instead",
-                file=source, key="[workspace] allowed_paths",
+                file=source, key=key,
             )
 
 
@@ -220,7 +223,7 @@ class _Parser:
         root = self.path(workspace.get("root", "."), "[workspace] root")
         read_only = self.boolean(workspace.get("read_only", False), "[workspace] read_only")
         specs = self.allowed_paths(workspace.get("allowed_paths", []))
-        real, others = resolve_roots(root, specs, source=self.source)
+        real, others = resolve_roots(root, specs, read_only=read_only, source=self.source)
         audit_path = self.audit(data)
         # No tool may rewrite the policy it runs under or the log of what it did.
         protected = tuple(os.path.realpath(p) for p in (self.source, audit_path) if p)

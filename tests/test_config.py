@@ -251,3 +251,19 @@ def test_error_messages_name_file_key_and_allowed_values(
     for fragment in fragments:
         assert fragment in message, (fragment, message)
     assert caught.value.file == CONFIG
+
+
+def test_resolve_roots_errors_name_arguments_without_a_file(tree: FakeFilesystem) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve_roots(WS, [RootSpec("/data", "ro"), RootSpec("/nowhere", "ro")])
+    assert str(caught.value) == "allowed_paths[1].path: /nowhere is not an existing directory"
+    with pytest.raises(ConfigError, match=r"^workspace: root '/proc/1' is not allowed"):
+        resolve_roots("/proc/1")
+
+
+def test_read_only_workspace_may_hold_an_ro_root(tree: FakeFilesystem) -> None:
+    tree.create_dir(f"{WS}/vendor")
+    config = load_config(write(tree, "[workspace]\nread_only = true\nallowed_paths = ['vendor']\n"))
+    assert config.roots == (RootSpec(WS, "ro"), RootSpec(f"{WS}/vendor", "ro"))
+    with pytest.raises(ConfigError, match="lies inside read-write root /home/u"):
+        resolve_roots(WS, [RootSpec("/home/u", "rw")], read_only=True)
