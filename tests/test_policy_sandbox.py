@@ -415,3 +415,15 @@ def test_async_sandbox_approvals(ws: Path) -> None:
 
     assert asyncio.run(scenario()) == ["approval_denied", None]
     assert (ws / "src" / "app.py").read_text() == "async\n"
+
+
+def test_a_record_that_cannot_be_written_is_raised_from_call(ws: Path) -> None:
+    from corral.audit import Audit, AuditError
+
+    audit = Audit(ws.parent / "audit.jsonl")
+    with Sandbox(ws, audit=audit) as sb:
+        assert sb.call("read_file", {"path": "hello.txt"})["ok"]
+        audit.close()  # the host's sink breaks: the next call must say so
+        with pytest.raises(AuditError, match="closed"):
+            sb.call("read_file", {"path": "hello.txt"})
+    assert len((ws.parent / "audit.jsonl").read_text().splitlines()) == 1
