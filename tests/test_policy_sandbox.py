@@ -307,6 +307,13 @@ def test_limits_from_config_are_honoured(configured: Path, ws: Path) -> None:
         assert sb.call("write_file", {"path": "w.txt", "content": "x" * 32})["ok"]
         listing = sb.call("list_directory", {"path": "."})
         assert listing["result"]["truncated"] and listing["result"]["count"] == 3
+        edit = {"path": "w.txt", "old_string": "x", "new_string": "xx", "replace_all": True}
+        assert code(sb.call("edit_file", edit)) == "too_large"
+        assert code(sb.call("append_file", {"path": "w.txt", "content": "y" * 33})) == "too_large"
+        assert code(sb.call("copy_file", {"source": "huge.txt", "destination": "c"})) == "too_large"
+        (many,) = sb.call("read_multiple_files", {"paths": ["huge.txt"]})["result"]["files"]
+        assert code(many) == "too_large"
+    assert (ws / "w.txt").read_text() == "x" * 32
 
 
 def test_config_file_and_audit_log_cannot_be_rewritten(ws: Path) -> None:
