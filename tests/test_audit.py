@@ -166,3 +166,14 @@ def test_a_write_the_kernel_refuses_raises_audit_error(tmp_path: Path) -> None:
                           text=True, check=True, timeout=60)
     assert done.stdout.startswith(f"cannot write audit log {log}: File too large"), done
     assert len(lines(log)) == 1
+
+
+def test_hostile_paths_stay_on_one_line(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    hostile = 'a\n{"tool":"forged"}\r\udcff\u2028b'
+    with Audit(log) as audit:
+        audit.record(tool="read_file", ok=False, path=hostile, error="not_found")
+    raw = log.read_bytes()
+    assert raw.count(b"\n") == 1 and b"\r" not in raw
+    (record,) = lines(log)
+    assert record["path"] == hostile and record["tool"] == "read_file"
