@@ -3,6 +3,7 @@ Runs inside the worker; nothing here touches the file system by itself."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,13 +55,14 @@ class Tool:
     run: Callable[[Context, dict[str, Any]], Outcome]
 
     def spec(self) -> dict[str, Any]:
-        """What a host shows a model: name, description, input_schema, annotations."""
-        return {
+        """What a host shows a model: name, description, input_schema, annotations
+        (a copy: a host that edits it must not change what the tool enforces)."""
+        return copy.deepcopy({
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
-            "annotations": dict(self.annotations),
-        }
+            "annotations": self.annotations,
+        })
 
 
 def annotations(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
