@@ -42,7 +42,7 @@ class StdioClient:
     def __init__(self, argv: list[str], cwd: Path) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         self.ids = 0
         self.request(
@@ -58,6 +58,7 @@ class StdioClient:
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -93,21 +94,31 @@ class StdioClient:
         self.proc.wait(timeout=10)
 
 
+def text_of(size: int, marker_line: int | None = None) -> str:
+    """Numbered lines of source-like text, `size` bytes (64 per line), optionally with
+    MARKER_A on a line of its own: realistic for a diff, unlike one repeated line."""
+    lines = [
+        f"{n:06d} line of source text that an agent reads and edits here!\n"
+        for n in range(size // 64)
+    ]
+    if marker_line is not None:
+        lines[marker_line] = "MARKER_A".ljust(63) + "\n"
+    return "".join(lines)
+
+
 def make_workspace(root: Path) -> None:
-    (root / "read.txt").write_bytes(b"x" * (IO_BYTES - 1) + b"\n")
+    (root / "read.txt").write_text(text_of(IO_BYTES))
     many = root / "many"
     many.mkdir()
     for index in range(LIST_ENTRIES):
         (many / f"entry-{index:04d}.txt").write_bytes(b"")
-    line = b"a line of text in a file that is edited once per call\n"
-    body = line * (EDIT_FILE_BYTES // len(line))
-    (root / "edit.txt").write_bytes(body[: EDIT_FILE_BYTES // 2] + b"MARKER_A\n" + body)
+    (root / "edit.txt").write_text(text_of(EDIT_FILE_BYTES, marker_line=EDIT_FILE_BYTES // 128))
 
 
 # Each operation: (corral tool, its arguments, reference tool, its arguments); "{ws}"
 # is the workspace's absolute path (the reference server wants absolute paths).
 def operations(ws: Path) -> dict[str, Callable[[int], tuple[str, dict, str, dict]]]:
-    content = "y" * (IO_BYTES - 1) + "\n"
+    content = text_of(IO_BYTES)
 
     def edit(i: int) -> tuple[str, dict, str, dict]:
         old, new = ("MARKER_A", "MARKER_B") if i % 2 == 0 else ("MARKER_B", "MARKER_A")

@@ -183,9 +183,22 @@ def test_denied_tool_is_absent_and_refused(tmp_path: Path, workspace: Path) -> N
     assert not (workspace / "x.txt").exists()
 
 
+SUPERVISED_TOOL = '[tools]\nwrite_file = "supervised"\n'
+SUPERVISED_PATH = """
+[[rules]]
+name = "ask-for-docs"
+action = "supervised"
+tools = ["write_file"]
+paths = ["docs/**"]
+"""
+
+
+@pytest.mark.parametrize("config", [SUPERVISED_TOOL, SUPERVISED_PATH], ids=["tool", "path"])
 @pytest.mark.parametrize("action", ["accept", "decline"])
-def test_supervised_tool_asks_by_elicitation(tmp_path: Path, workspace: Path, action: str) -> None:
-    extra = write_config(tmp_path, '[tools]\nwrite_file = "supervised"\n')
+def test_supervised_call_asks_by_elicitation(
+    tmp_path: Path, workspace: Path, config: str, action: str
+) -> None:
+    extra = write_config(tmp_path, config)
     asked: list[str] = []
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -193,15 +206,18 @@ def test_supervised_tool_asks_by_elicitation(tmp_path: Path, workspace: Path, ac
         return types.ElicitResult(action=action)
 
     async def body(session: ClientSession) -> None:
-        result = await session.call_tool("write_file", {"path": "x.txt", "content": "x"})
+        result = await session.call_tool("write_file", {"path": "docs/x.md", "content": "x"})
         if action == "accept":
             assert not result.is_error, result
         else:
             assert error_code(result) == "approval_denied"
+        other = await session.call_tool("write_file", {"path": "y", "content": "y"})
+        assert other.is_error == (config == SUPERVISED_TOOL and action == "decline")
 
     run_session(workspace, body, extra=extra, elicit=elicit)
-    assert len(asked) == 1 and "write_file" in asked[0] and "x.txt" in asked[0]
-    assert (workspace / "x.txt").exists() == (action == "accept")
+    expected_asks = 2 if config == SUPERVISED_TOOL else 1
+    assert len(asked) == expected_asks and "write_file" in asked[0] and "docs/x.md" in asked[0]
+    assert (workspace / "docs/x.md").exists() == (action == "accept")
 
 
 def test_supervised_tool_without_elicitation_needs_approval(
@@ -370,3 +386,26 @@ def test_cancel_while_waiting_for_approval(tmp_path: Path, workspace: Path) -> N
         proc.kill()
         proc.wait()
     assert not (workspace / "x.txt").exists()
+
+
+def test_sandbox_that_cannot_start_fails_initialize(tmp_path: Path) -> None:
+    """The workspace vanishes after the command line was checked: initialize gets a
+    JSON-RPC error naming the cause and the server exits 1."""
+    workspace = tmp_path / "gone"
+    workspace.mkdir()
+    proc = subprocess.Popen(
+        serve_argv(workspace),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(request(1, "ping") + b"\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    workspace.rmdir()
+    out, err = proc.communicate(json.dumps(INIT).encode() + b"\n", timeout=60)
+    reply = json.loads(out)
+    assert reply["error"]["code"] == -32603 and str(workspace) in reply["error"]["message"]
+    assert proc.returncode == 1 and b"cannot start the sandbox" in err
