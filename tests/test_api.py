@@ -147,6 +147,16 @@ class TestApprovalRounds:
         codes = [f["ok"] or f["error"]["code"] for f in files["result"]["files"]]
         assert codes == [True, "approval_required"]
 
+    def test_grep_in_an_approved_directory_searches_its_files(self, ws: Path) -> None:
+        asked: list[list[str]] = []
+        with Sandbox(ws, policy=self.POLICY,
+                     approve=lambda r: asked.append(r["paths"]) or True) as sandbox:
+            inside = sandbox.call("grep", {"pattern": "doc", "path": "docs"})["result"]
+            everywhere = sandbox.call("grep", {"pattern": "doc"})["result"]
+        assert [m["path"] for m in inside["matches"]] == ["docs/d.txt"]
+        assert asked == [["docs"]]  # grep over the root passes supervised files by
+        assert all(not m["path"].startswith("docs/") for m in everywhere["matches"])
+
     def test_a_callback_that_raises_propagates(self, ws: Path) -> None:
         def broken(request: dict[str, Any]) -> bool:
             raise KeyError("host bug")

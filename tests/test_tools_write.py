@@ -159,8 +159,15 @@ class TestWriteFile:
         target = str(base / "ro" / "kept.txt")
         assert ok(sb, "read_file", path=target)["result"]["content"] == "kept\n"
         error = err(sb, "write_file", path=target, content="changed")
-        assert error["code"] == "read_only"
+        assert error["code"] == "read_only" and target in error["message"]
         assert (base / "ro" / "kept.txt").read_text() == "kept\n"
+
+    def test_messages_name_absolute_paths_as_given(self, sb: Sandbox, base: Path) -> None:
+        missing = str(base / "ro" / "missing.txt")
+        error = err(sb, "read_file", path=missing)
+        assert error["code"] == "not_found" and missing in error["message"]
+        files = ok(sb, "read_multiple_files", paths=[missing])["result"]["files"]
+        assert missing in files[0]["error"]["message"]
 
 
 class TestAppendFile:

@@ -16,6 +16,17 @@ from corral.policy import RootSpec
 from corral.tools.base import Context, Touched
 
 
+def as_given(ctx: Context, error: CorralError) -> CorralError:
+    """The error with the caller's spelling of an absolute path: the fs layer names
+    paths relative to their root, the caller named /abs/root/file."""
+    message = error.message
+    for rel, path in ctx.given.items():
+        message = message.replace(f" {rel}:", f" {path}:", 1)
+    if message == error.message:
+        return error
+    return CorralError(error.code, message, rule=error.rule)
+
+
 def approval_key(root: str, resolved: str) -> str:
     """The token the host approves for one resolved path."""
     return f"{root}\0{resolved}"
@@ -23,6 +34,8 @@ def approval_key(root: str, resolved: str) -> str:
 
 def target(ctx: Context, path: str, *, write: bool) -> tuple[Root, str]:
     root, rel = ctx.roots.locate(path)
+    if rel != path:
+        ctx.given[rel] = path
     if write and root.mode == "ro":
         raise CorralError("read_only", f"{path} lies in a read-only root.")
     return root, rel
@@ -31,13 +44,6 @@ def target(ctx: Context, path: str, *, write: bool) -> tuple[Root, str]:
 def joined(base: str, name: str) -> str:
     """A root-relative path below `base` ("." is the root itself)."""
     return name if base == "." else f"{base}/{name}"
-
-
-def allowed(ctx: Context, root: Root, resolved: str, *, write: bool = False) -> bool:
-    """Whether the policy lets this tool use `resolved` without asking anyone:
-    walkers use it to skip entries silently instead of failing the whole call."""
-    decision = ctx.policy.decide(ctx.tool, RootSpec(root.path, root.mode), resolved, write=write)
-    return decision.action == "allow"
 
 
 def visible(ctx: Context, root: Root, resolved: str) -> bool:

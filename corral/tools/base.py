@@ -36,6 +36,7 @@ class Context:
     touched: list[Touched] = field(default_factory=list)
     tool: str = ""  # the tool being run: policy decisions are per tool
     needs_approval: list[dict[str, str]] = field(default_factory=list)
+    given: dict[str, str] = field(default_factory=dict)  # root-relative path -> as given
 
 
 @dataclass(frozen=True)

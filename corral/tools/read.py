@@ -10,7 +10,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import content_version
 from corral.tools import render
-from corral.tools.access import open_target
+from corral.tools.access import as_given, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 
 HARD_READ_CEILING = 4 * 1024 * 1024  # content per call, whatever the config says: frames stay small
@@ -175,7 +175,8 @@ def read_multiple_files(ctx: Context, args: dict[str, Any]) -> Outcome:
                     f"the most one call returns is {HARD_READ_CEILING} bytes; read it on its own.",
                 )
             outcome = read_one(ctx, one, min(read_budget(ctx, args["max_bytes"]), left))
-        except CorralError as error:
+        except CorralError as failure:
+            error = as_given(ctx, failure)
             files.append({"ok": False, "path": path, "error": error.to_dict()})
             texts.append(f"==> {path} <==\n{render.error_line(error.code, error.message)}")
             continue

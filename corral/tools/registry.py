@@ -9,6 +9,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.tools import schema
+from corral.tools.access import as_given
 from corral.tools.base import Context, Tool
 from corral.tools.edit import EDIT_TOOLS
 from corral.tools.files import FILE_TOOLS
@@ -57,7 +58,7 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     name = request.get("tool")
     call = dataclasses.replace(
         ctx, approved=frozenset(request.get("approved") or ()), touched=[],
-        tool=name if isinstance(name, str) else "", needs_approval=[],
+        tool=name if isinstance(name, str) else "", needs_approval=[], given={},
     )
     size = 0
     try:
@@ -71,7 +72,7 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
             "ok": True, "tool": tool.name, "result": outcome.result, "text": outcome.text
         }
     except CorralError as error:
-        response = error_result(call.tool, error)
+        response = error_result(call.tool, as_given(call, error))
     except Exception as error:  # the worker must answer every request
         response = error_result(call.tool, CorralError("io_error", _unexpected(call.tool, error)))
     response["meta"] = {

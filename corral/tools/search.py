@@ -8,9 +8,9 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.fs import Root
-from corral.policy import PolicyError, glob_to_regex
+from corral.policy import PolicyError, RootSpec, glob_to_regex
 from corral.tools import render
-from corral.tools.access import allowed, joined, open_target
+from corral.tools.access import approval_key, joined, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 from corral.tools.listing import Resolved, shown
 from corral.tools.read import is_binary, split_lines
@@ -55,11 +55,14 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
     return Outcome(result, "\n".join([*matches, *note]))
 
 
-def _searchable(ctx: Context, root: Root, resolved: str) -> None:
-    """Guard for each file grep opens: only files the policy allows outright are read,
-    decided on what was really opened (a swapped-in symlink is decided as its target)."""
-    if not allowed(ctx, root, resolved):
-        raise CorralError("path_denied", f"{resolved} is not searchable.")
+def _searchable(ctx: Context, root: Root, resolved: str, approved_dir: bool) -> None:
+    """Guard for each file grep opens, decided on what was really opened (a
+    swapped-in symlink is decided as its target): files the policy allows, and
+    supervised ones when the host approved the directory being searched."""
+    decision = ctx.policy.decide(ctx.tool, RootSpec(root.path, root.mode), resolved, write=False)
+    if decision.action == "allow" or (decision.action == "supervised" and approved_dir):
+        return
+    raise CorralError("path_denied", f"{resolved} is not searchable.")
 
 
 def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
@@ -85,10 +88,11 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
             raise CorralError("binary_file", f"{path} is a binary file; grep searches text.")
         found.search(path, data)
     else:
+        approved_dir = approval_key(root.path, seen.path) in ctx.approved
         for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
             if entry.type != "file" or not wanted(entry.path):
                 continue
-            data = _read_quietly(ctx, root, joined(seen.path, entry.path))
+            data = _read_quietly(ctx, root, joined(seen.path, entry.path), approved_dir)
             if data is not None and found.search(shown_path(path, entry.path), data):
                 break
     result = {"pattern": args["pattern"], "path": path, "matches": found.matches,
@@ -121,13 +125,13 @@ class Found:
         return False
 
 
-def _read_quietly(ctx: Context, root: Root, resolved: str) -> bytes | None:
+def _read_quietly(ctx: Context, root: Root, resolved: str, approved_dir: bool) -> bytes | None:
     """A walked file's text, or None when grep should pass it by: unreadable, too
     large, binary, denied or supervised by policy, or gone meanwhile."""
     try:
         data = root.read_bytes(
             resolved, max_file_bytes=ctx.limits.max_file_bytes,
-            guard=lambda opened: _searchable(ctx, root, opened),
+            guard=lambda opened: _searchable(ctx, root, opened, approved_dir),
         )
     except CorralError:
         return None
