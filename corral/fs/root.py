@@ -250,8 +250,8 @@ class Root:
         """lstat-like (stat if follow) through the parent fd; None if it does not exist."""
         path = check_path("stat", rel)
         with translated("stat", rel):
-            try:
-                t = self._target(path, follow=follow)
+            try:  # a trailing slash resolves the final link, as lstat("link/") does
+                t = self._target(path, follow=follow or path.endswith("/"))
             except FileNotFoundError:
                 return None
             with t:
@@ -417,7 +417,7 @@ class Root:
             if stat.S_ISLNK(st.st_mode):  # a link to a directory beneath the root counts
                 try:
                     os.close(self._resolver.open_dir(t.rel)[0])
-                except NotADirectoryError:
+                except (NotADirectoryError, FileNotFoundError):
                     raise OSError(errno.EEXIST, "exists") from None
                 return False
             if stat.S_ISDIR(st.st_mode):
@@ -457,6 +457,11 @@ class Root:
             with translated("move", dst), dst_root._target(dst_path, follow=False) as d:
                 dst_name = d.name()
                 _guard(guard_dst, d.rel)
+                slash = s.trailing_slash or d.trailing_slash
+                if (slash and not stat.S_ISDIR(s.st.st_mode)) or (
+                    d.trailing_slash and d.st is not None and not stat.S_ISDIR(d.st.st_mode)
+                ):  # "x/" names a directory; rename does not follow a link for it
+                    raise OSError(errno.ENOTDIR, "not a directory")
                 if stat.S_ISDIR(s.st.st_mode) and self._same_root(dst_root) and (
                     d.rel == s.rel or d.rel.startswith(s.rel + "/")
                 ):
