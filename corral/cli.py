@@ -1,8 +1,9 @@
 """The `corral` command: doctor, call, tools, serve.
 
-Exit codes: 0 success; 1 a tool call that returned an error result (or an MCP
-server whose sandbox could not start); 2 misuse: bad arguments, a workspace
-or config that cannot be used.
+Exit codes: 0 success; 1 a tool call that returned an error result, an MCP
+server whose sandbox could not start, or a doctor that found a worker without
+a layer the kernel offers; 2 misuse: bad arguments, a workspace or config
+that cannot be used.
 Errors are one line on stderr: `corral: error: ...`.
 """
 
@@ -14,10 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from corral import jsonl_server, mcp_server
 from corral.api import Sandbox
 from corral.config import find_config, load_config
 from corral.errors import CorralError
 from corral.mcp_server import Approve, mcp_tool
+from corral.sandbox.probe import probe
+from corral.stdio import protocol_streams
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
@@ -81,22 +85,36 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from corral.sandbox.probe import probe
+def missing_layers(kernel: dict[str, Any], worker: dict[str, Any]) -> list[str]:
+    """Layers the kernel offers that the worker does not run under."""
+    lacking = [key for key in kernel if kernel[key] and key in worker and not worker[key]]
+    return [key.removesuffix("_abi") for key in lacking]
 
+
+def describe(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "yes" if value else "no"
+    return str(value)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
     kernel = probe()
     with open_sandbox(args) as sandbox:
         worker = sandbox.confinement
+        workspace = sandbox.roots[0].path
+    missing = missing_layers(kernel, worker)
     if args.json:
-        print_json({"kernel": kernel, "worker": worker})
-        return EXIT_OK
-    print("kernel offers:")
-    for key, value in kernel.items():
-        print(f"  {key}: {value}")
-    print(f"a worker for {sandbox.roots[0].path} got:")
-    for key, value in worker.items():
-        print(f"  {key}: {value}")
-    return EXIT_OK
+        print_json({"kernel": kernel, "worker": worker, "missing": missing})
+    else:
+        print("the kernel offers:")
+        for key, value in kernel.items():
+            print(f"  {key:<14}{describe(value)}")
+        print(f"a worker for {workspace} runs with:")
+        for key, value in worker.items():
+            print(f"  {key:<14}{describe(value)}")
+        if missing:
+            print(f"warning: the worker lacks {', '.join(missing)}, which the kernel offers")
+    return EXIT_OK if not missing else EXIT_TOOL_ERROR
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -121,9 +139,6 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from corral import jsonl_server, mcp_server
-    from corral.stdio import protocol_streams
-
     if args.jsonl:
         with open_sandbox(args) as sandbox:
             jsonl_server.serve(sandbox, *protocol_streams())
@@ -159,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[place],
         help="show what confinement the kernel offers and what a worker gets",
         description="Probe the kernel (Landlock ABI, seccomp, openat2, no_new_privs), start "
-        "a sandbox for the workspace and show which layers its workers actually run under.",
+        "a sandbox for the workspace and show which layers its workers actually run under. "
+        "Exit code 1 if a worker lacks a layer the kernel offers.",
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.set_defaults(run=cmd_doctor)

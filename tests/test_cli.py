@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from corral.cli import main
+from corral.cli import main, missing_layers
 
 REPO = Path(__file__).resolve().parent.parent
 # What both OpenAI and Anthropic accept as a tool name.
@@ -122,12 +122,27 @@ def test_tools_formats(capsys: pytest.CaptureFixture[str], workspace: Path) -> N
 
 
 def test_doctor(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
+    """On this kernel (Landlock, seccomp, openat2) a worker gets every layer."""
     code, out, _ = run(capsys, "doctor", "--workspace", str(workspace))
-    assert code == 0 and "kernel offers" in out and "landlock" in out
+    assert "the kernel offers" in out and "landlock_abi" in out and str(workspace) in out
+    assert code == 0, out
     code, out, _ = run(capsys, "doctor", "--json", "--workspace", str(workspace))
     report = json.loads(out)
-    assert code == 0 and set(report) == {"kernel", "worker"}
-    assert "level" in report["worker"]
+    assert code == 0 and report["missing"] == []
+    assert report["kernel"]["landlock_abi"] >= 1 and report["worker"]["seccomp"] is True
+
+
+def test_missing_layers() -> None:
+    kernel = {"landlock_abi": 7, "seccomp": True, "openat2": True, "no_new_privs": False}
+    worker = {
+        "level": "partial",
+        "landlock_abi": None,
+        "seccomp": True,
+        "openat2": True,
+        "no_new_privs": False,
+    }
+    assert missing_layers(kernel, worker) == ["landlock"]
+    assert missing_layers(kernel, dict(worker, landlock_abi=7)) == []
 
 
 def test_help_for_every_command() -> None:
