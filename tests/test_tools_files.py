@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.config import Limits
+from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from corral.policy import Policy
 from tests.conftest import SECRET
@@ -29,9 +29,15 @@ def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
     return response["error"]
 
 
+@pytest.fixture(scope="module", params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
+    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
+    return SandboxOptions(resolver=request.param)
+
+
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("files")
+def base(tmp_path_factory: pytest.TempPathFactory, resolver: SandboxOptions) -> Path:
+    base = tmp_path_factory.mktemp(f"files-{resolver.resolver}")
     ws = base / "ws"
     (ws / "src" / "pkg").mkdir(parents=True)
     (ws / "src" / "app.py").write_text("import os\nprint('Hello')\n")
@@ -54,9 +60,9 @@ def ws(base: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sb(ws: Path) -> Iterator[Sandbox]:
+def sb(ws: Path, resolver: SandboxOptions) -> Iterator[Sandbox]:
     policy = Policy(tool_modes={"delete_file": "allow"})
-    with Sandbox(ws, policy=policy) as sandbox:
+    with Sandbox(ws, policy=policy, options=resolver) as sandbox:
         yield sandbox
 
 

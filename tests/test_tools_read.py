@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.config import Limits
+from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from tests.conftest import SECRET
 
@@ -32,6 +32,12 @@ def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
     assert not response["ok"], response
     assert set(response) == {"ok", "tool", "error"}
     return response["error"]
+
+
+@pytest.fixture(scope="module", params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
+    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
+    return SandboxOptions(resolver=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +63,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sb(ws: Path) -> Iterator[Sandbox]:
-    with Sandbox(ws, limits=Limits(max_file_bytes=100_000)) as sandbox:
+def sb(ws: Path, resolver: SandboxOptions) -> Iterator[Sandbox]:
+    with Sandbox(ws, limits=Limits(max_file_bytes=100_000), options=resolver) as sandbox:
         yield sandbox
 
 

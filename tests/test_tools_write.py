@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.config import Limits
+from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from corral.policy import RootSpec
 from tests.conftest import SECRET
@@ -35,9 +35,15 @@ def temps(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.rglob(".corral-tmp-*"))
 
 
+@pytest.fixture(scope="module", params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
+    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
+    return SandboxOptions(resolver=request.param)
+
+
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("write")
+def base(tmp_path_factory: pytest.TempPathFactory, resolver: SandboxOptions) -> Path:
+    base = tmp_path_factory.mktemp(f"write-{resolver.resolver}")
     (base / "ws").mkdir()
     (base / "ro").mkdir()
     (base / "ro" / "kept.txt").write_text("kept\n")
@@ -51,8 +57,9 @@ def ws(base: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sb(base: Path) -> Iterator[Sandbox]:
-    with Sandbox(base / "ws", allowed_paths=[RootSpec(str(base / "ro"), "ro")]) as sandbox:
+def sb(base: Path, resolver: SandboxOptions) -> Iterator[Sandbox]:
+    ro = [RootSpec(str(base / "ro"), "ro")]
+    with Sandbox(base / "ws", allowed_paths=ro, options=resolver) as sandbox:
         yield sandbox
 
 
