@@ -33,7 +33,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
@@ -118,10 +118,49 @@ def elicits_forms(capabilities: object) -> bool:
 
 
 class ProtocolError(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    """A message answered with a JSON-RPC error (id None where it had no usable id)."""
+
+    def __init__(self, code: int, message: str, request_id: str | int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.request_id = request_id
+
+
+def decode(line: bytes | None) -> dict[str, Any]:
+    """One incoming message, checked: a response (no method: result or error) or a
+    request/notification with a string method and object params (null or omitted: {})."""
+    if line is None:
+        raise ProtocolError(INVALID_REQUEST, f"message over {MAX_LINE_BYTES} bytes")
+    try:
+        message = parse_line(line)
+    except ValueError as exc:
+        raise ProtocolError(PARSE_ERROR, f"parse error: {exc}") from exc
+    if not isinstance(message, dict):
+        raise ProtocolError(INVALID_REQUEST, "a message must be a JSON object (no batches)")
+    if "method" not in message and ("result" in message or "error" in message):
+        return message  # a response is never answered, however malformed
+    if "id" in message and not _valid_id(message["id"]):
+        raise ProtocolError(INVALID_REQUEST, "id must be a string or an integer")
+    request_id = message.get("id")
+    if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        raise ProtocolError(INVALID_REQUEST, 'need "jsonrpc": "2.0" and a method', request_id)
+    params = message.get("params")
+    if params is None or ("id" not in message and not isinstance(params, dict)):
+        # null is what some clients send for "no params"; a notification is never
+        # answered, so one with bad params is taken as having none
+        message["params"] = {}
+    elif not isinstance(params, dict):
+        raise ProtocolError(INVALID_PARAMS, "params must be an object", request_id)
+    return message
+    if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        raise ProtocolError(INVALID_REQUEST, 'need "jsonrpc": "2.0" and a method', request_id)
+    params = message.setdefault("params", {})
+    if params is None:
+        message["params"] = {}  # some clients send null for "no params"
+    elif not isinstance(params, dict):
+        raise ProtocolError(INVALID_PARAMS, "params must be an object", request_id)
+    return message
 
 
 @dataclass
@@ -130,7 +169,7 @@ class Call:
 
     request_id: str | int
     cancelled: bool = False
-    elicitation: Future[dict[str, Any] | None] | None = field(default=None)
+    elicitation: Future[dict[str, Any] | None] | None = None
 
 
 class McpServer:
@@ -172,44 +211,24 @@ class McpServer:
     # -- input ------------------------------------------------------------------
 
     def _receive(self, line: bytes | None) -> None:
-        if line is None:
-            self._error(None, INVALID_REQUEST, f"message over {MAX_LINE_BYTES} bytes")
-            return
         try:
-            message = parse_line(line)
-        except ValueError as exc:
-            self._error(None, PARSE_ERROR, f"parse error: {exc}")
+            message = decode(line)
+        except ProtocolError as exc:
+            self._error(exc.request_id, exc.code, exc.message)
             return
-        if not isinstance(message, dict):
-            self._error(
-                None, INVALID_REQUEST, "a message must be a JSON object (batches are not supported)"
-            )
-            return
-        if "method" not in message and ("result" in message or "error" in message):
+        if "method" not in message:
             self._reply_received(message)
             return
-        request_id = message.get("id")
-        has_id = "id" in message
-        if has_id and not _valid_id(request_id):
-            self._error(None, INVALID_REQUEST, "id must be a string or an integer")
-            return
-        method = message.get("method")
-        if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
-            self._error(
-                request_id, INVALID_REQUEST, 'a request needs "jsonrpc": "2.0" and a method'
-            )
-            return
-        params = message.get("params", {})
-        if not has_id:
+        method, params = message["method"], message["params"]
+        if "id" not in message:
             self._notification(method, params)
             return
+        request_id = message["id"]
         try:
-            if not isinstance(params, dict):
-                raise ProtocolError(INVALID_PARAMS, "params must be an object")
             if method == "tools/call":
                 self._start_call(request_id, params)
-                return
-            self._result(request_id, self._request(method, params))
+            else:
+                self._result(request_id, self._request(method, params))
         except ProtocolError as exc:
             self._error(request_id, exc.code, exc.message)
 

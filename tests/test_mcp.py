@@ -299,6 +299,10 @@ def test_raw_protocol_errors(workspace: Path) -> None:
         b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
         b'{"jsonrpc": "2.0", "method": "notifications/unknown"}',
         b'{"jsonrpc": "2.0", "id": "late", "result": {}}',
+        b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x"}}',
+        b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [1]}',
+        b'{"jsonrpc": "2.0", "id": 8, "method": "ping", "params": null}',
+        b'{"jsonrpc": "2.0", "id": 9}',
         request(7, "ping"),
         request("s", "tools/call", {"name": "read_file", "arguments": {"path": "hello.txt"}}),
     ]
@@ -311,9 +315,10 @@ def test_raw_protocol_errors(workspace: Path) -> None:
     assert responses[4]["error"]["code"] == -32602
     assert responses[5]["error"]["code"] == -32602
     assert responses[6]["error"]["code"] == -32600
-    assert responses[7]["result"] == {}
+    assert responses[7]["result"] == responses[8]["result"] == {}
+    assert responses[9]["error"]["code"] == -32600
     assert responses["s"]["result"]["structuredContent"]["content"] == "hello\nworld\n"
-    assert set(responses) == {None, 0, 1, 2, 3, 4, 5, 6, 7, "s"}
+    assert set(responses) == {None, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, "s"}
 
 
 def test_version_negotiation(workspace: Path) -> None:
