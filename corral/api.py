@@ -193,11 +193,6 @@ class _Core:
         return response
 
 
-def _approve_sync(approve: Approve | None, ask: dict[str, Any]) -> bool:
-    assert approve is not None  # the core asks only when there is a callback
-    return bool(approve(ask))
-
-
 class Sandbox:
     """File tools confined to a workspace. Thread-safe; close it (or use `with`)."""
 
@@ -243,8 +238,8 @@ class Sandbox:
                 while True:
                     if kind == "submit":
                         answer = self._executor.submit(payload)
-                    else:
-                        answer = _approve_sync(self._core.approve, payload)
+                    else:  # the core asks only when there is a callback
+                        answer = bool(self._core.approve(payload))  # type: ignore[misc]
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value

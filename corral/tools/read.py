@@ -69,20 +69,16 @@ def page(lines: list[bytes], offset: int, limit: int, budget: int) -> Page:
     `budget` bytes. A first line longer than the budget is cut to it."""
     total = len(lines)
     start = max(1, total + offset + 1) if offset < 0 else offset
-    chosen: list[bytes] = []
-    used = 0
-    index = start - 1
-    while index < total and len(chosen) < limit:
-        line = lines[index]
-        if used + len(line) > budget:
-            if not chosen:
-                chosen.append(line[:budget])
-                index += 1
-            break
-        chosen.append(line)
-        used += len(line)
-        index += 1
-    return Page(start, chosen, index + 1 if index < total else None)
+    chosen = lines[start - 1 : start - 1 + limit]
+    if sum(map(len, chosen)) > budget:  # rare: walk to the last whole line that fits
+        used = 0
+        for count, line in enumerate(chosen):
+            used += len(line)
+            if used > budget:
+                chosen = chosen[:count] if count else [line[:budget]]
+                break
+    end = start - 1 + len(chosen)
+    return Page(start, chosen, end + 1 if end < total else None)
 
 
 def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:

@@ -76,7 +76,7 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     except Exception as error:  # the worker must answer every request
         response = error_result(call.tool, CorralError("io_error", _unexpected(call.tool, error)))
     response["meta"] = {
-        "touched": [dataclasses.asdict(t) for t in call.touched],
+        "touched": [vars(t).copy() for t in call.touched],  # asdict would deep-copy
         "bytes": size,
         "needs_approval": call.needs_approval,
     }

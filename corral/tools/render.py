@@ -19,7 +19,7 @@ def cut_line(line: str, limit: int = LINE_CUT) -> str:
 def numbered(lines: Iterable[str], start: int) -> str:
     """cat -n style: right-aligned line number, a tab, the line (newline stripped)."""
     return "\n".join(
-        f"{number:>{NUMBER_WIDTH}}\t{cut_line(line.rstrip(_EOL))}"
+        f"{number:{NUMBER_WIDTH}d}\t{cut_line(line.rstrip(_EOL))}"
         for number, line in enumerate(lines, start)
     )
 
