@@ -91,6 +91,30 @@ def test_config_is_discovered_in_the_workspace(
     assert code == 0 and "grep" not in {tool["name"] for tool in json.loads(out)}
 
 
+def test_explicit_workspace_wins_over_the_config_root(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, workspace: Path
+) -> None:
+    config = tmp_path / "elsewhere.toml"
+    config.write_text('[workspace]\nroot = "outside"\n[tools]\ngrep = "deny"\n')
+    code, out, _ = run(
+        capsys,
+        "call",
+        "read_file",
+        '{"path": "hello.txt"}',
+        "--config",
+        str(config),
+        "--workspace",
+        str(workspace),
+    )
+    assert code == 0 and json.loads(out)["result"]["content"] == "hello\nworld\n"
+    code, out, _ = run(
+        capsys, "call", "read_file", '{"path": "secret.txt"}', "--config", str(config)
+    )
+    assert code == 0  # without --workspace, the file's root (tmp_path/outside) is used
+    code, out, _ = run(capsys, "tools", "--config", str(config))
+    assert "grep" not in {tool["name"] for tool in json.loads(out)}
+
+
 def check_schema(schema: dict[str, Any]) -> None:
     assert schema["type"] == "object" and isinstance(schema["properties"], dict)
     assert set(schema.get("required", [])) <= set(schema["properties"])
