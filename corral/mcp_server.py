@@ -382,9 +382,13 @@ class McpServer:
 
 
 def approval_message(request: dict[str, Any]) -> str:
+    """What the user is asked: the tool, the paths as the agent gave them, and the
+    rules that asked for approval (a path rule's round names them)."""
     paths = request.get("paths") or []
     where = f" on {', '.join(str(path) for path in paths)}" if paths else ""
-    return f"Allow the agent to run {request['tool']}{where}?"
+    rules = sorted({str(rule) for rule in request.get("rules") or () if rule})
+    why = f" (rule {', '.join(rules)})" if rules else ""
+    return f"Allow the agent to run {request['tool']}{where}?{why}"
 
 
 def _valid_id(value: object) -> bool:

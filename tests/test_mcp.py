@@ -217,6 +217,7 @@ def test_supervised_call_asks_by_elicitation(
     run_session(workspace, body, extra=extra, elicit=elicit)
     expected_asks = 2 if config == SUPERVISED_TOOL else 1
     assert len(asked) == expected_asks and "write_file" in asked[0] and "docs/x.md" in asked[0]
+    assert ("ask-for-docs" in asked[0]) == (config == SUPERVISED_PATH)
     assert (workspace / "docs/x.md").exists() == (action == "accept")
 
 
