@@ -1,0 +1,207 @@
+"""seccomp inside a confined child, asserting the kernel's errno. Each denial has
+a control run with the seccomp layer dropped where the call gets through (or
+fails with another errno, from another layer), so the test fails if seccomp is
+ever lost."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import resource
+import socket
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from confined import run_confined
+
+from corral import seccomp
+from corral.seccomp.arches import X32_SYSCALL_BIT, load_arch, native_arch
+
+pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
+NR = load_arch(native_arch() or "x86_64").syscalls
+TIOCSTI = 0x5412
+UNKNOWN_SYSCALL = 1000  # above every table: no kernel has it (yet)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@pytest.fixture
+def roots(workspace: Path) -> list[tuple[str, str]]:
+    return [(str(workspace), "rw")]
+
+
+def _syscall(name_or_nr: str | int, *args: int) -> int:
+    nr = NR[name_or_nr] if isinstance(name_or_nr, str) else name_or_nr
+    ctypes.set_errno(0)
+    result = _libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def _eperm_then(roots, fn, *args, drop=("seccomp",)):
+    confined = run_confined(fn, *args, roots=roots)
+    assert confined.errno == errno.EPERM, confined
+    return run_confined(fn, *args, roots=roots, drop=drop)
+
+
+def _socket() -> str:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    return "made"
+
+
+def test_socket(roots) -> None:
+    assert _eperm_then(roots, _socket).ok
+    assert run_confined(socket.socketpair, roots=roots).errno == errno.EPERM
+
+
+def test_execve(roots) -> None:
+    control = _eperm_then(roots, os.execv, "/bin/true", ["true"])
+    assert control.errno == errno.EACCES  # without seccomp, Landlock still refuses to execute
+
+
+def _traceme() -> int:
+    return _syscall("ptrace", 0, 0, 0, 0)  # PTRACE_TRACEME: the parent would trace us
+
+
+def test_ptrace(roots) -> None:
+    assert _eperm_then(roots, _traceme).value == 0
+
+
+def _fork() -> str:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "forked"
+
+
+def test_fork(roots) -> None:
+    assert _eperm_then(roots, _fork).ok
+
+
+def test_threads_still_work(roots) -> None:
+    def start_thread() -> str:
+        box: list[str] = []
+        thread = threading.Thread(target=box.append, args=("ran",))
+        thread.start()
+        thread.join()
+        return box[0]
+
+    assert run_confined(start_thread, roots=roots).value == "ran"
+    clone3 = run_confined(_syscall, "clone3", 0, 0, roots=roots)
+    assert clone3.errno == errno.ENOSYS  # so glibc falls back to clone, which we can judge
+
+
+def test_symlink_link_and_chmod(roots, workspace: Path) -> None:
+    target = str(workspace / "hello.txt")
+    symlink = _eperm_then(roots, os.symlink, "hello.txt", str(workspace / "link"))
+    assert symlink.errno == errno.EACCES  # Landlock grants no MAKE_SYM either
+    assert _eperm_then(roots, os.link, target, str(workspace / "hard")).ok
+    assert _eperm_then(roots, os.chmod, target, 0o600).ok
+    assert _eperm_then(roots, os.chown, target, os.getuid(), os.getgid()).ok
+    assert _eperm_then(roots, os.utime, target).ok
+    fifo = _eperm_then(roots, os.mknod, str(workspace / "fifo"), stat.S_IFIFO | 0o600)
+    assert fifo.errno == errno.EACCES  # Landlock grants no MAKE_FIFO either
+
+
+def _fchmod(path: str) -> int:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fchmod(fd, 0o640)
+        return os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+
+
+def test_fchmod_on_an_fd_is_allowed(roots, workspace: Path) -> None:
+    assert run_confined(_fchmod, str(workspace / "hello.txt"), roots=roots).value == 0o640
+
+
+def _calls_then_survives(calls: list[tuple[str | int, tuple[int, ...]]]) -> list[int | str]:
+    results: list[int | str] = []
+    for name, args in calls:
+        try:
+            results.append(_syscall(name, *args))
+        except OSError as exc:
+            results.append(errno.errorcode[exc.errno])
+    results.append(os.getpid())  # still alive and serving
+    return results
+
+
+# zero or invalid arguments: harmless if they ever got through (the control run does)
+KERNEL_SURFACE = [
+    ("mount", (0, 0, 0, 0, 0)), ("umount2", (0, 0)), ("pivot_root", (0, 0)),
+    ("fsopen", (0, 0)), ("open_tree", (-1, 0, 0)), ("move_mount", (-1, 0, -1, 0, 0)),
+    ("unshare", (0,)), ("setns", (-1, 0)), ("bpf", (0, 0, 0)),
+    ("perf_event_open", (0, 0, -1, -1, 0)), ("userfaultfd", (0,)), ("keyctl", (0, 0, 0)),
+    ("add_key", (0, 0, 0, 0, 0)), ("io_uring_setup", (0, 0)), ("io_uring_enter", (-1, 0, 0, 0)),
+    ("process_vm_readv", (1, 0, 0, 0, 0, 0)), ("name_to_handle_at", (-1, 0, 0, 0, 0)),
+    ("open_by_handle_at", (-1, 0, 0)), ("pidfd_open", (1, 0)), ("chroot", (0,)),
+    ("kill", (1, 0)), ("setrlimit", (99, 0)), ("linkat", (-1, 0, -1, 0, 0)),
+    ("symlinkat", (0, -1, 0)), ("fchmodat", (-1, 0, 0)), ("fchownat", (-1, 0, 0, 0, 0)),
+    ("utimensat", (-1, 0, 0, 0)), ("setxattr", (0, 0, 0, 0, 0)), ("getxattr", (0, 0, 0, 0)),
+    ("prctl", (4, 1, 0, 0, 0)), ("seccomp", (2, 0, 0)), (UNKNOWN_SYSCALL, ()),
+]
+
+
+def test_the_kernel_surface_is_closed_and_the_worker_survives(roots) -> None:
+    calls = [(name, args) for name, args in KERNEL_SURFACE if not isinstance(name, str)
+             or name in NR]
+    confined = run_confined(_calls_then_survives, calls, roots=roots)
+    assert confined.value[:-1] == ["EPERM"] * len(calls), confined.value
+    control = run_confined(_calls_then_survives, calls, roots=roots, drop=("seccomp", "landlock"))
+    refused = [name for (name, _), got in zip(calls, control.value, strict=False) if got == "EPERM"]
+    assert not refused, "refused by something other than seccomp"
+
+
+@pytest.mark.skipif(native_arch() != "x86_64", reason="x32 exists on x86_64 only")
+def test_x32_numbers_are_refused(roots) -> None:
+    control = _eperm_then(roots, _syscall, X32_SYSCALL_BIT | NR["getpid"])
+    assert control.ok or control.errno == errno.ENOSYS  # x32 is often compiled out
+
+
+def _ioctl(fd: int, request: int) -> int:
+    return _syscall("ioctl", fd, request, 0)
+
+
+def test_ioctl_other_than_what_python_needs(roots) -> None:
+    control = _eperm_then(roots, _ioctl, 0, TIOCSTI)  # fd 0 is /dev/null in the child
+    assert control.errno == errno.ENOTTY
+
+    def set_inheritable() -> bool:
+        fd = os.dup(0)
+        os.set_inheritable(fd, True)  # FIONCLEX
+        os.set_inheritable(fd, False)  # FIOCLEX
+        return os.get_inheritable(fd) or os.isatty(fd)  # TCGETS
+
+    assert run_confined(set_inheritable, roots=roots).value is False
+
+
+def _map_executable() -> int:
+    with mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC) as area:
+        return len(area)
+
+
+def test_no_executable_memory(roots) -> None:
+    assert _eperm_then(roots, _map_executable).value == 4096
+
+
+class _Rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
+
+
+def _lower_nofile() -> int:
+    # resource.setrlimit turns EPERM into ValueError; the raw call shows the errno
+    new = _Rlimit(64, 64)
+    _syscall("prlimit64", 0, resource.RLIMIT_NOFILE, ctypes.addressof(new), 0)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def test_limits_can_be_read_not_changed(roots) -> None:
+    assert _eperm_then(roots, _lower_nofile).value == 64
+    assert run_confined(resource.getrlimit, resource.RLIMIT_NOFILE, roots=roots).ok
