@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -415,3 +416,18 @@ def test_sandbox_that_cannot_start_fails_initialize(tmp_path: Path) -> None:
     reply = json.loads(out)
     assert reply["error"]["code"] == -32603 and str(workspace) in reply["error"]["message"]
     assert proc.returncode == 1 and b"cannot start the sandbox" in err
+
+
+def test_high_level_client_falls_back_from_discover(workspace: Path) -> None:
+    """mcp.Client (mode "auto") probes `server/discover` first; our -32601 sends it
+    to the initialize handshake."""
+    argv = serve_argv(workspace)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env={"PYTHONPATH": str(REPO)})
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(params) as client:
+                result = await client.call_tool("read_file", {"path": "hello.txt"})
+                assert result.structured_content["content"] == "hello\nworld\n"
+
+    anyio.run(main)
