@@ -194,7 +194,18 @@ class _Core:
 
 
 class Sandbox:
-    """File tools confined to a workspace. Thread-safe; close it (or use `with`)."""
+    """File tools confined to a workspace. Thread-safe; close it (or use `with`).
+
+    `approve(request) -> bool` is asked before a supervised call runs. For a
+    tool in mode "supervised" the request is {"tool", "arguments", "paths"}
+    (the paths named, normalised lexically); for a path that a "supervised"
+    rule matched it also carries "resolved" (absolute host paths, after
+    symlinks) and "rules", and a call that touches several such paths (move,
+    copy, read_multiple_files) may ask more than once. No callback:
+    approval_required; a refusal: approval_denied.
+    `allowed_paths` (RootSpec list) and `options` (SandboxOptions) come from
+    corral.toml with `from_config`; they may be given here too.
+    """
 
     def __init__(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ def create_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     return Outcome({"path": path, "created": created}, text)
 
 
-def _version(ctx: Context, root: Root, rel: str, check: Any) -> str | None:
+def _version(ctx: Context, root: Root, rel: str, check: Callable[[str], None]) -> str | None:
     """The content version of a regular file; None when it cannot be read whole."""
     try:
         return content_version(
