@@ -8,6 +8,8 @@ foreign ABI (x86 int 0x80, arm32 compat) kill the process.
 
 from __future__ import annotations
 
+import functools
+
 from corral.seccomp import _kernel
 from corral.seccomp.arches import native_arch
 from corral.seccomp.bpf import compile_filter, pack
@@ -30,12 +32,20 @@ def supported() -> bool:
 
 
 def compile_native(profile: Profile | None = None) -> bytes:
-    """The packed filter for this machine; `profile` defaults to the worker profile.
-    Reads files: do it before Landlock closes them off."""
+    """The packed filter for this machine; `profile` defaults to the worker profile,
+    compiled once per process (a zygote that calls this first spares every forked
+    worker the work). Reads files: do it before Landlock closes them off."""
+    if profile is None:
+        return _worker_program()
     arch = native_arch()
     if arch is None:
         raise SeccompError("no syscall table for this machine's architecture")
-    return pack(compile_filter(profile or load_profile(), arch))
+    return pack(compile_filter(profile, arch))
+
+
+@functools.cache
+def _worker_program() -> bytes:
+    return compile_native(load_profile())
 
 
 def install(program: bytes | None = None) -> None:
