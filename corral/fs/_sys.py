@@ -37,7 +37,7 @@ def _call(nr: int, *args: object) -> int:
         result = _syscall(ctypes.c_long(nr), *args)
         if result >= 0:
             return int(result)
-        err = ctypes.get_errno()
+        err = ctypes.set_errno(0)  # read and clear: the landlock package trusts a stale errno
         if err != errno.EINTR:
             raise OSError(err, os.strerror(err))
 
