@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from confined import ConfinedChild, run_confined
 
 from corral.config import Limits
 from corral.sandbox import probe
-from corral.sandbox.confine import MAX_OPEN_FILES, rlimits
+from corral.sandbox.confine import MAX_OPEN_FILES, ConfinementError, confine, rlimits
 
 KERNEL = probe.probe()
 pytestmark = pytest.mark.skipif(
@@ -149,3 +150,30 @@ def test_a_missing_root_fails_closed(tmp_path: Path) -> None:
 def test_bad_roots_fail_closed(root: tuple[str, str], message: str) -> None:
     outcome = run_confined(os.getpid, roots=[root])
     assert outcome.error == "ConfinementError" and message in outcome.message, outcome
+
+
+def _confine_with_a_thread_running(root: str) -> str:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        confine([(root, "rw")], keep_fds=[], limits=Limits())
+    except ConfinementError as exc:
+        return str(exc)
+    finally:
+        release.set()
+        thread.join()
+    return "confined"
+
+
+def test_a_second_thread_fails_closed(workspace: Path) -> None:
+    # Landlock and no_new_privs would bind this thread only: the other would stay free
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            message = _confine_with_a_thread_running(str(workspace))
+            code = 0 if "single-threaded" in message else 1
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0

@@ -30,6 +30,7 @@ ADDRESS_SPACE_BASE = 1 << 30
 FILE_COPIES_IN_MEMORY = 16
 MAX_OPEN_FILES = 1024  # roots, the pipe, a few per call, and a directory walk's depth
 _PROC_FDS = "/proc/self/fd"
+_PROC_TASKS = "/proc/self/task"
 
 
 class ConfinementError(RuntimeError):
@@ -42,14 +43,15 @@ class RootLike(Protocol):
     fd: int
 
 
-Roots = Sequence[tuple[str, str]] | Sequence[RootLike]
+RootList = Sequence[tuple[str, str]] | Sequence[RootLike]
 
 
-def confine(roots: Roots, *, keep_fds: Iterable[int], limits: Limits) -> dict[str, Any]:
+def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict[str, Any]:
     """Confine this process to `roots` ((absolute path, "rw"|"ro") pairs, or open
     Roots, whose fds then name the directories, immune to renames of their paths).
     `keep_fds` must include the roots' fds and the worker's pipe; stdin, stdout and
     stderr not in it are pointed at /dev/null. Returns the layers applied."""
+    _check_single_threaded()
     program = seccomp.compile_native() if seccomp.supported() else None
     abi = _landlock.abi_version()
     rules = [_rule(root, abi) for root in roots]
@@ -74,6 +76,14 @@ def prepare() -> None:
     if seccomp.supported():
         seccomp.compile_native()
     _landlock.abi_version()
+
+
+def _check_single_threaded() -> None:
+    """Landlock and no_new_privs bind the calling thread only: another thread would
+    stay free (and could race the steps), so refuse."""
+    threads = len(os.listdir(_PROC_TASKS))
+    if threads != 1:
+        raise ConfinementError(f"confine() needs a single-threaded process; this one has {threads}")
 
 
 def _rule(root: tuple[str, str] | RootLike, abi: int) -> tuple[str, _landlock.FSAccess]:
