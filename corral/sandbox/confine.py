@@ -52,7 +52,7 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
     `keep_fds` must include the roots' fds and the worker's pipe; stdin, stdout and
     stderr not in it are pointed at /dev/null. Returns the layers applied."""
     _check_single_threaded()
-    program = seccomp.compile_native() if seccomp.supported() else None
+    program = _compile_seccomp() if seccomp.supported() else None
     abi = _landlock.abi_version()
     rules = [_rule(root, abi) for root in roots]
     _close_fds(set(keep_fds))
@@ -76,6 +76,13 @@ def prepare() -> None:
     if seccomp.supported():
         seccomp.compile_native()
     _landlock.abi_version()
+
+
+def _compile_seccomp() -> bytes:
+    try:
+        return seccomp.compile_native()
+    except (seccomp.ProfileError, seccomp.SeccompError) as exc:
+        raise ConfinementError(f"the seccomp profile does not compile: {exc}") from exc
 
 
 def _check_single_threaded() -> None:
