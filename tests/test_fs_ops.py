@@ -514,3 +514,19 @@ def test_locate(tmp_path: Path):
         assert code(lambda: roots.locate("/")) == "outside_workspace"
         for bad in ("", "a\0b", "/" + "x" * 4096):
             assert code(lambda bad=bad: roots.locate(bad)) == "invalid_arguments"
+
+
+def test_removed_directory_is_not_found_not_a_path(workspace: Path):
+    """The kernel records a removed directory as "<path> (deleted)": never a guard path."""
+    (workspace / "sub").mkdir()
+    with Root(str(workspace), resolver="openat2") as r:
+        resolver = r._resolver
+        assert isinstance(resolver, _resolve.Openat2Resolver)
+        fd, rel = resolver.open_dir("sub")
+        try:
+            assert rel == "sub"
+            (workspace / "sub").rmdir()
+            with pytest.raises(FileNotFoundError):
+                resolver._relative(fd)
+        finally:
+            os.close(fd)

@@ -35,6 +35,7 @@ OPENAT2_EAGAIN_RETRIES = 16  # EAGAIN = a rename raced the lookup; a few retries
 
 DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _RESOLVE = _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_MAGICLINKS
+_DELETED = " (deleted)"  # what the kernel appends to the recorded path of a removed directory
 
 
 def _oserror(err: int) -> OSError:
@@ -88,6 +89,8 @@ class Openat2Resolver:
     def _relative(self, fd: int) -> str:
         """Root-relative path of an fd opened beneath the root, from the kernel's record."""
         root, here = _sys.fd_path(self.root_fd), _sys.fd_path(fd)
+        if here.endswith(_DELETED) and os.fstat(fd).st_nlink == 0:
+            raise _oserror(errno.ENOENT)  # removed meanwhile: its recorded path is not a path
         if here == root:
             return "."
         prefix = root if root.endswith("/") else root + "/"
@@ -130,7 +133,7 @@ class WalkResolver:
                 try:
                     if not stat.S_ISLNK(mode):
                         raise _oserror(errno.ENOTDIR)
-                    target = os.readlink(name, dir_fd=here)
+                    target = os.readlink("", dir_fd=fd)  # this very link, whatever is renamed
                 finally:
                     os.close(fd)
                 links += 1
@@ -215,6 +218,10 @@ def lookup(
             return Target(fd, leaf, join(parent, leaf), st, slash)
         try:
             link = os.readlink(leaf, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            continue  # no longer a link (renamed meanwhile): look again
         finally:
             os.close(fd)
         if link.startswith("/"):

@@ -263,7 +263,8 @@ class Root:
                     raise OSError(errno.ENOTDIR, "not a directory")
                 link = None
                 if stat.S_ISLNK(st.st_mode):
-                    link = os.readlink(t.name(), dir_fd=t.dir_fd)
+                    with contextlib.suppress(OSError):  # replaced since the lstat: no text
+                        link = os.readlink(t.name(), dir_fd=t.dir_fd)
                 return FileInfo(
                     _kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
                     st.st_nlink, link,
