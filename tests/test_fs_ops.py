@@ -530,3 +530,19 @@ def test_removed_directory_is_not_found_not_a_path(workspace: Path):
                 resolver._relative(fd)
         finally:
             os.close(fd)
+
+
+def test_directory_moved_out_is_not_a_guard_path(workspace: Path, outside: Path):
+    """A directory moved out of the root after openat2 opened it: io_error, never a path."""
+    (workspace / "sub").mkdir()
+    with Root(str(workspace), resolver="openat2") as r:
+        resolver = r._resolver
+        assert isinstance(resolver, _resolve.Openat2Resolver)
+        fd, _ = resolver.open_dir("sub")
+        try:
+            (workspace / "sub").rename(outside / "sub")
+            with pytest.raises(OSError) as exc:
+                resolver._relative(fd)
+            assert exc.value.errno == errno.ESTALE
+        finally:
+            os.close(fd)

@@ -125,11 +125,12 @@ class WalkResolver:
                     continue
                 here = fds[-1] if fds else self.root_fd
                 fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+                fds.append(fd)  # closed with the others on any failure
                 mode = os.fstat(fd).st_mode
                 if stat.S_ISDIR(mode):
-                    fds.append(fd)
                     names.append(name)
                     continue
+                fds.pop()
                 try:
                     if not stat.S_ISLNK(mode):
                         raise _oserror(errno.ENOTDIR)

@@ -155,7 +155,12 @@ class Root:
     - Concurrent changes inside the root by other processes: a name may be
       replaced between two calls, or between `guard` and the syscall that acts
       on the same final name (the directory is pinned by its fd, the name in it
-      is not). The object acted on is always beneath the root.
+      is not). Renames inside the root never lead outside it.
+    - A directory moved *out of* the root by another process while an
+      operation holds its fd: the operation acts there. The openat2 resolver
+      notices when the move came before its check (the kernel's path for the
+      fd is no longer beneath the root: io_error); the walk resolver does not.
+      Landlock in the worker is the layer that holds then.
     - Special files swapped in after the lstat are opened O_NONBLOCK and
       refused from fstat; opening a device can still have side effects.
     - Resource use: huge files, directories or trees, a full disk; callers pass
