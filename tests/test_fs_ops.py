@@ -546,3 +546,56 @@ def test_directory_moved_out_is_not_a_guard_path(workspace: Path, outside: Path)
             assert exc.value.errno == errno.ESTALE
         finally:
             os.close(fd)
+
+
+def test_exclusive_lost_race_removes_temp(root: Root, workspace: Path):
+    """The target appears after the check (the guard plays the racer): NOREPLACE
+    refuses, the racer's file stays, the temp file goes."""
+
+    def racer(rel: str) -> None:
+        (workspace / rel).write_bytes(b"racer")
+
+    assert code(lambda: root.write_atomic("new.txt", b"mine", exclusive=True, guard=racer)) == (
+        "already_exists"
+    )
+    assert (workspace / "new.txt").read_bytes() == b"racer"
+    assert temps(workspace) == []
+
+
+SWAP_OPS = {
+    "write": lambda r, g: r.write_atomic("sub/f.txt", b"new", guard=g),
+    "append": lambda r, g: r.append("sub/f.txt", b"new", max_file_bytes=BIG, guard=g),
+    "mkdir": lambda r, g: r.mkdir("sub/f.txt.d", guard=g),
+    "unlink": lambda r, g: r.unlink("sub/f.txt", guard=g),
+    "rename": lambda r, g: r.rename("sub/f.txt", r, "sub/g.txt", guard_dst=g),
+    "read": lambda r, g: r.read_bytes("sub/f.txt", max_file_bytes=BIG, guard=g),
+}
+
+
+@pytest.mark.parametrize("op", SWAP_OPS)
+def test_parent_swapped_for_a_link_after_guard_stays_inside(
+    op: str, root: Root, workspace: Path, outside: Path
+):
+    """Between resolution and the syscall (the guard runs there) the parent
+    directory is renamed away and replaced by a symlink to the outside: the
+    operation acts on the directory it resolved, now named moved/."""
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "f.txt").write_bytes(b"inside")
+    (outside / "f.txt").write_bytes(b"outside")
+
+    def swap(_: str) -> None:
+        (workspace / "sub").rename(workspace / "moved")
+        os.symlink(str(outside), workspace / "sub")
+
+    result = SWAP_OPS[op](root, swap)
+    assert (outside / "f.txt").read_bytes() == b"outside"
+    assert sorted(os.listdir(outside)) == ["f.txt", "secret.txt"]
+    moved = sorted(os.listdir(workspace / "moved"))
+    assert moved == {
+        "write": ["f.txt"], "append": ["f.txt"], "mkdir": ["f.txt", "f.txt.d"],
+        "unlink": [], "rename": ["g.txt"], "read": ["f.txt"],
+    }[op]
+    if op == "read":
+        assert result == b"inside"
+    if op in ("write", "append"):
+        assert (workspace / "moved" / "f.txt").read_bytes() in (b"new", b"insidenew")
