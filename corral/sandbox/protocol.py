@@ -12,11 +12,19 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import struct
 import time
 from typing import Any
 
 HEADER = struct.Struct(">I")
+# Config and control frames between broker and zygote are small; a policy with many rules fits.
+CONTROL_FRAME_BYTES = 4 * 1024 * 1024
+
+# How a worker's exit code tells the pool why it ended (gunicorn's WORKER_BOOT_ERROR idea).
+EXIT_CONFINE_FAILED = 3  # confinement refused: the pool halts instead of respawning
+EXIT_ORPHANED = 4  # the zygote died before the worker could ask for its death signal
+EXIT_BAD_FRAME = 5  # the broker sent something that is not a frame: stop, never guess
 # One read call's size for large payloads: big enough to move MiBs in few syscalls.
 READ_CHUNK = 1024 * 1024
 
@@ -57,17 +65,28 @@ def decode(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     return message
 
 
-def write_frame(fd: int, message: dict[str, Any], max_bytes: int) -> None:
-    """Write one whole frame to a blocking fd."""
-    view = memoryview(encode(message, max_bytes))
+def write_frame(
+    fd: int, message: dict[str, Any], max_bytes: int, deadline: float | None = None
+) -> None:
+    """Write one whole frame. Without a deadline the fd may block; with one it
+    must be non-blocking, and TimeoutError comes once time.monotonic() passes it."""
+    send_bytes(fd, encode(message, max_bytes), deadline)
+
+
+def send_bytes(fd: int, data: bytes, deadline: float | None = None) -> None:
+    """Write all of an encoded frame; blocking and deadline as for write_frame."""
+    view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            _wait(fd, select.POLLOUT, deadline)
 
 
 def read_frame(fd: int, max_bytes: int, deadline: float | None = None) -> dict[str, Any] | None:
-    """Read one frame from a blocking fd. None on EOF before a frame starts;
-    ProtocolError on EOF inside a frame; TimeoutError when time.monotonic()
-    passes `deadline` while waiting for bytes."""
+    """Read one frame. None on EOF before a frame starts; ProtocolError on EOF
+    inside a frame. Without a deadline the fd may block; with one it must be
+    non-blocking, and TimeoutError comes once time.monotonic() passes it."""
     header = _read_exactly(fd, HEADER.size, deadline, eof_ok=True)
     if header is None:
         return None
@@ -82,9 +101,11 @@ def _read_exactly(fd: int, size: int, deadline: float | None, *, eof_ok: bool) -
     view = memoryview(buffer)
     got = 0
     while got < size:
-        if deadline is not None:
-            _wait_readable(fd, deadline)
-        count = os.readv(fd, [view[got : got + READ_CHUNK]])
+        try:
+            count = os.readv(fd, [view[got : got + READ_CHUNK]])
+        except BlockingIOError:
+            _wait(fd, select.POLLIN, deadline)
+            continue
         if count == 0:
             if got == 0 and eof_ok:
                 return None
@@ -93,9 +114,43 @@ def _read_exactly(fd: int, size: int, deadline: float | None, *, eof_ok: bool) -
     return buffer
 
 
-def _wait_readable(fd: int, deadline: float) -> None:
+def _wait(fd: int, event: int, deadline: float | None) -> None:
+    if deadline is None:
+        raise ProtocolError("a non-blocking fd needs a deadline")
     remaining = deadline - time.monotonic()
     poller = select.poll()  # poll, not select: fds above 1023 are fine
-    poller.register(fd, select.POLLIN)
+    poller.register(fd, event)
     if remaining <= 0 or not poller.poll(remaining * 1000):
-        raise TimeoutError("no frame before the deadline")
+        raise TimeoutError("the other end did not answer before the deadline")
+
+
+def send_frame_with_fds(
+    sock: socket.socket, message: dict[str, Any], fds: list[int], max_bytes: int
+) -> None:
+    """Write one frame over a Unix socket with `fds` attached (SCM_RIGHTS) to its first byte."""
+    frame = encode(message, max_bytes)
+    sent = socket.send_fds(sock, [frame], fds)
+    if sent < len(frame):
+        sock.sendall(frame[sent:])
+
+
+def recv_frame_with_fds(
+    sock: socket.socket, max_bytes: int, max_fds: int
+) -> tuple[dict[str, Any] | None, list[int]]:
+    """Read one frame and the fds attached to it; (None, []) on EOF before a frame."""
+    header, fds, flags, _ = socket.recv_fds(sock, HEADER.size, max_fds)
+    try:
+        if flags & socket.MSG_CTRUNC:
+            raise ProtocolError(f"more than {max_fds} file descriptors came with a frame")
+        if not header:
+            return None, fds
+        rest = _read_exactly(sock.fileno(), HEADER.size - len(header), None, eof_ok=False)
+        assert rest is not None
+        length = payload_length(bytes(header) + rest, max_bytes)
+        payload = _read_exactly(sock.fileno(), length, None, eof_ok=False)
+        assert payload is not None
+        return decode(payload), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise

@@ -1,0 +1,123 @@
+"""The broker: the executor api.py dispatches through. Every tool runs in a
+confined worker; the host only frames requests and results and never opens a
+workspace path itself.
+
+Executor interface (shared with the in-process executor): submit(request) ->
+dict, async asubmit(request) -> dict, close(), confinement -> dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from corral.config import Limits, SandboxOptions
+from corral.policy import Policy, RootSpec
+from corral.sandbox.pool import Pool, SandboxError, Zygote
+
+LAYERS = ("landlock", "seccomp", "no_new_privs", "openat2", "rlimits")  # names `require` takes
+
+
+class Broker:
+    """Starts the zygote and the pool; refuses to start without the required layers."""
+
+    def __init__(
+        self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
+    ) -> None:
+        check_known(options.require)
+        config = {
+            "roots": [[spec.path, spec.mode] for spec in roots],
+            "limits": dataclasses.asdict(limits),
+            "policy": policy.to_dict(),
+            "options": dataclasses.asdict(options),
+            "host_pid": os.getpid(),
+            # The death signal follows the thread that forked, not the process: only
+            # the main thread lives as long as the host. Elsewhere the zygote relies
+            # on its control channel ending, which happens however the host dies.
+            "pdeathsig": threading.current_thread() is threading.main_thread(),
+        }
+        self._zygote = Zygote(config)
+        self._pool = Pool(self._zygote, options, limits)
+        try:
+            self._pool.start()
+            self._confinement = summarise(self._pool.confinement)
+            check_required(self._confinement, options.require)
+        except BaseException:
+            self._pool.close()
+            raise
+        self._ids = itertools.count(1)
+        # asubmit's threads: one per worker, since no more calls can run at once.
+        self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
+
+    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run one request in a worker; the answer is the registry's result dict."""
+        response = self._pool.call({**request, "id": next(self._ids)})
+        response.pop("id", None)
+        return response
+
+    async def asubmit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """submit() on a broker thread, so the event loop never blocks on a worker."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self.submit, request
+        )
+
+    def close(self) -> None:
+        """Stop the workers and the zygote; nothing of the sandbox outlives this."""
+        self._threads.shutdown(wait=True)
+        self._pool.close()
+
+    @property
+    def confinement(self) -> dict[str, Any]:
+        return dict(self._confinement)
+
+    def pids(self) -> dict[str, Any]:
+        """The zygote's and the workers' pids (for doctor and tests)."""
+        return {"zygote": self._zygote.pid, "workers": self._pool.pids()}
+
+
+def summarise(layers: dict[str, Any]) -> dict[str, Any]:
+    """A worker's report plus `level`: "full" when every layer is active."""
+    report = {
+        "landlock_abi": int(layers.get("landlock_abi") or 0),
+        "seccomp": bool(layers.get("seccomp")),
+        "no_new_privs": bool(layers.get("no_new_privs")),
+        "openat2": bool(layers.get("openat2")),
+        "rlimits": bool(layers.get("rlimits")),
+    }
+    active = list(_active(report).values())
+    report["level"] = "full" if all(active) else "partial" if any(active) else "none"
+    return report
+
+
+def check_known(require: Sequence[str]) -> None:
+    """SandboxError naming every layer in `require` that corral does not know."""
+    unknown = [name for name in require if name not in LAYERS]
+    if unknown:
+        raise SandboxError(
+            f"The sandbox refuses to start: unknown layer(s) {', '.join(unknown)} in require; "
+            f"known: {', '.join(LAYERS)}."
+        )
+
+
+def check_required(report: dict[str, Any], require: Sequence[str]) -> None:
+    """SandboxError naming every required layer that is not active."""
+    active = _active(report)
+    missing = [name for name in require if not active[name]]
+    if missing:
+        raise SandboxError(
+            f"The sandbox refuses to start: required layer(s) {', '.join(missing)} "
+            "not active on this kernel."
+        )
+
+
+def _active(report: dict[str, Any]) -> dict[str, bool]:
+    return {
+        name: report["landlock_abi"] > 0 if name == "landlock" else report[name]
+        for name in LAYERS
+    }

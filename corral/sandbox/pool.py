@@ -1,0 +1,387 @@
+"""The host side of the sandbox: the zygote's handle and the worker pool.
+
+There is no arbiter thread: the thread that makes a call watches its own
+deadline, and the pool's verbs (gunicorn's, minus the loop) run on whichever
+thread finds work for them. The pool never opens a workspace path; the only
+fds it holds are its sockets to the zygote and workers, and pidfds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from corral.config import Limits, SandboxOptions
+from corral.sandbox.protocol import (
+    CONTROL_FRAME_BYTES,
+    EXIT_CONFINE_FAILED,
+    ProtocolError,
+    encode,
+    read_frame,
+    recv_frame_with_fds,
+    send_bytes,
+    write_frame,
+)
+
+# A worker reports its confinement within ms; this only catches a wedged one.
+BOOT_TIMEOUT_S = 10.0
+# close() waits this long for the zygote to take its workers down, then kills it.
+STOP_GRACE_S = 5.0
+# Workers recycle after max_calls plus up to this fraction more, so they do not all go at once.
+RECYCLE_JITTER = 0.1
+# The directory that holds the `corral` package the host runs: the zygote imports the same one.
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class SandboxError(Exception):
+    """The sandbox cannot start, or has halted (failing closed)."""
+
+
+class WorkerLost(Exception):
+    """A worker's socket ended or carried garbage in the middle of a call."""
+
+
+@dataclass(eq=False)
+class Worker:
+    """The host's view of one worker: its socket, a pidfd, and its call count."""
+
+    pid: int
+    sock: socket.socket
+    pidfd: int
+    max_calls: int
+    calls: int = 0
+    layers: dict[str, Any] | None = None
+    _process: psutil.Process | None = None
+
+    def exchange(
+        self, frame: bytes, request_id: int, deadline: float, max_bytes: int
+    ) -> dict[str, Any]:
+        """Send one encoded request and read its answer; WorkerLost, TimeoutError."""
+        try:
+            send_bytes(self.sock.fileno(), frame, deadline)
+            response = read_frame(self.sock.fileno(), max_bytes, deadline)
+        except (ProtocolError, OSError) as exc:
+            if isinstance(exc, TimeoutError):
+                raise
+            raise WorkerLost(str(exc)) from None
+        if response is None:
+            raise WorkerLost("its socket closed")
+        if response.get("id") != request_id:
+            raise WorkerLost("it answered another request")
+        return response
+
+    def boot(self, max_bytes: int) -> dict[str, Any] | None:
+        """The worker's first frame: its confinement layers (None if it never came)."""
+        try:
+            report = read_frame(self.sock.fileno(), max_bytes, time.monotonic() + BOOT_TIMEOUT_S)
+        except (ProtocolError, OSError):
+            return None
+        if report is not None and "confinement" in report:
+            self.layers = report["confinement"]
+            self._process = psutil.Process(self.pid)
+        return report
+
+    def looks_alive(self) -> bool:
+        """An idle worker has nothing to say: anything readable means it ended."""
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        return not poller.poll(0)
+
+    def rss_mb(self) -> float:
+        assert self._process is not None
+        try:
+            return self._process.memory_info().rss / (1024 * 1024)
+        except psutil.Error:
+            return 0.0
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        self.sock.close()
+        os.close(self.pidfd)
+
+
+class Zygote:
+    """Handle on the zygote process: start it, ask it to fork, ask how a worker ended."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # -S and the host's own sys.path: the same modules, without site's start-up cost.
+        path = [PACKAGE_PARENT, *sys.path]
+        code = (
+            f"import sys; sys.path[:] = {path!r}; "
+            f"from corral.sandbox.zygote import main; main({theirs.fileno()})"
+        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-S", "-c", code], pass_fds=[theirs.fileno()], close_fds=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # stdout may be a protocol
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            write_frame(ours.fileno(), config, CONTROL_FRAME_BYTES)
+            reply = read_frame(ours.fileno(), CONTROL_FRAME_BYTES)
+        except (ProtocolError, OSError) as exc:
+            reply = {"error": f"the zygote broke its channel: {exc}"}
+        if reply is None or "error" in reply:
+            self.stop()
+            reason = reply["error"] if reply else f"it exited with code {self.process.returncode}"
+            raise SandboxError(f"The sandbox could not start: {reason}.")
+        self.pid: int = reply["pid"]
+
+    def spawn(self) -> tuple[int, socket.socket, int]:
+        """Fork one worker: (pid, socket, pidfd)."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("The sandbox is closed.")
+            try:
+                write_frame(self._sock.fileno(), {"op": "spawn"}, CONTROL_FRAME_BYTES)
+                message, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, 2)
+            except (ProtocolError, OSError) as exc:
+                raise SandboxError(f"The zygote broke its channel: {exc}.") from None
+        if message is None or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise SandboxError("The zygote is gone, so no worker can be started.")
+        sock = socket.socket(fileno=fds[0])
+        sock.setblocking(False)
+        return int(message["pid"]), sock, fds[1]
+
+    def wait(self, pid: int) -> int | None:
+        """Exit code of a worker that was killed or ended; None if unknown."""
+        with self._lock:
+            if self._closed:
+                return None
+            try:
+                write_frame(self._sock.fileno(), {"op": "wait", "pid": pid}, CONTROL_FRAME_BYTES)
+                reply = read_frame(self._sock.fileno(), CONTROL_FRAME_BYTES)
+            except (ProtocolError, OSError):
+                return None
+        return None if reply is None else reply.get("code")
+
+    def stop(self) -> None:
+        """End the channel; the zygote kills and reaps its workers, then exits."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._sock.close()
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class Pool:
+    """N confined workers forked by one zygote; one call per worker at a time."""
+
+    def __init__(self, zygote: Zygote, options: SandboxOptions, limits: Limits) -> None:
+        self.zygote = zygote
+        self.options = options
+        self.limits = limits
+        self.confinement: dict[str, Any] = {}
+        self._cond = threading.Condition()
+        self._idle: list[Worker] = []
+        self._workers: set[Worker] = set()
+        self._halted: str | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Fork every worker first, then read their reports: they confine in parallel."""
+        forked = [self._fork() for _ in range(self.options.workers)]
+        for worker in forked:
+            self._boot(worker)
+        self.confinement = dict(forked[0].layers or {})
+        with self._cond:
+            self._idle.extend(forked)
+
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run one request on an idle worker; failures of the worker become error results."""
+        limit = self.options.max_frame_bytes
+        try:
+            frame = encode(request, limit)
+        except ProtocolError as exc:
+            return failure(request, "too_large", f"The request cannot be sent: {exc}.")
+        try:
+            worker = self.checkout()
+        except SandboxError as exc:
+            return failure(request, "worker_crashed", str(exc))
+        timeout = self.limits.timeout_s
+        try:
+            response = worker.exchange(frame, request["id"], time.monotonic() + timeout, limit)
+        except TimeoutError:
+            self.replace(worker)
+            self.clean_after(worker.pid, request)
+            return failure(
+                request, "timeout",
+                f"{request.get('tool')} did not finish within the {timeout:g} second limit; "
+                "its worker was stopped.",
+            )
+        except WorkerLost as exc:
+            code = self.replace(worker)
+            self.clean_after(worker.pid, request)
+            return failure(
+                request, "worker_crashed",
+                f"The worker running {request.get('tool')} stopped unexpectedly "
+                f"({describe_exit(code, str(exc))}); the pool replaced it.",
+            )
+        self.checkin(worker)
+        return response
+
+    def clean_after(self, pid: int, request: dict[str, Any]) -> None:
+        """Have a live worker remove the temp files a killed one may have left."""
+        if "cleanup" not in request:
+            crash = {"pid": pid, "request": request}
+            self.call({"id": -int(request.get("id") or 0), "cleanup": crash})
+
+    def checkout(self) -> Worker:
+        """Take an idle worker, waiting for one; a worker that died idle is replaced first."""
+        while True:
+            with self._cond:
+                while not self._idle:
+                    self._check_usable()
+                    self._cond.wait()
+                self._check_usable()
+                worker = self._idle.pop()
+            if worker.looks_alive():
+                return worker
+            self.replace(worker)
+
+    def checkin(self, worker: Worker) -> None:
+        """Back to idle, or recycled (max calls, RSS cap) without failing anyone."""
+        worker.calls += 1
+        if worker.calls >= worker.max_calls or worker.rss_mb() > self.options.max_worker_rss_mb:
+            self.replace(worker)
+            return
+        with self._cond:
+            if self._closed or self._halted:
+                self._retire(worker)
+                return
+            self._idle.append(worker)
+            self._cond.notify()
+
+    def replace(self, worker: Worker) -> int | None:
+        """Kill a worker, reap it, and put a fresh one in its place (manage_workers).
+        Returns the old worker's exit code."""
+        code = self.murder_worker(worker)
+        with self._cond:
+            if self._closed or self._halted:
+                return code
+        try:
+            fresh = self._fork()
+            self._boot(fresh)
+        except SandboxError as exc:
+            self.halt(str(exc))
+            return code
+        with self._cond:
+            self._idle.append(fresh)
+            self._cond.notify()
+        return code
+
+    def murder_worker(self, worker: Worker) -> int | None:
+        """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote."""
+        with self._cond:
+            self._retire(worker)
+        return self.reap_worker(worker.pid)
+
+    def reap_worker(self, pid: int) -> int | None:
+        """Decode how a worker ended. A confinement failure halts the pool: a pool
+        that respawned would either loop forever or, worse, serve unconfined."""
+        code = self.zygote.wait(pid)
+        if code == EXIT_CONFINE_FAILED:
+            self.halt("a worker could not confine itself")
+        return code
+
+    def halt(self, reason: str) -> None:
+        """Fail closed: kill every idle worker and refuse every later call."""
+        with self._cond:
+            if self._halted is None:
+                self._halted = reason
+            while self._idle:
+                self._retire(self._idle.pop())
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Kill every worker (a call in flight ends with worker_crashed) and stop the zygote."""
+        with self._cond:
+            self._closed = True
+            while self._idle:
+                self._retire(self._idle.pop())
+            for worker in self._workers:
+                worker.kill()  # busy: its caller retires it
+            self._cond.notify_all()
+        self.zygote.stop()
+
+    def pids(self) -> list[int]:
+        with self._cond:
+            return sorted(worker.pid for worker in self._workers)
+
+    def _fork(self) -> Worker:
+        pid, sock, pidfd = self.zygote.spawn()
+        limit = self.options.max_calls_per_worker
+        worker = Worker(pid, sock, pidfd, limit + random.randint(0, int(limit * RECYCLE_JITTER)))
+        with self._cond:
+            self._workers.add(worker)
+        return worker
+
+    def _boot(self, worker: Worker) -> None:
+        report = worker.boot(self.options.max_frame_bytes)
+        if worker.layers is not None:
+            return
+        confine_error = (report or {}).get("confine_error")
+        if confine_error:
+            self.halt(f"a worker could not confine itself: {confine_error}")
+        code = self.murder_worker(worker)  # halts as well on EXIT_CONFINE_FAILED
+        self.halt(f"a worker did not start ({describe_exit(code, 'it sent no report')})")
+        raise SandboxError(f"The sandbox halted: {self._halted}.")
+
+    def _retire(self, worker: Worker) -> None:
+        """Kill and forget a worker; caller holds the lock (pidfds are used under it only)."""
+        if worker in self._workers:
+            self._workers.discard(worker)
+            worker.kill()
+            worker.close()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise SandboxError("The sandbox is closed.")
+        if self._halted:
+            raise SandboxError(f"The sandbox halted: {self._halted}.")
+
+
+def failure(request: dict[str, Any], code: str, message: str) -> dict[str, Any]:
+    """An error result in the contract's shape, for failures the worker could not report."""
+    return {
+        "id": request.get("id"), "ok": False, "tool": request.get("tool"),
+        "error": {"code": code, "message": message},
+    }
+
+
+def describe_exit(code: int | None, fallback: str) -> str:
+    if code is None:
+        return fallback
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,144 @@
+"""A worker: a child the zygote forked. It confines itself, reports which
+layers the kernel gave it, then answers request frames until its socket
+closes. Every import it will ever need happens here, at module load, in the
+zygote: after Landlock, a lazy import fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from corral.config import Limits, SandboxOptions
+from corral.errors import CorralError
+from corral.fs import Root, Roots
+from corral.policy import Policy
+from corral.sandbox._deathsig import set_parent_death_signal
+from corral.sandbox.confine import confine
+from corral.sandbox.protocol import (
+    EXIT_BAD_FRAME,
+    EXIT_CONFINE_FAILED,
+    EXIT_ORPHANED,
+    ProtocolError,
+    encode,
+    read_frame,
+    send_bytes,
+)
+from corral.tools.base import Context
+from corral.tools.registry import TOOLS, execute
+
+# Arguments of a writing tool that name where its temp file was (copy: destination).
+WRITTEN_PATH_ARGUMENTS = ("path", "destination")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every worker serves with; built once in the zygote from the start config."""
+
+    roots: Roots
+    limits: Limits
+    policy: Policy
+    options: SandboxOptions
+
+    @classmethod
+    def open(cls, config: dict[str, Any]) -> Setup:
+        """Open the root fds (workers inherit them) and rebuild the host's settings."""
+        options = SandboxOptions(
+            **{**config["options"], "require": tuple(config["options"]["require"])}
+        )
+        opened = [
+            Root(path, mode=mode, resolver=options.resolver) for path, mode in config["roots"]
+        ]
+        return cls(
+            roots=Roots(opened[0], opened[1:]),
+            limits=Limits(**config["limits"]),
+            policy=Policy.from_dict(config["policy"]),
+            options=options,
+        )
+
+
+def run(fd: int, setup: Setup, zygote_pid: int) -> int:
+    """Confine this process, report the layers on `fd`, then serve; returns the exit code."""
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != zygote_pid:
+        return EXIT_ORPHANED
+    try:
+        layers = confine(
+            setup.roots.all(), keep_fds=[fd, *(root.fd for root in setup.roots.all())],
+            limits=setup.limits,
+        )
+    except Exception as exc:
+        _send(fd, {"confine_error": f"{type(exc).__name__}: {exc}"}, setup)
+        return EXIT_CONFINE_FAILED
+    layers["openat2"] = setup.roots.workspace.resolver == "openat2"
+    _send(fd, {"confinement": layers, "pid": os.getpid()}, setup)
+    return serve(fd, setup)
+
+
+def serve(fd: int, setup: Setup) -> int:
+    """Answer frames until the broker closes the socket."""
+    while True:
+        try:
+            request = read_frame(fd, setup.options.max_frame_bytes)
+        except ProtocolError:
+            return EXIT_BAD_FRAME
+        if request is None:
+            return 0
+        _send(fd, answer(request, setup), setup, request)
+
+
+def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """One tool call in a fresh Context; the registry never raises."""
+    if "cleanup" in request:
+        return {"id": request.get("id"), "removed": clean_after(request["cleanup"], setup)}
+    context = Context(
+        roots=setup.roots, limits=setup.limits, policy=setup.policy,
+        approved=frozenset(request.get("approved") or ()),
+    )
+    response = execute(context, request)
+    response["id"] = request.get("id")
+    return response
+
+
+def clean_after(crash: dict[str, Any], setup: Setup) -> int:
+    """Remove the temp files a killed worker left in the directories its writing
+    call aimed at (crash: {"pid", "request"}). Best effort: returns how many."""
+    request = crash.get("request") or {}
+    tool = TOOLS.get(request.get("tool"))
+    if tool is None or not tool.writes:
+        return 0
+    arguments = request.get("arguments") or {}
+    removed = 0
+    for name in WRITTEN_PATH_ARGUMENTS:
+        path = arguments.get(name)
+        if not isinstance(path, str):
+            continue
+        with contextlib.suppress(CorralError):
+            root, rel = setup.roots.locate(path)
+            if root.mode == "rw":
+                parent = posixpath.dirname(posixpath.normpath(rel)) or "."
+                removed += root.remove_stale_temps(parent, dead_pids=[int(crash["pid"])])
+    return removed
+
+
+def _send(
+    fd: int, message: dict[str, Any], setup: Setup, request: dict[str, Any] | None = None
+) -> None:
+    limit = setup.options.max_frame_bytes
+    try:
+        frame = encode(message, limit)
+    except ProtocolError as exc:
+        frame = encode(_unsendable(request or {}, exc), limit)
+    send_bytes(fd, frame)
+
+
+def _unsendable(request: dict[str, Any], exc: ProtocolError) -> dict[str, Any]:
+    """A result too big for one frame becomes too_large, not a dead worker."""
+    return {
+        "id": request.get("id"), "ok": False, "tool": request.get("tool"),
+        "error": {"code": "too_large", "message": f"The result cannot be returned: {exc}."},
+    }

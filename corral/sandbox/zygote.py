@@ -1,0 +1,176 @@
+"""The zygote: a fresh interpreter (exec'd by the broker, never forked from the
+threaded host) that preloads everything a worker needs, opens the root fds
+once, and forks confined workers on request. Each worker's socket and a pidfd
+for it travel back to the broker over SCM_RIGHTS.
+
+Control channel (a Unix socket pair with the broker, frames of protocol.py):
+the first frame is the start config; then {"op": "spawn"} -> {"pid"} + fds
+[socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
+as os.waitstatus_to_exitcode gives it, None if unknown). End of stream on the
+channel means the broker closed or died: the zygote kills its workers, reaps
+them and exits, as forkserver's "alive" pipe does.
+
+Run as: python -c "from corral.sandbox.zygote import main; main(FD)".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import sys
+
+from corral.sandbox import confine, worker
+from corral.sandbox._deathsig import set_parent_death_signal
+from corral.sandbox.protocol import (
+    CONTROL_FRAME_BYTES,
+    ProtocolError,
+    read_frame,
+    send_frame_with_fds,
+    write_frame,
+)
+
+
+def main(control_fd: int) -> None:
+    """Entry point of the exec'd interpreter."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
+    control = socket.socket(fileno=control_fd)
+    config = read_frame(control_fd, CONTROL_FRAME_BYTES)
+    if config is None:
+        return
+    if config["pdeathsig"]:
+        set_parent_death_signal(signal.SIGKILL)
+        if os.getppid() != config["host_pid"]:
+            return
+    try:
+        setup = worker.Setup.open(config)
+        confine.prepare()  # compile the seccomp profile once, not in every worker
+    except Exception as exc:
+        write_frame(control_fd, {"error": str(exc)}, CONTROL_FRAME_BYTES)
+        return
+    write_frame(control_fd, {"pid": os.getpid()}, CONTROL_FRAME_BYTES)
+    Zygote(control, setup).serve()
+
+
+class Zygote:
+    """The fork loop: accept a request, fork one worker, reap the dead."""
+
+    def __init__(self, control: socket.socket, setup: worker.Setup) -> None:
+        self.control = control
+        self.setup = setup
+        self.children: set[int] = set()
+        self.exited: dict[int, int] = {}  # reaped, not yet asked for by the broker
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+
+    def serve(self) -> None:
+        """Loop until the control channel ends, then take every worker down with us."""
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only wakes the selector
+        signal.set_wakeup_fd(self.wake_w)
+        self.selector.register(self.control, selectors.EVENT_READ)
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+        try:
+            while True:
+                for key, _ in self.selector.select():
+                    if key.fd == self.wake_r:
+                        self._drain_wakeups()
+                        self.reap()
+                    elif not self.accept():
+                        return
+        finally:
+            self.stop_children()
+
+    def accept(self) -> bool:
+        """Serve one broker request; False when the channel has ended."""
+        try:
+            request = read_frame(self.control.fileno(), CONTROL_FRAME_BYTES)
+        except (ProtocolError, ConnectionError):
+            return False
+        if request is None:
+            return False
+        if request.get("op") == "spawn":
+            self.fork_one()
+        elif request.get("op") == "wait":
+            pid = int(request["pid"])
+            reply = {"pid": pid, "code": self.wait(pid)}
+            write_frame(self.control.fileno(), reply, CONTROL_FRAME_BYTES)
+        else:
+            return False  # not our broker talking: stop rather than guess
+        return True
+
+    def fork_one(self) -> None:
+        """Fork a worker on a fresh socket pair; hand the broker its end and a pidfd."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        zygote_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                self._forget_in_child(ours)
+                code = worker.run(theirs.fileno(), self.setup, zygote_pid=zygote_pid)
+            except BaseException:
+                sys.excepthook(*sys.exc_info())
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.children.add(pid)
+        pidfd = os.pidfd_open(pid)  # race-free: the child cannot be reaped before we wait
+        try:
+            send_frame_with_fds(
+                self.control, {"pid": pid}, [ours.fileno(), pidfd], CONTROL_FRAME_BYTES
+            )
+        finally:
+            ours.close()
+            os.close(pidfd)
+
+    def reap(self) -> None:
+        """Collect every exited child without blocking; keep codes for the broker."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.exited[pid] = os.waitstatus_to_exitcode(status)
+
+    def wait(self, pid: int) -> int | None:
+        """Exit code of a worker the broker has killed (or saw end); blocks until it is gone."""
+        if pid in self.exited:
+            return self.exited.pop(pid)
+        if pid not in self.children:
+            return None
+        _, status = os.waitpid(pid, 0)
+        self.children.discard(pid)
+        return os.waitstatus_to_exitcode(status)
+
+    def stop_children(self) -> None:
+        """SIGKILL and reap every worker, so none outlives the zygote."""
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in self.children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.children.clear()
+
+    def _forget_in_child(self, ours: socket.socket) -> None:
+        """In a new worker: drop the zygote's signal wiring and every fd of its own."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        self.selector.close()
+        self.control.close()
+        ours.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.wake_r, 4096):
+                pass
+
