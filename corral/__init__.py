@@ -1,6 +1,21 @@
 """corral: kernel-confined file tools for AI agents."""
 
-from corral.api import AsyncSandbox, Sandbox
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from corral.errors import CorralError
 
+if TYPE_CHECKING:
+    from corral.api import AsyncSandbox, Sandbox
+
 __all__ = ["AsyncSandbox", "CorralError", "Sandbox"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the zygote imports corral.sandbox without the host's API (asyncio and all).
+    if name in ("Sandbox", "AsyncSandbox"):
+        from corral import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'corral' has no attribute {name!r}")
