@@ -121,7 +121,10 @@ def test_info(root: Root, workspace: Path):
     guard = Recorder()
     root.info("link", follow=True, guard=guard)
     root.info("nope", guard=guard)
-    assert guard.seen == ["hello.txt", "nope"]
+    root.info("nope/deeper/x", guard=guard)
+    assert guard.seen == ["hello.txt", "nope", "nope/deeper/x"]
+    denied = Recorder(deny="secret/key")  # missing must not say more than denied
+    assert code(lambda: root.info("secret/key", guard=denied)) == "path_denied"
 
 
 def test_resolve(root: Root, workspace: Path):

@@ -185,15 +185,16 @@ class Target:
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.dir_fd)
 
 
-MakeDirs = Callable[[str, str], None]
+MissingParent = Callable[[str, str], None]
 
 
 def lookup(
-    resolver: Resolver, rel: str, *, follow: bool, make_dirs: MakeDirs | None = None
+    resolver: Resolver, rel: str, *, follow: bool, missing_parent: MissingParent | None = None
 ) -> Target:
     """Open the parent of `rel`'s final name beneath the root; follow a final
-    symlink (relative targets only) if asked. `make_dirs(dir_rel, leaf)` is
-    called once when the parent directory is missing, to create it."""
+    symlink (relative targets only) if asked. When the parent directory is
+    missing, `missing_parent(dir_rel, leaf)` is called once: it creates the
+    directory (the lookup goes on) or raises."""
     slash = rel.endswith("/")
     for _ in range(MAX_SYMLINKS + 1):
         head, leaf = split(rel)
@@ -203,10 +204,10 @@ def lookup(
         try:
             fd, parent = resolver.open_dir(head)
         except FileNotFoundError:
-            if make_dirs is None:
+            if missing_parent is None:
                 raise
-            make_dirs(head, leaf)
-            make_dirs = None
+            missing_parent(head, leaf)
+            missing_parent = None
             fd, parent = resolver.open_dir(head)
         try:
             st: os.stat_result | None = os.stat(leaf, dir_fd=fd, follow_symlinks=False)
@@ -231,9 +232,14 @@ def lookup(
     raise _oserror(errno.ELOOP)
 
 
-def make_dirs(resolver: Resolver, rel: str, before_create: Callable[[str], None]) -> None:
-    """Create the missing directories of `rel` (mkdir -p beneath the root).
-    `before_create(resolved_rel)` sees the resolved path of the deepest one first."""
+def join_all(base: str, names: list[str]) -> str:
+    return "/".join(names if base == "." else [base, *names]) or "."
+
+
+def deepest_dir(resolver: Resolver, rel: str) -> tuple[int, str, list[str]]:
+    """The deepest existing directory on the way to `rel`: its fd, its resolved
+    path and the missing names below it. ENOENT when a missing name is followed
+    by "..": the kernel stops at the missing name, so do we."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     for depth in range(len(parts), -1, -1):
         try:
@@ -243,10 +249,25 @@ def make_dirs(resolver: Resolver, rel: str, before_create: Callable[[str], None]
             if depth == 0:
                 raise
     missing = parts[depth:]
+    if ".." in missing:
+        os.close(fd)
+        raise _oserror(errno.ENOENT)
+    return fd, base, missing
+
+
+def predict(resolver: Resolver, head: str, leaf: str) -> str:
+    """The resolved path `head/leaf` will have once head's missing directories exist."""
+    fd, base, missing = deepest_dir(resolver, head)
+    os.close(fd)
+    return join_all(base, [*missing, leaf])
+
+
+def make_dirs(resolver: Resolver, rel: str, before_create: Callable[[str], None]) -> None:
+    """Create the missing directories of `rel` (mkdir -p beneath the root).
+    `before_create(resolved_rel)` sees the resolved path of the deepest one first."""
+    fd, base, missing = deepest_dir(resolver, rel)
     try:
-        if ".." in missing:  # `new/../x`: the kernel would say ENOENT for new, so do we
-            raise _oserror(errno.ENOENT)
-        before_create(join(base, "/".join(missing)))
+        before_create(join_all(base, missing))
         for name in missing:
             # FileExistsError: a racing mkdir -p; O_NOFOLLOW below refuses all but a directory
             with contextlib.suppress(FileExistsError):

@@ -235,7 +235,7 @@ class Root:
 
                 _resolve.make_dirs(self._resolver, head, before)
 
-        return _resolve.lookup(self._resolver, path, follow=follow, make_dirs=make)
+        return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=make)
 
     def _writable(self, op: str, rel: str) -> None:
         if self.mode != "rw":
@@ -255,8 +255,16 @@ class Root:
         """lstat-like (stat if follow) through the parent fd; None if it does not exist."""
         path = check_path("stat", rel)
         with translated("stat", rel):
+            def absent(head: str, leaf: str) -> None:
+                """Guard what is not there too: "missing" must not say more than "denied"."""
+                _guard(guard, _resolve.predict(self._resolver, head, leaf))
+                raise FileNotFoundError(errno.ENOENT, "missing")
+
             try:  # a trailing slash resolves the final link, as lstat("link/") does
-                t = self._target(path, follow=follow or path.endswith("/"))
+                t = _resolve.lookup(
+                    self._resolver, path, follow=follow or path.endswith("/"),
+                    missing_parent=absent,
+                )
             except FileNotFoundError:
                 return None
             with t:
