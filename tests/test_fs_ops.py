@@ -602,3 +602,29 @@ def test_parent_swapped_for_a_link_after_guard_stays_inside(
         assert result == b"inside"
     if op in ("write", "append"):
         assert (workspace / "moved" / "f.txt").read_bytes() in (b"new", b"insidenew")
+
+
+MISSING_OPS = {
+    "info": lambda r, g: r.info("secret/key", guard=g),
+    "read": lambda r, g: r.read_bytes("secret/key", max_file_bytes=BIG, guard=g),
+    "write_no_parents": lambda r, g: r.write_atomic(
+        "secret/key", b"x", make_parents=False, guard=g
+    ),
+    "write": lambda r, g: r.write_atomic("secret/key", b"x", guard=g),
+    "append": lambda r, g: r.append("secret/key", b"x", max_file_bytes=BIG, guard=g),
+    "mkdir": lambda r, g: r.mkdir("secret/key", guard=g),
+    "mkdir_no_parents": lambda r, g: r.mkdir("secret/key", parents=False, guard=g),
+    "unlink": lambda r, g: r.unlink("secret/key", guard=g),
+    "rename_src": lambda r, g: r.rename("secret/key", r, "x", guard_src=g),
+    "rename_dst": lambda r, g: r.rename("hello.txt", r, "secret/key", guard_dst=g),
+    "scandir": lambda r, g: r.scandir("secret/key", guard=g),
+    "walk": lambda r, g: list(r.walk("secret/key", guard=g)),
+}
+
+
+@pytest.mark.parametrize("op", MISSING_OPS)
+def test_missing_parent_is_guarded_first(op: str, root: Root, workspace: Path):
+    """A denied path answers path_denied whether or not its directory exists."""
+    guard = Recorder(deny="secret/key")
+    assert code(lambda: MISSING_OPS[op](root, guard)) == "path_denied"
+    assert sorted(os.listdir(workspace)) == ["hello.txt"]

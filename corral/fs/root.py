@@ -224,18 +224,20 @@ class Root:
     def _target(
         self, path: str, *, follow: bool, make_parents: bool = False, guard: Guard = None
     ) -> _resolve.Target:
-        """Resolve `path`; with make_parents, create missing parent directories,
-        first guarding the path the target will then have."""
-        make = None
-        if make_parents:
+        """Resolve `path`. A missing parent directory is first guarded at the path
+        the target would resolve to ("missing" must not say more than "denied"),
+        then created (make_parents) or reported (not_found)."""
 
-            def make(head: str, leaf: str) -> None:
-                def before(resolved: str) -> None:
-                    _guard(guard, _resolve.join(resolved, leaf))
-
+        def missing(head: str, leaf: str) -> None:
+            if make_parents:
+                before = lambda resolved: _guard(guard, _resolve.join(resolved, leaf))  # noqa: E731
                 _resolve.make_dirs(self._resolver, head, before)
+                return
+            _guard(guard, _resolve.predict(self._resolver, head, leaf))
+            raise FileNotFoundError(errno.ENOENT, "missing")
 
-        return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=make)
+        hook = missing if make_parents or guard is not None else None
+        return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
 
     def _writable(self, op: str, rel: str) -> None:
         if self.mode != "rw":
@@ -255,16 +257,8 @@ class Root:
         """lstat-like (stat if follow) through the parent fd; None if it does not exist."""
         path = check_path("stat", rel)
         with translated("stat", rel):
-            def absent(head: str, leaf: str) -> None:
-                """Guard what is not there too: "missing" must not say more than "denied"."""
-                _guard(guard, _resolve.predict(self._resolver, head, leaf))
-                raise FileNotFoundError(errno.ENOENT, "missing")
-
             try:  # a trailing slash resolves the final link, as lstat("link/") does
-                t = _resolve.lookup(
-                    self._resolver, path, follow=follow or path.endswith("/"),
-                    missing_parent=absent,
-                )
+                t = self._target(path, follow=follow or path.endswith("/"), guard=guard)
             except FileNotFoundError:
                 return None
             with t:
@@ -289,7 +283,7 @@ class Root:
         not_a_regular_file (never blocks), size > max_file_bytes -> too_large naming
         both sizes."""
         path = check_path("read", rel)
-        with translated("read", rel), self._target(path, follow=True) as t:
+        with translated("read", rel), self._target(path, follow=True, guard=guard) as t:
             _guard(guard, t.rel)
             _require_file(t.st, t.trailing_slash)
             fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
@@ -327,7 +321,7 @@ class Root:
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
         path = check_path(op, rel)
-        with self._target(path, follow=True) as t:
+        with self._target(path, follow=True, guard=guard) as t:
             _guard(guard, t.rel)
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
@@ -443,7 +437,7 @@ class Root:
         -> is_a_directory."""
         path = check_path("delete", rel)
         self._writable("delete", rel)
-        with translated("delete", rel), self._target(path, follow=False) as t:
+        with translated("delete", rel), self._target(path, follow=False, guard=guard) as t:
             name = t.name()
             _guard(guard, t.rel)
             if t.st is None:
@@ -463,12 +457,14 @@ class Root:
         src_path, dst_path = check_path("move", src), check_path("move", dst)
         self._writable("move", src)
         dst_root._writable("move", dst)
-        with translated("move", src), self._target(src_path, follow=False) as s:
+        with translated("move", src), self._target(src_path, follow=False, guard=guard_src) as s:
             src_name = s.name()
             _guard(guard_src, s.rel)
             if s.st is None:
                 raise OSError(errno.ENOENT, "missing")
-            with translated("move", dst), dst_root._target(dst_path, follow=False) as d:
+            with translated("move", dst), dst_root._target(
+                dst_path, follow=False, guard=guard_dst
+            ) as d:
                 dst_name = d.name()
                 _guard(guard_dst, d.rel)
                 slash = s.trailing_slash or d.trailing_slash
