@@ -628,3 +628,11 @@ def test_missing_parent_is_guarded_first(op: str, root: Root, workspace: Path):
     guard = Recorder(deny="secret/key")
     assert code(lambda: MISSING_OPS[op](root, guard)) == "path_denied"
     assert sorted(os.listdir(workspace)) == ["hello.txt"]
+
+
+def test_walk_never_iterated_closes_its_fd(root: Root, workspace: Path):
+    (workspace / "d").mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(10):
+        root.walk(".")
+    assert len(os.listdir("/proc/self/fd")) == before

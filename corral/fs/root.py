@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from corral.errors import CorralError
-from corral.fs import _atomic, _resolve, _sys
+from corral.fs import _atomic, _listing, _resolve, _sys
 from corral.fs._errors import check_path, fail, from_errno, translated
 from corral.fs.version import content_version
 
@@ -82,46 +82,8 @@ def _require_file(st: os.stat_result | None, trailing_slash: bool = False) -> No
         raise OSError(errno.ENXIO, "not a regular file")
 
 
-def _entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:
-    """Sorted (name, lstat) of a directory opened O_RDONLY; vanished entries skipped."""
-    found = []
-    for name in sorted(os.listdir(dir_fd)):
-        with contextlib.suppress(FileNotFoundError):
-            found.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
-    return found
-
-
 def _entry(path: str, st: os.stat_result) -> Entry:
     return Entry(path, _kind(st.st_mode), st.st_size, st.st_mtime)
-
-
-def _walk(fd: int) -> Iterator[Entry]:
-    """Depth-first over an O_RDONLY directory fd it owns; never enters a symlink."""
-    stack = [(fd, "", iter(_entries(fd)))]
-    try:
-        while stack:
-            dir_fd, prefix, pending = stack[-1]
-            item = next(pending, None)
-            if item is None:
-                os.close(dir_fd)
-                stack.pop()
-                continue
-            name, st = item
-            yield _entry(prefix + name, st)
-            if not stat.S_ISDIR(st.st_mode):
-                continue
-            try:
-                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                child = os.open(name, flags, dir_fd=dir_fd)
-            except OSError:
-                continue  # vanished or unreadable: list what can be listed
-            try:
-                stack.append((child, f"{prefix}{name}/", iter(_entries(child))))
-            except OSError:
-                os.close(child)
-    finally:
-        for dir_fd, _, _ in stack:
-            os.close(dir_fd)
 
 
 def _pick_resolver(choice: str, fd: int) -> _resolve.Resolver:
@@ -309,7 +271,7 @@ class Root:
         with translated("list", rel):
             fd = self._open_listing("list", rel, guard)
             try:
-                return [_entry(name, st) for name, st in _entries(fd)]
+                return [_entry(name, st) for name, st in _listing.entries(fd)]
             finally:
                 os.close(fd)
 
@@ -317,7 +279,8 @@ class Root:
         """Depth-first, sorted by name, paths relative to `rel`; never descends into
         symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW."""
         with translated("walk", rel):
-            return _walk(self._open_listing("walk", rel, guard))
+            walker = _listing.Walk(self._open_listing("walk", rel, guard))
+        return (_entry(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
         path = check_path(op, rel)

@@ -1,0 +1,68 @@
+"""Directory listing on fds: one directory, or a depth-first walk that never
+enters a symlink (each subdirectory is opened beneath its parent with O_NOFOLLOW)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+
+_SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:
+    """Sorted (name, lstat) of a directory opened O_RDONLY; vanished entries skipped."""
+    found = []
+    for name in sorted(os.listdir(dir_fd)):
+        with contextlib.suppress(FileNotFoundError):
+            found.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
+    return found
+
+
+class Walk:
+    """Iterator of (path relative to the start, lstat), depth-first and sorted,
+    over an O_RDONLY directory fd it owns. The fds on its stack are closed when
+    it is exhausted, closed or collected, even if it was never iterated."""
+
+    def __init__(self, fd: int) -> None:
+        self._stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result]]]] = []
+        try:
+            self._stack.append((fd, "", iter(entries(fd))))
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def __iter__(self) -> Walk:
+        return self
+
+    def __next__(self) -> tuple[str, os.stat_result]:
+        while self._stack:
+            dir_fd, prefix, pending = self._stack[-1]
+            item = next(pending, None)
+            if item is None:
+                self._stack.pop()
+                os.close(dir_fd)
+                continue
+            name, st = item
+            if stat.S_ISDIR(st.st_mode):
+                self._descend(dir_fd, f"{prefix}{name}")
+            return prefix + name, st
+        raise StopIteration
+
+    def _descend(self, dir_fd: int, path: str) -> None:
+        try:
+            child = os.open(path.rpartition("/")[2], _SUBDIR_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return  # vanished, replaced by a link or unreadable: list what can be
+        try:
+            self._stack.append((child, path + "/", iter(entries(child))))
+        except OSError:
+            os.close(child)
+
+    def close(self) -> None:
+        while self._stack:
+            os.close(self._stack.pop()[0])
+
+    def __del__(self) -> None:
+        self.close()
