@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 
 import pytest
@@ -15,6 +16,8 @@ from corral.sandbox.protocol import (
     encode,
     payload_length,
     read_frame,
+    recv_frame_with_fds,
+    send_frame_with_fds,
     write_frame,
 )
 
@@ -127,13 +130,58 @@ def test_non_object_frame_on_the_wire_is_refused(pipe) -> None:
 
 def test_deadline_without_bytes_times_out(pipe) -> None:
     read_fd, _write_fd = pipe
+    os.set_blocking(read_fd, False)
     with pytest.raises(TimeoutError):
         read_frame(read_fd, LIMIT, deadline=time.monotonic() + 0.01)
 
 
-def test_deadline_already_passed_times_out_even_with_bytes_waiting(pipe) -> None:
+def test_deadline_passed_mid_frame_times_out(pipe) -> None:
     read_fd, write_fd = pipe
-    write_frame(write_fd, {"id": 1}, LIMIT)
+    os.set_blocking(read_fd, False)
+    os.write(write_fd, encode({"id": 1}, LIMIT)[:-2])  # the rest never comes
     with pytest.raises(TimeoutError):
         read_frame(read_fd, LIMIT, deadline=time.monotonic() - 1)
-    assert read_frame(read_fd, LIMIT, deadline=time.monotonic() + 5) == {"id": 1}
+
+
+def test_writer_times_out_when_the_reader_never_reads(pipe) -> None:
+    _read_fd, write_fd = pipe
+    os.set_blocking(write_fd, False)
+    with pytest.raises(TimeoutError):
+        write_frame(write_fd, {"content": "z" * (1024 * 1024)}, 2 * 1024 * 1024,
+                    deadline=time.monotonic() + 0.01)
+
+
+def test_non_blocking_fd_without_deadline_is_a_usage_error(pipe) -> None:
+    read_fd, _write_fd = pipe
+    os.set_blocking(read_fd, False)
+    with pytest.raises(ProtocolError, match="needs a deadline"):
+        read_frame(read_fd, LIMIT)
+
+
+def test_fds_travel_with_a_frame() -> None:
+    left, right = socket.socketpair()
+    read_fd, write_fd = os.pipe()
+    with left, right:
+        send_frame_with_fds(left, {"pid": 42}, [read_fd], LIMIT)
+        os.close(read_fd)
+        message, fds = recv_frame_with_fds(right, LIMIT, 2)
+        assert message == {"pid": 42}
+        assert len(fds) == 1
+        os.write(write_fd, b"ok")
+        assert os.read(fds[0], 2) == b"ok"
+        os.close(fds[0])
+        os.close(write_fd)
+        left.close()
+        assert recv_frame_with_fds(right, LIMIT, 2) == (None, [])
+
+
+def test_too_many_fds_with_a_frame_are_refused_and_closed() -> None:
+    left, right = socket.socketpair()
+    pipes = [os.pipe() for _ in range(3)]
+    with left, right:
+        send_frame_with_fds(left, {"pid": 1}, [r for r, _ in pipes], LIMIT)
+        with pytest.raises(ProtocolError, match="more than 1 file descriptors"):
+            recv_frame_with_fds(right, LIMIT, 1)
+    for r, w in pipes:
+        os.close(r)
+        os.close(w)
