@@ -25,7 +25,7 @@ from corral.audit import Audit
 from corral.config import Limits, SandboxOptions, load_config, resolve_roots
 from corral.errors import CorralError
 from corral.policy import Policy, RootSpec
-from corral.tools.inprocess import InProcessExecutor
+from corral.sandbox.broker import Broker
 from corral.tools.registry import TOOLS, error_result, lookup, validate
 
 MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
@@ -39,8 +39,8 @@ Flow = Generator[Step, Any, dict[str, Any]]
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
 ) -> Any:
-    """The one place that decides where tools run."""
-    return InProcessExecutor(roots, limits, policy, options)
+    """The one place that decides where tools run: confined workers, never the host."""
+    return Broker(roots, limits, policy, options)
 
 
 def _paths(arguments: dict[str, Any]) -> list[str]:
