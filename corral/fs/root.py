@@ -191,12 +191,12 @@ class Root:
         then created (make_parents) or reported (not_found)."""
 
         def missing(head: str, leaf: str) -> None:
-            if make_parents:
-                before = lambda resolved: _guard(guard, _resolve.join(resolved, leaf))  # noqa: E731
-                _resolve.make_dirs(self._resolver, head, before)
-                return
-            _guard(guard, _resolve.predict(self._resolver, head, leaf))
-            raise FileNotFoundError(errno.ENOENT, "missing")
+            if not make_parents:
+                _guard(guard, _resolve.predict(self._resolver, head, leaf))
+                raise FileNotFoundError(errno.ENOENT, "missing")
+            _resolve.make_dirs(
+                self._resolver, head, lambda made: _guard(guard, _resolve.join(made, leaf))
+            )
 
         hook = missing if make_parents or guard is not None else None
         return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
