@@ -1,11 +1,13 @@
 """Differential fuzz of the two resolvers: random trees full of relative,
 absolute, dotdot and looping symlinks, random paths through them; openat2 and
 the walk must give the same answer (value or error code) for every read-only
-operation, and nothing may resolve outside the root.
+operation, nothing may resolve outside the root, and every changing operation
+must leave two copies of the tree (one per resolver) identical, with the
+outside untouched.
 
     python scripts/fuzz_resolvers.py [--seconds 30] [--seed N]
 
-tests/test_fs_fuzz.py runs a short, fixed-seed version of `fuzz`.
+tests/test_fs_fuzz.py runs a short, fixed-seed version of `fuzz` and `fuzz_changes`.
 """
 
 from __future__ import annotations
@@ -102,6 +104,62 @@ def fuzz(base: Path, seed: int, paths: int) -> int:
     return checked
 
 
+def changes(root: Root, rel: str, i: int) -> dict[str, Callable[[], object]]:
+    return {
+        "write": lambda: root.write_atomic(rel, b"w%d" % i).created,
+        "write_exclusive": lambda: root.write_atomic(rel, b"x%d" % i, exclusive=True).created,
+        "append": lambda: root.append(rel, b"+", max_file_bytes=BIG),
+        "mkdir": lambda: root.mkdir(rel),
+        "unlink": lambda: root.unlink(rel),
+        "rename_from": lambda: root.rename(rel, root, f"moved{i}"),
+        "rename_to": lambda: root.rename("f", root, rel, overwrite=True),
+    }
+
+
+def snapshot(base: Path) -> dict[str, object]:
+    """Everything under base, with base itself written as $B (link texts hold it)."""
+    state: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            key = str(p.relative_to(base))
+            if p.is_symlink():
+                state[key] = ("link", os.readlink(p).replace(str(base), "$B"))
+            elif p.is_dir():
+                state[key] = "dir"
+            else:
+                state[key] = p.read_bytes()
+    return state
+
+
+def fuzz_changes(base: Path, seed: int, paths: int) -> int:
+    """Two copies of one random tree; each change goes to both, one per resolver."""
+    rng = random.Random(seed)
+    copies = [base / "openat2", base / "walk"]
+    roots = []
+    for copy in copies:
+        copy.mkdir()
+        roots.append(Root(str(build(copy, random.Random(seed))), resolver=copy.name))
+    secret = [snapshot(copy / "outside") for copy in copies]
+    try:
+        for i in range(paths):
+            rel = random_rel(rng, 6)
+            if not rel:
+                continue
+            name = rng.choice(list(changes(roots[0], rel, i)))
+            a, b = (outcome(changes(r, rel, i)[name]) for r in roots)
+            if a != b:
+                raise AssertionError(f"seed {seed}: {name}({rel!r}): openat2 {a!r}, walk {b!r}")
+            if snapshot(copies[0]) != snapshot(copies[1]):
+                raise AssertionError(f"seed {seed}: {name}({rel!r}) left the copies different")
+            if [snapshot(copy / "outside") for copy in copies] != secret:
+                raise AssertionError(f"seed {seed}: {name}({rel!r}) changed the outside")
+    finally:
+        for r in roots:
+            r.close()
+    return paths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -111,6 +169,8 @@ def main() -> None:
     while time.monotonic() < deadline:
         with tempfile.TemporaryDirectory() as tmp:
             checked += fuzz(Path(tmp), seed, 200)
+        with tempfile.TemporaryDirectory() as tmp:
+            checked += fuzz_changes(Path(tmp), seed, 50)
         seed, trees = seed + 1, trees + 1
     print(f"{trees} trees from seed {args.seed}, {checked} comparisons, resolvers agree")
 
