@@ -21,7 +21,7 @@ import pytest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.pool import SandboxError
+from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
 
 GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
 
@@ -134,10 +134,10 @@ def test_a_worker_over_its_rss_cap_is_replaced_without_failing_a_call(
 ) -> None:
     broker = make_broker(workers=1, max_worker_rss_mb=1)  # every worker is over 1 MiB
     seen = []
-    for _ in range(4):
+    for _ in range(3 * RSS_CHECK_EVERY):
         seen += broker.pids()["workers"]
         assert call(broker, "read_file", path="hello.txt")["ok"]
-    assert len(set(seen)) == 4
+    assert len(set(seen)) == 3
 
 
 def test_a_worker_killed_while_idle_is_replaced_before_the_next_call(

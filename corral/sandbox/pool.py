@@ -26,6 +26,7 @@ import psutil
 
 from corral.config import Limits, SandboxOptions
 from corral.sandbox.protocol import (
+    CLEANUP_ARGUMENTS,
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
     ProtocolError,
@@ -42,6 +43,9 @@ BOOT_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 # Workers recycle after max_calls plus up to this fraction more, so they do not all go at once.
 RECYCLE_JITTER = 0.1
+# RSS is read every this many calls: psutil costs ~50 us a read, a tenth of a small call,
+# and RLIMIT_AS bounds what a worker can grow to in between.
+RSS_CHECK_EVERY = 8
 # The directory that holds the `corral` package the host runs: the zygote imports the same one.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -202,6 +206,7 @@ class Pool:
         self._cond = threading.Condition()
         self._idle: list[Worker] = []
         self._workers: set[Worker] = set()
+        self._spawning = 0  # forks in progress, counted towards the target size
         self._halted: str | None = None
         self._closed = False
 
@@ -250,7 +255,11 @@ class Pool:
     def clean_after(self, pid: int, request: dict[str, Any]) -> None:
         """Have a live worker remove the temp files a killed one may have left."""
         if "cleanup" not in request:
-            crash = {"pid": pid, "request": request}
+            arguments = request.get("arguments") or {}
+            crash = {
+                "pid": pid, "tool": request.get("tool"),
+                "arguments": {k: arguments[k] for k in CLEANUP_ARGUMENTS if k in arguments},
+            }
             self.call({"id": -int(request.get("id") or 0), "cleanup": crash})
 
     def checkout(self) -> Worker:
@@ -269,7 +278,10 @@ class Pool:
     def checkin(self, worker: Worker) -> None:
         """Back to idle, or recycled (max calls, RSS cap) without failing anyone."""
         worker.calls += 1
-        if worker.calls >= worker.max_calls or worker.rss_mb() > self.options.max_worker_rss_mb:
+        if worker.calls >= worker.max_calls or (
+            worker.calls % RSS_CHECK_EVERY == 0
+            and worker.rss_mb() > self.options.max_worker_rss_mb
+        ):
             self.replace(worker)
             return
         with self._cond:
@@ -280,22 +292,36 @@ class Pool:
             self._cond.notify()
 
     def replace(self, worker: Worker) -> int | None:
-        """Kill a worker, reap it, and put a fresh one in its place (manage_workers).
-        Returns the old worker's exit code."""
+        """Murder a worker, then manage the pool back to size; returns its exit code."""
         code = self.murder_worker(worker)
-        with self._cond:
-            if self._closed or self._halted:
-                return code
-        try:
-            fresh = self._fork()
-            self._boot(fresh)
-        except SandboxError as exc:
-            self.halt(str(exc))
-            return code
-        with self._cond:
-            self._idle.append(fresh)
-            self._cond.notify()
+        self.manage_workers()
         return code
+
+    def manage_workers(self) -> None:
+        """Spawn workers until the pool is back at its target size; a worker that
+        fails to start halts the pool (in _boot) rather than being retried."""
+        while True:
+            with self._cond:
+                if self._closed or self._halted:
+                    return
+                if len(self._workers) + self._spawning >= self.options.workers:
+                    return
+                self._spawning += 1
+            try:
+                fresh = self._fork()
+                self._boot(fresh)
+            except SandboxError as exc:
+                self.halt(str(exc).rstrip("."))
+                return
+            finally:
+                with self._cond:
+                    self._spawning -= 1
+            with self._cond:
+                if self._closed or self._halted:
+                    self._retire(fresh)
+                    return
+                self._idle.append(fresh)
+                self._cond.notify()
 
     def murder_worker(self, worker: Worker) -> int | None:
         """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote."""

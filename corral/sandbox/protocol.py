@@ -20,6 +20,9 @@ from typing import Any
 HEADER = struct.Struct(">I")
 # Config and control frames between broker and zygote are small; a policy with many rules fits.
 CONTROL_FRAME_BYTES = 4 * 1024 * 1024
+# A cleanup request {"id", "cleanup": {"pid", "tool", "arguments"}} carries only these
+# arguments of the dead worker's call: where a writing tool puts its temp file.
+CLEANUP_ARGUMENTS = ("path", "destination")
 
 # How a worker's exit code tells the pool why it ended (gunicorn's WORKER_BOOT_ERROR idea).
 EXIT_CONFINE_FAILED = 3  # confinement refused: the pool halts instead of respawning

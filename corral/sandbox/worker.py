@@ -20,6 +20,7 @@ from corral.policy import Policy
 from corral.sandbox._deathsig import set_parent_death_signal
 from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
+    CLEANUP_ARGUMENTS,
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,
     EXIT_ORPHANED,
@@ -30,9 +31,6 @@ from corral.sandbox.protocol import (
 )
 from corral.tools.base import Context
 from corral.tools.registry import TOOLS, execute
-
-# Arguments of a writing tool that name where its temp file was (copy: destination).
-WRITTEN_PATH_ARGUMENTS = ("path", "destination")
 
 
 @dataclass(frozen=True)
@@ -106,14 +104,13 @@ def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
 
 def clean_after(crash: dict[str, Any], setup: Setup) -> int:
     """Remove the temp files a killed worker left in the directories its writing
-    call aimed at (crash: {"pid", "request"}). Best effort: returns how many."""
-    request = crash.get("request") or {}
-    tool = TOOLS.get(request.get("tool"))
+    call aimed at (crash: {"pid", "tool", "arguments"}). Best effort: returns how many."""
+    tool = TOOLS.get(crash.get("tool"))  # type: ignore[arg-type]
     if tool is None or not tool.writes:
         return 0
-    arguments = request.get("arguments") or {}
+    arguments = crash.get("arguments") or {}
     removed = 0
-    for name in WRITTEN_PATH_ARGUMENTS:
+    for name in CLEANUP_ARGUMENTS:
         path = arguments.get(name)
         if not isinstance(path, str):
             continue
