@@ -7,42 +7,19 @@ import hashlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+import test_pool
+from test_pool import MakeBroker, call, wait_gone
 
-from corral.config import Limits, SandboxOptions
-from corral.policy import Policy, RootSpec
-from corral.sandbox.broker import Broker
+from corral.config import Limits
 
 BIG = 20 * 1024 * 1024  # the write the worker dies in the middle of
 TEMP_PREFIX = ".corral-tmp-"  # how corral/fs names its temp files: "<prefix><pid>-<random>"
 KILL_ATTEMPTS = 5  # a write that finishes before the test sees its temp file is tried again
 
-MakeBroker = Callable[..., Broker]
-
-
-@pytest.fixture
-def make_broker(workspace: Path) -> Iterator[MakeBroker]:
-    started: list[Broker] = []
-
-    def make(*, limits: Limits | None = None, **options: Any) -> Broker:
-        broker = Broker(
-            [RootSpec(str(workspace), "rw")], limits or Limits(), Policy(),
-            SandboxOptions(**options),
-        )
-        started.append(broker)
-        return broker
-
-    yield make
-    for broker in started:
-        broker.close()
-
-
-def call(broker: Broker, tool: str, **arguments: Any) -> dict[str, Any]:
-    return broker.submit({"tool": tool, "arguments": arguments, "approved": []})
+make_broker = test_pool.make_broker  # the same fixture: brokers closed after each test
 
 
 def temps(directory: Path) -> list[str]:
@@ -156,3 +133,17 @@ def test_20_racing_edits_with_one_expected_version_give_one_success(
     assert {a["error"]["code"] for a in answers if not a["ok"]} == {"conflict"}
     content = (workspace / "config.txt").read_text()
     assert content in {f"counter = {n}\n" for n in range(1, 21)}
+
+
+def test_a_dead_zygote_halts_the_pool_instead_of_serving(
+    make_broker: MakeBroker, workspace: Path
+) -> None:
+    broker = make_broker(workers=2)
+    pids = broker.pids()
+    os.kill(pids["zygote"], signal.SIGKILL)
+    assert wait_gone([pids["zygote"], *pids["workers"]]) == []  # workers follow the zygote
+    answer = call(broker, "read_file", path="hello.txt")
+    assert answer["ok"] is False and answer["error"]["code"] == "worker_crashed"
+    again = call(broker, "read_file", path="hello.txt")
+    assert again["error"]["code"] == "worker_crashed" and "halted" in again["error"]["message"]
+    broker.close()

@@ -185,3 +185,20 @@ def test_too_many_fds_with_a_frame_are_refused_and_closed() -> None:
     for r, w in pipes:
         os.close(r)
         os.close(w)
+
+
+def test_deeply_nested_json_is_a_protocol_error_not_a_recursion_error() -> None:
+    with pytest.raises(ProtocolError, match="not valid JSON"):
+        decode(b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
+
+
+def test_received_fds_are_close_on_exec() -> None:
+    left, right = socket.socketpair()
+    read_fd, write_fd = os.pipe()
+    os.set_inheritable(read_fd, True)
+    with left, right:
+        send_frame_with_fds(left, {}, [read_fd], LIMIT)
+        _, fds = recv_frame_with_fds(right, LIMIT, 1)
+    assert [os.get_inheritable(fd) for fd in fds] == [False]
+    for fd in (*fds, read_fd, write_fd):
+        os.close(fd)

@@ -29,6 +29,7 @@ from corral.sandbox.protocol import (
     CLEANUP_ARGUMENTS,
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
+    FrameTooLarge,
     ProtocolError,
     encode,
     read_frame,
@@ -225,7 +226,8 @@ class Pool:
         try:
             frame = encode(request, limit)
         except ProtocolError as exc:
-            return failure(request, "too_large", f"The request cannot be sent: {exc}.")
+            code = "too_large" if isinstance(exc, FrameTooLarge) else "invalid_arguments"
+            return failure(request, code, f"The request cannot be sent: {exc}.")
         try:
             worker = self.checkout()
         except SandboxError as exc:

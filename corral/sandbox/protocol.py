@@ -9,6 +9,7 @@ about the data.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import select
@@ -36,6 +37,10 @@ class ProtocolError(Exception):
     """A frame that is oversize, truncated, not JSON, or not a JSON object."""
 
 
+class FrameTooLarge(ProtocolError):
+    """A message whose frame would pass the size limit (the message names both sizes)."""
+
+
 def encode(message: dict[str, Any], max_bytes: int) -> bytes:
     """Header + payload for `message`; ProtocolError if the payload passes max_bytes."""
     try:
@@ -43,7 +48,7 @@ def encode(message: dict[str, Any], max_bytes: int) -> bytes:
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"message cannot be encoded as JSON: {exc}") from None
     if len(payload) > max_bytes:
-        raise ProtocolError(f"frame of {len(payload)} bytes exceeds the limit of {max_bytes} bytes")
+        raise FrameTooLarge(f"frame of {len(payload)} bytes exceeds the limit of {max_bytes} bytes")
     return HEADER.pack(len(payload)) + payload
 
 
@@ -53,7 +58,7 @@ def payload_length(header: bytes, max_bytes: int) -> int:
         raise ProtocolError(f"frame header is {len(header)} bytes, expected {HEADER.size}")
     (length,) = HEADER.unpack(header)
     if length > max_bytes:
-        raise ProtocolError(f"frame of {length} bytes exceeds the limit of {max_bytes} bytes")
+        raise FrameTooLarge(f"frame of {length} bytes exceeds the limit of {max_bytes} bytes")
     return length
 
 
@@ -61,7 +66,7 @@ def decode(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The JSON object in a payload; ProtocolError for anything else."""
     try:
         message = json.loads(bytes(payload))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"frame is not valid JSON: {exc}") from None
     if not isinstance(message, dict):
         raise ProtocolError(f"frame holds a JSON {type(message).__name__}, expected an object")
@@ -141,7 +146,7 @@ def recv_frame_with_fds(
     sock: socket.socket, max_bytes: int, max_fds: int
 ) -> tuple[dict[str, Any] | None, list[int]]:
     """Read one frame and the fds attached to it; (None, []) on EOF before a frame."""
-    header, fds, flags, _ = socket.recv_fds(sock, HEADER.size, max_fds)
+    header, fds, flags = _recv_fds(sock, HEADER.size, max_fds)
     try:
         if flags & socket.MSG_CTRUNC:
             raise ProtocolError(f"more than {max_fds} file descriptors came with a frame")
@@ -157,3 +162,16 @@ def recv_frame_with_fds(
         for fd in fds:
             os.close(fd)
         raise
+
+
+def _recv_fds(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[int], int]:
+    """socket.recv_fds, but close-on-exec (3.11's drops its flags argument): the
+    fds must not leak into anything the host runs later."""
+    fds = array.array("i")
+    data, ancillary, flags, _ = sock.recvmsg(
+        size, socket.CMSG_LEN(max_fds * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+    )
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds), flags

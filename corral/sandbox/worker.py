@@ -24,6 +24,7 @@ from corral.sandbox.protocol import (
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,
     EXIT_ORPHANED,
+    FrameTooLarge,
     ProtocolError,
     encode,
     read_frame,
@@ -134,8 +135,9 @@ def _send(
 
 
 def _unsendable(request: dict[str, Any], exc: ProtocolError) -> dict[str, Any]:
-    """A result too big for one frame becomes too_large, not a dead worker."""
+    """A result that cannot travel becomes an error result, not a dead worker."""
+    code = "too_large" if isinstance(exc, FrameTooLarge) else "io_error"
     return {
         "id": request.get("id"), "ok": False, "tool": request.get("tool"),
-        "error": {"code": "too_large", "message": f"The result cannot be returned: {exc}."},
+        "error": {"code": code, "message": f"The result cannot be returned: {exc}."},
     }
