@@ -40,6 +40,10 @@ from corral.sandbox.protocol import (
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
+# The zygote's first answer comes after its imports: seconds on a loaded machine at worst.
+START_TIMEOUT_S = 30.0
+# Later answers take a fork or a waitpid on a SIGKILLed worker (which may finish an fsync).
+CONTROL_TIMEOUT_S = 30.0
 # close() waits this long for the zygote to take its workers down, then kills it.
 STOP_GRACE_S = 5.0
 # Workers recycle after max_calls plus up to this fraction more, so they do not all go at once.
@@ -92,11 +96,11 @@ class Worker:
         """The worker's first frame: its confinement layers (None if it never came)."""
         try:
             report = read_frame(self.sock.fileno(), max_bytes, time.monotonic() + BOOT_TIMEOUT_S)
-        except (ProtocolError, OSError):
+            if report is not None and "confinement" in report:
+                self._process = psutil.Process(self.pid)
+                self.layers = report["confinement"]
+        except (ProtocolError, OSError, psutil.Error):
             return None
-        if report is not None and "confinement" in report:
-            self.layers = report["confinement"]
-            self._process = psutil.Process(self.pid)
         return report
 
     def looks_alive(self) -> bool:
@@ -139,12 +143,16 @@ class Zygote:
             )
         finally:
             theirs.close()
+        ours.setblocking(False)
         self._sock = ours
         self._lock = threading.Lock()
         self._closed = False
+        deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            write_frame(ours.fileno(), config, CONTROL_FRAME_BYTES)
-            reply = read_frame(ours.fileno(), CONTROL_FRAME_BYTES)
+            write_frame(ours.fileno(), config, CONTROL_FRAME_BYTES, deadline)
+            reply = read_frame(ours.fileno(), CONTROL_FRAME_BYTES, deadline)
+        except TimeoutError:
+            reply = {"error": f"the zygote did not answer within {START_TIMEOUT_S:g} seconds"}
         except (ProtocolError, OSError) as exc:
             reply = {"error": f"the zygote broke its channel: {exc}"}
         if reply is None or "error" in reply:
@@ -155,14 +163,7 @@ class Zygote:
 
     def spawn(self) -> tuple[int, socket.socket, int]:
         """Fork one worker: (pid, socket, pidfd)."""
-        with self._lock:
-            if self._closed:
-                raise SandboxError("The sandbox is closed.")
-            try:
-                write_frame(self._sock.fileno(), {"op": "spawn"}, CONTROL_FRAME_BYTES)
-                message, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, 2)
-            except (ProtocolError, OSError) as exc:
-                raise SandboxError(f"The zygote broke its channel: {exc}.") from None
+        message, fds = self._ask({"op": "spawn"}, max_fds=2)
         if message is None or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
@@ -173,15 +174,28 @@ class Zygote:
 
     def wait(self, pid: int) -> int | None:
         """Exit code of a worker that was killed or ended; None if unknown."""
+        try:
+            reply, _ = self._ask({"op": "wait", "pid": pid}, max_fds=0)
+        except SandboxError:
+            return None
+        return None if reply is None else reply.get("code")
+
+    def _ask(
+        self, request: dict[str, Any], max_fds: int
+    ) -> tuple[dict[str, Any] | None, list[int]]:
+        """One request and its reply. A channel that fails or times out is closed for
+        good: a late reply would otherwise answer the next request."""
         with self._lock:
             if self._closed:
-                return None
+                raise SandboxError("The sandbox is closed.")
+            deadline = time.monotonic() + CONTROL_TIMEOUT_S
             try:
-                write_frame(self._sock.fileno(), {"op": "wait", "pid": pid}, CONTROL_FRAME_BYTES)
-                reply = read_frame(self._sock.fileno(), CONTROL_FRAME_BYTES)
-            except (ProtocolError, OSError):
-                return None
-        return None if reply is None else reply.get("code")
+                write_frame(self._sock.fileno(), request, CONTROL_FRAME_BYTES, deadline)
+                return recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds, deadline)
+            except (ProtocolError, OSError) as exc:  # TimeoutError included
+                self._closed = True
+                self._sock.close()  # the zygote sees the end and takes its workers down
+                raise SandboxError(f"The zygote broke its channel: {exc}.") from None
 
     def stop(self) -> None:
         """End the channel; the zygote kills and reaps its workers, then exits."""

@@ -143,19 +143,25 @@ def send_frame_with_fds(
 
 
 def recv_frame_with_fds(
-    sock: socket.socket, max_bytes: int, max_fds: int
+    sock: socket.socket, max_bytes: int, max_fds: int, deadline: float | None = None
 ) -> tuple[dict[str, Any] | None, list[int]]:
-    """Read one frame and the fds attached to it; (None, []) on EOF before a frame."""
-    header, fds, flags = _recv_fds(sock, HEADER.size, max_fds)
+    """Read one frame and the fds attached to it; (None, []) on EOF before a frame.
+    Blocking and deadline as for read_frame."""
+    while True:
+        try:
+            header, fds, flags = _recv_fds(sock, HEADER.size, max_fds)
+            break
+        except BlockingIOError:
+            _wait(sock.fileno(), select.POLLIN, deadline)
     try:
         if flags & socket.MSG_CTRUNC:
             raise ProtocolError(f"more than {max_fds} file descriptors came with a frame")
         if not header:
             return None, fds
-        rest = _read_exactly(sock.fileno(), HEADER.size - len(header), None, eof_ok=False)
+        rest = _read_exactly(sock.fileno(), HEADER.size - len(header), deadline, eof_ok=False)
         assert rest is not None
         length = payload_length(bytes(header) + rest, max_bytes)
-        payload = _read_exactly(sock.fileno(), length, None, eof_ok=False)
+        payload = _read_exactly(sock.fileno(), length, deadline, eof_ok=False)
         assert payload is not None
         return decode(payload), fds
     except BaseException:

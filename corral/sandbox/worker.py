@@ -42,6 +42,7 @@ class Setup:
     limits: Limits
     policy: Policy
     options: SandboxOptions
+    context: Context
 
     @classmethod
     def open(cls, config: dict[str, Any]) -> Setup:
@@ -52,12 +53,10 @@ class Setup:
         opened = [
             Root(path, mode=mode, resolver=options.resolver) for path, mode in config["roots"]
         ]
-        return cls(
-            roots=Roots(opened[0], opened[1:]),
-            limits=Limits(**config["limits"]),
-            policy=Policy.from_dict(config["policy"]),
-            options=options,
-        )
+        roots = Roots(opened[0], opened[1:])
+        limits = Limits(**config["limits"])
+        policy = Policy.from_dict(config["policy"])
+        return cls(roots, limits, policy, options, Context(roots, limits, policy))
 
 
 def run(fd: int, setup: Setup, zygote_pid: int) -> int:
@@ -91,14 +90,10 @@ def serve(fd: int, setup: Setup) -> int:
 
 
 def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """One tool call in a fresh Context; the registry never raises."""
+    """One tool call; the registry never raises (it gives each call its own Context)."""
     if "cleanup" in request:
         return {"id": request.get("id"), "removed": clean_after(request["cleanup"], setup)}
-    context = Context(
-        roots=setup.roots, limits=setup.limits, policy=setup.policy,
-        approved=frozenset(request.get("approved") or ()),
-    )
-    response = execute(context, request)
+    response = execute(setup.context, request)
     response["id"] = request.get("id")
     return response
 
