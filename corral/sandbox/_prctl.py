@@ -1,11 +1,13 @@
-"""prctl for confinement: set and read no_new_privs, read the seccomp mode.
-Private plumbing (ctypes) for confine.py and probe.py."""
+"""prctl for confinement: set and read no_new_privs, read the seccomp mode, ask
+for a parent-death signal. Private plumbing (ctypes) for confine.py, probe.py
+and the zygote and workers."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 
+PR_SET_PDEATHSIG = 1
 PR_GET_SECCOMP = 21
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
@@ -35,3 +37,8 @@ def no_new_privs() -> bool:
 def seccomp_mode() -> int:
     """0 none, 1 strict, 2 filter (only answered while a filter lets prctl through)."""
     return _prctl(PR_GET_SECCOMP)
+
+
+def set_parent_death_signal(signum: int) -> None:
+    """The kernel sends `signum` when the thread that forked this process exits."""
+    _prctl(PR_SET_PDEATHSIG, signum)

@@ -17,7 +17,7 @@ from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots
 from corral.policy import Policy
-from corral.sandbox._deathsig import set_parent_death_signal
+from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
     CLEANUP_ARGUMENTS,

@@ -23,7 +23,7 @@ import socket
 import sys
 
 from corral.sandbox import confine, worker
-from corral.sandbox._deathsig import set_parent_death_signal
+from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     ProtocolError,
