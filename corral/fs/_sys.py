@@ -10,6 +10,7 @@ import ctypes
 import errno
 import os
 import platform
+from collections.abc import Callable
 
 # Syscall numbers per machine (the generic table: x86_64 keeps its own for renameat2).
 _NUMBERS = {
@@ -27,14 +28,22 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
+_HOW_SIZE = ctypes.sizeof(_OpenHow)
+_long, _int, _path = ctypes.c_long, ctypes.c_int, ctypes.c_char_p
+# syscall(2) through fixed prototypes: every argument has its C type (no variadic
+# guessing), and glibc's syscall() only moves registers, so this is safe.
+_SYSCALL = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
+_openat2 = ctypes.CFUNCTYPE(
+    _long, _long, _int, _path, ctypes.POINTER(_OpenHow), ctypes.c_size_t, use_errno=True
+)(_SYSCALL)
+_renameat2 = ctypes.CFUNCTYPE(
+    _long, _long, _int, _path, _int, _path, ctypes.c_uint, use_errno=True
+)(_SYSCALL)
 
 
-def _call(nr: int, *args: object) -> int:
+def _call(fn: Callable[..., int], *args: object) -> int:
     while True:
-        result = _syscall(ctypes.c_long(nr), *args)
+        result = fn(*args)
         if result >= 0:
             return int(result)
         err = ctypes.set_errno(0)  # read and clear: the landlock package trusts a stale errno
@@ -47,13 +56,7 @@ def openat2(dirfd: int, path: str, flags: int, mode: int, resolve: int) -> int:
     if "openat2" not in _NR:
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
     how = _OpenHow(flags, mode, resolve)
-    return _call(
-        _NR["openat2"],
-        ctypes.c_long(dirfd),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
-    )
+    return _call(_openat2, _NR["openat2"], dirfd, os.fsencode(path), how, _HOW_SIZE)
 
 
 def renameat2(src_dirfd: int, src: str, dst_dirfd: int, dst: str, flags: int) -> None:
@@ -63,12 +66,8 @@ def renameat2(src_dirfd: int, src: str, dst_dirfd: int, dst: str, flags: int) ->
         os.rename(src, dst, src_dir_fd=src_dirfd, dst_dir_fd=dst_dirfd)
         return
     _call(
-        _NR["renameat2"],
-        ctypes.c_long(src_dirfd),
-        ctypes.c_char_p(os.fsencode(src)),
-        ctypes.c_long(dst_dirfd),
-        ctypes.c_char_p(os.fsencode(dst)),
-        ctypes.c_uint(flags),
+        _renameat2, _NR["renameat2"], src_dirfd, os.fsencode(src), dst_dirfd,
+        os.fsencode(dst), flags,
     )
 
 
