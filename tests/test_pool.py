@@ -111,6 +111,34 @@ def test_require_of_an_unknown_layer_refuses_to_start(workspace: Path) -> None:
     assert after <= before
 
 
+def test_require_of_a_layer_not_in_use_refuses_to_start(workspace: Path) -> None:
+    # The walk resolver stands in for a kernel without openat2: the layer is off.
+    options = SandboxOptions(resolver="walk", require=("landlock", "openat2"))
+    with pytest.raises(SandboxError, match=r"required layer\(s\) openat2 not active"):
+        Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), options)
+    assert not [p for p in psutil.Process().children(recursive=True) if _running(p.pid)]
+
+
+def test_a_missing_layer_makes_the_level_partial(make_broker: MakeBroker) -> None:
+    broker = make_broker(resolver="walk")
+    assert broker.confinement["openat2"] is False
+    assert broker.confinement["level"] == "partial"
+    assert call(broker, "read_file", path="hello.txt")["ok"]
+
+
+def test_the_host_holds_no_fd_into_the_workspace(make_broker: MakeBroker, workspace: Path) -> None:
+    broker = make_broker(workers=2)
+    assert call(broker, "write_file", path="sub/new.txt", content="x")["ok"]
+    assert call(broker, "read_file", path="hello.txt")["ok"]
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    assert [path for path in held if path.startswith(str(workspace))] == []
+
+
 def test_a_worker_that_cannot_confine_itself_halts_the_start(workspace: Path) -> None:
     # A file-size limit no rlimit can hold: the worker's confine() fails, and the
     # pool must fail closed instead of serving or respawning forever.
