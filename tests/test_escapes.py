@@ -46,6 +46,7 @@ OPS = [
     Op("rename_dst_overwrite", lambda r, p: r.rename("hello.txt", r, p, overwrite=True), False),
     Op("scandir", lambda r, p: r.scandir(p), True),
     Op("walk", lambda r, p: list(r.walk(p)), True),
+    Op("remove_stale_temps", lambda r, p: r.remove_stale_temps(p, min_age=0), True),
 ]
 
 
