@@ -160,6 +160,9 @@ def test_write_keeps_mode_and_gets_new_inode(root: Root, workspace: Path):
     root.write_atomic("hello.txt", b"x")
     st = target.stat()
     assert stat.S_IMODE(st.st_mode) == 0o751 and st.st_ino != before
+    target.chmod(0o6755)
+    root.write_atomic("hello.txt", b"y")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755  # set-id bits are not carried over
 
 
 def test_write_through_symlink_keeps_link(root: Root, workspace: Path):

@@ -22,6 +22,7 @@ from corral.fs.version import content_version
 
 TEMP_PREFIX = ".corral-tmp-"
 STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old temp is orphaned
+_SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
 _READ_CHUNK = 1 << 20  # reading the current content for expected_version, a MiB at a time
 
 
@@ -75,7 +76,7 @@ def replace(
     exclusive: bool,
 ) -> None:
     """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
-    file's permission bits (None: new file, umask applies). With
+    file's permission bits, set-id bits dropped (None: new file, umask applies). With
     expected_version, the check and the rename happen under an flock of the
     directory, so of racing writers holding the same version exactly one wins."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -95,7 +96,7 @@ def replace(
             try:
                 write_all(fd, data)
                 if mode is not None:
-                    os.fchmod(fd, mode)  # after the write, which would clear set-id bits
+                    os.fchmod(fd, mode & ~_SETID)
                 os.fsync(fd)
             finally:
                 os.close(fd)
