@@ -305,8 +305,10 @@ class Root:
         guard: Guard = None,
     ) -> WriteOutcome:
         """Temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target's directory, write,
-        fsync, old file's mode, rename over the target, fsync the directory. A final
-        symlink is written through to its target beneath the root (stays a link).
+        fsync, old file's mode (set-id bits dropped), rename over the target, fsync
+        the directory. A final symlink is written through to its target beneath
+        the root (stays a link); a hard-linked file gets a new inode. Temp names
+        start with .corral-tmp-<pid>- (see remove_stale_temps).
         expected_version: under an flock of the parent directory, the current
         content's version must equal it (missing file -> conflict), else conflict.
         exclusive: fail already_exists if the target exists (copy/move without
