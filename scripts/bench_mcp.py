@@ -154,6 +154,14 @@ def operations(ws: Path) -> dict[str, Callable[[int], tuple[str, dict, str, dict
             "list_directory",
             {"path": str(ws / "many")},
         ),
+        # corral's listing carries each entry's size and mtime (the contract), so it
+        # stats every entry; the reference's list_directory does not, this one does
+        "list 1,000, ref with sizes": lambda i: (
+            "list_directory",
+            {"path": "many", "max_entries": LIST_ENTRIES},
+            "list_directory_with_sizes",
+            {"path": str(ws / "many")},
+        ),
         "edit in 100 KiB file": edit,
     }
 
@@ -183,7 +191,14 @@ def main() -> int:
         help="directory where @modelcontextprotocol/server-filesystem is installed",
     )
     parser.add_argument("--calls", type=int, default=500, help="timed calls per operation")
+    parser.add_argument(
+        "--dir",
+        help="where to make the workspace (a tmpfs mount leaves the disk out of the write "
+        "and edit times); default: the system's temp directory",
+    )
     args = parser.parse_args()
+    if args.calls % 2:
+        parser.error("--calls must be even: edits alternate A->B and B->A")
     ref_entry = args.ref / REF_ENTRY
     if not ref_entry.is_file():
         print(f"bench_mcp: error: {ref_entry} not found; see the module docstring", file=sys.stderr)
@@ -192,7 +207,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from corral import Sandbox
 
-    with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-", dir=args.dir) as tmp:
         ws = Path(tmp, "ws")
         ws.mkdir()
         make_workspace(ws)
