@@ -47,14 +47,21 @@ def outside_state(outside: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def start_swapper(ws: Path) -> int:
+    """A process swapping ws/d and ws/swap until killed; returns once it swaps."""
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+            _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
+            os.write(ready_w, b"!")
             while True:
                 _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
         finally:
             os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
     return pid
 
 

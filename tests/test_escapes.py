@@ -277,7 +277,7 @@ def test_fifo_listed_as_other(root: Root, workspace: Path):
 
 def test_device_refused(resolver: str):
     with Root("/dev", mode="ro", resolver=resolver) as dev, no_hang():
-        for name in ("null", "zero", "tty"):
+        for name in [n for n in ("null", "zero", "tty") if os.path.exists(f"/dev/{n}")]:
             with pytest.raises(CorralError) as exc:
                 dev.read_bytes(name, max_file_bytes=BIG)
             assert exc.value.code == "not_a_regular_file"
