@@ -1,9 +1,9 @@
 """The `corral` command: doctor, call, tools, serve.
 
-Exit codes: 0 success; 1 a tool call that returned an error result, an MCP
-server whose sandbox could not start, or a doctor that found a worker without
-a layer the kernel offers; 2 misuse: bad arguments, a workspace or config
-that cannot be used.
+Exit codes: 0 success; 1 a tool call that returned an error result, a sandbox
+that could not start (e.g. a layer in `require` that the kernel lacks), or a
+doctor that found a worker without a layer the kernel offers; 2 misuse: bad
+arguments, a workspace or config that cannot be used.
 Errors are one line on stderr: `corral: error: ...`.
 """
 
@@ -20,11 +20,12 @@ from corral.api import Sandbox
 from corral.config import find_config, load_config
 from corral.errors import CorralError
 from corral.mcp_server import Approve, mcp_tool
+from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
 
 EXIT_OK = 0
-EXIT_TOOL_ERROR = 1
+EXIT_FAILED = 1  # the command ran and failed: a tool error, a sandbox that cannot start
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
@@ -114,7 +115,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"  {key:<14}{describe(value)}")
         if missing:
             print(f"warning: the worker lacks {', '.join(missing)}, which the kernel offers")
-    return EXIT_OK if not missing else EXIT_TOOL_ERROR
+    return EXIT_OK if not missing else EXIT_FAILED
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -128,7 +129,7 @@ def cmd_call(args: argparse.Namespace) -> int:
     with open_sandbox(args) as sandbox:
         outcome = sandbox.call(args.tool, arguments)
     print_json(outcome)
-    return EXIT_OK if outcome["ok"] else EXIT_TOOL_ERROR
+    return EXIT_OK if outcome["ok"] else EXIT_FAILED
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
@@ -149,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config is not None:
         load_config(config)
     served = mcp_server.serve(lambda approve: open_sandbox(args, approve), *protocol_streams())
-    return EXIT_OK if served else EXIT_TOOL_ERROR
+    return EXIT_OK if served else EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,5 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, CorralError, OSError, ValueError) as exc:
         print(f"corral: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SandboxError as exc:
+        print(f"corral: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
