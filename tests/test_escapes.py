@@ -323,3 +323,23 @@ def test_read_only_root_refuses_every_change(workspace: Path, resolver: str):
             _, error = _attempt(op, ro, "hello.txt" if op.name != "rename_dst" else "new")
             assert error is not None and error.code == "read_only", (op.name, error)
     assert snapshot(workspace.parent, Path("/nonexistent")) == before
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_errors_do_not_tell_whether_outside_exists(
+    op: Op, root: Root, workspace: Path, outside: Path
+):
+    """A path into something that exists outside and one into nothing answer alike."""
+    for name, target in (("there", "secret.txt"), ("nothere", "missing.txt")):
+        _link(workspace, f"{name}_rel", f"../outside/{target}")
+        _link(workspace, f"{name}_abs", str(outside / target))
+        _link(workspace, f"{name}_dir", f"../outside/{target}/..")
+    for kind in ("rel", "abs", "dir"):
+        # an op that acts on the final link itself never looks outside
+        for suffix in ("", "/x") if op.follows_final else ("/x",):
+            answers = []
+            for name in ("there", "nothere"):
+                result, error = _attempt(op, root, f"{name}_{kind}{suffix}")
+                shown = error.to_dict() if error else result
+                answers.append(repr(shown).replace(name, "NAME"))
+            assert answers[0] == answers[1], (kind, suffix, answers)
