@@ -302,12 +302,13 @@ class McpServer:
     def _run_call(self, sandbox: Sandbox, call: Call, name: str, arguments: dict[str, Any]) -> None:
         self._local.call = call
         try:
-            outcome = guarded_call(sandbox.call, name, arguments)
+            # A call cancelled while it waited for a thread is not run at all.
+            outcome = None if call.cancelled else guarded_call(sandbox.call, name, arguments)
         finally:
             self._local.call = None
             with self._lock:
                 del self._calls[call.request_id]
-        if call.cancelled:
+        if outcome is None or call.cancelled:
             return  # the client withdrew the request: no response, as the spec asks
         if not outcome["ok"] and outcome["error"]["code"] == "unknown_tool":
             self._error(call.request_id, INVALID_PARAMS, outcome["error"]["message"])
