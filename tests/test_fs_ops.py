@@ -282,6 +282,9 @@ def test_remove_stale_temps(root: Root, workspace: Path):
     long_ago = time.time() - STALE_TEMP_AGE - 10
     os.utime(old, (long_ago, long_ago))
     (workspace / "keep.txt").write_bytes(b"")
+    assert root.remove_stale_temps(dead_pids={999999}, recursive=False) == 1  # old one only
+    old.write_bytes(b"partial")
+    os.utime(old, (long_ago, long_ago))
     assert root.remove_stale_temps(dead_pids={999999}) == 2
     assert sorted(os.listdir(workspace)) == sorted(["d", "hello.txt", "keep.txt", live.name])
     assert os.listdir(workspace / "d") == []

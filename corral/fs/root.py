@@ -458,14 +458,16 @@ class Root:
 
     def remove_stale_temps(
         self, rel: str = ".", *, dead_pids: Collection[int] = (),
-        min_age: float = _atomic.STALE_TEMP_AGE,
+        min_age: float = _atomic.STALE_TEMP_AGE, recursive: bool = True,
     ) -> int:
         """Remove temp files left by writers that died mid-write: those named
         with a pid in `dead_pids` (a pool knows which worker it killed) or older
-        than `min_age` seconds, anywhere under `rel`. Returns how many."""
+        than `min_age` seconds, in `rel` (and below it if recursive). A write's
+        temp lies in its target's resolved directory: dirname(resolve(path)).
+        Returns how many."""
         self._writable("clean", rel)
         removed = 0
-        for entry in self.walk(rel):
+        for entry in self.walk(rel) if recursive else self.scandir(rel):
             name = entry.path.rpartition("/")[2]
             if entry.type != "file" or not _atomic.stale_temp(
                 name, entry.modified, dead_pids=dead_pids, min_age=min_age
