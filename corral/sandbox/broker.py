@@ -30,6 +30,8 @@ class Broker:
     def __init__(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
     ) -> None:
+        if options.workers < 1:
+            raise ValueError(f"a sandbox needs at least 1 worker, not {options.workers}")
         check_known(options.require)
         config = {
             "roots": [[spec.path, spec.mode] for spec in roots],

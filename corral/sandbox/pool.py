@@ -226,11 +226,12 @@ class Pool:
         self._closed = False
 
     def start(self) -> None:
-        """Fork every worker first, then read their reports: they confine in parallel."""
+        """Fork every worker first, then read their reports: they confine in parallel.
+        The first report sets the confinement every later worker must match."""
         forked = [self._fork() for _ in range(self.options.workers)]
         for worker in forked:
             self._boot(worker)
-        self.confinement = dict(forked[0].layers or {})
+            self.confinement = self.confinement or dict(worker.layers or {})
         with self._cond:
             self._idle.extend(forked)
 
@@ -386,14 +387,19 @@ class Pool:
         return worker
 
     def _boot(self, worker: Worker) -> None:
+        """Read a new worker's report; anything but the pool's confinement halts it."""
         report = worker.boot(self.options.max_frame_bytes)
-        if worker.layers is not None:
+        if worker.layers is None:
+            confine_error = (report or {}).get("confine_error")
+            if confine_error:
+                self.halt(f"a worker could not confine itself: {confine_error}")
+            code = self.murder_worker(worker)  # halts as well on EXIT_CONFINE_FAILED
+            self.halt(f"a worker did not start ({describe_exit(code, 'it sent no report')})")
+        elif self.confinement and worker.layers != self.confinement:
+            self.murder_worker(worker)
+            self.halt(f"a worker came up confined differently ({worker.layers})")
+        else:
             return
-        confine_error = (report or {}).get("confine_error")
-        if confine_error:
-            self.halt(f"a worker could not confine itself: {confine_error}")
-        code = self.murder_worker(worker)  # halts as well on EXIT_CONFINE_FAILED
-        self.halt(f"a worker did not start ({describe_exit(code, 'it sent no report')})")
         raise SandboxError(f"The sandbox halted: {self._halted}.")
 
     def _retire(self, worker: Worker) -> None:
