@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import test_pool
 from test_pool import MakeBroker, call, wait_gone
 
@@ -30,11 +31,18 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("via_link", [False, True], ids=["direct", "through-a-link"])
 def test_worker_killed_mid_write_leaves_old_content_and_no_temp(
-    make_broker: MakeBroker, workspace: Path
+    make_broker: MakeBroker, workspace: Path, via_link: bool
 ) -> None:
     broker = make_broker(workers=1, limits=Limits(max_write_bytes=2 * BIG))
-    target = workspace / "big.txt"
+    # Through a link the temp file sits beside the link's target, in another directory.
+    (workspace / "deep").mkdir()
+    target = workspace / "deep" / "big.txt"
+    if via_link:
+        (workspace / "big.txt").symlink_to("deep/big.txt")
+    else:
+        target = workspace / "big.txt"
     old, new = "o" * BIG, "n" * BIG
     target.write_text(old)
     for _ in range(KILL_ATTEMPTS):
@@ -46,7 +54,7 @@ def test_worker_killed_mid_write_leaves_old_content_and_no_temp(
         writer.start()
         caught = False
         while writer.is_alive() and not caught:
-            if any(name.startswith(f"{TEMP_PREFIX}{victim}-") for name in os.listdir(workspace)):
+            if any(n.startswith(f"{TEMP_PREFIX}{victim}-") for n in os.listdir(target.parent)):
                 os.kill(victim, signal.SIGSTOP)  # frozen mid-write: the temp file is there
                 caught = bool(temps(workspace))
                 os.kill(victim, signal.SIGKILL)
@@ -64,6 +72,7 @@ def test_worker_killed_mid_write_leaves_old_content_and_no_temp(
     again = call(broker, "write_file", path="big.txt", content=new)
     assert again["ok"], again
     assert digest(target) == hashlib.sha256(new.encode()).hexdigest()
+    assert (workspace / "big.txt").is_symlink() is via_link
 
 
 def test_a_call_past_its_timeout_is_killed_and_the_pool_heals(

@@ -112,9 +112,11 @@ def clean_after(crash: dict[str, Any], setup: Setup) -> int:
             continue
         with contextlib.suppress(CorralError):
             root, rel = setup.roots.locate(path)
-            if root.mode == "rw":
-                parent = posixpath.dirname(posixpath.normpath(rel)) or "."
-                removed += root.remove_stale_temps(parent, dead_pids=[int(crash["pid"])])
+            if root.mode == "rw":  # the temp sits beside the resolved target (a link's too)
+                parent = posixpath.dirname(root.resolve(rel)) or "."
+                removed += root.remove_stale_temps(
+                    parent, dead_pids=[int(crash["pid"])], recursive=False
+                )
     return removed
 
 
