@@ -299,3 +299,23 @@ def test_no_orphans_after_the_host_is_killed(workspace: Path, started_from: str)
         host.send_signal(signal.SIGKILL)
         host.wait()
     assert wait_gone(pids) == []
+
+
+def test_a_forked_copy_of_the_host_may_not_use_the_sandbox(make_broker: MakeBroker) -> None:
+    broker = make_broker(workers=1)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                call(broker, "read_file", path="hello.txt")
+                os.write(write_fd, b"served")
+            except SandboxError:
+                os.write(write_fd, b"refused")
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    assert os.read(read_fd, 16) == b"refused"
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    assert call(broker, "read_file", path="hello.txt")["ok"]

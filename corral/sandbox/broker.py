@@ -54,11 +54,15 @@ class Broker:
             self._pool.close()
             raise
         self._ids = itertools.count(1)
+        self._owner = os.getpid()
         # asubmit's threads: one per worker, since no more calls can run at once.
         self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
 
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run one request in a worker; the answer is the registry's result dict."""
+        if os.getpid() != self._owner:
+            # A forked copy would talk over the same sockets as its parent.
+            raise SandboxError("A sandbox cannot be used in a process forked after it started.")
         response = self._pool.call({**request, "id": next(self._ids)})
         response.pop("id", None)
         return response
