@@ -642,3 +642,33 @@ def test_walk_never_iterated_closes_its_fd(root: Root, workspace: Path):
     for _ in range(10):
         root.walk(".")
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_walk_notices_a_directory_moved_out(workspace: Path, outside: Path):
+    """The walk's version of the openat2 path check: the opened chain must still
+    be where it was found."""
+    (workspace / "a" / "b").mkdir(parents=True)
+    walker = _resolve.WalkResolver(os.open(workspace, _resolve.DIR_FLAGS))
+    fds = [os.open(workspace / "a", _resolve.DIR_FLAGS)]
+    fds.append(os.open("b", _resolve.DIR_FLAGS, dir_fd=fds[0]))
+    try:
+        walker._check_chain(fds, ["a", "b"])
+        (workspace / "a").rename(outside / "a")
+        with pytest.raises(_resolve._ChainMoved):
+            walker._check_chain(fds, ["a", "b"])
+    finally:
+        for fd in [*fds, walker.root_fd]:
+            os.close(fd)
+
+
+def test_walk_gives_up_after_bounded_retries(workspace: Path, monkeypatch: pytest.MonkeyPatch):
+    calls = []
+
+    def always_moved(*_: object) -> None:
+        calls.append(1)
+        raise _resolve._ChainMoved
+
+    with Root(str(workspace), resolver="walk") as r:
+        monkeypatch.setattr(_resolve.WalkResolver, "_check_chain", always_moved)
+        assert code(lambda: r.read_bytes("hello.txt", max_file_bytes=BIG)) == "io_error"
+        assert len(calls) == _resolve.WALK_RETRIES

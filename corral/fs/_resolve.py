@@ -6,7 +6,8 @@ Two resolvers open directories beneath the root fd:
   with EXDEV/ELOOP, whatever renames race with it.
 - `WalkResolver` (kernels without openat2): one component at a time with
   O_NOFOLLOW, keeping its own stack of directory fds so `..` pops a fd it
-  opened instead of asking the kernel for a parent. It resolves symlinks
+  opened instead of asking the kernel for a parent; at the end it checks that
+  each directory is still where it was found (a rename raced it: walk again). It resolves symlinks
   itself and does what RESOLVE_BENEATH does: a relative target is spliced
   into the remaining path, an *absolute target is refused* (EXDEV ->
   outside_workspace) even when it would land inside the root, `..` never goes
@@ -32,6 +33,7 @@ from corral.fs import _sys
 
 MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS: the same depth both resolvers allow
 OPENAT2_EAGAIN_RETRIES = 16  # EAGAIN = a rename raced the lookup; a few retries win, then report it
+WALK_RETRIES = 16  # the same for the walk: its path changed under it; walk again, then report it
 
 DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _RESOLVE = _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_MAGICLINKS
@@ -106,6 +108,14 @@ class WalkResolver:
         self.root_fd = root_fd
 
     def open_dir(self, rel: str) -> tuple[int, str]:
+        for _ in range(WALK_RETRIES):
+            try:
+                return self._walk(rel)
+            except _ChainMoved:
+                continue
+        raise _oserror(errno.ESTALE)
+
+    def _walk(self, rel: str) -> tuple[int, str]:
         if rel.startswith("/"):
             raise _oserror(errno.EXDEV)
         fds: list[int] = []  # fds[i] is the directory names[:i+1]; the root fd is never in it
@@ -145,11 +155,31 @@ class WalkResolver:
                 if not target:
                     raise _oserror(errno.ENOENT)
                 todo.extend(target.split("/")[::-1])
+            self._check_chain(fds, names)
             result = fds.pop() if fds else os.dup(self.root_fd)
             return result, "/".join(names) or "."
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+    def _check_chain(self, fds: list[int], names: list[str]) -> None:
+        """Each directory opened is still that name in the one before it: none
+        was moved (perhaps out of the root) while the walk went on. The openat2
+        resolver's path check is the same test."""
+        parents = [self.root_fd, *fds][: len(fds)]
+        for parent, name, fd in zip(parents, names, fds, strict=True):
+            try:
+                there = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                raise _ChainMoved from None
+            here = os.fstat(fd)
+            if (there.st_dev, there.st_ino) != (here.st_dev, here.st_ino):
+                raise _ChainMoved
+
+
+class _ChainMoved(Exception):
+    """A directory on the walked path was renamed meanwhile: walk again."""
 
 
 Resolver = Openat2Resolver | WalkResolver

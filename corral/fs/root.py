@@ -119,9 +119,10 @@ class Root:
       on the same final name (the directory is pinned by its fd, the name in it
       is not). Renames inside the root never lead outside it.
     - A directory moved *out of* the root by another process while an
-      operation holds its fd: the operation acts there. The openat2 resolver
-      notices when the move came before its check (the kernel's path for the
-      fd is no longer beneath the root: io_error); the walk resolver does not.
+      operation holds its fd: the operation acts there. Both resolvers notice
+      a move that came before the end of resolution (openat2: the kernel's
+      path for the fd is no longer beneath the root; walk: a directory is no
+      longer where it was found) and fail io_error; a later move is not seen.
       Landlock in the worker is the layer that holds then.
     - Special files swapped in after the lstat are opened O_NONBLOCK and
       refused from fstat; opening a device can still have side effects.
