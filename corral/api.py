@@ -101,6 +101,23 @@ class _Core:
                 self._running -= 1
                 self._state.notify_all()
 
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A call inside the host's approve() callback does not hold close() up
+        (the callback may itself wait on the host that is closing); if the
+        sandbox was closed meanwhile, the call ends with RuntimeError."""
+        with self._state:
+            self._running -= 1
+            self._state.notify_all()
+        try:
+            yield
+        finally:
+            with self._state:
+                self._running += 1
+                closed = self.closed
+        if closed:
+            raise RuntimeError("this Sandbox was closed while the call awaited approval")
+
     def shut(self) -> bool:
         """Refuse new calls and wait for running ones; False if already closed."""
         with self._state:
@@ -250,7 +267,8 @@ class Sandbox:
                     if kind == "submit":
                         answer = self._executor.submit(payload)
                     else:  # the core asks only when there is a callback
-                        answer = bool(self._core.approve(payload))  # type: ignore[misc]
+                        with self._core.waiting():
+                            answer = bool(self._core.approve(payload))  # type: ignore[misc]
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value
@@ -315,9 +333,10 @@ class AsyncSandbox:
                     if kind == "submit":
                         answer = await self._executor.asubmit(payload)
                     else:
-                        answer = self._core.approve(payload)  # type: ignore[misc]
-                        if inspect.isawaitable(answer):
-                            answer = await answer
+                        with self._core.waiting():
+                            answer = self._core.approve(payload)  # type: ignore[misc]
+                            if inspect.isawaitable(answer):
+                                answer = await answer
                         answer = bool(answer)
                     kind, payload = flow.send(answer)
             except StopIteration as done:

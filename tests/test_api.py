@@ -209,19 +209,20 @@ class TestLifecycle:
         assert failures == []
         assert len(list((ws / "threads").rglob("*.txt"))) == 160
 
-    def test_close_waits_for_running_calls(self, ws: Path) -> None:
+    def test_close_waits_for_a_running_tool(self, ws: Path) -> None:
+        sandbox = Sandbox(ws)
         entered, release = threading.Event(), threading.Event()
+        submit = sandbox._executor.submit
 
-        def slow_yes(request: dict[str, Any]) -> bool:
+        def slow_submit(request: dict[str, Any]) -> dict[str, Any]:
             entered.set()
             release.wait(5)
-            return True
+            return submit(request)
 
-        policy = Policy(tool_modes={"stat_file": "supervised"})
-        sandbox = Sandbox(ws, policy=policy, approve=slow_yes)
+        sandbox._executor.submit = slow_submit  # type: ignore[method-assign]
         results: list[dict[str, Any]] = []
         caller = threading.Thread(
-            target=lambda: results.append(sandbox.call("stat_file", {"path": "a.txt"}))
+            target=lambda: results.append(sandbox.call("read_file", {"path": "a.txt"}))
         )
         caller.start()
         assert entered.wait(5)
@@ -234,10 +235,38 @@ class TestLifecycle:
                 break
         else:
             pytest.fail("calls still accepted while closing")
+        assert closer.is_alive()  # the running call still has the executor
         release.set()
         caller.join(5)
         closer.join(5)
+        assert not closer.is_alive()
         assert results and results[0]["ok"]
+
+    def test_close_does_not_wait_for_an_approval(self, ws: Path) -> None:
+        entered, release = threading.Event(), threading.Event()
+
+        def slow_yes(request: dict[str, Any]) -> bool:
+            entered.set()
+            release.wait(5)
+            return True
+
+        policy = Policy(tool_modes={"stat_file": "supervised"})
+        sandbox = Sandbox(ws, policy=policy, approve=slow_yes)
+        errors: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                sandbox.call("stat_file", {"path": "a.txt"})
+            except RuntimeError as error:
+                errors.append(error)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        assert entered.wait(5)
+        sandbox.close()  # returns while the host's callback still runs
+        release.set()
+        caller.join(5)
+        assert len(errors) == 1 and "closed" in str(errors[0])
 
 
 class TestAsyncSandbox:
