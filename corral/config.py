@@ -26,7 +26,7 @@ TOOL_NAMES = (
     "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
     "delete_file", "search_files", "grep",
 )
-LAYERS = ("landlock", "seccomp", "openat2", "no_new_privs")  # what [sandbox] require names
+LAYERS = ("landlock", "seccomp", "openat2", "no_new_privs", "rlimits")  # what require names
 RESOLVERS = ("auto", "openat2", "walk")
 
 

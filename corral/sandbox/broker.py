@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from corral.config import Limits, SandboxOptions
+from corral.config import LAYERS, Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import Pool, SandboxError, Zygote
-
-LAYERS = ("landlock", "seccomp", "no_new_privs", "openat2", "rlimits")  # names `require` takes
 
 
 class Broker:
