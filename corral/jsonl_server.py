@@ -14,14 +14,21 @@ after answering every call it has read.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
-from corral.stdio import MAX_LINE_BYTES, LineWriter, guarded_call, parse_line, read_lines
+from corral.stdio import (
+    MAX_LINE_BYTES,
+    Job,
+    LineServer,
+    LineWriter,
+    guarded_call,
+    parse_line,
+    read_lines,
+)
 
-# Calls served at once; more than the pool's workers keeps every worker busy
-# while results are encoded and written. Beyond this, requests queue.
+# Calls run at once; more than the pool's workers keeps every worker busy while
+# results are encoded and written. Beyond this, requests queue in the host.
 MAX_CONCURRENT_CALLS = 16
 
 
@@ -64,17 +71,15 @@ def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
     """Answer every request line until the input ends; the caller closes the sandbox."""
     out = LineWriter(writer)
 
-    def run(request_id: Any, tool: str, arguments: dict[str, Any]) -> None:
-        out.write({"id": request_id, **guarded_call(sandbox.call, tool, arguments)})
+    def handle(line: bytes | None) -> Job | None:
+        if line is None:
+            out.write(error_line(None, f"line is over {MAX_LINE_BYTES} bytes"))
+            return None
+        try:
+            request_id, tool, arguments = parse_request(line)
+        except ValueError as exc:
+            out.write(error_line(line, str(exc)))
+            return None
+        return lambda: out.write({"id": request_id, **guarded_call(sandbox.call, tool, arguments)})
 
-    with ThreadPoolExecutor(MAX_CONCURRENT_CALLS, thread_name_prefix="corral-jsonl") as pool:
-        for line in read_lines(reader):
-            if line is None:
-                out.write(error_line(None, f"line is over {MAX_LINE_BYTES} bytes"))
-                continue
-            try:
-                request_id, tool, arguments = parse_request(line)
-            except ValueError as exc:
-                out.write(error_line(line, str(exc)))
-                continue
-            pool.submit(run, request_id, tool, arguments)
+    LineServer(read_lines(reader), handle, MAX_CONCURRENT_CALLS).run()

@@ -9,10 +9,11 @@ version negotiation, `ping`, `tools/list`, `tools/call`, the `initialized` and
 `cancelled` notifications, and `elicitation/create` sent to the client. The
 SDK's own stdio client is the conformance test (tests/test_mcp.py).
 
-Concurrency: the main thread reads messages; each `tools/call` runs on a
-thread of its own pool, so calls overlap across the sandbox's workers and a
-call waiting for the user's answer to an elicitation blocks nobody else.
-Writes to stdout are serialised by one lock.
+Concurrency (stdio.LineServer): one thread at a time reads messages; a
+`tools/call` runs on the thread that read it while another thread takes over
+reading, so calls overlap across the sandbox's workers and a call waiting for
+the user's answer to an elicitation blocks nobody else. Writes to stdout are
+serialised by one lock.
 
 Decisions the spec leaves to us:
 - An unknown tool name is a JSON-RPC error (-32602), as the spec's example
@@ -27,17 +28,26 @@ Decisions the spec leaves to us:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import itertools
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
-from corral.stdio import MAX_LINE_BYTES, LineWriter, guarded_call, parse_line, read_lines
+from corral.stdio import (
+    MAX_LINE_BYTES,
+    Job,
+    LineServer,
+    LineWriter,
+    guarded_call,
+    parse_line,
+    read_lines,
+)
 
 # Handshake-era revisions we speak, newest first; a client asking for another
 # one is answered with the newest and decides whether to continue.
@@ -179,7 +189,6 @@ class McpServer:
         self, open_sandbox: Callable[[Approve | None], Sandbox], reader: BinaryIO, writer: BinaryIO
     ) -> None:
         self._open_sandbox = open_sandbox
-        self._reader = reader
         self._out = LineWriter(writer)
         self._sandbox: Sandbox | None = None  # opened by initialize, once the client's
         self._tools: list[dict[str, Any]] = []  # capabilities say who can approve
@@ -191,46 +200,44 @@ class McpServer:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._elicitation_ids = itertools.count(1)
-        self._pool = ThreadPoolExecutor(MAX_CONCURRENT_CALLS, thread_name_prefix="corral-mcp")
+        self._ended = False  # input is over: no elicitation can be answered any more
+        self._lines = LineServer(read_lines(reader), self._receive, MAX_CONCURRENT_CALLS)
 
     def serve(self) -> bool:
         """Read and answer messages until EOF, then finish the calls in flight and close.
         False if the sandbox could not be started."""
         try:
-            for line in read_lines(self._reader):
-                self._receive(line)
-                if self._failed:
-                    break
+            self._lines.run(at_end=self._end)
         finally:
-            self._answer_all_elicitations(None)
-            self._pool.shutdown(wait=True)
+            self._end()
             if self._sandbox is not None:
                 self._sandbox.close()
         return not self._failed
 
     # -- input ------------------------------------------------------------------
 
-    def _receive(self, line: bytes | None) -> None:
+    def _receive(self, line: bytes | None) -> Job | None:
+        """Answer one message; a tools/call comes back as the job that runs it."""
         try:
             message = decode(line)
         except ProtocolError as exc:
             self._error(exc.request_id, exc.code, exc.message)
-            return
+            return None
         if "method" not in message:
             self._reply_received(message)
-            return
+            return None
         method, params = message["method"], message["params"]
         if "id" not in message:
             self._notification(method, params)
-            return
+            return None
         request_id = message["id"]
         try:
             if method == "tools/call":
-                self._start_call(request_id, params)
-            else:
-                self._result(request_id, self._request(method, params))
+                return self._start_call(request_id, params)
+            self._result(request_id, self._request(method, params))
         except ProtocolError as exc:
             self._error(request_id, exc.code, exc.message)
+        return None
 
     def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "ping":
@@ -257,6 +264,7 @@ class McpServer:
             self._sandbox = self._open_sandbox(self._approve if self._elicits else None)
         except Exception as exc:
             self._failed = True
+            self._lines.stop()
             print(f"corral: error: cannot start the sandbox: {exc}", file=sys.stderr)
             raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {exc}") from exc
         self._tools = [mcp_tool(spec) for spec in self._sandbox.tools()]
@@ -283,7 +291,7 @@ class McpServer:
 
     # -- tool calls -------------------------------------------------------------
 
-    def _start_call(self, request_id: str | int, params: dict[str, Any]) -> None:
+    def _start_call(self, request_id: str | int, params: dict[str, Any]) -> Job:
         if self._sandbox is None:
             raise ProtocolError(INVALID_REQUEST, "tools/call before initialize")
         name = params.get("name")
@@ -297,7 +305,7 @@ class McpServer:
             if request_id in self._calls:
                 raise ProtocolError(INVALID_REQUEST, f"request id {request_id!r} is already in use")
             self._calls[request_id] = call
-        self._pool.submit(self._run_call, self._sandbox, call, name, arguments)
+        return functools.partial(self._run_call, self._sandbox, call, name, arguments)
 
     def _run_call(self, sandbox: Sandbox, call: Call, name: str, arguments: dict[str, Any]) -> None:
         self._local.call = call
@@ -332,11 +340,11 @@ class McpServer:
         """The sandbox's approve callback (only for a client that can elicit):
         ask the user through the client."""
         call: Call | None = getattr(self._local, "call", None)
-        if call is None or call.cancelled:
-            return False
         elicitation_id = f"corral-elicit-{next(self._elicitation_ids)}"
         future: Future[dict[str, Any] | None] = Future()
         with self._lock:
+            if call is None or call.cancelled or self._ended:
+                return False
             self._replies[elicitation_id] = future
             call.elicitation = future
         params: dict[str, Any] = {
@@ -357,19 +365,29 @@ class McpServer:
             reply = future.result(timeout=ELICITATION_TIMEOUT_S)
         except TimeoutError:
             reply = None
+            self._out.write(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": elicitation_id, "reason": "no answer in time"},
+                }
+            )
         finally:
             with self._lock:
                 self._replies.pop(elicitation_id, None)
                 call.elicitation = None
         return reply is not None and reply.get("action") == "accept"
 
-    def _answer_all_elicitations(self, reply: dict[str, Any] | None) -> None:
+    def _end(self) -> None:
+        """The input is over: every pending elicitation counts as denied, and so
+        does any later one."""
         with self._lock:
+            self._ended = True
             waiting = list(self._replies.values())
             self._replies.clear()
         for future in waiting:
             if not future.done():
-                future.set_result(reply)
+                future.set_result(None)
 
     # -- output -----------------------------------------------------------------
 

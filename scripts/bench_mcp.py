@@ -3,8 +3,11 @@
 Both servers are driven by the same raw JSON-RPC stdio client in the same run
 (one request in flight at a time, so client overhead is equal), on the same
 files: a 4 KiB read, a 4 KiB write, a stat, a listing of 1,000 entries and
-one edit in a 100 KiB file. A third column times the same call through the
-Python API (`Sandbox.call`, no protocol) to show what MCP framing costs.
+one edit in a 100 KiB file. Two more columns time the same operation through
+the Python API (`Sandbox.call`: confined worker, no protocol) and directly
+in this process with plain os calls (same guarantees: writes are temp file +
+fsync + rename), to show what the protocol and the sandbox each cost.
+Rounds of each side alternate, so a change in machine load hits all sides.
 
 Install the reference server outside the repo first:
 
@@ -25,12 +28,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 REF_ENTRY = "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-WARMUP_CALLS = 30  # first calls pay for imports, JIT and cold caches on both sides
+WARMUP_CALLS = 30  # first calls pay for imports, JIT and cold caches on all sides
+ROUND_CALLS = 50  # calls per side per round; even, so edits end where they began
 LIST_ENTRIES = 1000
 EDIT_FILE_BYTES = 100 * 1024
 IO_BYTES = 4096
@@ -115,54 +120,85 @@ def make_workspace(root: Path) -> None:
     (root / "edit.txt").write_text(text_of(EDIT_FILE_BYTES, marker_line=EDIT_FILE_BYTES // 128))
 
 
-# Each operation: (corral tool, its arguments, reference tool, its arguments); "{ws}"
-# is the workspace's absolute path (the reference server wants absolute paths).
-def operations(ws: Path) -> dict[str, Callable[[int], tuple[str, dict, str, dict]]]:
+@dataclass(frozen=True)
+class Op:
+    """One operation as each side spells it; `i` alternates edits A->B, B->A."""
+
+    corral: Callable[[int], tuple[str, dict[str, Any]]]
+    ref: Callable[[int], tuple[str, dict[str, Any]]]
+    direct: Callable[[int], object]
+
+
+def marker(i: int) -> tuple[str, str]:
+    return ("MARKER_A", "MARKER_B") if i % 2 == 0 else ("MARKER_B", "MARKER_A")
+
+
+def atomic_write(path: Path, data: str) -> None:
+    temp = path.with_name(f".{path.name}.tmp")
+    with open(temp, "w") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def direct_list(path: Path) -> list[tuple[str, int, float]]:
+    with os.scandir(path) as entries:
+        return [(e.name, e.stat().st_size, e.stat().st_mtime) for e in entries]
+
+
+def direct_edit(path: Path, i: int) -> None:
+    old, new = marker(i)
+    atomic_write(path, path.read_text().replace(old, new, 1))
+
+
+def operations(ws: Path) -> dict[str, Op]:
+    """The reference server wants absolute paths; corral takes them relative."""
     content = text_of(IO_BYTES)
 
-    def edit(i: int) -> tuple[str, dict, str, dict]:
-        old, new = ("MARKER_A", "MARKER_B") if i % 2 == 0 else ("MARKER_B", "MARKER_A")
-        return (
-            "edit_file",
-            {"path": "edit.txt", "old_string": old, "new_string": new},
-            "edit_file",
-            {"path": str(ws / "edit.txt"), "edits": [{"oldText": old, "newText": new}]},
-        )
+    def ref_edit(i: int) -> tuple[str, dict[str, Any]]:
+        old, new = marker(i)
+        return "edit_file", {
+            "path": str(ws / "edit.txt"),
+            "edits": [{"oldText": old, "newText": new}],
+        }
 
+    def corral_edit(i: int) -> tuple[str, dict[str, Any]]:
+        old, new = marker(i)
+        return "edit_file", {"path": "edit.txt", "old_string": old, "new_string": new}
+
+    listing = ("list_directory", {"path": "many", "max_entries": LIST_ENTRIES})
     return {
-        "read 4 KiB": lambda i: (
-            "read_file",
-            {"path": "read.txt"},
-            "read_text_file",
-            {"path": str(ws / "read.txt")},
+        "read 4 KiB": Op(
+            lambda i: ("read_file", {"path": "read.txt"}),
+            lambda i: ("read_text_file", {"path": str(ws / "read.txt")}),
+            lambda i: (ws / "read.txt").read_text(),
         ),
-        "write 4 KiB": lambda i: (
-            "write_file",
-            {"path": "write.txt", "content": content},
-            "write_file",
-            {"path": str(ws / "write.txt"), "content": content},
+        "write 4 KiB": Op(
+            lambda i: ("write_file", {"path": "write.txt", "content": content}),
+            lambda i: ("write_file", {"path": str(ws / "write.txt"), "content": content}),
+            lambda i: atomic_write(ws / "write.txt", content),
         ),
-        "stat": lambda i: (
-            "stat_file",
-            {"path": "read.txt"},
-            "get_file_info",
-            {"path": str(ws / "read.txt")},
+        "stat": Op(
+            lambda i: ("stat_file", {"path": "read.txt"}),
+            lambda i: ("get_file_info", {"path": str(ws / "read.txt")}),
+            lambda i: os.stat(ws / "read.txt"),
         ),
-        "list 1,000 entries": lambda i: (
-            "list_directory",
-            {"path": "many", "max_entries": LIST_ENTRIES},
-            "list_directory",
-            {"path": str(ws / "many")},
+        "list 1,000 entries": Op(
+            lambda i: listing,
+            lambda i: ("list_directory", {"path": str(ws / "many")}),
+            lambda i: direct_list(ws / "many"),
         ),
         # corral's listing carries each entry's size and mtime (the contract), so it
         # stats every entry; the reference's list_directory does not, this one does
-        "list 1,000, ref with sizes": lambda i: (
-            "list_directory",
-            {"path": "many", "max_entries": LIST_ENTRIES},
-            "list_directory_with_sizes",
-            {"path": str(ws / "many")},
+        "list 1,000, ref with sizes": Op(
+            lambda i: listing,
+            lambda i: ("list_directory_with_sizes", {"path": str(ws / "many")}),
+            lambda i: direct_list(ws / "many"),
         ),
-        "edit in 100 KiB file": edit,
+        "edit in 100 KiB file": Op(
+            corral_edit, ref_edit, lambda i: direct_edit(ws / "edit.txt", i)
+        ),
     }
 
 
@@ -171,14 +207,18 @@ def percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def timed(run: Callable[[int], Any], calls: int) -> list[float]:
-    for i in range(WARMUP_CALLS):
-        run(i)
-    samples = []
-    for i in range(WARMUP_CALLS, WARMUP_CALLS + calls):
-        start = time.perf_counter()
-        run(i)
-        samples.append(time.perf_counter() - start)
+def measure(sides: dict[str, Callable[[int], object]], calls: int) -> dict[str, list[float]]:
+    """Latency samples per side: a warm-up, then alternating rounds."""
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    for run in sides.values():
+        for i in range(WARMUP_CALLS):
+            run(i)
+    for _ in range(calls // ROUND_CALLS):
+        for name, run in sides.items():
+            for i in range(ROUND_CALLS):
+                start = time.perf_counter()
+                run(i)
+                samples[name].append(time.perf_counter() - start)
     return samples
 
 
@@ -197,8 +237,8 @@ def main() -> int:
         "and edit times); default: the system's temp directory",
     )
     args = parser.parse_args()
-    if args.calls % 2:
-        parser.error("--calls must be even: edits alternate A->B and B->A")
+    if args.calls % ROUND_CALLS or args.calls <= 0:
+        parser.error(f"--calls must be a positive multiple of {ROUND_CALLS}")
     ref_entry = args.ref / REF_ENTRY
     if not ref_entry.is_file():
         print(f"bench_mcp: error: {ref_entry} not found; see the module docstring", file=sys.stderr)
@@ -231,10 +271,13 @@ def main() -> int:
         rows = []
         try:
             for name, op in operations(ws).items():
-                corral_s = timed(lambda i, op=op: corral.call(*op(i)[:2]), args.calls)
-                ref_s = timed(lambda i, op=op: ref.call(*op(i)[2:]), args.calls)
-                api_s = timed(lambda i, op=op: sandbox.call(*op(i)[:2]), args.calls)
-                rows.append((name, corral_s, ref_s, api_s))
+                sides = {
+                    "corral": lambda i, op=op: corral.call(*op.corral(i)),
+                    "ref": lambda i, op=op: ref.call(*op.ref(i)),
+                    "api": lambda i, op=op: sandbox.call(*op.corral(i)),
+                    "direct": op.direct,
+                }
+                rows.append((name, measure(sides, args.calls)))
             confinement = sandbox.confinement
         finally:
             corral.close()
@@ -243,7 +286,10 @@ def main() -> int:
 
     us = 1e6
     print(f"corral worker confinement: {json.dumps(confinement)}")
-    print(f"{args.calls} calls per operation after {WARMUP_CALLS} warm-up calls; times in µs\n")
+    print(
+        f"{args.calls} calls per operation and side after {WARMUP_CALLS} warm-up calls, "
+        f"in alternating rounds of {ROUND_CALLS}; times in µs\n"
+    )
     header = (
         "operation",
         "corral med",
@@ -252,21 +298,21 @@ def main() -> int:
         "ref p99",
         "ref/corral",
         "api med",
-        "mcp/api",
+        "direct med",
     )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for name, corral_s, ref_s, api_s in rows:
-        c_med, r_med, a_med = (statistics.median(s) for s in (corral_s, ref_s, api_s))
+    for name, samples in rows:
+        med = {side: statistics.median(values) for side, values in samples.items()}
         cells = (
             name,
-            f"{c_med * us:.0f}",
-            f"{percentile(corral_s, 0.99) * us:.0f}",
-            f"{r_med * us:.0f}",
-            f"{percentile(ref_s, 0.99) * us:.0f}",
-            f"{r_med / c_med:.2f}x",
-            f"{a_med * us:.0f}",
-            f"{c_med / a_med:.2f}x",
+            f"{med['corral'] * us:.0f}",
+            f"{percentile(samples['corral'], 0.99) * us:.0f}",
+            f"{med['ref'] * us:.0f}",
+            f"{percentile(samples['ref'], 0.99) * us:.0f}",
+            f"{med['ref'] / med['corral']:.2f}x",
+            f"{med['api'] * us:.0f}",
+            f"{med['direct'] * us:.0f}",
         )
         print("| " + " | ".join(cells) + " |")
     return 0

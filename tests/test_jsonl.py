@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,63 @@ def test_oversized_line_is_skipped_to_its_newline(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(stdio, "MAX_LINE_BYTES", 10)
     stream = io.BytesIO(b'{"id": 1}\n' + b"x" * 35 + b"\n\n  \n" + b'{"id":2}\n' + b"tail")
     assert list(stdio.read_lines(stream)) == [b'{"id": 1}', None, b'{"id":2}', b"tail"]
+
+
+def test_line_server_bounds_jobs_and_keeps_reading() -> None:
+    """Six blocking jobs on two job slots: two run, four queue, and a quick line read
+    after them is still answered while they block; a buggy job is reported and
+    serving goes on; at the end every job has run."""
+    release = threading.Event()
+    quick_seen = threading.Event()
+    state = threading.Condition()
+    running: list[int] = []
+    peak: list[int] = []
+    released: list[bool] = []
+
+    def job() -> None:
+        with state:
+            running.append(1)
+            peak.append(len(running))
+            state.notify_all()
+        released.append(release.wait(10))  # False: reading had stalled behind the jobs
+        with state:
+            running.pop()
+
+    def handle(line: bytes | None) -> stdio.Job | None:
+        if line == b"quick":
+            quick_seen.set()
+            return None
+        if line == b"boom":
+            return lambda: 1 / 0  # type: ignore[return-value]
+        return job
+
+    def lines() -> Iterator[bytes]:
+        yield from [b"slow"] * 6 + [b"quick"]
+        with state:
+            assert state.wait_for(lambda: len(running) == 2, timeout=10)
+        release.set()
+        yield from [b"boom", b"slow"]
+
+    server = stdio.LineServer(lines(), handle, max_jobs=2)
+    ended = []
+    serving = threading.Thread(target=server.run, args=(lambda: ended.append(True),), daemon=True)
+    serving.start()
+    serving.join(30)
+    assert ended == [True] and quick_seen.is_set()
+    assert len(peak) == 7 and max(peak) == 2 and running == []
+    assert released == [True] * 7
+
+
+def test_line_server_stop_reads_no_further() -> None:
+    seen = []
+    server: stdio.LineServer
+
+    def handle(line: bytes | None) -> stdio.Job | None:
+        seen.append(line)
+        if line == b"stop":
+            server.stop()
+        return None
+
+    server = stdio.LineServer(iter([b"a", b"stop", b"b"]), handle, max_jobs=1)
+    server.run()
+    assert seen == [b"a", b"stop"]
