@@ -9,11 +9,10 @@ version negotiation, `ping`, `tools/list`, `tools/call`, the `initialized` and
 `cancelled` notifications, and `elicitation/create` sent to the client. The
 SDK's own stdio client is the conformance test (tests/test_mcp.py).
 
-Concurrency (stdio.LineServer): one thread at a time reads messages; a
-`tools/call` runs on the thread that read it while another thread takes over
-reading, so calls overlap across the sandbox's workers and a call waiting for
-the user's answer to an elicitation blocks nobody else. Writes to stdout are
-serialised by one lock.
+Concurrency (stdio.LineServer): the main thread reads messages; each
+`tools/call` runs on a thread of a pool, so calls overlap across the sandbox's
+workers and a call waiting for the user's answer to an elicitation blocks
+nobody else. Writes to stdout are serialised by one lock.
 
 Decisions the spec leaves to us:
 - An unknown tool name is a JSON-RPC error (-32602), as the spec's example

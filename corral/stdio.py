@@ -4,7 +4,7 @@
 stray print (ours, a library's, or a child process that inherited fd 1) lands
 on stderr instead of corrupting the stream the client parses.
 
-`LineServer` runs the read loop and the concurrent calls (leader/follower).
+`LineServer` runs the read loop and the concurrent calls.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import os
 import sys
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable, Iterator
-from queue import SimpleQueue
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
@@ -92,15 +91,13 @@ Job = Callable[[], None]
 
 
 class LineServer:
-    """Reads lines on one thread at a time and runs up to `max_jobs` jobs at once.
+    """Reads lines on the calling thread; runs jobs on up to `max_jobs` threads.
 
     `handle(line)` answers a quick message itself and returns None, or returns a
-    job (a call to run). Leader/follower: the thread that read the line hands
-    reading to another thread and runs the job itself, so the call never waits
-    for a thread to wake up (that happens while it runs). With `max_jobs` jobs
-    running, further jobs queue and run as jobs finish, while reading goes on:
-    replies and cancellations still arrive. Threads are daemons and reused, so
-    an interrupted server does not wait for a reader blocked on its input.
+    job (a call to run) that runs on a pool thread while reading goes on, so
+    replies and cancellations still arrive while calls run; beyond `max_jobs`
+    running, jobs queue. (A leader/follower variant, running each call on the
+    thread that read it, measured no faster here.)
     """
 
     def __init__(
@@ -112,74 +109,27 @@ class LineServer:
         self._lines = lines
         self._handle = handle
         self._max_jobs = max_jobs
-        self._state = threading.Condition()
-        self._running = 0
-        self._backlog: deque[Job] = deque()
-        self._idle: list[SimpleQueue[Job]] = []
-        self._ended = threading.Event()
         self._stopped = False
-        self._at_end: Callable[[], None] = lambda: None
 
     def run(self, at_end: Callable[[], None] = lambda: None) -> None:
         """Serve until the input ends or `stop()`; then call `at_end` and wait for
         every job to finish."""
-        self._at_end = at_end
-        self._lead()
-        self._ended.wait()
-        with self._state:
-            self._state.wait_for(lambda: self._running == 0)
+        with ThreadPoolExecutor(self._max_jobs, thread_name_prefix="corral-call") as pool:
+            try:
+                for line in self._lines:
+                    job = _guarded(self._handle, line)
+                    if self._stopped:
+                        break
+                    if job is not None:
+                        pool.submit(_guarded, job)
+            except OSError:
+                traceback.print_exc()  # unreadable input (EIO, ...) ends the session like EOF
+            finally:
+                at_end()
 
     def stop(self) -> None:
-        """Read no further (called from `handle`, on the reading thread)."""
+        """Read no further (called from `handle`)."""
         self._stopped = True
-
-    def _lead(self) -> None:
-        try:
-            for line in self._lines:
-                job = _guarded(self._handle, line)
-                if self._stopped:
-                    break
-                if job is not None and self._hand_off(job):
-                    return
-        except OSError:
-            traceback.print_exc()  # unreadable input (EIO, ...) ends the session like EOF
-        self._at_end()
-        self._ended.set()
-
-    def _hand_off(self, job: Job) -> bool:
-        """Run `job` on this thread after starting the next reader (True), or queue it
-        when every job slot is taken (False: this thread keeps reading)."""
-        with self._state:
-            if self._running >= self._max_jobs:
-                self._backlog.append(job)
-                return False
-            self._running += 1
-        self._spawn(self._lead)
-        self._work(job)
-        return True
-
-    def _work(self, job: Job | None) -> None:
-        while job is not None:
-            _guarded(job)
-            with self._state:
-                job = self._backlog.popleft() if self._backlog else None
-                if job is None:
-                    self._running -= 1
-                    self._state.notify_all()
-
-    def _spawn(self, task: Job) -> None:
-        with self._state:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
-            inbox = SimpleQueue()
-            threading.Thread(target=self._thread, args=(inbox,), daemon=True).start()
-        inbox.put(task)
-
-    def _thread(self, inbox: SimpleQueue[Job]) -> None:
-        while True:
-            inbox.get()()
-            with self._state:
-                self._idle.append(inbox)
 
 
 def _guarded(function: Callable[..., Any], *args: Any) -> Any:
