@@ -141,8 +141,10 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.jsonl:
+        # Streams first: the sandbox's processes must not inherit the protocol's fd 1.
+        reader, writer = protocol_streams()
         with open_sandbox(args) as sandbox:
-            jsonl_server.serve(sandbox, *protocol_streams())
+            jsonl_server.serve(sandbox, reader, writer)
         return EXIT_OK
     # The MCP server opens the sandbox on `initialize`; check what can be checked first,
     # so a bad command line fails here, in one line, before the protocol starts.

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from corral import stdio
@@ -154,3 +155,43 @@ def test_line_server_stop_reads_no_further() -> None:
     server = stdio.LineServer(iter([b"a", b"stop", b"b"]), handle, max_jobs=1)
     server.run()
     assert seen == [b"a", b"stop"]
+
+
+@pytest.mark.parametrize("mode", ["--jsonl", "mcp"])
+def test_sandbox_processes_do_not_hold_the_protocol_pipe(workspace: Path, mode: str) -> None:
+    """Only the server itself may write to the client's pipe: a zygote or worker that
+    inherited it could corrupt the stream and would keep it open after the server exits."""
+    argv = [sys.executable, "-m", "corral", "serve", "--workspace", str(workspace)]
+    first = line(1, "stat_file", path="hello.txt")
+    if mode == "mcp":
+        first = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}},
+            }
+        ).encode()
+    else:
+        argv.append("--jsonl")
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(first + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1  # the sandbox is up
+        pipe = f"pipe:[{os.fstat(proc.stdout.fileno()).st_ino}]"
+        holders = []
+        for process in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(True)]:
+            fds = Path(f"/proc/{process.pid}/fd")
+            if any(os.readlink(fd) == pipe for fd in fds.iterdir()):
+                holders.append(process.pid)
+        assert holders == [proc.pid]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
