@@ -10,7 +10,6 @@ look at the file system before the sandbox exists).
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -134,6 +133,8 @@ def _real_directory(path: str, key: str, source: str | None) -> str:
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Parse and check one corral.toml."""
+    import tomllib  # here, not at the top: the zygote imports this module and never parses TOML
+
     source = os.path.abspath(os.fspath(path))
     try:
         with open(source, "rb") as handle:

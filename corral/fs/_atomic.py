@@ -12,7 +12,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import time
 from collections.abc import Collection
@@ -31,7 +30,7 @@ class VersionMismatch(Exception):
 
 
 def temp_name() -> str:
-    return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    return f"{TEMP_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
 
 
 def stale_temp(name: str, mtime: float, *, dead_pids: Collection[int], min_age: float) -> bool:
