@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import errno
+import functools
 import json
+import os
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from corral.seccomp.arches import ARCHES, load_arch
+from corral.seccomp.arches import ARCHES, HERE, load_arch
 
 WORKER_PROFILE = "worker.json"  # shipped next to this module
 
@@ -58,15 +58,22 @@ class Profile:
 
     def rules_for(self, name: str) -> list[Rule]:
         """The rules naming `name`, in profile order (first match wins)."""
-        return [rule for rule in self.rules if name in rule.names]
+        return list(self._by_name.get(name, ()))
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, list[Rule]]:
+        # built once: the compiler asks for every syscall of a table (~600 names)
+        index: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            for name in dict.fromkeys(rule.names):
+                index.setdefault(name, []).append(rule)
+        return index
 
 
-def load_profile(path: str | Path | None = None) -> Profile:
+def load_profile(path: str | os.PathLike[str] | None = None) -> Profile:
     """Read and validate a profile; the shipped worker profile when path is None."""
-    if path is None:
-        text = resources.files(__package__).joinpath(WORKER_PROFILE).read_text()
-    else:
-        text = Path(path).read_text()
+    with open(path or os.path.join(HERE, WORKER_PROFILE), encoding="utf-8") as source:
+        text = source.read()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
