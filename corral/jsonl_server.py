@@ -41,7 +41,9 @@ def parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
     if not isinstance(message, dict):
         raise ValueError('a request must be a JSON object {"id", "tool", "arguments"}')
     tool = message.get("tool")
-    arguments = message.get("arguments", {})
+    arguments = message.get("arguments")
+    if arguments is None:
+        arguments = {}  # omitted or null: a call without arguments
     if not isinstance(tool, str):
         raise ValueError('"tool" must be a string naming the tool')
     if not isinstance(arguments, dict):

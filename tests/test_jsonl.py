@@ -77,11 +77,12 @@ def test_malformed_lines_get_error_lines_and_serving_continues(workspace: Path) 
         line("d", "no_such_tool"),
         line("e", "read_file", path="hello.txt"),
         line("f", "read_file", nonsense=True),
+        b'{"id": "g", "tool": "list_directory", "arguments": null}',
     ]
     responses = serve_jsonl(workspace, lines)
     by_id = {response["id"]: response for response in responses if response["id"] is not None}
     anonymous = [response for response in responses if response["id"] is None]
-    assert len(anonymous) == 2 and len(by_id) == 6
+    assert len(anonymous) == 2 and len(by_id) == 7
     for response in [*anonymous, by_id["a"], by_id["b"], by_id["c"]]:
         assert response["ok"] is False and response["error"]["code"] == "invalid_arguments"
         assert response["error"]["message"]
@@ -89,6 +90,7 @@ def test_malformed_lines_get_error_lines_and_serving_continues(workspace: Path) 
     assert by_id["d"]["error"]["code"] == "unknown_tool"
     assert by_id["e"]["ok"] and by_id["e"]["result"]["content"] == "hello\nworld\n"
     assert by_id["f"]["error"]["code"] == "invalid_arguments"
+    assert by_id["g"]["ok"] and by_id["g"]["result"]["count"] >= 1
 
 
 def test_oversized_line_is_skipped_to_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
