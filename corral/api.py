@@ -30,6 +30,8 @@ from corral.tools.registry import TOOLS, error_result, lookup, validate
 
 MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
+TOOL_MODE_RULE = "tool-mode"  # audit rule of a call decided by its tool's mode ([tools])
+READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 
 Approve = Callable[[dict[str, Any]], Any]
 Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
@@ -206,8 +208,22 @@ class _Core:
                 given = _paths(arguments) if isinstance(arguments, dict) else []
                 fields["path"] = given[0] if given else None
                 fields["rule"] = error.get("rule")
+                fields.update(self._mode_decision(response["tool"], error.get("code")))
             self.audit.record(**fields)
         return response
+
+
+    def _mode_decision(self, name: str, code: str | None) -> dict[str, str]:
+        """Decision and rule of a call its tool's mode stopped before any path was
+        looked at (a path rule's refusal carries its own, in meta.touched)."""
+        decisions = {"tool_disabled": "deny", "approval_required": "supervised",
+                     "approval_denied": "supervised"}
+        if code not in decisions:
+            return {}
+        tool = TOOLS.get(name)
+        read_only = self.policy.read_only and tool is not None and tool.writes
+        return {"decision": decisions[code],
+                "rule": READ_ONLY_RULE if read_only else TOOL_MODE_RULE}
 
 
 class Sandbox:
