@@ -8,7 +8,7 @@ import os
 import stat
 from collections.abc import Iterator
 
-_SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:
@@ -23,9 +23,12 @@ def entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:
 class Walk:
     """Iterator of (path relative to the start, lstat), depth-first and sorted,
     over an O_RDONLY directory fd it owns. The fds on its stack are closed when
-    it is exhausted, closed or collected, even if it was never iterated."""
+    it is exhausted, closed or collected, even if it was never iterated.
+    strict: a subdirectory that cannot be opened raises instead of being skipped
+    (a check of every entry must not pass over what it could not see)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, strict: bool = False) -> None:
+        self._strict = strict
         self._stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result]]]] = []
         try:
             self._stack.append((fd, "", iter(entries(fd))))
@@ -52,13 +55,17 @@ class Walk:
 
     def _descend(self, dir_fd: int, path: str) -> None:
         try:
-            child = os.open(path.rpartition("/")[2], _SUBDIR_FLAGS, dir_fd=dir_fd)
+            child = os.open(path.rpartition("/")[2], SUBDIR_FLAGS, dir_fd=dir_fd)
         except OSError:
+            if self._strict:
+                raise
             return  # vanished, replaced by a link or unreadable: list what can be
         try:
             self._stack.append((child, path + "/", iter(entries(child))))
         except OSError:
             os.close(child)
+            if self._strict:
+                raise
 
     def close(self) -> None:
         while self._stack:

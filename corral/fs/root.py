@@ -27,8 +27,12 @@ from corral.fs._errors import check_path, fail, from_errno, translated
 from corral.fs.version import content_version
 
 Guard = Callable[[str], None] | None
+MovedGuard = Callable[[str, str], None] | None  # (old resolved path, new resolved path)
 
 _READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_bytes
+# A directory move guards every entry beneath it (each is renamed too); past this
+# many the move is refused rather than stall the worker on one huge tree.
+MAX_MOVED_ENTRIES = 100_000
 
 
 @dataclass(frozen=True)
@@ -416,10 +420,14 @@ class Root:
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
-        guard_src: Guard = None, guard_dst: Guard = None,
+        guard_src: Guard = None, guard_dst: Guard = None, guard_moved: MovedGuard = None,
     ) -> None:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
-        (already_exists); a directory into itself -> invalid_arguments."""
+        (already_exists); a directory into itself -> invalid_arguments.
+        Moving a directory renames every entry beneath it, so each is guarded
+        too, old and new path: guard_moved(old, new) if given, else guard_src(old)
+        and guard_dst(new); more than MAX_MOVED_ENTRIES -> too_large. An entry
+        another process adds between that walk and the rename is not seen."""
         src_path, dst_path = check_path("move", src), check_path("move", dst)
         self._writable("move", src)
         dst_root._writable("move", dst)
@@ -442,6 +450,10 @@ class Root:
                     d.rel == s.rel or d.rel.startswith(s.rel + "/")
                 ):
                     raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
+                if stat.S_ISDIR(s.st.st_mode):
+                    self._guard_beneath(
+                        s.dir_fd, src_name, src, s.rel, d.rel, guard_src, guard_dst, guard_moved
+                    )
                 flags = 0 if overwrite else _sys.RENAME_NOREPLACE
                 try:
                     _sys.renameat2(s.dir_fd, src_name, d.dir_fd, dst_name, flags)
@@ -450,6 +462,28 @@ class Root:
                         why = "cannot move across filesystems"
                         raise fail("io_error", "move", src, why) from None
                     raise
+
+    @staticmethod
+    def _guard_beneath(
+        dir_fd: int, name: str, src: str, old: str, new: str,
+        guard_src: Guard, guard_dst: Guard, guard_moved: MovedGuard,
+    ) -> None:
+        if guard_src is None and guard_dst is None and guard_moved is None:
+            return
+        fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+        walker = _listing.Walk(fd, strict=True)
+        try:
+            for count, (path, _) in enumerate(walker, 1):
+                if count > MAX_MOVED_ENTRIES:
+                    why = f"it holds over {MAX_MOVED_ENTRIES} entries, each of which a move checks"
+                    raise fail("too_large", "move", src, why)
+                if guard_moved is not None:
+                    guard_moved(_resolve.join(old, path), _resolve.join(new, path))
+                else:
+                    _guard(guard_src, _resolve.join(old, path))
+                    _guard(guard_dst, _resolve.join(new, path))
+        finally:
+            walker.close()
 
     def _same_root(self, other: Root) -> bool:
         if other is self:

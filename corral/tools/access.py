@@ -77,6 +77,21 @@ def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str]
     return check
 
 
+def moved(ctx: Context, src_root: Root, dst_root: Root) -> Callable[[str, str], None]:
+    """The guard for each entry beneath a directory being moved, under its old and
+    its new path (both writes). Only what is refused is recorded: a big tree must
+    not flood the audit record; the message names the entry that stops the move."""
+    sides = ((src_root, RootSpec(src_root.path, src_root.mode)),
+             (dst_root, RootSpec(dst_root.path, dst_root.mode)))
+
+    def check(old: str, new: str) -> None:
+        for (root, spec), resolved in zip(sides, (old, new), strict=True):
+            if ctx.policy.decide(ctx.tool, spec, resolved, write=True).action != "allow":
+                guard(ctx, root, resolved, write=True)(resolved)
+
+    return check
+
+
 def _why(rule: str | None) -> str:
     return "the policy's default action" if rule is None else f"policy rule '{rule}'"
 

@@ -9,7 +9,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import FileInfo, Root, content_version
 from corral.tools import render
-from corral.tools.access import open_target
+from corral.tools.access import moved, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 
 
@@ -80,7 +80,7 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     dst_root, dst_rel, dst_check = open_target(ctx, destination, write=True)
     src_root.rename(
         src_rel, dst_root, dst_rel, overwrite=args["overwrite"],
-        guard_src=src_check, guard_dst=dst_check,
+        guard_src=src_check, guard_dst=dst_check, guard_moved=moved(ctx, src_root, dst_root),
     )
     result = {"source": source, "destination": destination}
     return Outcome(result, f"Moved {source} to {destination}.")
@@ -139,8 +139,8 @@ FILE_TOOLS = [
         description=(
             "Move or rename a file or directory. Fails with already_exists if the "
             "destination exists, unless overwrite is true. A directory cannot be moved "
-            "into itself. Parent directories of the destination must exist "
-            "(create_directory makes them)."
+            "into itself, nor moved at all if the policy denies any entry beneath it. "
+            "Parent directories of the destination must exist (create_directory makes them)."
         ),
         input_schema=obj(
             {
