@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -39,6 +40,15 @@ def test_call_prints_the_result(capsys: pytest.CaptureFixture[str], workspace: P
     assert code == 0 and err == ""
     assert result["ok"] is True and result["result"]["content"] == "hello\nworld\n"
     assert "meta" not in result
+
+
+def test_call_reads_arguments_from_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, workspace: Path
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"path": "new.txt", "content": "x"}'))
+    code, out, _ = run(capsys, "call", "write_file", "-", "--workspace", str(workspace))
+    assert code == 0 and json.loads(out)["result"]["created"] is True
+    assert (workspace / "new.txt").read_text() == "x"
 
 
 def test_call_tool_error_exits_1(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
