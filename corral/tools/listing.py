@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from corral.fs import Entry, Root
+from corral.fs import TEMP_PREFIX, Entry, Root
 from corral.tools import render
 from corral.tools.access import joined, open_target, visible
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
@@ -29,13 +29,19 @@ def hidden(path: str) -> bool:
     return any(part.startswith(".") for part in path.split("/"))
 
 
+def in_flight(path: str) -> bool:
+    """A write's temp file, there for the milliseconds before its rename: listing
+    it would hand a model a half-written file to read or edit."""
+    return path.rpartition("/")[2].startswith(TEMP_PREFIX)
+
+
 def shown(
     ctx: Context, root: Root, seen: Resolved, entries: Iterable[Entry], include_hidden: bool
 ) -> Iterator[Entry]:
     """Entries a caller may see: policy-denied paths are not listed at all. `seen.path`
     is read per entry: a lazy walk runs its guard only when iteration starts."""
     for entry in entries:
-        if not include_hidden and hidden(entry.path):
+        if in_flight(entry.path) or (not include_hidden and hidden(entry.path)):
             continue
         if visible(ctx, root, joined(seen.path, entry.path)):
             yield entry
