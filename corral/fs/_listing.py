@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -25,10 +25,14 @@ class Walk:
     over an O_RDONLY directory fd it owns. The fds on its stack are closed when
     it is exhausted, closed or collected, even if it was never iterated.
     strict: a subdirectory that cannot be opened raises instead of being skipped
-    (a check of every entry must not pass over what it could not see)."""
+    (a check of every entry must not pass over what it could not see).
+    prune(path): True -> that subdirectory is yielded but not entered."""
 
-    def __init__(self, fd: int, *, strict: bool = False) -> None:
+    def __init__(
+        self, fd: int, *, strict: bool = False, prune: Callable[[str], bool] | None = None
+    ) -> None:
         self._strict = strict
+        self._prune = prune
         self._stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result]]]] = []
         try:
             self._stack.append((fd, "", iter(entries(fd))))
@@ -48,7 +52,7 @@ class Walk:
                 os.close(dir_fd)
                 continue
             name, st = item
-            if stat.S_ISDIR(st.st_mode):
+            if stat.S_ISDIR(st.st_mode) and not (self._prune and self._prune(prefix + name)):
                 self._descend(dir_fd, f"{prefix}{name}")
             return prefix + name, st
         raise StopIteration

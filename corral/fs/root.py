@@ -280,11 +280,14 @@ class Root:
             finally:
                 os.close(fd)
 
-    def walk(self, rel: str, *, guard: Guard = None) -> Iterator[Entry]:
+    def walk(
+        self, rel: str, *, guard: Guard = None, prune: Callable[[str], bool] | None = None
+    ) -> Iterator[Entry]:
         """Depth-first, sorted by name, paths relative to `rel`; never descends into
-        symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW."""
+        symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW.
+        prune(path) -> True: that directory is listed but not entered."""
         with translated("walk", rel):
-            walker = _listing.Walk(self._open_listing("walk", rel, guard))
+            walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune)
         return (_entry(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:

@@ -62,7 +62,11 @@ def list_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     limit = min(args["max_entries"], ctx.limits.max_list_entries)
     root, rel, check = open_target(ctx, path, write=False)
     seen = Resolved(check)
-    listed = root.walk(rel, guard=seen) if args["recursive"] else root.scandir(rel, guard=seen)
+    if args["recursive"]:  # a hidden tree (.git, .venv) left out is not walked either
+        prune = None if args["include_hidden"] else hidden
+        listed: Iterable[Entry] = root.walk(rel, guard=seen, prune=prune)
+    else:
+        listed = root.scandir(rel, guard=seen)
     entries, truncated = take(shown(ctx, root, seen, listed, args["include_hidden"]), limit)
     result = {
         "path": path,
