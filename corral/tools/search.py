@@ -39,11 +39,12 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
     pattern = compile_glob(args["pattern"], "pattern")
     root, rel, check = open_target(ctx, path, write=False)
     seen = Resolved(check)
+    limit = min(args["max_results"], ctx.limits.max_list_entries)  # a listing by another name
     matches: list[str] = []
     truncated = False
     for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
         if pattern.fullmatch(entry.path):
-            if len(matches) == args["max_results"]:
+            if len(matches) == limit:
                 truncated = True
                 break
             matches.append(shown_path(path, entry.path))
