@@ -26,7 +26,7 @@ from corral.config import Limits, SandboxOptions, load_config, resolve_roots
 from corral.errors import CorralError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.tools.registry import TOOLS, error_result, lookup, validate
+from corral.tools.registry import TOOLS, error_result, lookup, shown_name, validate
 
 MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
@@ -155,7 +155,7 @@ class _Core:
                 raise CorralError("tool_disabled", f"the tool {tool.name} is disabled by policy.")
             args = validate(tool, arguments)
         except CorralError as error:
-            return error_result(name if isinstance(name, str) else repr(name), error)
+            return error_result(shown_name(name), error)
         if mode == "supervised":
             ask = {"tool": tool.name, "arguments": args, "paths": _paths(args)}
             refusal = yield from self._ask(ask, f"the tool {tool.name} needs approval")

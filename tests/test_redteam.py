@@ -71,3 +71,16 @@ def test_moving_a_clean_directory_still_works(sandbox: Sandbox, ws: Path) -> Non
     result = sandbox.call("move_file", {"source": "src", "destination": "lib"})
     assert result["ok"], result
     assert (ws / "lib" / "pkg" / "mod.py").read_text() == "x = 1\n"
+
+
+# -- the caller's tool name is echoed, bounded --------------------------------
+
+
+def test_any_tool_name_is_an_unknown_tool_result(sandbox: Sandbox) -> None:
+    nested: list[Any] = []
+    for _ in range(100_000):  # repr() of this raises RecursionError
+        nested = [nested]
+    for name in (nested, {"a": 1}, None, 7, "x" * 1_000_000):
+        result = sandbox.call(name, {})  # type: ignore[arg-type]
+        assert code(result) == "unknown_tool"
+        assert len(result["tool"]) < 200 and len(result["error"]["message"]) < 300

@@ -26,10 +26,21 @@ TOOLS: dict[str, Tool] = {
 }
 
 
+SHOWN_NAME_CHARS = 100  # a caller's tool name is cut to this in results and the audit log
+
+
+def shown_name(name: Any) -> str:
+    """A caller's tool name fit to echo: any size, any JSON value (repr of a deeply
+    nested list would raise RecursionError, a huge string would flood the audit log)."""
+    if not isinstance(name, str):
+        return f"<{type(name).__name__}>"
+    return name if len(name) <= SHOWN_NAME_CHARS else name[:SHOWN_NAME_CHARS] + "..."
+
+
 def lookup(name: Any) -> Tool:
     tool = TOOLS.get(name) if isinstance(name, str) else None
     if tool is None:
-        raise CorralError("unknown_tool", f"there is no tool named {name!r}.")
+        raise CorralError("unknown_tool", f"there is no tool named {shown_name(name)!r}.")
     return tool
 
 
@@ -58,7 +69,7 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     name = request.get("tool")
     call = dataclasses.replace(
         ctx, approved=frozenset(request.get("approved") or ()), touched=[],
-        tool=name if isinstance(name, str) else "", needs_approval=[], given={},
+        tool=shown_name(name) if isinstance(name, str) else "", needs_approval=[], given={},
     )
     size = 0
     try:
