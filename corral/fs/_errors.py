@@ -42,7 +42,8 @@ def show(path: str) -> str:
 
 
 def fail(code: str, op: str, path: str, why: str) -> CorralError:
-    return CorralError(code, f"{op} {show(path)}: {why}")
+    """One sentence: the operation, the caller's path and why ("cannot read a.txt: ...")."""
+    return CorralError(code, f"cannot {op} {show(path)}: {why}.")
 
 
 def from_errno(err: int | None, op: str, path: str) -> CorralError:
@@ -62,7 +63,7 @@ def translated(op: str, path: str) -> Iterator[None]:
 def check_path(op: str, path: object) -> str:
     """The caller's path if it can be resolved at all, else invalid_arguments/outside_workspace."""
     if not isinstance(path, str) or not path:
-        raise CorralError("invalid_arguments", f"{op}: path must be a non-empty string")
+        raise CorralError("invalid_arguments", f"cannot {op}: the path must be a non-empty string.")
     if "\0" in path:
         raise fail("invalid_arguments", op, path, "path contains a NUL byte")
     try:

@@ -4,7 +4,7 @@ resolution then happens beneath it."""
 from __future__ import annotations
 
 from corral.errors import CorralError
-from corral.fs._errors import PATH_MAX, fail, show
+from corral.fs._errors import PATH_MAX, show
 from corral.fs.root import Root
 
 
@@ -25,11 +25,15 @@ class Roots:
         The returned rel may still hold ".." (resolution beneath the root refuses
         escapes)."""
         if not isinstance(path, str) or not path:
-            raise CorralError("invalid_arguments", "path must be a non-empty string")
+            raise CorralError("invalid_arguments", "the path must be a non-empty string.")
         if "\0" in path:
-            raise fail("invalid_arguments", "locate", path, "path contains a NUL byte")
-        if len(path.encode("utf-8", "surrogatepass")) >= PATH_MAX:
-            raise fail("invalid_arguments", "locate", path, f"path is over {PATH_MAX} bytes")
+            raise CorralError("invalid_arguments", f"the path {show(path)} contains a NUL byte.")
+        size = len(path.encode("utf-8", "surrogatepass"))
+        if size >= PATH_MAX:
+            raise CorralError(
+                "invalid_arguments",
+                f"the path {show(path)} is {size} bytes, over the limit of {PATH_MAX} bytes.",
+            )
         if not path.startswith("/"):
             return self.workspace, path
         parts = _parts(path)
@@ -41,7 +45,7 @@ class Roots:
                     candidates.append((len(prefix), root, parts[len(prefix):]))
         if not candidates:
             raise CorralError(
-                "outside_workspace", f"{show(path)} is outside the workspace roots"
+                "outside_workspace", f"{show(path)} is outside the workspace roots."
             )
         _, root, rest = max(candidates, key=lambda c: c[0])
         return root, "/".join(rest) or "."
