@@ -23,6 +23,9 @@ VFORK_FLAGS = 0x4111  # posix_spawn: CLONE_VM|CLONE_VFORK|SIGCHLD
 CLONE_NEWUSER = 0x1000_0000
 TCGETS, TIOCSTI, FIOCLEX, FIONCLEX, FIONBIO = 0x5401, 0x5412, 0x5451, 0x5450, 0x5421
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC = 0, 1, 2, 3, 4, 1030
+F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY, F_SETLK = 8, 10, 15, 1024, 1026, 6
+S_ISUID, S_ISGID, S_ISVTX = 0o4000, 0o2000, 0o1000
 
 
 def run(program: list[bpf.Insn], *, nr: int, arch: int, args: tuple[int, ...] = (0,) * 6) -> int:
@@ -105,10 +108,10 @@ def test_every_number_without_a_rule_gets_eperm(compiled, profile: Profile) -> N
 ALLOWED_PLAIN = (
     "read", "write", "pread64", "pwrite64", "openat", "openat2", "close", "close_range",
     "newfstatat", "statx", "lseek", "getdents64", "mkdirat", "unlinkat", "renameat", "renameat2",
-    "readlinkat", "flock", "fsync", "fdatasync", "fcntl", "dup", "dup3", "fchmod", "brk",
-    "munmap", "mremap", "madvise", "futex", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn",
-    "exit", "exit_group", "getpid", "gettid", "clock_gettime", "getrandom", "ppoll", "pselect6",
-    "epoll_pwait", "sched_yield", "uname", "sysinfo", "ftruncate", "copy_file_range", "sendfile"
+    "readlinkat", "flock", "fsync", "fdatasync", "dup", "dup3", "brk", "munmap", "mremap",
+    "madvise", "futex", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "exit", "exit_group",
+    "getpid", "gettid", "clock_gettime", "getrandom", "ppoll", "sched_yield", "uname", "sysinfo",
+    "ftruncate"
 )
 
 
@@ -128,7 +131,9 @@ DENIED = (
     "fsetxattr", "getxattr", "removexattr", "utime", "utimes", "utimensat", "futimesat",
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
     "swapon", "swapoff", "acct", "personality", "kill", "tgkill", "tkill", "setrlimit", "setuid",
-    "capset", "chroot", "sendmsg", "recvmsg", "mknodat"
+    "capset", "chroot", "sendmsg", "recvmsg", "mknodat", "sendto", "recvfrom", "memfd_create",
+    "splice", "vmsplice", "sendfile", "copy_file_range", "pkey_mprotect", "epoll_create1",
+    "pselect6", "kcmp", "process_madvise", "pidfd_getfd", "pidfd_send_signal"
 )
 
 
@@ -255,3 +260,18 @@ def test_a_profile_allowing_everything_still_compiles() -> None:
     for nr in arch.syscalls.values():
         assert run(program, nr=nr, arch=arch.audit_arch) == bpf.RET_ALLOW
     assert run(program, nr=max(arch.syscalls.values()) + 1, arch=arch.audit_arch) == EPERM
+
+
+def test_fcntl_only_fd_flags_and_duplicates(compiled) -> None:
+    for command in (F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC):
+        assert compiled("fcntl", 3, command) == bpf.RET_ALLOW
+    # SIGIO to a pid of the worker's choosing, leases and dnotify stall or signal others
+    for command in (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY, F_SETLK):
+        assert compiled("fcntl", 3, command) == EPERM
+
+
+def test_fchmod_never_sets_a_set_id_bit(compiled) -> None:
+    for mode in (0o644, 0o600, 0o755, 0o777 | S_ISVTX):
+        assert compiled("fchmod", 3, mode) == bpf.RET_ALLOW
+    for mode in (S_ISUID | 0o755, S_ISGID | 0o755, S_ISUID | S_ISGID | 0o777):
+        assert compiled("fchmod", 3, mode) == EPERM
