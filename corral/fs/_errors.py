@@ -46,6 +46,15 @@ def fail(code: str, op: str, path: str, why: str) -> CorralError:
     return CorralError(code, f"cannot {op} {show(path)}: {why}.")
 
 
+class CrossFilesystem(CorralError):
+    """io_error for a rename(2) between two file systems (EXDEV), which the
+    caller may answer with a copy."""
+
+    def __init__(self, op: str, path: str) -> None:
+        why = "the destination is on another file system"
+        super().__init__("io_error", fail("io_error", op, path, why).message)
+
+
 def from_errno(err: int | None, op: str, path: str) -> CorralError:
     code, why = _CODES.get(err or 0, ("io_error", ""))
     return fail(code, op, path, why or f"i/o error ({os.strerror(err or errno.EIO)})")

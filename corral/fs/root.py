@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from corral.errors import CorralError
 from corral.fs import _atomic, _listing, _resolve, _sys
-from corral.fs._errors import check_path, fail, from_errno, translated
+from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
 from corral.fs.version import content_version
 
 Guard = Callable[[str], None] | None
@@ -310,6 +310,7 @@ class Root:
         expected_version: str | None = None,
         exclusive: bool = False,
         make_parents: bool = True,
+        mode: int | None = None,
         guard: Guard = None,
     ) -> WriteOutcome:
         """Temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target's directory, write,
@@ -320,7 +321,8 @@ class Root:
         expected_version: under an flock of the parent directory, the current
         content's version must equal it (missing file -> conflict), else conflict.
         exclusive: fail already_exists if the target exists (copy/move without
-        overwrite). On any failure the temp file is removed, the target untouched."""
+        overwrite). mode: the new file's permission bits instead (a moved file keeps
+        its own). On any failure the temp file is removed, the target untouched."""
         path = check_path("write", rel)
         self._writable("write", rel)
         with translated("write", rel), self._target(
@@ -333,7 +335,8 @@ class Root:
                 _require_file(st, t.trailing_slash)
             if exclusive and st is not None:
                 raise OSError(errno.EEXIST, "exists")
-            mode = stat.S_IMODE(st.st_mode) if st is not None else None
+            if mode is None and st is not None:
+                mode = stat.S_IMODE(st.st_mode)
             try:
                 _atomic.replace(
                     t.dir_fd, name, data, mode=mode, expected_version=expected_version,
@@ -462,8 +465,7 @@ class Root:
                     _sys.renameat2(s.dir_fd, src_name, d.dir_fd, dst_name, flags)
                 except OSError as exc:
                     if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
-                        why = "cannot move across filesystems"
-                        raise fail("io_error", "move", src, why) from None
+                        raise CrossFilesystem("move", src) from None
                     raise
 
     @staticmethod

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import FileInfo, Root, content_version
+from corral.fs import CrossFilesystem, FileInfo, Root, content_version
 from corral.tools import render
 from corral.tools.access import moved, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
@@ -78,10 +78,25 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     source, destination = args["source"], args["destination"]
     src_root, src_rel, src_check = open_target(ctx, source, write=True)
     dst_root, dst_rel, dst_check = open_target(ctx, destination, write=True)
-    src_root.rename(
-        src_rel, dst_root, dst_rel, overwrite=args["overwrite"],
-        guard_src=src_check, guard_dst=dst_check, guard_moved=moved(ctx, src_root, dst_root),
-    )
+    try:
+        src_root.rename(
+            src_rel, dst_root, dst_rel, overwrite=args["overwrite"],
+            guard_src=src_check, guard_dst=dst_check, guard_moved=moved(ctx, src_root, dst_root),
+        )
+    except CrossFilesystem as cross:
+        # rename(2) cannot cross file systems (an allowed root may lie on another
+        # one); a regular file is copied there, then removed here, as mv(1) does.
+        info = src_root.info(src_rel, follow=False, guard=src_check)
+        if info is None or info.type != "file":
+            raise cross from None
+        data = src_root.read_bytes(
+            src_rel, max_file_bytes=ctx.limits.max_file_bytes, guard=src_check
+        )
+        dst_root.write_atomic(
+            dst_rel, data, exclusive=not args["overwrite"], make_parents=False,
+            mode=info.mode, guard=dst_check,
+        )
+        src_root.unlink(src_rel, guard=src_check)
     result = {"source": source, "destination": destination}
     return Outcome(result, f"Moved {source} to {destination}.")
 
@@ -140,7 +155,9 @@ FILE_TOOLS = [
             "Move or rename a file or directory. Fails with already_exists if the "
             "destination exists, unless overwrite is true. A directory cannot be moved "
             "into itself, nor moved at all if the policy denies any entry beneath it. "
-            "Parent directories of the destination must exist (create_directory makes them)."
+            "Parent directories of the destination must exist (create_directory makes them). "
+            "A file moved to another file system is copied there, then deleted here; a "
+            "directory cannot be moved across file systems."
         ),
         input_schema=obj(
             {
