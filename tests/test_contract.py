@@ -1,0 +1,236 @@
+"""Conformance to DESIGN.md, line by line: the gaps a review found between the
+contract (or what a careful user expects where it is silent) and the tools."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import Sandbox
+from corral.config import Limits
+from corral.fs import Root, Roots, _listing
+from corral.policy import Policy
+from corral.tools.base import Context
+from corral.tools.registry import TOOLS, execute
+
+TEMP = ".corral-tmp-4242-deadbeef"  # how corral/fs names a write's temp file while in flight
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("contract")
+    (ws / "a.txt").write_text("alpha\nbeta\n")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "b.txt").write_text("beta\n")
+    (ws / "sub" / TEMP).write_text("beta half-written\n")  # a write in flight
+    (ws / ".cache").mkdir()
+    (ws / ".cache" / "deep").mkdir()
+    (ws / ".cache" / "deep" / "c.txt").write_text("cached\n")
+    for n in range(5):
+        (ws / f"n{n}.md").write_text("md\n")
+    return ws
+
+
+@pytest.fixture(scope="module")
+def sb(ws: Path) -> Iterator[Sandbox]:
+    with Sandbox(ws) as sandbox:
+        yield sandbox
+
+
+def error_of(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, str]:
+    response = sb.call(tool, arguments)
+    assert not response["ok"], response
+    return response["error"]
+
+
+def in_process(*roots: Root, limits: Limits | None = None) -> Context:
+    """A worker's Context without the worker: for what a kernel confinement test
+    cannot observe (which directories a walk opens, a real second filesystem)."""
+    return Context(Roots(roots[0], list(roots[1:])), limits or Limits(), Policy())
+
+
+class TestTempFilesAreNotListed:
+    """A write in flight leaves a .corral-tmp-* file beside its target for a few
+    milliseconds; no listing may show it (a model would read or edit it)."""
+
+    def test_list_directory(self, sb: Sandbox) -> None:
+        result = sb.call("list_directory", {"path": "sub"})["result"]
+        assert [e["name"] for e in result["entries"]] == ["b.txt"]
+        tree = sb.call("list_directory", {"recursive": True})["result"]["entries"]
+        assert not any(TEMP in e["name"] for e in tree)
+
+    def test_search_files(self, sb: Sandbox) -> None:
+        matches = sb.call("search_files", {"pattern": "**"})["result"]["matches"]
+        assert matches and not any(TEMP in match for match in matches)
+
+    def test_grep(self, sb: Sandbox) -> None:
+        matches = sb.call("grep", {"pattern": "beta"})["result"]["matches"]
+        assert sorted(m["path"] for m in matches) == ["a.txt", "sub/b.txt"]
+
+
+def test_hidden_directories_are_not_walked_when_hidden_is_off(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """include_hidden=false must not walk .git or node_modules-sized hidden trees
+    only to throw their entries away."""
+    listed: list[str] = []
+    real = _listing.entries
+
+    def spy(dir_fd: int) -> list[tuple[str, os.stat_result]]:
+        listed.append(os.readlink(f"/proc/self/fd/{dir_fd}"))
+        return real(dir_fd)
+
+    monkeypatch.setattr(_listing, "entries", spy)
+    with Root(str(ws)) as root:
+        response = execute(in_process(root), {
+            "tool": "list_directory",
+            "arguments": {"recursive": True, "include_hidden": False},
+        })
+    assert response["ok"], response
+    assert not any(".cache" in e["name"] for e in response["result"]["entries"])
+    assert listed and not any("/.cache" in path for path in listed), listed
+
+
+def test_search_files_honours_max_list_entries(ws: Path) -> None:
+    with Sandbox(ws, limits=Limits(max_list_entries=2)) as capped:
+        result = capped.call("search_files", {"pattern": "*.md"})["result"]
+    assert (len(result["matches"]), result["truncated"]) == (2, True)
+
+
+class TestMessages:
+    """One clear sentence that names the path as the caller gave it."""
+
+    @pytest.mark.parametrize(
+        ("tool", "arguments", "code", "named"),
+        [
+            ("read_file", {"path": "nope.txt"}, "not_found", "nope.txt"),
+            ("read_file", {"path": "sub"}, "is_a_directory", "sub"),
+            ("read_file", {"path": "../up.txt"}, "outside_workspace", "../up.txt"),
+            ("list_directory", {"path": "a.txt"}, "not_a_directory", "a.txt"),
+            ("search_files", {"pattern": "*", "path": "a.txt"}, "not_a_directory", "a.txt"),
+            ("create_directory", {"path": "a.txt"}, "already_exists", "a.txt"),
+            ("move_file", {"source": "gone", "destination": "x"}, "not_found", "gone"),
+            ("move_file", {"source": "a.txt", "destination": "no/dir/x"}, "not_found", "no/dir/x"),
+            ("copy_file", {"source": "a.txt", "destination": "sub/b.txt"}, "already_exists",
+             "sub/b.txt"),
+            ("edit_file", {"path": "nope.txt", "old_string": "a", "new_string": "b"},
+             "not_found", "nope.txt"),
+            ("write_file", {"path": "a.txt", "content": "", "expected_version": "x"},
+             "conflict", "a.txt"),
+            ("read_file", {"path": "a\0b"}, "invalid_arguments", "a"),
+        ],
+    )
+    def test_one_sentence_naming_the_path(
+        self, sb: Sandbox, tool: str, arguments: dict[str, Any], code: str, named: str
+    ) -> None:
+        error = error_of(sb, tool, **arguments)
+        assert error["code"] == code
+        message = error["message"]
+        assert named in message
+        assert message.endswith(".") and "\n" not in message, message
+
+    def test_too_large_names_both_sizes(self, ws: Path) -> None:
+        with Sandbox(ws, limits=Limits(max_file_bytes=5)) as small:
+            message = error_of(small, "read_file", path="a.txt")["message"]
+        assert "a.txt" in message and "11" in message and "5" in message
+        assert message.endswith(".")
+
+    def test_absolute_path_is_named_as_given(self, sb: Sandbox, ws: Path) -> None:
+        given = f"{ws}/missing.txt"
+        message = error_of(sb, "read_file", path=given)["message"]
+        assert given in message and message.endswith(".")
+
+
+class TestAuditDecisions:
+    """A call refused by its tool's mode was decided by policy: the audit line says so."""
+
+    def lines(self, log: Path) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    def test_tool_mode_refusals(self, ws: Path, tmp_path: Path) -> None:
+        log = tmp_path / "audit.jsonl"
+        policy = Policy(tool_modes={"stat_file": "supervised"})
+        with Sandbox(ws, policy=policy, audit=log) as audited:
+            audited.call("delete_file", {"path": "a.txt"})
+            audited.call("stat_file", {"path": "a.txt"})
+        with Sandbox(ws, policy=policy, audit=log, approve=lambda request: False) as refusing:
+            refusing.call("stat_file", {"path": "a.txt"})
+        with Sandbox(ws, policy=Policy(read_only=True), audit=log) as read_only:
+            read_only.call("write_file", {"path": "a.txt", "content": ""})
+        got = [
+            (r["tool"], r["path"], r["error"], r["decision"], r["rule"]) for r in self.lines(log)
+        ]
+        assert got == [
+            ("delete_file", "a.txt", "tool_disabled", "deny", "tool-mode"),
+            ("stat_file", "a.txt", "approval_required", "supervised", "tool-mode"),
+            ("stat_file", "a.txt", "approval_denied", "supervised", "tool-mode"),
+            ("write_file", "a.txt", "tool_disabled", "deny", "read-only"),
+        ]
+
+
+@pytest.fixture
+def other_fs(tmp_path: Path) -> Iterator[Path]:
+    """A directory on another file system than tmp_path (/dev/shm is tmpfs)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system of its own")
+    other = shm / f"corral-test-{uuid.uuid4().hex}"
+    other.mkdir()
+    try:
+        yield other
+    finally:
+        shutil.rmtree(other)
+
+
+class TestMoveAcrossFileSystems:
+    """rename(2) cannot cross file systems; a file is then copied and removed."""
+
+    def test_file_is_copied_then_removed(self, tmp_path: Path, other_fs: Path) -> None:
+        (tmp_path / "f.txt").write_text("moving\n")
+        (tmp_path / "f.txt").chmod(0o640)
+        with Root(str(tmp_path)) as here, Root(str(other_fs)) as there:
+            response = execute(in_process(here, there), {
+                "tool": "move_file",
+                "arguments": {"source": "f.txt", "destination": f"{other_fs}/g.txt"},
+            })
+        assert response["ok"], response
+        assert response["result"] == {"source": "f.txt", "destination": f"{other_fs}/g.txt"}
+        assert not (tmp_path / "f.txt").exists()
+        assert (other_fs / "g.txt").read_text() == "moving\n"
+        assert (other_fs / "g.txt").stat().st_mode & 0o777 == 0o640
+
+    def test_existing_destination_is_kept(self, tmp_path: Path, other_fs: Path) -> None:
+        (tmp_path / "f.txt").write_text("new\n")
+        (other_fs / "g.txt").write_text("old\n")
+        with Root(str(tmp_path)) as here, Root(str(other_fs)) as there:
+            response = execute(in_process(here, there), {
+                "tool": "move_file",
+                "arguments": {"source": "f.txt", "destination": f"{other_fs}/g.txt"},
+            })
+        assert response["error"]["code"] == "already_exists"
+        assert (tmp_path / "f.txt").read_text() == "new\n"
+        assert (other_fs / "g.txt").read_text() == "old\n"
+
+    def test_directory_is_refused(self, tmp_path: Path, other_fs: Path) -> None:
+        (tmp_path / "d").mkdir()
+        with Root(str(tmp_path)) as here, Root(str(other_fs)) as there:
+            response = execute(in_process(here, there), {
+                "tool": "move_file",
+                "arguments": {"source": "d", "destination": f"{other_fs}/d"},
+            })
+        assert response["error"]["code"] == "io_error"
+        assert "d" in response["error"]["message"]
+        assert (tmp_path / "d").is_dir() and not (other_fs / "d").exists()
+
+
+def test_every_description_is_one_paragraph() -> None:
+    for tool in TOOLS.values():
+        assert tool.description and "\n\n" not in tool.description, tool.name
+        assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint"}
