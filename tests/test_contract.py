@@ -234,3 +234,12 @@ def test_every_description_is_one_paragraph() -> None:
     for tool in TOOLS.values():
         assert tool.description and "\n\n" not in tool.description, tool.name
         assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint"}
+
+
+def test_copy_keeps_the_permission_bits(ws: Path, sb: Sandbox) -> None:
+    """A copied script stays executable (as cp does); set-id bits are never copied."""
+    (ws / "run.sh").write_text("#!/bin/sh\n")
+    (ws / "run.sh").chmod(0o4755)
+    response = sb.call("copy_file", {"source": "run.sh", "destination": "bin/run2.sh"})
+    assert response["ok"], response
+    assert (ws / "bin" / "run2.sh").stat().st_mode & 0o7777 == 0o755

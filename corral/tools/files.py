@@ -106,7 +106,12 @@ def copy_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     src_root, src_rel, src_check = open_target(ctx, source, write=False)
     dst_root, dst_rel, dst_check = open_target(ctx, destination, write=True)
     data = src_root.read_bytes(src_rel, max_file_bytes=ctx.limits.max_file_bytes, guard=src_check)
-    dst_root.write_atomic(dst_rel, data, exclusive=not args["overwrite"], guard=dst_check)
+    # The copy keeps the source's permission bits (a copied script stays executable).
+    info = src_root.info(src_rel, follow=True, guard=src_check)
+    dst_root.write_atomic(
+        dst_rel, data, exclusive=not args["overwrite"], mode=info.mode if info else None,
+        guard=dst_check,
+    )
     result = {"source": source, "destination": destination, "bytes_copied": len(data)}
     text = f"Copied {source} to {destination} ({render.size_text(len(data))})."
     return Outcome(result, text, len(data))
@@ -174,9 +179,10 @@ FILE_TOOLS = [
     Tool(
         name="copy_file",
         description=(
-            "Copy one regular file to a new path; the copy is written atomically and "
-            "missing parent directories are created. Fails with already_exists if the "
-            "destination exists, unless overwrite is true. Directories are not copied."
+            "Copy one regular file to a new path; the copy is written atomically, keeps "
+            "the source's permissions, and missing parent directories are created. Fails "
+            "with already_exists if the destination exists, unless overwrite is true. "
+            "Directories are not copied."
         ),
         input_schema=obj(
             {
