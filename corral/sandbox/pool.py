@@ -25,11 +25,13 @@ from typing import Any
 import psutil
 
 from corral.config import Limits, SandboxOptions
+from corral.sandbox.answers import malformed
 from corral.sandbox.protocol import (
     CLEANUP_ARGUMENTS,
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
     FrameTooLarge,
+    FrameTruncated,
     ProtocolError,
     encode,
     read_frame,
@@ -60,7 +62,12 @@ class SandboxError(Exception):
 
 
 class WorkerLost(Exception):
-    """A worker's socket ended or carried garbage in the middle of a call."""
+    """A worker's socket ended in the middle of a call."""
+
+
+class WorkerMisbehaved(WorkerLost):
+    """A worker answered with something that is not an answer to its call: garbage,
+    an oversize frame, another request's id, or the wrong shape."""
 
 
 @dataclass(eq=False)
@@ -76,20 +83,26 @@ class Worker:
     _process: psutil.Process | None = None
 
     def exchange(
-        self, frame: bytes, request_id: int, deadline: float, max_bytes: int
+        self, frame: bytes, request: dict[str, Any], deadline: float, max_bytes: int
     ) -> dict[str, Any]:
-        """Send one encoded request and read its answer; WorkerLost, TimeoutError."""
+        """Send one encoded request and read its answer; WorkerLost, TimeoutError.
+        The answer is untrusted: one for another id, or of the wrong shape, loses the worker."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
             response = read_frame(self.sock.fileno(), max_bytes, deadline)
-        except (ProtocolError, OSError) as exc:
+        except (FrameTruncated, OSError) as exc:
             if isinstance(exc, TimeoutError):
                 raise
             raise WorkerLost(str(exc)) from None
+        except ProtocolError as exc:
+            raise WorkerMisbehaved(str(exc)) from None
         if response is None:
             raise WorkerLost("its socket closed")
-        if response.get("id") != request_id:
-            raise WorkerLost("it answered another request")
+        if response.get("id") != request["id"]:
+            raise WorkerMisbehaved("it answered another request")
+        problem = malformed(response, request)
+        if problem:
+            raise WorkerMisbehaved(f"it sent {problem}")
         return response
 
     def boot(self, max_bytes: int) -> dict[str, Any] | None:
@@ -249,7 +262,7 @@ class Pool:
             return failure(request, "worker_crashed", str(exc))
         timeout = self.limits.timeout_s
         try:
-            response = worker.exchange(frame, request["id"], time.monotonic() + timeout, limit)
+            response = worker.exchange(frame, request, time.monotonic() + timeout, limit)
         except TimeoutError:
             self.replace(worker)
             self.clean_after(worker.pid, request)
@@ -261,10 +274,13 @@ class Pool:
         except WorkerLost as exc:
             code = self.replace(worker)
             self.clean_after(worker.pid, request)
+            what = (
+                f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
+                else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
+            )
             return failure(
                 request, "worker_crashed",
-                f"The worker running {request.get('tool')} stopped unexpectedly "
-                f"({describe_exit(code, str(exc))}); the pool replaced it.",
+                f"The worker running {request.get('tool')} {what}; the pool replaced it.",
             )
         self.checkin(worker)
         return response

@@ -41,6 +41,10 @@ class FrameTooLarge(ProtocolError):
     """A message whose frame would pass the size limit (the message names both sizes)."""
 
 
+class FrameTruncated(ProtocolError):
+    """The stream ended inside a frame: the other end died or closed mid-message."""
+
+
 def encode(message: dict[str, Any], max_bytes: int) -> bytes:
     """Header + payload for `message`; ProtocolError if the payload passes max_bytes."""
     try:
@@ -117,7 +121,7 @@ def _read_exactly(fd: int, size: int, deadline: float | None, *, eof_ok: bool) -
         if count == 0:
             if got == 0 and eof_ok:
                 return None
-            raise ProtocolError(f"frame truncated: got {got} of {size} bytes before end of stream")
+            raise FrameTruncated(f"frame truncated: got {got} of {size} bytes before end of stream")
         got += count
     return buffer
 

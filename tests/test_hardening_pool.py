@@ -1,0 +1,221 @@
+"""A compromised worker must not hurt the host. The pool runs on real processes
+and sockets, but its workers are forked here and misbehave on purpose on their
+first request: huge or garbage frames, silence, fds over SCM_RIGHTS, answers for
+another id, or of the wrong shape. Each gets its worker replaced and a clear
+error for that call only; the next call is served by a fresh, honest worker."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from corral.config import Limits, SandboxOptions
+from corral.sandbox.pool import Pool
+from corral.sandbox.protocol import encode, read_frame, send_bytes
+
+FRAME_LIMIT = 1 << 20  # small, so an oversize announcement is cheap to make
+LAYERS = {"landlock_abi": 0, "seccomp": False, "no_new_privs": False, "rlimits": False}
+REQUEST = {"tool": "read_file", "arguments": {"path": "x"}, "approved": []}
+
+Behaviour = Callable[[int, dict[str, Any]], None]
+
+
+def honest(fd: int, request: dict[str, Any]) -> None:
+    if "cleanup" in request:
+        answer: dict[str, Any] = {"id": request["id"], "removed": 0}
+    else:
+        answer = {
+            "id": request["id"], "ok": True, "tool": request["tool"], "result": {},
+            "text": "fine", "meta": {"touched": [], "bytes": 0, "needs_approval": []},
+        }
+    send_bytes(fd, encode(answer, FRAME_LIMIT))
+
+
+class EvilZygote:
+    """Stands in for the zygote: forks workers that misbehave (generation 0 only)."""
+
+    pid = os.getpid()
+
+    def __init__(self, evil: Behaviour) -> None:
+        self.evil = evil
+        self.spawned = 0
+        self.children: set[int] = set()
+
+    def spawn(self) -> tuple[int, socket.socket, int]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        behaviour = self.evil if self.spawned == 0 else honest
+        self.spawned += 1
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the fake worker
+            code = 0
+            try:
+                ours.close()
+                _serve(theirs.fileno(), behaviour)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        theirs.close()
+        ours.setblocking(False)
+        self.children.add(pid)
+        return pid, ours, os.pidfd_open(pid)
+
+    def wait(self, pid: int) -> int | None:
+        self.children.discard(pid)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def stop(self) -> None:
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        self.children.clear()
+
+
+def _serve(fd: int, behaviour: Behaviour) -> None:  # pragma: no cover - the fake worker
+    send_bytes(fd, encode({"confinement": LAYERS, "pid": os.getpid()}, FRAME_LIMIT))
+    while (request := read_frame(fd, FRAME_LIMIT)) is not None:
+        behaviour(fd, request)
+
+
+@pytest.fixture
+def make_pool() -> Iterator[Callable[..., Pool]]:
+    pools: list[Pool] = []
+
+    def make(evil: Behaviour, timeout_s: float = 10.0) -> Pool:
+        options = SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT)
+        pool = Pool(EvilZygote(evil), options, Limits(timeout_s=timeout_s))  # type: ignore[arg-type]
+        pool.start()
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.close()
+
+
+def call(pool: Pool, request_id: int = 1) -> dict[str, Any]:
+    return pool.call({**REQUEST, "id": request_id})
+
+
+def huge_header(fd: int, request: dict[str, Any]) -> None:
+    os.write(fd, struct.pack(">I", 0xFFFF_FFFF))
+    time.sleep(60)
+
+
+def over_the_limit(fd: int, request: dict[str, Any]) -> None:
+    os.write(fd, struct.pack(">I", FRAME_LIMIT + 1) + b"{" * 64)
+    time.sleep(60)
+
+
+def garbage(fd: int, request: dict[str, Any]) -> None:
+    os.write(fd, struct.pack(">I", 5) + b"\xff\xfe{[(")
+
+
+def truncated(fd: int, request: dict[str, Any]) -> None:
+    os.write(fd, struct.pack(">I", 100) + b'{"id": ')
+    os._exit(0)
+
+
+def another_id(fd: int, request: dict[str, Any]) -> None:
+    honest(fd, {**request, "id": request["id"] + 1})  # a fake "ok" for the next call
+
+
+def a_list(fd: int, request: dict[str, Any]) -> None:
+    os.write(fd, struct.pack(">I", 2) + b"[]")  # JSON, but not an object
+
+
+SHAPES = {
+    "ok is not a bool": {"ok": "yes"},
+    "another tool": {"tool": "write_file"},
+    "result not a dict": {"result": [1]},
+    "text not a string": {"text": {"a": 1}},
+    "image without data": {"result": {"image": {"media_type": "image/png"}}},
+    "unknown error code": {"ok": False, "error": {"code": "pwned", "message": "x"}},
+    "error without message": {"ok": False, "error": {"code": "io_error"}},
+    "meta not a dict": {"meta": 5},
+    "touched not paths": {"meta": {"touched": [{"path": 1}]}},
+    "needs_approval not paths": {"meta": {"needs_approval": [5]}},
+    "bytes negative": {"meta": {"bytes": -1}},
+}
+
+
+def misshapen(change: dict[str, Any]) -> Behaviour:
+    def behaviour(fd: int, request: dict[str, Any]) -> None:
+        answer = {
+            "id": request["id"], "ok": True, "tool": request["tool"], "result": {},
+            "text": "fine", **change,
+        }
+        send_bytes(fd, encode(answer, FRAME_LIMIT))
+
+    return behaviour
+
+
+@pytest.mark.parametrize(
+    "evil", [huge_header, over_the_limit, garbage, truncated, another_id, a_list],
+    ids=lambda fn: fn.__name__,
+)
+def test_a_bad_frame_loses_the_worker_not_the_host(make_pool, evil: Behaviour) -> None:
+    pool = make_pool(evil)
+    first = pool.pids()
+    response = call(pool)
+    assert response["error"]["code"] == "worker_crashed"
+    assert call(pool, 2) == honest_answer(2)
+    assert pool.pids() != first
+
+
+@pytest.mark.parametrize("change", SHAPES.values(), ids=SHAPES.keys())
+def test_an_answer_of_the_wrong_shape_loses_the_worker(make_pool, change: dict) -> None:
+    pool = make_pool(misshapen(change))
+    response = call(pool)
+    assert response["ok"] is False
+    assert response["error"]["code"] == "worker_crashed"
+    assert "sent an invalid answer (it sent" in response["error"]["message"]
+    assert call(pool, 2)["ok"] is True
+
+
+def silent(fd: int, request: dict[str, Any]) -> None:
+    time.sleep(60)
+
+
+def test_a_silent_worker_times_out_and_is_replaced(make_pool) -> None:
+    pool = make_pool(silent, timeout_s=0.3)
+    first = pool.pids()
+    assert call(pool)["error"]["code"] == "timeout"
+    assert call(pool, 2)["ok"] is True
+    assert pool.pids() != first
+
+
+def _open_fds() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def test_fds_a_worker_sends_never_reach_the_host(make_pool) -> None:
+    def send_fds_then_answer(fd: int, request: dict[str, Any]) -> None:
+        sock = socket.socket(fileno=fd)
+        files = [os.open("/dev/null", os.O_RDONLY) for _ in range(8)]
+        frame = encode(honest_answer(request["id"]) | {"meta": {}}, FRAME_LIMIT)
+        socket.send_fds(sock, [frame[:1]], files)
+        sock.sendall(frame[1:])
+        sock.detach()
+
+    pool = make_pool(send_fds_then_answer)
+    before = _open_fds()
+    assert call(pool)["ok"] is True
+    assert _open_fds() == before  # the kernel dropped them: the host reads with readv
+
+
+def honest_answer(request_id: int) -> dict[str, Any]:
+    return {
+        "id": request_id, "ok": True, "tool": "read_file", "result": {}, "text": "fine",
+        "meta": {"touched": [], "bytes": 0, "needs_approval": []},
+    }
