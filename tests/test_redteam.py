@@ -3,6 +3,9 @@ through Sandbox on the real confined worker pool. Each test failed before its fi
 
 from __future__ import annotations
 
+import fnmatch
+import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +13,8 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.policy import Policy, Rule
+from corral.config import Limits
+from corral.policy import Policy, RootSpec, Rule, glob_to_regex
 
 AWS_KEY = "AWS-KEY-2b7e"
 PRIVATE = "PRIVATE-c41d"
@@ -84,3 +88,56 @@ def test_any_tool_name_is_an_unknown_tool_result(sandbox: Sandbox) -> None:
         result = sandbox.call(name, {})  # type: ignore[arg-type]
         assert code(result) == "unknown_tool"
         assert len(result["tool"]) < 200 and len(result["error"]["message"]) < 300
+
+
+# -- globs from the caller cannot backtrack exponentially ---------------------
+
+
+def test_glob_bombs_finish(ws: Path) -> None:
+    deep = ws / "/".join(["a"] * 40)
+    deep.mkdir(parents=True)
+    (deep / "y").write_text("y\n")
+    (ws / ("a" * 250)).write_text("needle\n")
+    with Sandbox(ws, limits=Limits(timeout_s=5)) as sb:
+        found = sb.call("search_files", {"pattern": "**/" * 25 + "x"})
+        assert found["ok"] and found["result"]["matches"] == [], found
+        found = sb.call("search_files", {"pattern": "**/a/" * 20 + "**/y"})
+        assert found["ok"] and found["result"]["matches"] == ["/".join(["a"] * 40) + "/y"]
+        grep = sb.call("grep", {"pattern": "needle", "glob": "*a" * 14 + "*b"})
+        assert grep["ok"] and grep["result"]["matches"] == [], grep
+
+
+def test_repeated_double_star_in_a_rule_still_matches() -> None:
+    # "**/**" once compiled to a regex that needed a "/", so this rule missed secrets/a.
+    policy = Policy(rules=(Rule("no-secrets", "deny", ("*",), ("secrets/**/**",)),))
+    decision = policy.decide("read_file", RootSpec("/w", "rw"), "secrets/a", write=False)
+    assert decision.action == "deny"
+
+
+def _reference_match(glob: str, path: str) -> bool:
+    """Component by component (relative globs): "**" takes any number of whole
+    components, a lone "**" everything."""
+    pattern = [c for c in glob.split("/") if c not in ("", ".")]
+    parts = path.split("/")
+    reachable = {0}
+    for component in pattern:
+        if component == "**":
+            reachable = set(range(min(reachable), len(parts) + 1)) if reachable else set()
+            continue
+        reachable = {
+            at + 1 for at in reachable
+            if at < len(parts) and fnmatch.fnmatchcase(parts[at], component)
+        }
+    return len(parts) in reachable
+
+
+def test_glob_translation_agrees_with_a_component_matcher() -> None:
+    pieces = ["a", "b", "*", "?", "**", "**", "[ab]", "[!a]", "*a*", "a*b*", "*b"]
+    names = ["a", "b", "ab", "ba", "aa", "bab", "abab", ".x"]
+    rnd = random.Random(7)
+    for _ in range(3000):
+        glob = "/".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 6)))
+        compiled = re.compile(glob_to_regex(glob), re.DOTALL)
+        for _ in range(5):
+            path = "/".join(rnd.choice(names) for _ in range(rnd.randint(1, 7)))
+            assert bool(compiled.fullmatch(path)) == _reference_match(glob, path), (glob, path)
