@@ -243,3 +243,34 @@ def test_copy_keeps_the_permission_bits(ws: Path, sb: Sandbox) -> None:
     response = sb.call("copy_file", {"source": "run.sh", "destination": "bin/run2.sh"})
     assert response["ok"], response
     assert (ws / "bin" / "run2.sh").stat().st_mode & 0o7777 == 0o755
+
+
+class TestFoundPathsAreRootRelative:
+    """search_files and grep name what they find relative to the workspace root,
+    however the directory searched was spelled ("matches (paths relative to the root)")."""
+
+    @pytest.mark.parametrize("spelling", ["sub", "./sub", "sub/", "sub/../sub", "{ws}/sub"])
+    def test_search_files(self, sb: Sandbox, ws: Path, spelling: str) -> None:
+        path = spelling.format(ws=ws)
+        result = sb.call("search_files", {"pattern": "*.txt", "path": path})["result"]
+        assert result["matches"] == ["sub/b.txt"]
+
+    @pytest.mark.parametrize("spelling", ["./sub", "{ws}/sub"])
+    def test_grep(self, sb: Sandbox, ws: Path, spelling: str) -> None:
+        path = spelling.format(ws=ws)
+        matches = sb.call("grep", {"pattern": "beta", "path": path})["result"]["matches"]
+        assert [m["path"] for m in matches] == ["sub/b.txt"]
+
+    def test_other_roots_are_named_absolutely(self, tmp_path: Path) -> None:
+        """A path relative to an allowed root would be read from the workspace."""
+        (tmp_path / "ws").mkdir()
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "d.txt").write_text("beta\n")
+        with Root(str(tmp_path / "ws")) as here, Root(str(tmp_path / "data"), mode="ro") as data:
+            ctx = in_process(here, data)
+            found = execute(ctx, {"tool": "search_files",
+                                  "arguments": {"pattern": "*.txt", "path": f"{data.path}/."}})
+            grepped = execute(ctx, {"tool": "grep",
+                                    "arguments": {"pattern": "beta", "path": data.path}})
+        assert found["result"]["matches"] == [f"{data.path}/d.txt"]
+        assert [m["path"] for m in grepped["result"]["matches"]] == [f"{data.path}/d.txt"]

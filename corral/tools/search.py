@@ -27,11 +27,13 @@ def compile_glob(glob: str, field: str) -> re.Pattern[str]:
         raise CorralError("invalid_arguments", f"argument '{field}': {error}.") from None
 
 
-def shown_path(path: str, entry: str) -> str:
-    """An entry as a path the caller can pass straight back to another tool."""
-    if path in (".", "./"):
-        return entry
-    return f"{path.rstrip('/')}/{entry}"
+def shown_path(ctx: Context, root: Root, resolved: str) -> str:
+    """A found path as the contract names it, relative to the workspace root (however
+    the search directory was spelled), and one the caller can pass straight back to
+    another tool: so a file in another allowed root is named absolutely."""
+    if root is ctx.roots.workspace:
+        return resolved
+    return root.given_path if resolved == "." else f"{root.given_path}/{resolved}"
 
 
 def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
@@ -47,7 +49,7 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
             if len(matches) == limit:
                 truncated = True
                 break
-            matches.append(shown_path(path, entry.path))
+            matches.append(shown_path(ctx, root, joined(seen.path, entry.path)))
     result = {"pattern": args["pattern"], "path": path, "matches": matches,
               "truncated": truncated}
     if not matches:
@@ -87,14 +89,15 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
         data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
         if is_binary(data):
             raise CorralError("binary_file", f"{path} is a binary file; grep searches text.")
-        found.search(path, data)
+        found.search(shown_path(ctx, root, seen.path), data)
     else:
         approved_dir = approval_key(root.path, seen.path) in ctx.approved
         for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
             if entry.type != "file" or not wanted(entry.path):
                 continue
-            data = _read_quietly(ctx, root, joined(seen.path, entry.path), approved_dir)
-            if data is not None and found.search(shown_path(path, entry.path), data):
+            resolved = joined(seen.path, entry.path)
+            data = _read_quietly(ctx, root, resolved, approved_dir)
+            if data is not None and found.search(shown_path(ctx, root, resolved), data):
                 break
     result = {"pattern": args["pattern"], "path": path, "matches": found.matches,
               "files_searched": found.files, "truncated": found.truncated}
@@ -168,7 +171,8 @@ SEARCH_TOOLS = [
             "beneath path. The glob is matched against the whole path relative to path: "
             "'*' stays within one directory level, '**' spans any number of them, so use "
             "'**/*.py' for Python files at any depth and '*.py' for the top level only. "
-            "Returned paths can be passed straight to the other tools."
+            "Returned paths are relative to the workspace (absolute in other allowed "
+            "directories) and can be passed straight to the other tools."
         ),
         input_schema=obj(
             {
