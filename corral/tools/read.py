@@ -62,6 +62,7 @@ class Page:
     start: int  # 1-based line number of the first line returned
     lines: list[bytes]
     next_offset: int | None  # where to continue, None when the end was reached
+    cut_from: int | None = None  # bytes in the one line cut to the budget (its rest is lost)
 
 
 def page(lines: list[bytes], offset: int, limit: int, budget: int) -> Page:
@@ -70,15 +71,19 @@ def page(lines: list[bytes], offset: int, limit: int, budget: int) -> Page:
     total = len(lines)
     start = max(1, total + offset + 1) if offset < 0 else offset
     chosen = lines[start - 1 : start - 1 + limit]
+    cut_from = None
     if sum(map(len, chosen)) > budget:  # rare: walk to the last whole line that fits
         used = 0
         for count, line in enumerate(chosen):
             used += len(line)
             if used > budget:
-                chosen = chosen[:count] if count else [line[:budget]]
+                if count:
+                    chosen = chosen[:count]
+                else:
+                    chosen, cut_from = [line[:budget]], len(line)
                 break
     end = start - 1 + len(chosen)
-    return Page(start, chosen, end + 1 if end < total else None)
+    return Page(start, chosen, end + 1 if end < total else None, cut_from)
 
 
 def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
@@ -128,6 +133,11 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
     else:
         shown = [line.decode("utf-8", "ignore") for line in chosen.lines]
         text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset)
+    if chosen.cut_from is not None:
+        text += (
+            f"\n[line {chosen.start} was cut at {len(raw)} of {chosen.cut_from} bytes; "
+            "the rest of it needs a larger max_bytes]"
+        )
     return Outcome(result, text, len(raw))
 
 
