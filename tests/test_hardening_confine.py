@@ -1,7 +1,8 @@
-"""What a compromised worker could do with the calls it keeps, on the real kernel:
-SIGIO to a chosen pid, set-id bits, fds sent back over its socket. Each denial
-has a control run without seccomp where the call gets through, so the test fails
-if the filter ever loses the argument check."""
+"""What a compromised worker could do with the calls and capabilities it keeps,
+on the real kernel: SIGIO to a chosen pid, set-id bits, fds sent back over its
+socket, a root host's capabilities. Each seccomp denial has a control run
+without seccomp where the call gets through, so the test fails if the filter
+ever loses the argument check."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import errno
 import fcntl
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confined import run_confined
+from confined import ConfinedChild, run_confined
 
 from corral import seccomp
+from corral.config import Limits, SandboxOptions
+from corral.policy import Policy, RootSpec
+from corral.sandbox.broker import Broker
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
 
@@ -105,3 +111,113 @@ def test_a_worker_cannot_send_an_fd_over_its_socket(
     _, fds, _, _ = socket.recv_fds(ours, 1, 4)  # only the control run's fd arrived
     assert len(fds) == 1
     os.close(fds[0])
+
+
+# --- capabilities: a root host's worker keeps DAC_OVERRIDE and FOWNER only --------
+
+KEPT = (1 << 1) | (1 << 3)  # CAP_DAC_OVERRIDE | CAP_FOWNER
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the host holds no capabilities")
+
+
+def capabilities(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return {name: int(fields[name], 16) for name in ("CapInh", "CapPrm", "CapEff", "CapBnd",
+                                                      "CapAmb")}
+
+
+def _host_caps() -> dict[str, int]:
+    return capabilities(os.getpid())
+
+
+@root_only
+def test_a_confined_child_keeps_only_the_file_capabilities(roots) -> None:
+    assert _host_caps()["CapEff"] & KEPT == KEPT
+    go_read, go_write = os.pipe()
+    try:
+        child = ConfinedChild(os.read, go_read, 1, roots=roots, keep_fds=[go_read])
+        child.ready()
+        assert capabilities(child.pid) == {
+            "CapInh": 0, "CapPrm": KEPT, "CapEff": KEPT, "CapBnd": KEPT, "CapAmb": 0,
+        }
+        os.write(go_write, b"x")
+        assert child.outcome().ok
+    finally:
+        os.close(go_read)
+        os.close(go_write)
+
+
+@root_only
+def test_pool_workers_keep_only_the_file_capabilities(workspace: Path) -> None:
+    broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), SandboxOptions())
+    try:
+        for pid in broker.pids()["workers"]:
+            assert capabilities(pid)["CapEff"] == KEPT
+            assert capabilities(pid)["CapBnd"] == KEPT
+        zygote = capabilities(broker.pids()["zygote"])
+        assert zygote["CapEff"] == _host_caps()["CapEff"]  # only workers are confined
+    finally:
+        broker.close()
+
+
+@root_only
+def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> None:
+    locked = workspace / "locked.txt"
+    locked.write_text("mode 000\n")
+    locked.chmod(0o000)
+    setuid = workspace / "setuid.sh"
+    setuid.write_text("#!/bin/sh\n")
+    setuid.chmod(0o4755)
+    broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), SandboxOptions())
+    try:
+        def call(tool: str, **arguments: Any) -> dict[str, Any]:
+            return broker.submit({"tool": tool, "arguments": arguments, "approved": []})
+
+        assert call("read_file", path="locked.txt")["ok"]  # CAP_DAC_OVERRIDE kept
+        assert call("append_file", path="locked.txt", content="more\n")["ok"]
+        assert call("append_file", path="setuid.sh", content="true\n")["ok"]
+    finally:
+        broker.close()
+    assert locked.read_text() == "mode 000\nmore\n"
+    # without CAP_FSETID the kernel clears set-user-id on a write, as for any user
+    assert setuid.stat().st_mode & 0o7777 == 0o755
+
+
+NOBODY = 65534
+
+
+def _confine_as_nobody(root: str, ready: int, wait: int) -> None:  # pragma: no cover - child
+    from corral.sandbox import confine
+
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)  # the kernel clears every set but the bounding one
+    confine.confine([(root, "rw")], keep_fds=[ready, wait], limits=Limits())
+    os.write(ready, b"confined")
+    os.read(wait, 1)
+
+
+@root_only
+def test_an_unprivileged_host_confines_without_cap_setpcap() -> None:
+    root = tempfile.mkdtemp()  # under /tmp: nobody can reach it
+    os.chmod(root, 0o777)
+    ready_r, ready_w = os.pipe()
+    wait_r, wait_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            _confine_as_nobody(root, ready_w, wait_r)
+        finally:
+            os._exit(0)
+    try:
+        os.close(ready_w)
+        os.close(wait_r)
+        assert os.read(ready_r, 16) == b"confined"
+        caps = capabilities(pid)
+        assert (caps["CapEff"], caps["CapPrm"], caps["CapInh"], caps["CapAmb"]) == (0, 0, 0, 0)
+        assert caps["CapBnd"] == _host_caps()["CapBnd"]  # unchanged: dropping takes CAP_SETPCAP
+    finally:
+        os.close(wait_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)
+        os.rmdir(root)

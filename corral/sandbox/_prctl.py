@@ -1,6 +1,6 @@
 """prctl for confinement: set and read no_new_privs, read the seccomp mode, ask
-for a parent-death signal. Private plumbing (ctypes) for confine.py, probe.py
-and the zygote and workers."""
+for a parent-death signal, shrink the bounding and ambient capability sets.
+Private plumbing (ctypes) for confine.py, probe.py and the zygote and workers."""
 
 from __future__ import annotations
 
@@ -9,15 +9,19 @@ import os
 
 PR_SET_PDEATHSIG = 1
 PR_GET_SECCOMP = 21
+PR_CAPBSET_READ = 23
+PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _prctl(option: int, arg2: int = 0) -> int:
+def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
     ctypes.set_errno(0)
-    result = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(0),
+    result = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
                          ctypes.c_ulong(0), ctypes.c_ulong(0))
     if result == -1:
         err = ctypes.get_errno()
@@ -42,3 +46,17 @@ def seccomp_mode() -> int:
 def set_parent_death_signal(signum: int) -> None:
     """The kernel sends `signum` when the thread that forked this process exits."""
     _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def in_bounding_set(cap: int) -> bool:
+    """OSError EINVAL for a capability this kernel does not know."""
+    return _prctl(PR_CAPBSET_READ, cap) == 1
+
+
+def drop_from_bounding_set(cap: int) -> None:
+    """Irreversible; needs CAP_SETPCAP."""
+    _prctl(PR_CAPBSET_DROP, cap)
+
+
+def clear_ambient_capabilities() -> None:
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)

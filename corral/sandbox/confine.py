@@ -1,8 +1,8 @@
 """confine(): the layers a worker applies to itself before it serves. Hazmat:
 every step is irreversible for the calling process.
 
-Order: close inherited fds, rlimits, no_new_privs, Landlock, seccomp last (so the
-earlier steps may still use the calls it denies). Whatever needs a file (the
+Order: close inherited fds, rlimits, no_new_privs, capabilities, Landlock, seccomp
+last (so the earlier steps may still use the calls it denies). Whatever needs a file (the
 seccomp profile, the syscall tables) is read first, before anything is closed.
 Best effort by kernel: a layer the kernel lacks is reported as absent; a layer
 the kernel offers that fails to apply raises ConfinementError (fail closed).
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from corral import seccomp
 from corral.config import Limits
-from corral.sandbox import _landlock, _prctl
+from corral.sandbox import _caps, _landlock, _prctl
 
 # Address space: the interpreter with everything a worker imports (~100 MiB
 # measured), malloc's 128 MiB per-thread arena reservations and thread stacks ...
@@ -29,6 +29,15 @@ ADDRESS_SPACE_BASE = 1 << 30
 # peaks at ~410 MiB, well under 1 GiB + 16 x 64 MiB.
 FILE_COPIES_IN_MEMORY = 16
 MAX_OPEN_FILES = 1024  # roots, the pipe, a few per call, and a directory walk's depth
+# The capabilities a worker keeps when the host has them (a root host), so its file
+# calls behave as the host's own would within the roots: DAC_OVERRIDE reads, writes
+# and searches whatever the mode bits say; FOWNER renames and deletes in sticky
+# directories and fchmods (without set-id bits) a file another user owns. All else
+# goes, from every set: DAC_READ_SEARCH (DAC_OVERRIDE covers our reads; alone it
+# would only add open_by_handle_at), CHOWN and FSETID (no chown; set-id bits are
+# never kept), SYS_ADMIN (madvise's page poisoning, among much else), SETPCAP, ...
+KEPT_CAPABILITIES = (_caps.CAP_DAC_OVERRIDE, _caps.CAP_FOWNER)
+CAP_LIMIT = 64  # capability numbers fit the two 32-bit words capset(2) takes
 _PROC_FDS = "/proc/self/fd"
 _PROC_TASKS = "/proc/self/task"
 
@@ -58,6 +67,7 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
     _close_fds(set(keep_fds))
     _set_rlimits(limits)
     _set_no_new_privs()
+    _drop_capabilities()
     if abi:
         _apply_landlock(rules, abi)
     if program is not None:
@@ -152,6 +162,32 @@ def _set_no_new_privs() -> None:
         _prctl.set_no_new_privs()
     except OSError as exc:
         raise ConfinementError(f"no_new_privs failed: {exc.strerror}") from exc
+
+
+def _drop_capabilities() -> None:
+    """Bounding set (when allowed to: it takes CAP_SETPCAP), ambient, then the
+    effective, permitted and inheritable sets down to KEPT_CAPABILITIES."""
+    keep = sum(1 << cap for cap in KEPT_CAPABILITIES)
+    try:
+        held = _caps.current()
+        if held.effective & (1 << _caps.CAP_SETPCAP):
+            for cap in _known_capabilities():
+                if not keep & (1 << cap) and _prctl.in_bounding_set(cap):
+                    _prctl.drop_from_bounding_set(cap)
+        _prctl.clear_ambient_capabilities()
+        _caps.apply(_caps.CapSets(held.effective & keep, held.permitted & keep, 0))
+    except OSError as exc:
+        raise ConfinementError(f"dropping capabilities failed: {exc.strerror}") from exc
+
+
+def _known_capabilities() -> range:
+    """0..the kernel's last capability (PR_CAPBSET_READ refuses the first unknown)."""
+    for cap in range(CAP_LIMIT):
+        try:
+            _prctl.in_bounding_set(cap)
+        except OSError:
+            return range(cap)
+    return range(CAP_LIMIT)
 
 
 def _apply_landlock(rules: list[tuple[str, _landlock.FSAccess]], abi: int) -> None:
