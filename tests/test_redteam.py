@@ -141,3 +141,15 @@ def test_glob_translation_agrees_with_a_component_matcher() -> None:
         for _ in range(5):
             path = "/".join(rnd.choice(names) for _ in range(rnd.randint(1, 7)))
             assert bool(compiled.fullmatch(path)) == _reference_match(glob, path), (glob, path)
+
+
+# -- expected_version never reads a huge file whole ---------------------------
+
+
+def test_expected_version_against_a_huge_file_is_a_quick_conflict(ws: Path) -> None:
+    with open(ws / "sparse.bin", "wb") as f:
+        f.truncate(3 * 1024**3)  # sparse: costs no disk, but 3 GiB to read
+    with Sandbox(ws, limits=Limits(timeout_s=5)) as sb:
+        args = {"path": "sparse.bin", "content": "x", "expected_version": "0" * 24}
+        assert code(sb.call("write_file", args)) == "conflict"
+    assert (ws / "sparse.bin").stat().st_size == 3 * 1024**3

@@ -14,10 +14,10 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from corral.fs import _sys
-from corral.fs.version import content_version
+from corral.fs.version import chunked_version
 
 TEMP_PREFIX = ".corral-tmp-"
 STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old temp is orphaned
@@ -42,8 +42,10 @@ def stale_temp(name: str, mtime: float, *, dead_pids: Collection[int], min_age: 
     return time.time() - mtime >= min_age
 
 
-def _current(dir_fd: int, name: str) -> tuple[bytes, int] | None:
-    """(content, mode) of the regular file `name`, or None if missing."""
+def _current(dir_fd: int, name: str, limit: int | None) -> tuple[str | None, int] | None:
+    """(content version, mode) of the regular file `name`, or None if missing; the
+    version is None when the file holds more than `limit` bytes (streamed, so a huge
+    file is neither held in memory nor read past the limit)."""
     try:
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=dir_fd)
@@ -53,10 +55,17 @@ def _current(dir_fd: int, name: str) -> tuple[bytes, int] | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.ENXIO, name)
-        chunks = []
-        while chunk := f.read(_READ_CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+        size = 0
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal size
+            while (limit is None or size <= limit) and (chunk := f.read(_READ_CHUNK)):
+                size += len(chunk)
+                yield chunk
+
+        version = chunked_version(chunks())
+        over = limit is not None and (st.st_size > limit or size > limit)
+        return None if over else version, stat.S_IMODE(st.st_mode)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -73,17 +82,19 @@ def replace(
     mode: int | None,
     expected_version: str | None,
     exclusive: bool,
+    current_limit: int | None = None,
 ) -> None:
     """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
     file's permission bits, set-id bits dropped (None: new file, umask applies). With
     expected_version, the check and the rename happen under an flock of the
-    directory, so of racing writers holding the same version exactly one wins."""
+    directory, so of racing writers holding the same version exactly one wins; a
+    current file over `current_limit` bytes never holds the expected version."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         if expected_version is not None:
             fcntl.flock(dfd, fcntl.LOCK_EX)  # released when dfd closes
-            current = _current(dir_fd, name)
-            if current is None or content_version(current[0]) != expected_version:
+            current = _current(dir_fd, name, current_limit)
+            if current is None or current[0] != expected_version:
                 raise VersionMismatch
             mode = current[1]
         tmp = temp_name()

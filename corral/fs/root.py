@@ -311,6 +311,7 @@ class Root:
         exclusive: bool = False,
         make_parents: bool = True,
         mode: int | None = None,
+        max_file_bytes: int | None = None,
         guard: Guard = None,
     ) -> WriteOutcome:
         """Temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target's directory, write,
@@ -319,7 +320,8 @@ class Root:
         the root (stays a link); a hard-linked file gets a new inode. Temp names
         start with .corral-tmp-<pid>- (see remove_stale_temps).
         expected_version: under an flock of the parent directory, the current
-        content's version must equal it (missing file -> conflict), else conflict.
+        content's version must equal it (missing file -> conflict), else conflict;
+        a current file over max_file_bytes is a conflict without being read whole.
         exclusive: fail already_exists if the target exists (copy/move without
         overwrite). mode: the new file's permission bits instead (a moved file keeps
         its own). On any failure the temp file is removed, the target untouched."""
@@ -340,7 +342,7 @@ class Root:
             try:
                 _atomic.replace(
                     t.dir_fd, name, data, mode=mode, expected_version=expected_version,
-                    exclusive=exclusive,
+                    exclusive=exclusive, current_limit=max_file_bytes,
                 )
             except _atomic.VersionMismatch:
                 raise fail(

@@ -107,7 +107,8 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     if not args["dry_run"]:
         # The version read above guards the write: a change made in between is a conflict.
         version = root.write_atomic(
-            rel, new_data, expected_version=current, make_parents=False, guard=check
+            rel, new_data, expected_version=current, make_parents=False,
+            max_file_bytes=ctx.limits.max_file_bytes, guard=check,
         ).version
     result = {
         "path": path,

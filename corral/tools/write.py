@@ -47,7 +47,8 @@ def write_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     data = payload(ctx, path, args["content"], args["encoding"])
     root, rel, check = open_target(ctx, path, write=True)
     outcome = root.write_atomic(
-        rel, data, expected_version=args["expected_version"], guard=check
+        rel, data, expected_version=args["expected_version"],
+        max_file_bytes=ctx.limits.max_file_bytes, guard=check,
     )
     result = {
         "path": path,
