@@ -3,7 +3,8 @@ confined itself with corral.sandbox.confine.confine, and bring back its result,
 exception and errno. A restriction cannot be undone, so every test forks.
 
 `drop` removes layers in the child for control experiments ("would this test
-fail without the layer?"): "landlock", "seccomp". Nothing else is faked.
+fail without the layer?"): "landlock", "seccomp", "capabilities". Nothing else
+is faked.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from corral.sandbox import confine as confine_module
 
 DEFAULT_TIMEOUT = 10.0  # seconds; a child that hangs is killed, the test fails
 _HEADER = struct.Struct("<I")
-_LAYER_STEPS = {"landlock": "_apply_landlock", "seccomp": "_apply_seccomp"}
+_LAYER_STEPS = {
+    "landlock": "_apply_landlock",
+    "seccomp": "_apply_seccomp",
+    "capabilities": "_drop_capabilities",
+}
 
 
 @dataclass
