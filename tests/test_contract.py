@@ -284,3 +284,42 @@ def test_a_line_cut_to_max_bytes_is_said_so(sb: Sandbox, ws: Path) -> None:
     assert response["result"]["content"] == "w" * 100
     assert "line 1 was cut at 100 of 301 bytes" in response["text"]
     assert "max_bytes" in response["text"]
+
+
+class TestEditLimits:
+    """max_file_bytes is the "largest file read, edited or grown by append";
+    max_write_bytes bounds what one call writes anew, not the file it edits."""
+
+    @pytest.fixture
+    def tight(self, tmp_path: Path) -> Iterator[tuple[Sandbox, Path]]:
+        with Sandbox(tmp_path, limits=Limits(max_write_bytes=50, max_file_bytes=400)) as sandbox:
+            yield sandbox, tmp_path
+
+    def test_a_file_larger_than_max_write_bytes_can_be_edited(
+        self, tight: tuple[Sandbox, Path]
+    ) -> None:
+        sandbox, ws = tight
+        (ws / "big.txt").write_text("a" * 200 + "\nneedle\n")
+        response = sandbox.call("edit_file", {"path": "big.txt", "old_string": "needle",
+                                              "new_string": "thread"})
+        assert response["ok"], response
+        assert (ws / "big.txt").read_text() == "a" * 200 + "\nthread\n"
+
+    def test_new_bytes_past_max_write_bytes(self, tight: tuple[Sandbox, Path]) -> None:
+        sandbox, ws = tight
+        (ws / "x.txt").write_text("x" * 30)
+        edit = {"path": "x.txt", "old_string": "x", "new_string": "xy", "replace_all": True}
+        error = sandbox.call("edit_file", edit)["error"]
+        assert error["code"] == "too_large"
+        assert "x.txt" in error["message"] and "60" in error["message"]
+        assert "50" in error["message"]
+        assert (ws / "x.txt").read_text() == "x" * 30
+
+    def test_result_past_max_file_bytes(self, tight: tuple[Sandbox, Path]) -> None:
+        sandbox, ws = tight
+        (ws / "f.txt").write_text("b" * 380 + "\n")
+        edit = {"path": "f.txt", "old_string": "\n", "new_string": "c" * 40 + "\n"}
+        error = sandbox.call("edit_file", edit)["error"]
+        assert error["code"] == "too_large"
+        assert "421" in error["message"] and "400" in error["message"]
+        assert (ws / "f.txt").read_text() == "b" * 380 + "\n"

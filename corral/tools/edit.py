@@ -54,9 +54,14 @@ def edits_of(args: dict[str, Any]) -> list[Edit]:
     return edits
 
 
-def apply(path: str, text: str, edits: list[Edit]) -> tuple[str, int]:
-    """The text after every edit in order, and the number of replacements."""
+def apply(
+    path: str, text: str, edits: list[Edit], max_new_bytes: int | None = None
+) -> tuple[str, int]:
+    """The text after every edit in order, and the number of replacements.
+    max_new_bytes bounds the bytes the replacements put in (count x new_string),
+    checked before each one is made: replace_all multiplies a small new_string."""
     total = 0
+    new_bytes = 0
     for index, edit in enumerate(edits):
         which = f"edit {index + 1} of {len(edits)}: " if len(edits) > 1 else ""
         count = text.count(edit.old)
@@ -67,6 +72,13 @@ def apply(path: str, text: str, edits: list[Edit]) -> tuple[str, int]:
                 "ambiguous_match",
                 f"{which}old_string occurs {count} times in {path}; add surrounding context "
                 "to make it unique, or set replace_all.",
+            )
+        new_bytes += count * len(edit.new.encode("utf-8", "surrogatepass"))
+        if max_new_bytes is not None and new_bytes > max_new_bytes:
+            raise CorralError(
+                "too_large",
+                f"the edit of {path} would write {new_bytes} new bytes, over the write limit "
+                f"of {max_new_bytes} bytes.",
             )
         text = text.replace(edit.old, edit.new)
         total += count
@@ -94,13 +106,13 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     if is_binary(data):
         raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
     before = data.decode("utf-8")
-    after, replacements = apply(path, before, edits)
+    after, replacements = apply(path, before, edits, ctx.limits.max_write_bytes)
     new_data = utf8(after, "new_string")
-    if len(new_data) > ctx.limits.max_write_bytes:
+    if len(new_data) > ctx.limits.max_file_bytes:
         raise CorralError(
             "too_large",
-            f"{path} would be {len(new_data)} bytes after the edit, over the write limit of "
-            f"{ctx.limits.max_write_bytes} bytes.",
+            f"{path} would be {len(new_data)} bytes after the edit, over the file limit of "
+            f"{ctx.limits.max_file_bytes} bytes.",
         )
     diff = unified_diff(path, before, after)
     version = current
