@@ -323,3 +323,9 @@ class TestEditLimits:
         assert error["code"] == "too_large"
         assert "421" in error["message"] and "400" in error["message"]
         assert (ws / "f.txt").read_text() == "b" * 380 + "\n"
+
+
+def test_a_base64_page_says_where_to_continue(sb: Sandbox) -> None:
+    response = sb.call("read_file", {"path": "a.txt", "encoding": "base64", "max_bytes": 8})
+    assert response["result"]["truncated"] and response["result"]["next_offset"] == 2
+    assert "offset=2" in response["text"]

@@ -130,6 +130,8 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             f"{path}: {render.size_text(len(raw))} of {render.size_text(len(data))} "
             "as base64 in result.content"
         )
+        if chosen.next_offset is not None:
+            text += f"; continue with offset={chosen.next_offset}"
     else:
         shown = [line.decode("utf-8", "ignore") for line in chosen.lines]
         text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset)
