@@ -329,3 +329,12 @@ def test_a_base64_page_says_where_to_continue(sb: Sandbox) -> None:
     response = sb.call("read_file", {"path": "a.txt", "encoding": "base64", "max_bytes": 8})
     assert response["result"]["truncated"] and response["result"]["next_offset"] == 2
     assert "offset=2" in response["text"]
+
+
+def test_stat_of_a_missing_path_has_every_field(sb: Sandbox) -> None:
+    """exists=false is not an error, and the result keeps its shape (fields null)."""
+    result = sb.call("stat_file", {"path": "missing/file.txt"})["result"]
+    assert result == {"path": "missing/file.txt", "exists": False, "type": None, "size": None,
+                      "modified": None, "mode": None, "version": None}
+    present = sb.call("stat_file", {"path": "a.txt"})["result"]
+    assert set(present) == set(result)

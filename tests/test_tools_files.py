@@ -170,7 +170,8 @@ class TestStatFile:
     @pytest.mark.parametrize("path", ["missing.txt", "missing/deeper.txt"])
     def test_missing_is_not_an_error(self, sb: Sandbox, path: str) -> None:
         response = ok(sb, "stat_file", path=path)
-        assert response["result"] == {"path": path, "exists": False}
+        assert response["result"] == {"path": path, "exists": False, "type": None, "size": None,
+                                      "modified": None, "mode": None, "version": None}
 
     def test_refusals(self, sb: Sandbox) -> None:
         assert err(sb, "stat_file", path="../outside/secret.txt")["code"] == "outside_workspace"

@@ -48,7 +48,8 @@ def stat_file(ctx: Context, args: dict[str, Any]) -> Outcome:
             raise
         info = None
     if info is None:
-        return Outcome({"path": path, "exists": False}, f"{path} does not exist.")
+        missing = dict.fromkeys(("type", "size", "modified", "mode", "version"))
+        return Outcome({"path": path, "exists": False, **missing}, f"{path} does not exist.")
     version = _version(ctx, root, rel, check) if info.type == "file" else None
     result: dict[str, Any] = {
         "path": path,
