@@ -15,6 +15,7 @@ import pytest
 from corral import Sandbox
 from corral.config import Limits
 from corral.policy import Policy, RootSpec, Rule, glob_to_regex
+from corral.tools.search import MAX_MATCHES
 
 AWS_KEY = "AWS-KEY-2b7e"
 PRIVATE = "PRIVATE-c41d"
@@ -153,3 +154,11 @@ def test_expected_version_against_a_huge_file_is_a_quick_conflict(ws: Path) -> N
         args = {"path": "sparse.bin", "content": "x", "expected_version": "0" * 24}
         assert code(sb.call("write_file", args)) == "conflict"
     assert (ws / "sparse.bin").stat().st_size == 3 * 1024**3
+
+
+def test_grep_results_have_a_ceiling(ws: Path) -> None:
+    (ws / "lines.txt").write_bytes(b"x\n" * 3_000_000)
+    with Sandbox(ws) as sb:
+        result = sb.call("grep", {"pattern": "x", "path": "lines.txt", "max_results": 10**9})
+    assert result["ok"], result["error"]
+    assert result["result"]["truncated"] and len(result["result"]["matches"]) == MAX_MATCHES

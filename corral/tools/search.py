@@ -17,6 +17,9 @@ from corral.tools.read import is_binary, split_lines
 
 DEFAULT_MAX_FILES = 500
 DEFAULT_MAX_MATCHES = 200
+# Ceiling on grep's max_results: 5000 cut lines are more than a model reads, while a
+# million one-letter lines made the worker run out of memory building the result.
+MAX_MATCHES = 5_000
 GREP_LINE_CUT = 500  # chars of a matching line: 200 matches must still fit a model's context
 
 
@@ -83,7 +86,7 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
     info = root.info(rel, follow=True, guard=seen)
     if info is None:
         raise CorralError("not_found", f"{path} does not exist.")
-    found = Found(regex, args["max_results"])
+    found = Found(regex, min(args["max_results"], MAX_MATCHES))
     if info.type != "dir":
         # A file named explicitly: its errors are the caller's to see.
         data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
@@ -207,7 +210,8 @@ SEARCH_TOOLS = [
                 "ignore_case": {"type": "boolean", "default": False,
                                 "description": "Match regardless of case."},
                 "max_results": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_MATCHES,
-                                "description": "Most matching lines to return."},
+                                "description": f"Most matching lines to return "
+                                               f"(at most {MAX_MATCHES})."},
             },
             ("pattern",),
         ),
