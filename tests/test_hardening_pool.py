@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.pool import Pool
+from corral.sandbox.pool import MAX_BOOT_KILLS, Pool, SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 
 FRAME_LIMIT = 1 << 20  # small, so an oversize announcement is cheap to make
@@ -44,20 +44,27 @@ class EvilZygote:
 
     pid = os.getpid()
 
-    def __init__(self, evil: Behaviour) -> None:
+    def __init__(self, evil: Behaviour, killed_at_boot: int = 0, boot_exit: int = 0) -> None:
         self.evil = evil
+        self.killed_at_boot = killed_at_boot  # this many workers die of SIGKILL before reporting
+        self.boot_exit = boot_exit  # or, if not 0, every worker exits with it before reporting
         self.spawned = 0
         self.children: set[int] = set()
 
     def spawn(self) -> tuple[int, socket.socket, int]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        behaviour = self.evil if self.spawned == 0 else honest
+        behaviour = self.evil if self.spawned == self.killed_at_boot else honest
+        killed = self.spawned < self.killed_at_boot
         self.spawned += 1
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the fake worker
             code = 0
             try:
                 ours.close()
+                if killed:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if self.boot_exit:
+                    os._exit(self.boot_exit)
                 _serve(theirs.fileno(), behaviour)
             except BaseException:
                 code = 1
@@ -91,11 +98,12 @@ def _serve(fd: int, behaviour: Behaviour) -> None:  # pragma: no cover - the fak
 def make_pool() -> Iterator[Callable[..., Pool]]:
     pools: list[Pool] = []
 
-    def make(evil: Behaviour, timeout_s: float = 10.0) -> Pool:
+    def make(evil: Behaviour, timeout_s: float = 10.0, **zygote: int) -> Pool:
         options = SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT)
-        pool = Pool(EvilZygote(evil), options, Limits(timeout_s=timeout_s))  # type: ignore[arg-type]
-        pool.start()
+        fake = EvilZygote(evil, **zygote)
+        pool = Pool(fake, options, Limits(timeout_s=timeout_s))  # type: ignore[arg-type]
         pools.append(pool)
+        pool.start()
         return pool
 
     yield make
@@ -219,3 +227,18 @@ def honest_answer(request_id: int) -> dict[str, Any]:
         "id": request_id, "ok": True, "tool": "read_file", "result": {}, "text": "fine",
         "meta": {"touched": [], "bytes": 0, "needs_approval": []},
     }
+
+
+def test_workers_killed_while_starting_are_replaced(make_pool) -> None:
+    pool = make_pool(honest, killed_at_boot=MAX_BOOT_KILLS)  # the OOM killer, say
+    assert call(pool) == honest_answer(1)
+
+
+def test_workers_killed_at_every_start_halt_the_pool(make_pool) -> None:
+    with pytest.raises(SandboxError, match="killed while starting"):
+        make_pool(honest, killed_at_boot=MAX_BOOT_KILLS + 2)
+
+
+def test_a_worker_that_exits_before_reporting_halts_at_once(make_pool) -> None:
+    with pytest.raises(SandboxError, match=r"did not start \(exit code 7\)"):
+        make_pool(honest, boot_exit=7)

@@ -53,6 +53,11 @@ RECYCLE_JITTER = 0.1
 # RSS is read every this many calls: psutil costs ~50 us a read, a tenth of a small call,
 # and RLIMIT_AS bounds what a worker can grow to in between.
 RSS_CHECK_EVERY = 8
+# Starting workers killed from outside (OOM killer, an operator) are replaced this
+# many times in a row; more means something keeps killing them: halt, do not loop.
+MAX_BOOT_KILLS = 3
+# A cleanup is tried this many times: its own worker may be killed too (OOM, operator).
+CLEANUP_ATTEMPTS = 3
 # The directory that holds the `corral` package the host runs: the zygote imports the same one.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -63,6 +68,10 @@ class SandboxError(Exception):
 
 class WorkerLost(Exception):
     """A worker's socket ended in the middle of a call."""
+
+
+class BootKilled(Exception):
+    """A new worker was SIGKILLed from outside before it reported: not its own failure."""
 
 
 class WorkerMisbehaved(WorkerLost):
@@ -243,10 +252,15 @@ class Pool:
         The first report sets the confinement every later worker must match."""
         forked = [self._fork() for _ in range(self.options.workers)]
         for worker in forked:
-            self._boot(worker)
-            self.confinement = self.confinement or dict(worker.layers or {})
+            try:
+                self._boot(worker)
+            except BootKilled:
+                continue  # replaced below
+            with self._cond:
+                self._idle.append(worker)
+        self.manage_workers()
         with self._cond:
-            self._idle.extend(forked)
+            self._check_usable()
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run one request on an idle worker; failures of the worker become error results."""
@@ -286,14 +300,18 @@ class Pool:
         return response
 
     def clean_after(self, pid: int, request: dict[str, Any]) -> None:
-        """Have a live worker remove the temp files a killed one may have left."""
-        if "cleanup" not in request:
-            arguments = request.get("arguments") or {}
-            crash = {
-                "pid": pid, "tool": request.get("tool"),
-                "arguments": {k: arguments[k] for k in CLEANUP_ARGUMENTS if k in arguments},
-            }
-            self.call({"id": -int(request.get("id") or 0), "cleanup": crash})
+        """Have a live worker remove the temp files a killed one may have left. A
+        cleanup whose own worker dies is tried again (it writes nothing itself)."""
+        if "cleanup" in request:
+            return
+        arguments = request.get("arguments") or {}
+        crash = {
+            "pid": pid, "tool": request.get("tool"),
+            "arguments": {k: arguments[k] for k in CLEANUP_ARGUMENTS if k in arguments},
+        }
+        for _ in range(CLEANUP_ATTEMPTS):
+            if "removed" in self.call({"id": -int(request.get("id") or 0), "cleanup": crash}):
+                return
 
     def checkout(self) -> Worker:
         """Take an idle worker, waiting for one; a worker that died idle is replaced first."""
@@ -332,7 +350,9 @@ class Pool:
 
     def manage_workers(self) -> None:
         """Spawn workers until the pool is back at its target size; a worker that
-        fails to start halts the pool (in _boot) rather than being retried."""
+        fails to start halts the pool (in _boot) rather than being retried, unless
+        something else killed it, a few times in a row at most."""
+        killed = 0
         while True:
             with self._cond:
                 if self._closed or self._halted:
@@ -343,6 +363,12 @@ class Pool:
             try:
                 fresh = self._fork()
                 self._boot(fresh)
+            except BootKilled as exc:
+                killed += 1
+                if killed > MAX_BOOT_KILLS:
+                    self.halt(f"{killed} workers in a row were killed while starting ({exc})")
+                    return
+                continue
             except SandboxError as exc:
                 self.halt(str(exc).rstrip("."))
                 return
@@ -409,12 +435,17 @@ class Pool:
             confine_error = (report or {}).get("confine_error")
             if confine_error:
                 self.halt(f"a worker could not confine itself: {confine_error}")
+            ended_alone = report is None and not worker.looks_alive()
             code = self.murder_worker(worker)  # halts as well on EXIT_CONFINE_FAILED
+            if ended_alone and code == -signal.SIGKILL and not self._halted:
+                # the OOM killer or an operator, not its own failure: worth another try
+                raise BootKilled(describe_exit(code, ""))
             self.halt(f"a worker did not start ({describe_exit(code, 'it sent no report')})")
         elif self.confinement and worker.layers != self.confinement:
             self.murder_worker(worker)
             self.halt(f"a worker came up confined differently ({worker.layers})")
         else:
+            self.confinement = self.confinement or dict(worker.layers)
             return
         raise SandboxError(f"The sandbox halted: {self._halted}.")
 

@@ -1,0 +1,29 @@
+"""Short version of scripts/soak_pool.py: mixed calls from several threads while
+workers are SIGKILLed at random; the pool heals, and no temp file, fd, thread or
+process is left behind."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+CALLS = 400  # the script runs thousands
+THREADS = 4
+KILLS = 25
+
+_spec = importlib.util.spec_from_file_location(
+    "soak_pool", Path(__file__).resolve().parent.parent / "scripts" / "soak_pool.py"
+)
+assert _spec is not None and _spec.loader is not None
+soak_pool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(soak_pool)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_pool_heals_under_random_kills_and_leaks_nothing(tmp_path: Path, seed: int) -> None:
+    report = soak_pool.soak(tmp_path, CALLS, THREADS, KILLS, seed)
+    assert sum(report["answers"].values()) == CALLS
+    assert report["answers"]["ok"] > CALLS // 2
+    assert report["kills"] > 0
