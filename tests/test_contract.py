@@ -338,3 +338,12 @@ def test_stat_of_a_missing_path_has_every_field(sb: Sandbox) -> None:
                       "modified": None, "mode": None, "version": None}
     present = sb.call("stat_file", {"path": "a.txt"})["result"]
     assert set(present) == set(result)
+
+
+def test_grep_returns_at_most_max_read_bytes_of_lines(tmp_path: Path) -> None:
+    """grep hands back file contents: max_read_bytes bounds them as it bounds a read."""
+    (tmp_path / "many.txt").write_text("".join(f"match {n:04d}\n" for n in range(50)))
+    with Sandbox(tmp_path, limits=Limits(max_read_bytes=100)) as small:
+        result = small.call("grep", {"pattern": "match", "max_results": 1000})["result"]
+    assert result["truncated"] and 0 < len(result["matches"]) < 50
+    assert sum(len(m["text"].encode()) for m in result["matches"]) <= 100

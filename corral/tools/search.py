@@ -13,7 +13,7 @@ from corral.tools import render
 from corral.tools.access import approval_key, joined, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 from corral.tools.listing import Resolved, shown
-from corral.tools.read import is_binary, split_lines
+from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget, split_lines
 
 DEFAULT_MAX_FILES = 500
 DEFAULT_MAX_MATCHES = 200
@@ -86,7 +86,9 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
     info = root.info(rel, follow=True, guard=seen)
     if info is None:
         raise CorralError("not_found", f"{path} does not exist.")
-    found = Found(regex, min(args["max_results"], MAX_MATCHES))
+    found = Found(
+        regex, min(args["max_results"], MAX_MATCHES), read_budget(ctx, HARD_READ_CEILING)
+    )
     if info.type != "dir":
         # A file named explicitly: its errors are the caller's to see.
         data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
@@ -110,9 +112,10 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
 class Found:
     """Matching lines collected across files, up to a cap."""
 
-    def __init__(self, regex: re.Pattern[str], cap: int) -> None:
+    def __init__(self, regex: re.Pattern[str], cap: int, budget: int) -> None:
         self.regex = regex
         self.cap = cap
+        self.budget = budget  # bytes of matching lines: grep returns contents, as a read does
         self.matches: list[dict[str, Any]] = []
         self.files = 0
         self.truncated = False
@@ -123,12 +126,13 @@ class Found:
         for number, line in enumerate(split_lines(data), 1):
             text = line.decode("utf-8").rstrip("\r\n")
             if self.regex.search(text):
-                if len(self.matches) == self.cap:
+                shown = render.cut_line(text, GREP_LINE_CUT)
+                size = len(shown.encode("utf-8"))
+                if len(self.matches) == self.cap or size > self.budget:
                     self.truncated = True
                     return True
-                self.matches.append(
-                    {"path": shown_as, "line": number, "text": render.cut_line(text, GREP_LINE_CUT)}
-                )
+                self.budget -= size
+                self.matches.append({"path": shown_as, "line": number, "text": shown})
         return False
 
 
