@@ -4,7 +4,8 @@
 
 Reports: a 4 KiB read_file through the pool (sync submit and asubmit), median
 and p99, and its ratio to the same read_file run in the host through the same
-tool code (open beneath the root + read + render, no IPC); sandbox start to
+tool code (open beneath the root + read + render, no IPC) and to a plain
+open()+read() of the file; sandbox start to
 first result; worker respawn after a crash; memory of zygote + 2 workers.
 Targets (issue 3): read median <= 8x in-process, start <= 150 ms, respawn <=
 10 ms, memory <= 60 MiB.
@@ -66,7 +67,14 @@ def start_broker(workspace: str, **options: Any) -> Broker:
     return Broker([RootSpec(workspace, "rw")], Limits(), Policy(), SandboxOptions(**options))
 
 
+def plain_read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 def bench_reads(workspace: str, calls: int) -> dict[str, float]:
+    path = os.path.join(workspace, READ["arguments"]["path"])
+    plain = timed(lambda: plain_read(path), calls)
     root = Root(workspace)
     context = Context(Roots(root), Limits(), Policy())
     in_process = timed(lambda: execute(context, dict(READ)), calls)
@@ -89,6 +97,7 @@ def bench_reads(workspace: str, calls: int) -> dict[str, float]:
     finally:
         broker.close()
     return {
+        "plain_median_us": statistics.median(plain) * 1e6,
         "in_process_median_us": statistics.median(in_process) * 1e6,
         "pool_median_us": statistics.median(pooled) * 1e6,
         "pool_p99_us": percentile(pooled, 0.99) * 1e6,
@@ -155,9 +164,11 @@ def main() -> None:
     reads = bench_reads(workspace, args.calls)
     ratio = reads["pool_median_us"] / reads["in_process_median_us"]
     print(f"4 KiB read_file, {args.calls} calls")
+    print(f"  plain open()+read() in the host:     median {reads['plain_median_us']:7.1f} us")
     print(f"  in-process (same tool code, no IPC): median {reads['in_process_median_us']:7.1f} us")
     print(f"  pool submit:  median {reads['pool_median_us']:7.1f} us  "
-          f"p99 {reads['pool_p99_us']:7.1f} us  ratio {ratio:4.1f}x  (target <= 8x)")
+          f"p99 {reads['pool_p99_us']:7.1f} us  ratio {ratio:4.1f}x  (target <= 8x)  "
+          f"vs plain read {reads['pool_median_us'] / reads['plain_median_us']:5.1f}x")
     print(f"  pool asubmit: median {reads['async_median_us']:7.1f} us  "
           f"p99 {reads['async_p99_us']:7.1f} us  "
           f"ratio {reads['async_median_us'] / reads['in_process_median_us']:4.1f}x")
