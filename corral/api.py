@@ -177,21 +177,28 @@ class _Core:
                 "resolved": [posixpath.join(need["root"], need["resolved"]) for need in needed],
                 "rules": [need.get("rule") for need in needed],
             }
-            refusal = yield from self._ask(ask, f"{', '.join(ask['paths'])} needs approval")
+            rule = next((need["rule"] for need in needed if need.get("rule")), None)
+            refusal = yield from self._ask(ask, f"{', '.join(ask['paths'])} needs approval", rule)
             if refusal is not None:
                 return {**refusal, "meta": response.get("meta", {})}
             approved += [need["key"] for need in needed]
         return response
 
-    def _ask(self, ask: dict[str, Any], what: str) -> Generator[Step, Any, dict[str, Any] | None]:
-        """None if the host approved; else the error result to return."""
+    def _ask(
+        self, ask: dict[str, Any], what: str, rule: str | None = None
+    ) -> Generator[Step, Any, dict[str, Any] | None]:
+        """None if the host approved; else the error result to return (naming the
+        path rule that asked for the approval, if one did)."""
         if self.approve is None:
             return error_result(ask["tool"], CorralError(
-                "approval_required", f"{what} and this sandbox has no approve callback."
+                "approval_required", f"{what} and this sandbox has no approve callback.",
+                rule=rule,
             ))
         if (yield "approve", ask):
             return None
-        return error_result(ask["tool"], CorralError("approval_denied", f"{what}; it was denied."))
+        return error_result(
+            ask["tool"], CorralError("approval_denied", f"{what}; it was denied.", rule=rule)
+        )
 
     def _finish(self, response: dict[str, Any], arguments: Any, started: float) -> dict[str, Any]:
         meta = response.pop("meta", None) or {}

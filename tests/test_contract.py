@@ -16,7 +16,7 @@ import pytest
 from corral import Sandbox
 from corral.config import Limits
 from corral.fs import Root, Roots, _listing
-from corral.policy import Policy
+from corral.policy import Policy, Rule
 from corral.tools.base import Context
 from corral.tools.registry import TOOLS, execute
 
@@ -347,3 +347,11 @@ def test_grep_returns_at_most_max_read_bytes_of_lines(tmp_path: Path) -> None:
         result = small.call("grep", {"pattern": "match", "max_results": 1000})["result"]
     assert result["truncated"] and 0 < len(result["matches"]) < 50
     assert sum(len(m["text"].encode()) for m in result["matches"]) <= 100
+
+
+def test_a_refused_path_approval_names_its_rule(ws: Path) -> None:
+    rule = Rule("ask-for-text", "supervised", ("*",), ("**/*.txt",))
+    with Sandbox(ws, policy=Policy(rules=(rule,)), approve=lambda request: False) as asking:
+        error = asking.call("read_file", {"path": "a.txt"})["error"]
+    assert (error["code"], error.get("rule")) == ("approval_denied", "ask-for-text")
+    assert "a.txt" in error["message"]
