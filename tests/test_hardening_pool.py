@@ -138,6 +138,12 @@ def another_id(fd: int, request: dict[str, Any]) -> None:
     honest(fd, {**request, "id": request["id"] + 1})  # a fake "ok" for the next call
 
 
+def not_a_number(fd: int, request: dict[str, Any]) -> None:
+    payload = b'{"id": %d, "ok": true, "tool": "read_file", "result": {"size": NaN}, "text": ""}'
+    payload %= request["id"]
+    os.write(fd, struct.pack(">I", len(payload)) + payload)  # strict JSON has no NaN
+
+
 def a_list(fd: int, request: dict[str, Any]) -> None:
     os.write(fd, struct.pack(">I", 2) + b"[]")  # JSON, but not an object
 
@@ -169,7 +175,7 @@ def misshapen(change: dict[str, Any]) -> Behaviour:
 
 
 @pytest.mark.parametrize(
-    "evil", [huge_header, over_the_limit, garbage, truncated, another_id, a_list],
+    "evil", [huge_header, over_the_limit, garbage, truncated, another_id, not_a_number, a_list],
     ids=lambda fn: fn.__name__,
 )
 def test_a_bad_frame_loses_the_worker_not_the_host(make_pool, evil: Behaviour) -> None:

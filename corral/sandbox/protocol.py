@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import json
+import math
 import os
 import select
 import socket
@@ -69,12 +70,25 @@ def payload_length(header: bytes, max_bytes: int) -> int:
 def decode(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The JSON object in a payload; ProtocolError for anything else."""
     try:
-        message = json.loads(bytes(payload))
+        message = json.loads(bytes(payload), parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"frame is not valid JSON: {exc}") from None
     if not isinstance(message, dict):
         raise ProtocolError(f"frame holds a JSON {type(message).__name__}, expected an object")
     return message
+
+
+def _no_constant(name: str) -> float:
+    # encode() refuses NaN and the infinities (allow_nan=False); so does decoding, or an
+    # answer could carry them on to a face that must emit strict JSON
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text} overflows a float")
+    return number
 
 
 def write_frame(
