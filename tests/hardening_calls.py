@@ -114,6 +114,8 @@ CALLS: list[tuple[dict[str, Any], str | None]] = [
     _call("grep", None, pattern=r"ret\w+ \d", glob="*.py", ignore_case=True),
     _call("grep", None, pattern="é|日本", path=".", max_results=2),
     _call("grep", None, pattern="x", glob="src/*.py"),
+    _call("grep", None, pattern=r"\N{LATIN SMALL LETTER E WITH ACUTE}"),  # re imports unicodedata
+    _call("grep", "invalid_arguments", pattern=r"\N{NO SUCH CHARACTER NAME}"),
     _call("grep", "invalid_arguments", pattern="(unclosed"),
     _call("grep", "not_found", pattern="x", path="nowhere"),
     _call("no_such_tool", "unknown_tool"),

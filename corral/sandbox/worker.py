@@ -10,6 +10,7 @@ import contextlib
 import os
 import posixpath
 import signal
+import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
 from dataclasses import dataclass
 from typing import Any
 
