@@ -32,7 +32,7 @@ RESOLVERS = ("auto", "openat2", "walk")
 @dataclass(frozen=True)
 class Limits:
     max_read_bytes: int = 256 * 1024  # returned per read: what fits a model's context
-    max_write_bytes: int = 1024 * 1024  # per write/edit result/append
+    max_write_bytes: int = 1024 * 1024  # per write or append, and the bytes one edit puts in
     max_file_bytes: int = 64 * 1024 * 1024  # largest file read, edited or grown by append
     max_list_entries: int = 500  # a listing larger than this floods a model's context
     timeout_s: float = 10.0  # per call; the worker is killed and replaced after it
