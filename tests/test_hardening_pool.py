@@ -12,6 +12,7 @@ import signal
 import socket
 import struct
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -248,3 +249,18 @@ def test_workers_killed_at_every_start_halt_the_pool(make_pool) -> None:
 def test_a_worker_that_exits_before_reporting_halts_at_once(make_pool) -> None:
     with pytest.raises(SandboxError, match=r"did not start \(exit code 7\)"):
         make_pool(honest, boot_exit=7)
+
+
+def test_an_announced_frame_costs_memory_only_as_its_bytes_arrive() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        ours.setblocking(False)
+        theirs.sendall(struct.pack(">I", 256 << 20) + b"{" * 10)  # then nothing
+        tracemalloc.start()
+        try:
+            with pytest.raises(TimeoutError):
+                read_frame(ours.fileno(), 512 << 20, time.monotonic() + 0.05)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 4 << 20  # not the 256 MiB announced

@@ -123,12 +123,16 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None) -> dict[s
 
 
 def _read_exactly(fd: int, size: int, deadline: float | None, *, eof_ok: bool) -> bytearray | None:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
+    # The buffer grows (doubling) as bytes arrive rather than to the announced size at
+    # once: a peer that announces a frame at the limit and sends nothing costs a MiB.
+    buffer = bytearray(min(size, READ_CHUNK))
     got = 0
     while got < size:
+        if got == len(buffer):
+            buffer.extend(bytes(min(len(buffer), size - got)))
         try:
-            count = os.readv(fd, [view[got : got + READ_CHUNK]])
+            with memoryview(buffer) as view:
+                count = os.readv(fd, [view[got : got + READ_CHUNK]])
         except BlockingIOError:
             _wait(fd, select.POLLIN, deadline)
             continue
