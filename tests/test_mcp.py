@@ -352,7 +352,7 @@ def test_eof_finishes_calls_in_flight(workspace: Path) -> None:
 
 def test_cancel_while_waiting_for_approval(tmp_path: Path, workspace: Path) -> None:
     """A call cancelled while its elicitation is pending gets no response, writes
-    nothing, and the server keeps serving."""
+    nothing, and the server keeps serving; its id cannot be reused while in flight."""
     extra = write_config(tmp_path, '[tools]\nwrite_file = "supervised"\n')
     proc = subprocess.Popen(
         serve_argv(workspace, *extra),
@@ -383,6 +383,12 @@ def test_cancel_while_waiting_for_approval(tmp_path: Path, workspace: Path) -> N
         )
         asked = receive()
         assert asked["method"] == "elicitation/create" and "mode" not in asked["params"]
+        send(
+            json.loads(
+                request(1, "tools/call", {"name": "stat_file", "arguments": {"path": "hello.txt"}})
+            )
+        )
+        assert receive()["error"]["code"] == -32600  # id 1 is still in flight
         send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
         send(json.loads(request(2, "ping")))
         assert receive() == {"jsonrpc": "2.0", "id": 2, "result": {}}
