@@ -15,6 +15,11 @@ workers and a call waiting for the user's answer to an elicitation blocks
 nobody else. Writes to stdout are serialised by one lock.
 
 Decisions the spec leaves to us:
+- Revisions 2024-11-05 to 2025-11-25 (the `initialize` handshake). The
+  stateless 2026-07-28 era is not spoken: its `server/discover` probe gets
+  -32601, on which SDK clients fall back to `initialize`.
+- The sandbox is opened on `initialize`, when the client's capabilities say
+  whether anyone can approve a supervised call.
 - An unknown tool name is a JSON-RPC error (-32602), as the spec's example
   shows; every other failure, including a tool the policy denies, is a tool
   result with `isError: true` and the contract's error in `structuredContent`.
