@@ -168,7 +168,13 @@ def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> 
     setuid = workspace / "setuid.sh"
     setuid.write_text("#!/bin/sh\n")
     setuid.chmod(0o4755)
-    broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), SandboxOptions())
+    sticky = workspace / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "theirs.txt").write_text("another user's\n")
+    os.chown(sticky / "theirs.txt", 65534, 65534)
+    policy = Policy(tool_modes={"delete_file": "allow"})
+    broker = Broker([RootSpec(str(workspace), "rw")], Limits(), policy, SandboxOptions())
     try:
         def call(tool: str, **arguments: Any) -> dict[str, Any]:
             return broker.submit({"tool": tool, "arguments": arguments, "approved": []})
@@ -176,9 +182,11 @@ def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> 
         assert call("read_file", path="locked.txt")["ok"]  # CAP_DAC_OVERRIDE kept
         assert call("append_file", path="locked.txt", content="more\n")["ok"]
         assert call("append_file", path="setuid.sh", content="true\n")["ok"]
+        assert call("delete_file", path="sticky/theirs.txt")["ok"]  # CAP_FOWNER kept
     finally:
         broker.close()
     assert locked.read_text() == "mode 000\nmore\n"
+    assert not (sticky / "theirs.txt").exists()
     # without CAP_FSETID the kernel clears set-user-id on a write, as for any user
     assert setuid.stat().st_mode & 0o7777 == 0o755
 
