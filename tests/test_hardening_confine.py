@@ -172,7 +172,8 @@ def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> 
     sticky.mkdir()
     sticky.chmod(0o1777)
     (sticky / "theirs.txt").write_text("another user's\n")
-    os.chown(sticky / "theirs.txt", 65534, 65534)
+    os.chown(sticky / "theirs.txt", NOBODY, NOBODY)
+    os.chown(sticky, NOBODY, NOBODY)  # neither file nor directory is root's
     policy = Policy(tool_modes={"delete_file": "allow"})
     broker = Broker([RootSpec(str(workspace), "rw")], Limits(), policy, SandboxOptions())
     try:
