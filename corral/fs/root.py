@@ -43,6 +43,7 @@ class FileInfo:
     mode: int  # permission bits only (st_mode & 0o7777)
     nlink: int
     symlink_target: str | None = None  # readlink text when type == "symlink"
+    version: str | None = None  # content_version, when info() was asked for it
 
 
 @dataclass(frozen=True)
@@ -220,8 +221,14 @@ class Root:
 
     # -- reading --------------------------------------------------------------
 
-    def info(self, rel: str, *, follow: bool = False, guard: Guard = None) -> FileInfo | None:
-        """lstat-like (stat if follow) through the parent fd; None if it does not exist."""
+    def info(
+        self, rel: str, *, follow: bool = False, guard: Guard = None,
+        version_limit: int | None = None,
+    ) -> FileInfo | None:
+        """lstat-like (stat if follow) through the parent fd; None if it does not exist.
+        version_limit: a regular file up to that many bytes also gets its content
+        version, read through the same resolution (None when it is bigger, or was
+        swapped for something else since the lstat; a failed open is a read error)."""
         path = check_path("stat", rel)
         with translated("stat", rel):
             try:  # a trailing slash resolves the final link, as lstat("link/") does
@@ -239,10 +246,35 @@ class Root:
                 if stat.S_ISLNK(st.st_mode):
                     with contextlib.suppress(OSError):  # replaced since the lstat: no text
                         link = os.readlink(t.name(), dir_fd=t.dir_fd)
+                version = None
+                if version_limit is not None and stat.S_ISREG(st.st_mode):
+                    version = self._version(t, rel, version_limit)
                 return FileInfo(
                     _kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
-                    st.st_nlink, link,
+                    st.st_nlink, link, version,
                 )
+
+    def _version(self, t: _resolve.Target, rel: str, limit: int) -> str | None:
+        """content_version of the regular file `t` names, opened without following;
+        None past `limit` or when it is no longer a regular file (as read_bytes decides)."""
+        with translated("read", rel):
+            try:
+                fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
+                    return None  # removed, or now a link or a socket: not this file any more
+                raise
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                    return None
+                chunks, size = [], 0
+                while size <= limit and (chunk := os.read(fd, _READ_CHUNK)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                return content_version(b"".join(chunks)) if size <= limit else None
+            finally:
+                os.close(fd)
 
     def read_bytes(self, rel: str, *, max_file_bytes: int, guard: Guard = None) -> bytes:
         """Whole regular file (follows symlinks beneath the root). Opens O_NONBLOCK and

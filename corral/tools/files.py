@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import CrossFilesystem, FileInfo, Root, content_version
+from corral.fs import CrossFilesystem, FileInfo
 from corral.tools import render
 from corral.tools.access import moved, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
@@ -21,18 +20,6 @@ def create_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     return Outcome({"path": path, "created": created}, text)
 
 
-def _version(ctx: Context, root: Root, rel: str, check: Callable[[str], None]) -> str | None:
-    """The content version of a regular file; None when it cannot be read whole."""
-    try:
-        return content_version(
-            root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
-        )
-    except CorralError as error:
-        if error.code in ("too_large", "not_found", "not_a_regular_file", "is_a_directory"):
-            return None  # too big to hash, or swapped for something else meanwhile
-        raise
-
-
 def _when(timestamp: float) -> str:
     # time, not datetime: the same ISO 8601 text without a module the zygote must import
     return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(timestamp))
@@ -42,7 +29,11 @@ def stat_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     root, rel, check = open_target(ctx, path, write=False)
     try:
-        info = root.info(rel, follow=False, guard=check)
+        # one resolution: the version is hashed from the file the lstat saw (None
+        # when it is over max_file_bytes, or was swapped for something else meanwhile)
+        info = root.info(
+            rel, follow=False, guard=check, version_limit=ctx.limits.max_file_bytes
+        )
     except CorralError as error:
         if error.code != "not_found":  # a missing parent is just as missing
             raise
@@ -50,7 +41,7 @@ def stat_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     if info is None:
         missing = dict.fromkeys(("type", "size", "modified", "mode", "version"))
         return Outcome({"path": path, "exists": False, **missing}, f"{path} does not exist.")
-    version = _version(ctx, root, rel, check) if info.type == "file" else None
+    version = info.version
     result: dict[str, Any] = {
         "path": path,
         "exists": True,
