@@ -15,6 +15,7 @@ import pytest
 from corral import Sandbox
 from corral.config import Limits
 from corral.policy import Policy, RootSpec, Rule, glob_to_regex
+from corral.tools.edit import DIFF_MAX_BYTES, unified_diff
 from corral.tools.search import MAX_MATCHES
 
 AWS_KEY = "AWS-KEY-2b7e"
@@ -162,3 +163,69 @@ def test_grep_results_have_a_ceiling(ws: Path) -> None:
         result = sb.call("grep", {"pattern": "x", "path": "lines.txt", "max_results": 10**9})
     assert result["ok"], result["error"]
     assert result["result"]["truncated"] and len(result["result"]["matches"]) == MAX_MATCHES
+
+
+# -- edit_file's diff: bounded time, bounded size -----------------------------
+
+
+def test_a_diff_that_difflib_chokes_on_finishes(ws: Path) -> None:
+    rnd = random.Random(1)
+    text = "".join(f"{rnd.randrange(50)}\n" for _ in range(4000))  # difflib: ~20 s
+    (ws / "nums.txt").write_text(text)
+    with Sandbox(ws, limits=Limits(timeout_s=5)) as sb:
+        args = {"path": "nums.txt", "old_string": "\n", "new_string": "\n\n", "replace_all": True}
+        result = sb.call("edit_file", args)
+    assert result["ok"], result["error"]
+    assert (ws / "nums.txt").read_text() == text.replace("\n", "\n\n")
+    assert result["result"]["diff"].count("\n+\n") == 4000
+
+
+def test_a_huge_diff_is_cut_and_the_edit_still_answers(ws: Path) -> None:
+    (ws / "wide.txt").write_text("".join(f"row {i:06d} a {'x' * 30}\n" for i in range(120_000)))
+    with Sandbox(ws) as sb:
+        args = {"path": "wide.txt", "old_string": " a ", "new_string": " b ", "replace_all": True}
+        result = sb.call("edit_file", args)
+    assert result["ok"], result["error"]
+    assert result["result"]["diff_truncated"] is True
+    assert len(result["result"]["diff"].encode()) <= DIFF_MAX_BYTES
+    assert result["result"]["diff"].endswith("\n")
+    assert " a " not in (ws / "wide.txt").read_text()
+
+
+def _apply_unified(before: str, diff: str) -> str:
+    """Apply a unified diff (as edit_file writes it) to `before`."""
+    old = before.splitlines(keepends=True)
+    out: list[str] = []
+    at, last = 0, ""
+    for line in diff.splitlines(keepends=True)[2:]:
+        if line.startswith("@@"):
+            start, _, count = line.split()[1][1:].partition(",")
+            begin = int(start) - (0 if count == "0" else 1)
+            out += old[at:begin]
+            at = begin
+        elif line.startswith("\\"):  # the line before has no newline
+            if last in " +":
+                out[-1] = out[-1].removesuffix("\n")
+        else:
+            last = line[0]
+            if last in " -":
+                assert old[at].removesuffix("\n") == line[1:].removesuffix("\n"), (at, line)
+                at += 1
+            if last in " +":
+                out.append(line[1:])
+    return "".join(out + old[at:])
+
+
+def test_the_patience_diff_applies_back() -> None:
+    rnd = random.Random(3)
+    for _ in range(500):
+        pool = ["x\n", "y\n", "z\n"] + [f"u{k}\n" for k in range(rnd.randint(0, 30))]
+        before = "".join(rnd.choice(pool) for _ in range(rnd.randint(1, 60)))
+        before += rnd.choice(["", "tail"])
+        chars = list(before)
+        for _ in range(rnd.randint(1, 5)):
+            at = rnd.randint(0, len(chars))
+            chars[at:at + rnd.randint(0, 6)] = rnd.choice(["", "x\n", "n\n", "\n", "u3\nu4\n"])
+        after = "".join(chars)
+        diff = unified_diff("f", before, after)
+        assert _apply_unified(before, diff) == after, (before, after, diff)
