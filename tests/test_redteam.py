@@ -4,6 +4,7 @@ through Sandbox on the real confined worker pool. Each test failed before its fi
 from __future__ import annotations
 
 import fnmatch
+import os
 import random
 import re
 from collections.abc import Iterator
@@ -229,3 +230,21 @@ def test_the_patience_diff_applies_back() -> None:
         after = "".join(chars)
         diff = unified_diff("f", before, after)
         assert _apply_unified(before, diff) == after, (before, after, diff)
+
+
+def test_a_move_whose_tree_cannot_be_walked_whole_is_refused(workspace: Path) -> None:
+    # Deeper than the worker's open-file limit: the check cannot see the bottom.
+    fd = os.open(workspace, os.O_RDONLY)
+    name = "top"
+    for _ in range(1200):
+        os.mkdir(name, dir_fd=fd)
+        child = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd, name = child, "a"
+    os.close(os.open("secret.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    os.close(fd)
+    rule = Rule("no-secret", "deny", ("*",), ("top/**/secret.txt",))
+    with Sandbox(workspace, policy=Policy(rules=(rule,))) as sb:
+        result = sb.call("move_file", {"source": "top", "destination": "moved"})
+    assert not result["ok"]
+    assert (workspace / "top").is_dir() and not (workspace / "moved").exists()
