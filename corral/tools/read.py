@@ -133,7 +133,9 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         if chosen.next_offset is not None:
             text += f"; continue with offset={chosen.next_offset}"
     else:
-        shown = [line.decode("utf-8", "ignore") for line in chosen.lines]
+        shown = result["content"].split("\n")  # the lines, decoded once
+        if len(shown) > len(chosen.lines):  # the content ended with a newline
+            shown.pop()
         text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset)
     if chosen.cut_from is not None:
         text += (

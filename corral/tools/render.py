@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 LINE_CUT = 2000  # chars of one line shown to a model; minified files would flood its context
 NUMBER_WIDTH = 6  # cat -n pads line numbers to six columns
 _EOL = "\r\n"
+_NUMBERED = f"%{NUMBER_WIDTH}d\t%s"  # %-formatting: the fastest of the ways measured
 
 
 def cut_line(line: str, limit: int = LINE_CUT) -> str:
@@ -18,10 +20,10 @@ def cut_line(line: str, limit: int = LINE_CUT) -> str:
 
 def numbered(lines: Iterable[str], start: int) -> str:
     """cat -n style: right-aligned line number, a tab, the line (newline stripped)."""
-    return "\n".join(
-        f"{number:{NUMBER_WIDTH}d}\t{cut_line(line.rstrip(_EOL))}"
-        for number, line in enumerate(lines, start)
-    )
+    shown = [line.rstrip(_EOL) for line in lines]
+    if max(map(len, shown), default=0) > LINE_CUT:  # rare: only then is each line looked at
+        shown = [cut_line(line) for line in shown]
+    return "\n".join([_NUMBERED % pair for pair in zip(itertools.count(start), shown)])
 
 
 def read_text(
