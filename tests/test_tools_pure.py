@@ -213,8 +213,12 @@ class TestReadHelpers:
 
 class TestEditHelpers:
     def test_apply_in_order(self) -> None:
-        text, count = apply("f", "a b c", [Edit("a", "x", False), Edit("x b", "y", False)])
+        text, count, _ = apply("f", "a b c", [Edit("a", "x", False), Edit("x b", "y", False)])
         assert (text, count) == ("y c", 2)
+
+    def test_apply_tells_what_no_edit_touched(self) -> None:
+        edits = [Edit("c", "C", True), Edit("e", "", False)]
+        assert apply("f", "abcdcefg", edits) == ("abCdCfg", 3, (2, 2))
 
     def test_ambiguous_names_the_count(self) -> None:
         with pytest.raises(CorralError) as caught:
@@ -223,7 +227,7 @@ class TestEditHelpers:
         assert "3 times" in caught.value.message
 
     def test_replace_all_counts_every_occurrence(self) -> None:
-        assert apply("f", "a a a", [Edit("a", "b", True)]) == ("b b b", 3)
+        assert apply("f", "a a a", [Edit("a", "b", True)])[:2] == ("b b b", 3)
 
     def test_no_match_names_the_edit(self) -> None:
         with pytest.raises(CorralError) as caught:
@@ -235,3 +239,14 @@ class TestEditHelpers:
         diff = unified_diff("f", "a\nb", "a\nc")
         assert diff.startswith("--- a/f\n+++ b/f\n")
         assert "-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n" in diff
+
+    @pytest.mark.parametrize(("old", "new"), [("0500", "X"), ("0000 ", ""), ("\n0999 x", "")])
+    def test_diff_of_the_changed_lines_only_equals_the_whole_file_diff(
+        self, old: str, new: str
+    ) -> None:
+        before = "".join(f"{n:04d} x\n" for n in range(1000))
+        after, _, unchanged = apply("f", before, [Edit(old, new, False)])
+        assert unchanged != (0, 0)
+        diff = unified_diff("f", before, after, unchanged)
+        assert diff == unified_diff("f", before, after)
+        assert diff.count("\n") < 15  # one hunk: the changed line(s) and 3 of context

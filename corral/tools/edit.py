@@ -68,12 +68,15 @@ def edits_of(args: dict[str, Any]) -> list[Edit]:
 
 def apply(
     path: str, text: str, edits: list[Edit], max_new_bytes: int | None = None
-) -> tuple[str, int]:
-    """The text after every edit in order, and the number of replacements.
-    max_new_bytes bounds the bytes the replacements put in (count x new_string),
-    checked before each one is made: replace_all multiplies a small new_string."""
+) -> tuple[str, int, tuple[int, int]]:
+    """The text after every edit in order, the number of replacements, and how many
+    characters at the start and at the end no edit touched (the diff need not look
+    at them). max_new_bytes bounds the bytes the replacements put in (count x
+    new_string), checked before each one is made: replace_all multiplies a small
+    new_string."""
     total = 0
     new_bytes = 0
+    head = tail = len(text)
     for index, edit in enumerate(edits):
         which = f"edit {index + 1} of {len(edits)}: " if len(edits) > 1 else ""
         count = text.count(edit.old)
@@ -92,19 +95,27 @@ def apply(
                 f"the edit of {path} would write {new_bytes} new bytes, over the write limit "
                 f"of {max_new_bytes} bytes.",
             )
+        first = text.find(edit.old)
+        last = first if count == 1 else text.rfind(edit.old)  # at or past the last replaced
+        head, tail = min(head, first), min(tail, len(text) - last - len(edit.old))
         text = text.replace(edit.old, edit.new)
         total += count
-    return text, total
+    return text, total, (head, tail)
 
 
-def unified_diff(path: str, before: str, after: str) -> str:
+def unified_diff(path: str, before: str, after: str, unchanged: tuple[int, int] = (0, 0)) -> str:
     """difflib's unified format with 3 lines of context, computed only over the
-    stretch between the common first and last lines, anchored as _matching_blocks says."""
-    a, b = io.StringIO(before).readlines(), io.StringIO(after).readlines()
+    stretch between the common first and last lines, anchored as _matching_blocks says.
+    unchanged: characters at the start and at the end known to be the same in both
+    texts; only the lines between them (and the context around) are split and compared."""
+    start, end_before, end_after, offset = _window(before, after, *unchanged)
+    a = io.StringIO(before[start:end_before]).readlines()
+    b = io.StringIO(after[start:end_after]).readlines()
     lines = [f"--- a/{path}\n", f"+++ b/{path}\n"]
     for group in _Opcodes(_opcodes(a, b)).get_grouped_opcodes(DIFF_CONTEXT):
-        first, last = group[0], group[-1]
-        lines.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        old = _range(offset + group[0][1], offset + group[-1][2])
+        new = _range(offset + group[0][3], offset + group[-1][4])
+        lines.append(f"@@ -{old} +{new} @@\n")
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 lines += [f" {line}" for line in a[i1:i2]]
@@ -114,6 +125,25 @@ def unified_diff(path: str, before: str, after: str) -> str:
     if len(lines) == 2:
         return ""
     return "".join(line if line.endswith("\n") else f"{line}\n{_NO_EOL}" for line in lines)
+
+
+def _window(before: str, after: str, head: int, tail: int) -> tuple[int, int, int, int]:
+    """Whole lines around the changed middle, with at least DIFF_CONTEXT more on each
+    side: (start, end in before, end in after, lines before start). The text before
+    start and after the ends is the same in both, so are its line boundaries."""
+    start = head
+    for _ in range(DIFF_CONTEXT + 1):
+        if start == 0:
+            break
+        start = before.rfind("\n", 0, start - 1) + 1
+    end_before, end_after = len(before) - tail, len(after) - tail
+    for _ in range(DIFF_CONTEXT + 1):
+        if end_before == len(before):
+            break
+        newline = before.find("\n", end_before)
+        step = (newline + 1 if newline >= 0 else len(before)) - end_before
+        end_before, end_after = end_before + step, end_after + step
+    return start, end_before, end_after, before.count("\n", 0, start)
 
 
 def capped(diff: str) -> tuple[str, bool]:
@@ -238,7 +268,7 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     if is_binary(data):
         raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
     before = data.decode("utf-8")
-    after, replacements = apply(path, before, edits, ctx.limits.max_write_bytes)
+    after, replacements, unchanged = apply(path, before, edits, ctx.limits.max_write_bytes)
     new_data = utf8(after, "new_string")
     if len(new_data) > ctx.limits.max_file_bytes:
         raise CorralError(
@@ -246,7 +276,7 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
             f"{path} would be {len(new_data)} bytes after the edit, over the file limit of "
             f"{ctx.limits.max_file_bytes} bytes.",
         )
-    diff, cut = capped(unified_diff(path, before, after))
+    diff, cut = capped(unified_diff(path, before, after, unchanged))
     version = current
     if not args["dry_run"]:
         # The version read above guards the write: a change made in between is a conflict.
