@@ -9,10 +9,13 @@ version negotiation, `ping`, `tools/list`, `tools/call`, the `initialized` and
 `cancelled` notifications, and `elicitation/create` sent to the client. The
 SDK's own stdio client is the conformance test (tests/test_mcp.py).
 
-Concurrency (stdio.LineServer): the main thread reads messages; each
+Concurrency (stdio.LineServer): one thread at a time reads messages; each
 `tools/call` runs on a thread of a pool, so calls overlap across the sandbox's
 workers and a call waiting for the user's answer to an elicitation blocks
-nobody else. Writes to stdout are serialised by one lock.
+nobody else. A call that arrives with no other call running is run by the
+reading thread itself (no thread hand-off); once it is slow (pool.SLOW_CALL_S)
+or asks the user, a pool thread takes over reading. Writes to stdout are
+serialised by one lock.
 
 Decisions the spec leaves to us:
 - Revisions 2024-11-05 to 2025-11-25 (the `initialize` handshake). The
@@ -43,8 +46,10 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
+from corral.sandbox.pool import slow_call
 from corral.stdio import (
     MAX_LINE_BYTES,
+    Inline,
     Job,
     LineServer,
     LineWriter,
@@ -220,7 +225,7 @@ class McpServer:
 
     # -- input ------------------------------------------------------------------
 
-    def _receive(self, line: bytes | None) -> Job | None:
+    def _receive(self, line: bytes | None) -> Job | Inline | None:
         """Answer one message; a tools/call comes back as the job that runs it."""
         try:
             message = decode(line)
@@ -295,7 +300,7 @@ class McpServer:
 
     # -- tool calls -------------------------------------------------------------
 
-    def _start_call(self, request_id: str | int, params: dict[str, Any]) -> Job:
+    def _start_call(self, request_id: str | int, params: dict[str, Any]) -> Job | Inline:
         if self._sandbox is None:
             raise ProtocolError(INVALID_REQUEST, "tools/call before initialize")
         name = params.get("name")
@@ -308,15 +313,21 @@ class McpServer:
         with self._lock:
             if request_id in self._calls:
                 raise ProtocolError(INVALID_REQUEST, f"request id {request_id!r} is already in use")
+            alone = not self._calls
             self._calls[request_id] = call
-        return functools.partial(self._run_call, self._sandbox, call, name, arguments)
+        job = functools.partial(self._run_call, self._sandbox, call, name, arguments)
+        # With no other call running, the reading thread runs it: until it turns slow
+        # or asks the user, nothing else is there to be read on time.
+        return Inline(job) if alone else job
 
     def _run_call(self, sandbox: Sandbox, call: Call, name: str, arguments: dict[str, Any]) -> None:
         self._local.call = call
+        slow = slow_call.set(self._lines.hand_off)
         try:
             # A call cancelled while it waited for a thread is not run at all.
             outcome = None if call.cancelled else guarded_call(sandbox.call, name, arguments)
         finally:
+            slow_call.reset(slow)
             self._local.call = None
             with self._lock:
                 del self._calls[call.request_id]
@@ -351,6 +362,7 @@ class McpServer:
                 return False
             self._replies[elicitation_id] = future
             call.elicitation = future
+        self._lines.hand_off()  # the answer must be read while this call waits for it
         params: dict[str, Any] = {
             "message": approval_message(request),
             "requestedSchema": {"type": "object", "properties": {}},

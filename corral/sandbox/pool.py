@@ -18,6 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,12 @@ MAX_BOOT_KILLS = 3
 CLEANUP_ATTEMPTS = 3
 # The directory that holds the `corral` package the host runs: the zygote imports the same one.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# A call not answered within this long is slow: `slow_call` (if set) hears of it once.
+SLOW_CALL_S = 0.001
+
+# Set by a caller that wants to know when its call turns slow (the MCP server runs
+# quick calls on its reading thread and then lets another thread read on).
+slow_call: ContextVar[Callable[[], None] | None] = ContextVar("slow_call", default=None)
 
 
 class SandboxError(Exception):
@@ -98,6 +106,7 @@ class Worker:
         The answer is untrusted: one for another id, or of the wrong shape, loses the worker."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
+            _tell_if_slow(self.sock.fileno())
             response = read_frame(self.sock.fileno(), max_bytes, deadline)
         except (FrameTruncated, OSError) as exc:
             if isinstance(exc, TimeoutError):
@@ -145,6 +154,18 @@ class Worker:
     def close(self) -> None:
         self.sock.close()
         os.close(self.pidfd)
+
+
+def _tell_if_slow(fd: int) -> None:
+    """Wait up to SLOW_CALL_S for the answer to start, then tell `slow_call`."""
+    hook = slow_call.get()
+    if hook is None:
+        return
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if not poller.poll(SLOW_CALL_S * 1000):
+        with contextlib.suppress(Exception):  # the caller's hook must not cost the call its worker
+            hook()
 
 
 class Zygote:

@@ -1,0 +1,103 @@
+"""LineServer's inline jobs: run on the reading thread, which reads on elsewhere
+once the job hands off (so a job waiting on a later line cannot stall the input)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+from corral import stdio
+from corral.sandbox import pool
+
+
+def serve(lines: Iterator[bytes], handle: Callable) -> list[bool]:
+    server = stdio.LineServer(lines, handle, max_jobs=2)
+    ended: list[bool] = []
+    serving = threading.Thread(target=server.run, args=(lambda: ended.append(True),), daemon=True)
+    serving.start()
+    serving.join(30)
+    assert not serving.is_alive()
+    return ended
+
+
+def test_inline_job_runs_on_the_reading_thread() -> None:
+    threads: list[int] = []
+
+    def handle(line: bytes | None) -> stdio.Inline:
+        return stdio.Inline(lambda: threads.append(threading.get_ident()))
+
+    reader: list[int] = []
+
+    def lines() -> Iterator[bytes]:
+        reader.append(threading.get_ident())
+        yield from [b"a", b"b", b"c"]
+
+    assert serve(lines(), handle) == [True]
+    assert threads == reader * 3
+
+
+def test_inline_job_that_hands_off_lets_reading_go_on() -> None:
+    """The inline job waits for a line read after it: only a hand-off makes that
+    possible. A second hand-off from the same job, and one from a pool job, do nothing."""
+    later = threading.Event()
+    waited: list[bool] = []
+    server: stdio.LineServer
+
+    def blocked() -> None:
+        server.hand_off()
+        server.hand_off()
+        waited.append(later.wait(10))
+
+    def handle(line: bytes | None) -> stdio.Job | stdio.Inline | None:
+        if line == b"later":
+            later.set()
+            return None
+        if line == b"pool":
+            return server.hand_off
+        return stdio.Inline(blocked)
+
+    server = stdio.LineServer(iter([b"wait", b"pool", b"later"]), handle, max_jobs=2)
+    ended: list[bool] = []
+    serving = threading.Thread(target=server.run, args=(lambda: ended.append(True),), daemon=True)
+    serving.start()
+    serving.join(30)
+    assert not serving.is_alive()
+    assert waited == [True] and ended == [True]
+
+
+def test_inline_job_without_hand_off_holds_reading() -> None:
+    """Without a hand-off, the next line is read only after the inline job ends
+    (what makes hand-off necessary: it can fail)."""
+    order: list[str] = []
+
+    def handle(line: bytes | None) -> stdio.Inline | None:
+        if line == b"next":
+            order.append("read next")
+            return None
+        return stdio.Inline(lambda: order.append("job done"))
+
+    assert serve(iter([b"job", b"next"]), handle) == [True]
+    assert order == ["job done", "read next"]
+
+
+def test_slow_call_hook_hears_only_of_a_late_answer() -> None:
+    """The pool tells `slow_call` when no answer started within SLOW_CALL_S; a
+    failing hook does not fail the call."""
+    heard: list[bool] = []
+
+    def hook() -> None:
+        heard.append(True)
+        raise RuntimeError("a hook that fails")
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        token = pool.slow_call.set(hook)
+        try:
+            pool._tell_if_slow(ours.fileno())  # nothing to read: slow
+            theirs.send(b"x")
+            pool._tell_if_slow(ours.fileno())  # an answer is there: not slow
+        finally:
+            pool.slow_call.reset(token)
+        pool._tell_if_slow(ours.fileno())  # no hook set: nothing to tell
+    assert heard == [True]
