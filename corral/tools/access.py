@@ -46,10 +46,15 @@ def joined(base: str, name: str) -> str:
     return name if base == "." else f"{base}/{name}"
 
 
-def visible(ctx: Context, root: Root, resolved: str) -> bool:
-    """Listings hide what the policy denies outright."""
-    decision = ctx.policy.decide(ctx.tool, RootSpec(root.path, root.mode), resolved, write=False)
-    return decision.action != "deny"
+def visibility(ctx: Context, root: Root) -> Callable[[str], bool]:
+    """Listings hide what the policy denies outright: the check for each resolved
+    path beneath `root`, built once per listing (it runs for every entry)."""
+    spec, decide, tool = RootSpec(root.path, root.mode), ctx.policy.decide, ctx.tool
+
+    def visible(resolved: str) -> bool:
+        return decide(tool, spec, resolved, write=False).action != "deny"
+
+    return visible
 
 
 def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str], None]:

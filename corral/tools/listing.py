@@ -7,7 +7,7 @@ from typing import Any
 
 from corral.fs import TEMP_PREFIX, Entry, Root
 from corral.tools import render
-from corral.tools.access import joined, open_target, visible
+from corral.tools.access import joined, open_target, visibility
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 
 DEFAULT_MAX_ENTRIES = 500
@@ -40,10 +40,11 @@ def shown(
 ) -> Iterator[Entry]:
     """Entries a caller may see: policy-denied paths are not listed at all. `seen.path`
     is read per entry: a lazy walk runs its guard only when iteration starts."""
+    visible = visibility(ctx, root)
     for entry in entries:
         if in_flight(entry.path) or (not include_hidden and hidden(entry.path)):
             continue
-        if visible(ctx, root, joined(seen.path, entry.path)):
+        if visible(joined(seen.path, entry.path)):
             yield entry
 
 
