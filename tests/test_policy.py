@@ -282,3 +282,33 @@ def test_decision_cache_is_bounded_and_consistent() -> None:
         assert decide(policy, f"f{index}").action == expected
         assert decide(policy, f"f{index}").action == expected
     assert len(policy._cache) <= DECISION_CACHE_SIZE  # type: ignore[attr-defined]
+
+
+SHORTCUT_NAMES = [
+    "a", ".ssh", ".SSH", ".\u017fsh", "ID_RSA.pub", "x.PEM", "x.pe", ".Env.local", ".envrc",
+    ".GIT", "CORRAL.TOML", ".bash_history", "credentials", ".AWS", "k.\u212aey", "é", "_NETRC",
+]
+
+
+@pytest.mark.parametrize("root", ["/home/u/ws", "/home/u/.ssh/ws"])
+def test_the_text_shortcut_never_changes_a_builtin_decision(root: str) -> None:
+    fast = Policy()
+    slow = Policy()
+    matchers = slow._builtins._matchers  # type: ignore[attr-defined]
+    matchers[:] = [(*matcher[:4], None) for matcher in matchers]
+    spec = RootSpec(root, "rw")
+    denied = 0
+    for first in SHORTCUT_NAMES:
+        for second in SHORTCUT_NAMES:
+            for write in (False, True):
+                rel = f"{first}/{second}"
+                expected = decide(slow, rel, write=write, root=spec)
+                assert decide(fast, rel, write=write, root=spec) == expected, rel
+                denied += expected.action == "deny"
+    assert denied  # the names do hit the rules
+
+
+def test_case_folding_letters_outside_ascii_still_match() -> None:
+    # re.IGNORECASE matches a long s with "s" and the Kelvin sign with "k"
+    assert decide(Policy(), ".\u017fsh/id") == Decision("deny", "block-ssh")
+    assert decide(Policy(), "x.\u212aey") == Decision("deny", "block-private-keys")
