@@ -37,6 +37,7 @@ from corral.sandbox.protocol import (
     ProtocolError,
     encode,
     read_frame,
+    read_sole_frame,
     recv_frame_with_fds,
     send_bytes,
     write_frame,
@@ -107,7 +108,7 @@ class Worker:
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
             _tell_if_slow(self.sock.fileno())
-            response = read_frame(self.sock.fileno(), max_bytes, deadline)
+            response = read_sole_frame(self.sock.fileno(), max_bytes, deadline)
         except (FrameTruncated, OSError) as exc:
             if isinstance(exc, TimeoutError):
                 raise

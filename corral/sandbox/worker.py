@@ -28,7 +28,7 @@ from corral.sandbox.protocol import (
     FrameTooLarge,
     ProtocolError,
     encode,
-    read_frame,
+    read_sole_frame,
     send_bytes,
 )
 from corral.tools.base import Context
@@ -82,7 +82,7 @@ def serve(fd: int, setup: Setup) -> int:
     """Answer frames until the broker closes the socket."""
     while True:
         try:
-            request = read_frame(fd, setup.options.max_frame_bytes)
+            request = read_sole_frame(fd, setup.options.max_frame_bytes)
         except ProtocolError:
             return EXIT_BAD_FRAME
         if request is None:
