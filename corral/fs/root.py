@@ -286,18 +286,20 @@ class Root:
             _guard(guard, t.rel)
             _require_file(t.st, t.trailing_slash)
             fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
-            with contextlib.closing(os.fdopen(fd, "rb", buffering=0)) as f:
+            try:  # os.read, not a file object: ~3 us less per read
                 st = os.fstat(fd)
                 _require_file(st)
                 if st.st_size > max_file_bytes:
                     raise self._too_large("read", rel, st.st_size, max_file_bytes)
                 chunks, size = [], 0
-                while size <= max_file_bytes and (chunk := f.read(_READ_CHUNK)):
+                while size <= max_file_bytes and (chunk := os.read(fd, _READ_CHUNK)):
                     chunks.append(chunk)
                     size += len(chunk)
                 if size > max_file_bytes:  # it grew while we read
                     raise self._too_large("read", rel, size, max_file_bytes)
                 return b"".join(chunks)
+            finally:
+                os.close(fd)
 
     @staticmethod
     def _too_large(op: str, rel: str, size: int, limit: int) -> CorralError:
