@@ -439,6 +439,9 @@ def test_auto_picks_openat2_and_falls_back(workspace: Path, monkeypatch: pytest.
 
 
 def test_eagain_is_retried_then_reported(workspace: Path, monkeypatch: pytest.MonkeyPatch):
+    # in a subdirectory: a name in the root itself is looked up in the root fd, no openat2
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "hello.txt").write_text("hello\n")
     with Root(str(workspace), resolver="openat2") as r:
         calls = []
 
@@ -447,7 +450,7 @@ def test_eagain_is_retried_then_reported(workspace: Path, monkeypatch: pytest.Mo
             raise OSError(errno.EAGAIN, "busy")
 
         monkeypatch.setattr(_sys, "openat2", busy)
-        assert code(lambda: r.read_bytes("hello.txt", max_file_bytes=BIG)) == "io_error"
+        assert code(lambda: r.read_bytes("sub/hello.txt", max_file_bytes=BIG)) == "io_error"
         assert len(calls) == _resolve.OPENAT2_EAGAIN_RETRIES
 
 
@@ -668,7 +671,9 @@ def test_walk_gives_up_after_bounded_retries(workspace: Path, monkeypatch: pytes
         calls.append(1)
         raise _resolve._ChainMoved
 
+    (workspace / "sub").mkdir()  # a name in the root itself is looked up in the root fd
+    (workspace / "sub" / "hello.txt").write_text("hello\n")
     with Root(str(workspace), resolver="walk") as r:
         monkeypatch.setattr(_resolve.WalkResolver, "_check_chain", always_moved)
-        assert code(lambda: r.read_bytes("hello.txt", max_file_bytes=BIG)) == "io_error"
+        assert code(lambda: r.read_bytes("sub/hello.txt", max_file_bytes=BIG)) == "io_error"
         assert len(calls) == _resolve.WALK_RETRIES
