@@ -50,26 +50,29 @@ def _fail(field: str, problem: str) -> CorralError:
 def check(value: Any, schema: dict[str, Any], field: str) -> None:
     """Raise invalid_arguments if `value` (found at `field`) breaks `schema`."""
     types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        if not any(_is_type(value, name) for name in names):
-            wanted = " or ".join(_TYPE_NAMES[name] for name in names)
-            raise _fail(field, f"must be {wanted}")
+    if isinstance(types, str):  # the usual case: no list and no generator to build
+        if not _is_type(value, types):
+            raise _fail(field, f"must be {_TYPE_NAMES[types]}")
+    elif types is not None and not any(_is_type(value, name) for name in types):
+        wanted = " or ".join(_TYPE_NAMES[name] for name in types)
+        raise _fail(field, f"must be {wanted}")
     if "enum" in schema and value not in schema["enum"]:
         choices = ", ".join(repr(choice) for choice in schema["enum"])
         raise _fail(field, f"must be one of {choices}")
-    if _is_type(value, "number"):
-        _check_bounds(value, schema, field)
+    # a value is one of these kinds at most, so the first that matches is the only one
     if isinstance(value, str):
         _check_length(len(value), schema, "minLength", "maxLength", field, "characters")
-    if isinstance(value, list):
+    elif isinstance(value, list):
         _check_length(len(value), schema, "minItems", "maxItems", field, "items")
         item_schema = schema.get("items")
         if item_schema is not None:
             for index, item in enumerate(value):
                 check(item, item_schema, f"{field}[{index}]")
-    if isinstance(value, dict) and ("properties" in schema or "required" in schema):
-        _check_object(value, schema, field + ".")
+    elif isinstance(value, dict):
+        if "properties" in schema or "required" in schema:
+            _check_object(value, schema, field + ".")
+    elif _is_type(value, "number"):
+        _check_bounds(value, schema, field)
 
 
 def _check_bounds(value: float, schema: dict[str, Any], field: str) -> None:
