@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import os
 import stat
 import time
@@ -42,19 +43,33 @@ def stale_temp(name: str, mtime: float, *, dead_pids: Collection[int], min_age: 
     return time.time() - mtime >= min_age
 
 
-def _current(dir_fd: int, name: str, limit: int | None) -> tuple[str | None, int] | None:
-    """(content version, mode) of the regular file `name`, or None if missing; the
-    version is None when the file holds more than `limit` bytes (streamed, so a huge
-    file is neither held in memory nor read past the limit)."""
+def _open_regular(dir_fd: int, name: str) -> tuple[io.FileIO, os.stat_result] | None:
+    """The regular file `name` opened without following, and its stat; None if missing."""
     try:
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
-    with contextlib.closing(os.fdopen(fd, "rb", buffering=0)) as f:
+    f = io.FileIO(fd, "rb")
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.ENXIO, name)
+    except BaseException:
+        f.close()
+        raise
+    return f, st
+
+
+def _current(dir_fd: int, name: str, limit: int | None) -> tuple[str | None, int] | None:
+    """(content version, mode) of the regular file `name`, or None if missing; the
+    version is None when the file holds more than `limit` bytes (streamed, so a huge
+    file is neither held in memory nor read past the limit)."""
+    opened = _open_regular(dir_fd, name)
+    if opened is None:
+        return None
+    f, st = opened
+    with f:
         size = 0
 
         def chunks() -> Iterator[bytes]:
@@ -66,6 +81,24 @@ def _current(dir_fd: int, name: str, limit: int | None) -> tuple[str | None, int
         version = chunked_version(chunks())
         over = limit is not None and (st.st_size > limit or size > limit)
         return None if over else version, stat.S_IMODE(st.st_mode)
+
+
+def _holding(dir_fd: int, name: str, expected: bytes) -> int | None:
+    """The mode of the regular file `name` if it holds exactly `expected`, else None
+    (missing, or other content; a file that grows is read a chunk past it at most)."""
+    opened = _open_regular(dir_fd, name)
+    if opened is None:
+        return None
+    f, st = opened
+    with f:
+        if st.st_size != len(expected):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while size <= len(expected) and (chunk := f.read(_READ_CHUNK)):
+            size += len(chunk)
+            chunks.append(chunk)
+        return stat.S_IMODE(st.st_mode) if b"".join(chunks) == expected else None
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -83,12 +116,15 @@ def replace(
     expected_version: str | None,
     exclusive: bool,
     current_limit: int | None = None,
+    expected_content: bytes | None = None,
 ) -> None:
     """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
     file's permission bits, set-id bits dropped (None: new file, umask applies). With
     expected_version, the check and the rename happen under an flock of the
     directory, so of racing writers holding the same version exactly one wins; a
-    current file over `current_limit` bytes never holds the expected version."""
+    current file over `current_limit` bytes never holds the expected version.
+    expected_content: the same check against these bytes (no hashing: a caller that
+    read the file compares what it read)."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         if expected_version is not None:
@@ -97,6 +133,11 @@ def replace(
             if current is None or current[0] != expected_version:
                 raise VersionMismatch
             mode = current[1]
+        elif expected_content is not None:
+            fcntl.flock(dfd, fcntl.LOCK_EX)  # released when dfd closes
+            mode = _holding(dir_fd, name, expected_content)
+            if mode is None:
+                raise VersionMismatch
         tmp = temp_name()
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,

@@ -342,6 +342,7 @@ class Root:
         data: bytes,
         *,
         expected_version: str | None = None,
+        expected_content: bytes | None = None,
         exclusive: bool = False,
         make_parents: bool = True,
         mode: int | None = None,
@@ -356,6 +357,8 @@ class Root:
         expected_version: under an flock of the parent directory, the current
         content's version must equal it (missing file -> conflict), else conflict;
         a current file over max_file_bytes is a conflict without being read whole.
+        expected_content: the same, comparing the current bytes to these (for a
+        caller that read the file: no hash of the current content).
         exclusive: fail already_exists if the target exists (copy/move without
         overwrite). mode: the new file's permission bits instead (a moved file keeps
         its own). On any failure the temp file is removed, the target untouched."""
@@ -377,6 +380,7 @@ class Root:
                 _atomic.replace(
                     t.dir_fd, name, data, mode=mode, expected_version=expected_version,
                     exclusive=exclusive, current_limit=max_file_bytes,
+                    expected_content=expected_content,
                 )
             except _atomic.VersionMismatch:
                 raise fail(
