@@ -10,6 +10,8 @@ import errno
 import fcntl
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,15 +197,20 @@ def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> 
 NOBODY = 65534
 
 
-def _confine_as_nobody(root: str, ready: int, wait: int) -> None:  # pragma: no cover - child
-    from corral.sandbox import confine
-
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)  # the kernel clears every set but the bounding one
-    confine.confine([(root, "rw")], keep_fds=[ready, wait], limits=Limits())
-    os.write(ready, b"confined")
-    os.read(wait, 1)
+# A fresh interpreter, not a fork of pytest: confine() caps the address space,
+# and a long test session's own mappings can already be past that cap.
+CONFINE_AS_NOBODY = """
+import os, sys
+from corral.config import Limits
+from corral.sandbox import confine
+root, ready, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)  # the kernel clears every set but the bounding one
+confine.confine([(root, "rw")], keep_fds=[ready, wait], limits=Limits())
+os.write(ready, b"confined")
+os.read(wait, 1)
+"""
 
 
 @root_only
@@ -212,21 +219,20 @@ def test_an_unprivileged_host_confines_without_cap_setpcap() -> None:
     os.chmod(root, 0o777)
     ready_r, ready_w = os.pipe()
     wait_r, wait_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        try:
-            _confine_as_nobody(root, ready_w, wait_r)
-        finally:
-            os._exit(0)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CONFINE_AS_NOBODY, root, str(ready_w), str(wait_r)],
+        pass_fds=(ready_w, wait_r), stderr=subprocess.PIPE,
+    )
     try:
         os.close(ready_w)
         os.close(wait_r)
-        assert os.read(ready_r, 16) == b"confined"
-        caps = capabilities(pid)
+        assert os.read(ready_r, 16) == b"confined", child.stderr.read()  # type: ignore[union-attr]
+        caps = capabilities(child.pid)
         assert (caps["CapEff"], caps["CapPrm"], caps["CapInh"], caps["CapAmb"]) == (0, 0, 0, 0)
         assert caps["CapBnd"] == _host_caps()["CapBnd"]  # unchanged: dropping takes CAP_SETPCAP
     finally:
         os.close(wait_w)
         os.close(ready_r)
-        os.waitpid(pid, 0)
+        child.wait(timeout=30)
+        child.stderr.close()  # type: ignore[union-attr]
         os.rmdir(root)
