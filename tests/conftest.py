@@ -4,8 +4,12 @@ whose content must never appear in any result."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from corral import Sandbox
+from corral.config import SandboxOptions
 
 SECRET = "TOP-SECRET-OUTSIDE-7f3a9c"
 
@@ -24,3 +28,26 @@ def workspace(tmp_path: Path, outside: Path) -> Path:
     ws.mkdir()
     (ws / "hello.txt").write_text("hello\nworld\n")
     return ws
+
+
+def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A call that must succeed, with exactly the contract's success shape."""
+    response = sb.call(tool, arguments)
+    assert response["ok"], response
+    assert set(response) == {"ok", "tool", "result", "text"}
+    assert response["tool"] == tool
+    return response
+
+
+def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A call that must fail, with exactly the contract's error shape; its error."""
+    response = sb.call(tool, arguments)
+    assert not response["ok"], response
+    assert set(response) == {"ok", "tool", "error"}
+    return response["error"]
+
+
+@pytest.fixture(scope="module", params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
+    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
+    return SandboxOptions(resolver=request.param)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,25 +13,7 @@ from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from corral.policy import Policy
-from tests.conftest import SECRET
-
-
-def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    response = sb.call(tool, arguments)
-    assert response["ok"], response
-    return response
-
-
-def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    response = sb.call(tool, arguments)
-    assert not response["ok"], response
-    return response["error"]
-
-
-@pytest.fixture(scope="module", params=["openat2", "walk"])
-def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
-    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
-    return SandboxOptions(resolver=request.param)
+from tests.conftest import SECRET, err, ok
 
 
 @pytest.fixture(scope="module")

@@ -6,38 +6,19 @@ import base64
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
-from tests.conftest import SECRET
+from tests.conftest import SECRET, err, ok
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0\0\0\rIHDR" + bytes(range(40))
 MiB = 1024 * 1024
 
 
-def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    response = sb.call(tool, arguments)
-    assert response["ok"], response
-    assert set(response) == {"ok", "tool", "result", "text"}
-    assert response["tool"] == tool
-    return response
 
-
-def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    response = sb.call(tool, arguments)
-    assert not response["ok"], response
-    assert set(response) == {"ok", "tool", "error"}
-    return response["error"]
-
-
-@pytest.fixture(scope="module", params=["openat2", "walk"])
-def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
-    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
-    return SandboxOptions(resolver=request.param)
 
 
 @pytest.fixture(scope="module")

@@ -15,30 +15,13 @@ from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from corral.policy import RootSpec
-from tests.conftest import SECRET
-
-
-def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    response = sb.call(tool, arguments)
-    assert response["ok"], response
-    return response
-
-
-def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    response = sb.call(tool, arguments)
-    assert not response["ok"], response
-    return response["error"]
+from tests.conftest import SECRET, err, ok
 
 
 def temps(directory: Path) -> list[str]:
     """Temp files a failed atomic write would leave behind."""
     return sorted(p.name for p in directory.rglob(".corral-tmp-*"))
 
-
-@pytest.fixture(scope="module", params=["openat2", "walk"])
-def resolver(request: pytest.FixtureRequest) -> SandboxOptions:
-    """Every semantics test runs over both resolvers (walk: kernels without openat2)."""
-    return SandboxOptions(resolver=request.param)
 
 
 @pytest.fixture(scope="module")
