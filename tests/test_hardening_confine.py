@@ -197,8 +197,10 @@ def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> 
 NOBODY = 65534
 
 
-# A fresh interpreter, not a fork of pytest: confine() caps the address space,
-# and a long test session's own mappings can already be past that cap.
+# A fresh interpreter, not a fork of pytest: confine() acts on the whole process
+# (address-space cap, fds, Landlock), so the child should not carry the test
+# session's state. (A forked child failed here once in a clean-clone run, cause
+# unknown; on failure the child's stderr now says why.)
 CONFINE_AS_NOBODY = """
 import os, sys
 from corral.config import Limits
