@@ -1,0 +1,52 @@
+"""Every relative link in the README and the docs/ pages points at a file that
+exists and, with a #fragment, at a heading that page has (as mkdocs slugs it)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
+
+
+def slug(heading: str) -> str:
+    """Python-Markdown's toc slugify, which mkdocs uses for heading ids."""
+    text = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def anchors(page: Path) -> set[str]:
+    text = FENCE.sub("", page.read_text())
+    return {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", text, flags=re.M)}
+
+
+def links(page: Path) -> list[str]:
+    return LINK.findall(FENCE.sub("", page.read_text()))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, fragment = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
+            broken.append(f"{target}: no heading #{fragment}")
+    assert not broken, f"{page.name}: {broken}"
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    linked = {(REPO / t.partition("#")[0]).resolve() for t in links(REPO / "README.md")}
+    missing = [p.name for p in PAGES[1:] if p.resolve() not in linked and p.name != "index.md"]
+    assert not missing
