@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and failed: a tool error, a sandbox that cannot start
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+
+
+Commands = argparse._SubParsersAction  # what add_subparsers returns
 
 
 class UsageError(Exception):
@@ -155,6 +159,78 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK if served else EXIT_FAILED
 
 
+def add_doctor(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        parents=common,
+        help="show what confinement the kernel offers and what a worker gets",
+        description="Probe the kernel (Landlock ABI, seccomp, openat2, no_new_privs), start "
+        "a sandbox for the workspace and show which layers its workers actually run under. "
+        "Exit code 1 if a worker lacks a layer the kernel offers.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(run=cmd_doctor)
+
+
+def add_call(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    call = commands.add_parser(
+        "call",
+        parents=common,
+        help="run one tool call and print its result as JSON",
+        description="Run one tool call in a confined worker and print the result as JSON. "
+        "Exit code 0 if the call succeeded, 1 if it returned an error result.",
+    )
+    call.add_argument("tool", metavar="TOOL", help="tool name, e.g. read_file")
+    call.add_argument(
+        "arguments",
+        metavar="ARGUMENTS",
+        nargs="?",
+        default="{}",
+        help="the tool's arguments as a JSON object, or - to read them from stdin",
+    )
+    call.set_defaults(run=cmd_call)
+
+
+def add_tools(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    tools = commands.add_parser(
+        "tools",
+        parents=common,
+        help="print the tool specs visible under the policy",
+        description="Print the tools the policy allows as JSON, shaped for MCP, OpenAI "
+        "(Chat Completions function tools) or Anthropic (Messages API tools).",
+    )
+    tools.add_argument(
+        "--format", choices=sorted(FORMATS), default="mcp", help="spec shape (default: mcp)"
+    )
+    tools.set_defaults(run=cmd_tools)
+
+
+def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        parents=common,
+        help="serve the tools over stdio (MCP, or JSON lines with --jsonl)",
+        description="Serve the tools on stdin/stdout until stdin closes: the Model Context "
+        "Protocol by default, or one JSON request and one JSON result per line with --jsonl.",
+    )
+    serve.add_argument(
+        "--jsonl",
+        action="store_true",
+        help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
+    )
+    serve.set_defaults(run=cmd_serve)
+
+
+# One entry per subcommand, in `corral --help` order: a new command is an `add_*`
+# function (its parser, pointing at its `cmd_*`) appended here.
+COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
+    add_doctor,
+    add_call,
+    add_tools,
+    add_serve,
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corral",
@@ -171,60 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--config",
         help="a corral.toml (default: corral.toml in the workspace, if there is one)",
     )
-
-    doctor = commands.add_parser(
-        "doctor",
-        parents=[place],
-        help="show what confinement the kernel offers and what a worker gets",
-        description="Probe the kernel (Landlock ABI, seccomp, openat2, no_new_privs), start "
-        "a sandbox for the workspace and show which layers its workers actually run under. "
-        "Exit code 1 if a worker lacks a layer the kernel offers.",
-    )
-    doctor.add_argument("--json", action="store_true", help="print one JSON object")
-    doctor.set_defaults(run=cmd_doctor)
-
-    call = commands.add_parser(
-        "call",
-        parents=[place],
-        help="run one tool call and print its result as JSON",
-        description="Run one tool call in a confined worker and print the result as JSON. "
-        "Exit code 0 if the call succeeded, 1 if it returned an error result.",
-    )
-    call.add_argument("tool", metavar="TOOL", help="tool name, e.g. read_file")
-    call.add_argument(
-        "arguments",
-        metavar="ARGUMENTS",
-        nargs="?",
-        default="{}",
-        help="the tool's arguments as a JSON object, or - to read them from stdin",
-    )
-    call.set_defaults(run=cmd_call)
-
-    tools = commands.add_parser(
-        "tools",
-        parents=[place],
-        help="print the tool specs visible under the policy",
-        description="Print the tools the policy allows as JSON, shaped for MCP, OpenAI "
-        "(Chat Completions function tools) or Anthropic (Messages API tools).",
-    )
-    tools.add_argument(
-        "--format", choices=sorted(FORMATS), default="mcp", help="spec shape (default: mcp)"
-    )
-    tools.set_defaults(run=cmd_tools)
-
-    serve = commands.add_parser(
-        "serve",
-        parents=[place],
-        help="serve the tools over stdio (MCP, or JSON lines with --jsonl)",
-        description="Serve the tools on stdin/stdout until stdin closes: the Model Context "
-        "Protocol by default, or one JSON request and one JSON result per line with --jsonl.",
-    )
-    serve.add_argument(
-        "--jsonl",
-        action="store_true",
-        help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
-    )
-    serve.set_defaults(run=cmd_serve)
+    for add in COMMANDS:
+        add(commands, [place])
     return parser
 
 
