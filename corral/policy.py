@@ -202,7 +202,10 @@ def _compile_globs(globs: list[str], *, flags: int = 0) -> re.Pattern[str] | Non
     if not globs:
         return None
     source = "|".join(f"(?:{glob_to_regex(glob)})" for glob in globs)
-    return re.compile(source, re.DOTALL | flags)
+    try:
+        return re.compile(source, re.DOTALL | flags)
+    except (re.error, RecursionError) as exc:  # a bad class ([z-a]); thousands of classes
+        raise PolicyError(f"invalid glob in {', '.join(map(repr, globs))}: {exc}") from None
 
 
 def _absolute(root: RootSpec, rel: str) -> str:
@@ -323,8 +326,8 @@ def compile_path_regex(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]
     for pattern in patterns:
         try:
             compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise PolicyError(f"invalid path_regex {pattern!r}: {exc}") from None
+        except (re.error, OverflowError, RecursionError) as exc:  # a{4294967296}; deep nesting
+            raise PolicyError(f"invalid path_regex {pattern!r}: {exc!s}") from None
     return tuple(compiled)
 
 

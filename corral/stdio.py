@@ -10,6 +10,7 @@ on stderr instead of corrupting the stream the client parses.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -28,7 +29,24 @@ READER_THREADS = 2
 
 
 # One encoder for every line: json.dumps with options builds one per call (~1 us).
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# allow_nan=False: NaN and Infinity are not JSON, and a strict client's parser
+# would fail on the whole line.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):  # 1e400: JSON text, but no double holds it (it would echo as Infinity)
+        raise ValueError(f"the number {text[:40]} is too large")
+    return number
+
+
+# Python's json reads NaN, Infinity and -Infinity by default; JSON has no such numbers.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def protocol_streams() -> tuple[BinaryIO, BinaryIO]:
@@ -64,7 +82,7 @@ class LineWriter:
         self._lock = threading.Lock()
 
     def write(self, message: Any) -> None:
-        data = _ENCODER.encode(message).encode() + b"\n"
+        data = _ENCODER.encode(message).encode() + b"\n"  # ValueError: not strict JSON
         with self._lock:
             try:
                 self._stream.write(data)
@@ -77,7 +95,8 @@ def parse_line(line: bytes) -> Any:
     """The JSON value on a line; ValueError for anything that is not JSON (bad
     UTF-8, nesting deep enough to exhaust the parser's recursion)."""
     try:
-        return json.loads(line)
+        text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads does
+        return _DECODER.decode(text)
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
 

@@ -23,11 +23,39 @@ MAX_MATCHES = 5_000
 GREP_LINE_CUT = 500  # chars of a matching line: 200 matches must still fit a model's context
 
 
+# What re.compile raises for a pattern it cannot build: a bad class range ([z-a]),
+# a repeat count past its limit (a{4294967296}: OverflowError), nesting too deep
+# for its recursive parser (thousands of groups: RecursionError).
+_BAD_PATTERN = (re.error, OverflowError, RecursionError)
+
+
 def compile_glob(glob: str, field: str) -> re.Pattern[str]:
     try:
         return re.compile(glob_to_regex(glob), re.DOTALL)
     except PolicyError as error:
         raise CorralError("invalid_arguments", f"argument '{field}': {error}.") from None
+    except _BAD_PATTERN as error:
+        raise CorralError(
+            "invalid_arguments", f"argument '{field}' is not a valid glob: {_why(error)}."
+        ) from None
+
+
+def compile_regex(source: str, field: str, flags: int = 0) -> re.Pattern[str]:
+    try:
+        return re.compile(source, flags)
+    except _BAD_PATTERN as error:
+        raise CorralError(
+            "invalid_arguments",
+            f"argument '{field}' is not a valid regular expression: {_why(error)}.",
+        ) from None
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(error, OverflowError):
+        return "a repeat count is too large"
+    return str(error)
 
 
 def shown_path(ctx: Context, root: Root, resolved: str) -> str:
@@ -73,13 +101,7 @@ def _searchable(ctx: Context, root: Root, resolved: str, approved_dir: bool) -> 
 
 def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
-    flags = re.IGNORECASE if args["ignore_case"] else 0
-    try:
-        regex = re.compile(args["pattern"], flags)
-    except re.error as error:
-        raise CorralError(
-            "invalid_arguments", f"argument 'pattern' is not a valid regular expression: {error}."
-        ) from None
+    regex = compile_regex(args["pattern"], "pattern", re.IGNORECASE if args["ignore_case"] else 0)
     wanted = _name_filter(args["glob"])
     root, rel, check = open_target(ctx, path, write=False)
     seen = Resolved(check)
