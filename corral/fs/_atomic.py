@@ -117,6 +117,7 @@ def replace(
     exclusive: bool,
     current_limit: int | None = None,
     expected_content: bytes | None = None,
+    lock_fd: int | None = None,
 ) -> None:
     """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
     file's permission bits, set-id bits dropped (None: new file, umask applies). With
@@ -124,17 +125,21 @@ def replace(
     directory, so of racing writers holding the same version exactly one wins; a
     current file over `current_limit` bytes never holds the expected version.
     expected_content: the same check against these bytes (no hashing: a caller that
-    read the file compares what it read)."""
+    read the file compares what it read). lock_fd: an fd of this same directory the
+    caller holds an flock on (Root's tree lock on its root directory): the version
+    lock converts that one, since an flock through a second fd of the same
+    directory would wait for the caller's own lock forever."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    lock = dfd if lock_fd is None else lock_fd
     try:
         if expected_version is not None:
-            fcntl.flock(dfd, fcntl.LOCK_EX)  # released when dfd closes
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when its fd closes
             current = _current(dir_fd, name, current_limit)
             if current is None or current[0] != expected_version:
                 raise VersionMismatch
             mode = current[1]
         elif expected_content is not None:
-            fcntl.flock(dfd, fcntl.LOCK_EX)  # released when dfd closes
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when its fd closes
             mode = _holding(dir_fd, name, expected_content)
             if mode is None:
                 raise VersionMismatch

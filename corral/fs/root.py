@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from corral.errors import CorralError
-from corral.fs import _atomic, _listing, _resolve, _sys
+from corral.fs import _atomic, _listing, _resolve, _sys, _treelock
 from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
 from corral.fs.version import content_version
 
@@ -33,6 +33,10 @@ _READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_by
 # A directory move guards every entry beneath it (each is renamed too); past this
 # many the move is refused rather than stall the worker on one huge tree.
 MAX_MOVED_ENTRIES = 100_000
+
+
+class _DirectoryMove(Exception):
+    """The source of a move is a directory: it needs the tree lock exclusively."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ class Root:
         if mode not in ("rw", "ro"):
             raise ValueError(f"mode must be rw or ro, not {mode!r}")
         self.fd, self.mode = fd, mode
+        st = os.fstat(fd)
+        self._identity = (st.st_dev, st.st_ino)
         try:
             self.path = _sys.fd_path(fd)
         except OSError:
@@ -206,6 +212,14 @@ class Root:
 
         hook = missing if make_parents or guard is not None else None
         return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
+
+    def _locked(
+        self, *others: Root, exclusive: bool = False
+    ) -> contextlib.AbstractContextManager[int]:
+        """The tree lock (corral/fs/_treelock.py) on this root and `others`; yields
+        this root's lock fd."""
+        roots = [(root._identity, root.fd) for root in (self, *others)]
+        return _treelock.held(roots, exclusive=exclusive)
 
     def _writable(self, op: str, rel: str) -> None:
         if self.mode != "rw":
@@ -364,7 +378,7 @@ class Root:
         its own). On any failure the temp file is removed, the target untouched."""
         path = check_path("write", rel)
         self._writable("write", rel)
-        with translated("write", rel), self._target(
+        with self._locked() as lock, translated("write", rel), self._target(
             path, follow=True, make_parents=make_parents, guard=guard
         ) as t:
             name = t.name()
@@ -381,6 +395,7 @@ class Root:
                     t.dir_fd, name, data, mode=mode, expected_version=expected_version,
                     exclusive=exclusive, current_limit=max_file_bytes,
                     expected_content=expected_content,
+                    lock_fd=lock if "/" not in t.rel else None,  # its directory is the root
                 )
             except _atomic.VersionMismatch:
                 raise fail(
@@ -394,7 +409,7 @@ class Root:
         max_file_bytes. Returns the new size."""
         path = check_path("append", rel)
         self._writable("append", rel)
-        with translated("append", rel), self._target(
+        with self._locked(), translated("append", rel), self._target(
             path, follow=True, make_parents=True, guard=guard
         ) as t:
             name = t.name()
@@ -425,7 +440,7 @@ class Root:
         non-directory is there."""
         path = check_path("mkdir", rel)
         self._writable("mkdir", rel)
-        with translated("mkdir", rel), self._target(
+        with self._locked(), translated("mkdir", rel), self._target(
             path, follow=False, make_parents=parents, guard=guard
         ) as t:
             _guard(guard, t.rel)
@@ -473,15 +488,35 @@ class Root:
         Moving a directory renames every entry beneath it, so each is guarded
         too, old and new path: guard_moved(old, new) if given, else guard_src(old)
         and guard_dst(new); more than MAX_MOVED_ENTRIES -> too_large. An entry
-        another process adds between that walk and the rename is not seen."""
+        another process adds between that walk and the rename is not seen; corral's own
+        calls that add names wait for the tree lock, which a directory move holds
+        exclusively from its walk to its rename."""
         src_path, dst_path = check_path("move", src), check_path("move", dst)
         self._writable("move", src)
         dst_root._writable("move", dst)
+        exclusive = False
+        while True:
+            with self._locked(dst_root, exclusive=exclusive):
+                try:
+                    return self._rename(
+                        src, src_path, dst_root, dst, dst_path, overwrite, exclusive,
+                        guard_src, guard_dst, guard_moved,
+                    )
+                except _DirectoryMove:
+                    exclusive = True  # found a directory under the shared lock: again, exclusively
+
+    def _rename(
+        self, src: str, src_path: str, dst_root: Root, dst: str, dst_path: str,
+        overwrite: bool, exclusive: bool,
+        guard_src: Guard, guard_dst: Guard, guard_moved: MovedGuard,
+    ) -> None:
         with translated("move", src), self._target(src_path, follow=False, guard=guard_src) as s:
             src_name = s.name()
             _guard(guard_src, s.rel)
             if s.st is None:
                 raise OSError(errno.ENOENT, "missing")
+            if stat.S_ISDIR(s.st.st_mode) and not exclusive:
+                raise _DirectoryMove
             with translated("move", dst), dst_root._target(
                 dst_path, follow=False, guard=guard_dst
             ) as d:
