@@ -9,7 +9,9 @@ from corral.errors import CorralError
 if TYPE_CHECKING:
     from corral.api import AsyncSandbox, Sandbox
 
-__all__ = ["AsyncSandbox", "CorralError", "Sandbox"]
+__all__ = ["AsyncSandbox", "CorralError", "Sandbox", "__version__"]
+
+__version__ = "0.1.0"  # pyproject.toml reads it from here
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,7 @@ MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may nee
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
 TOOL_MODE_RULE = "tool-mode"  # audit rule of a call decided by its tool's mode ([tools])
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
+NO_ONE_TO_ASK = " and nothing here can ask for it"  # approval_required: no approve callback
 
 Approve = Callable[[dict[str, Any]], Any]
 Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
@@ -152,13 +153,17 @@ class _Core:
             tool = lookup(name)
             mode = self.policy.tool_mode(tool.name, writes=tool.writes)
             if mode == "deny":
-                raise CorralError("tool_disabled", f"the tool {tool.name} is disabled by policy.")
+                why = self.policy.disabled_reason(tool.name, writes=tool.writes)
+                raise CorralError("tool_disabled", why)
             args = validate(tool, arguments)
         except CorralError as error:
             return error_result(shown_name(name), error)
         if mode == "supervised":
             ask = {"tool": tool.name, "arguments": args, "paths": _paths(args)}
-            refusal = yield from self._ask(ask, f"the tool {tool.name} needs approval")
+            refusal = yield from self._ask(
+                ask, f"the tool {tool.name} needs approval",
+                fix=f'; set {tool.name} = "allow" in [tools] to run it without asking',
+            )
             if refusal is not None:
                 return refusal
         approved: list[str] = []
@@ -178,21 +183,23 @@ class _Core:
                 "rules": [need.get("rule") for need in needed],
             }
             rule = next((need["rule"] for need in needed if need.get("rule")), None)
-            refusal = yield from self._ask(ask, f"{', '.join(ask['paths'])} needs approval", rule)
+            why = f" (rule {rule!r})" if rule else ""
+            refusal = yield from self._ask(
+                ask, f"{', '.join(ask['paths'])} needs approval{why}", rule
+            )
             if refusal is not None:
                 return {**refusal, "meta": response.get("meta", {})}
             approved += [need["key"] for need in needed]
         return response
 
     def _ask(
-        self, ask: dict[str, Any], what: str, rule: str | None = None
+        self, ask: dict[str, Any], what: str, rule: str | None = None, fix: str = ""
     ) -> Generator[Step, Any, dict[str, Any] | None]:
         """None if the host approved; else the error result to return (naming the
         path rule that asked for the approval, if one did)."""
         if self.approve is None:
             return error_result(ask["tool"], CorralError(
-                "approval_required", f"{what} and this sandbox has no approve callback.",
-                rule=rule,
+                "approval_required", f"{what}{NO_ONE_TO_ASK}{fix}.", rule=rule,
             ))
         if (yield "approve", ask):
             return None
@@ -304,6 +311,15 @@ class Sandbox:
     def roots(self) -> tuple[RootSpec, ...]:
         return self._core.roots
 
+    @property
+    def policy(self) -> Policy:
+        """The policy in effect (with the protected audit log and config added)."""
+        return self._core.policy
+
+    @property
+    def limits(self) -> Limits:
+        return self._core.limits
+
     def close(self) -> None:
         if self._core.shut():
             try:
@@ -372,6 +388,15 @@ class AsyncSandbox:
     @property
     def roots(self) -> tuple[RootSpec, ...]:
         return self._core.roots
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in effect (with the protected audit log and config added)."""
+        return self._core.policy
+
+    @property
+    def limits(self) -> Limits:
+        return self._core.limits
 
     async def aclose(self) -> None:
         # Waiting for running calls blocks; do it off the event loop they run on.

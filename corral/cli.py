@@ -1,29 +1,35 @@
-"""The `corral` command: doctor, call, tools, serve.
+"""The `corral` command: doctor, call, tools, serve, mcp-config.
 
 Exit codes: 0 success; 1 a tool call that returned an error result, a sandbox
 that could not start (e.g. a layer in `require` that the kernel lacks), or a
 doctor that found a worker without a layer the kernel offers; 2 misuse: bad
 arguments, a workspace or config that cannot be used.
 Errors are one line on stderr: `corral: error: ...`.
+
+On a terminal the command talks to a person (a call prints the result's
+`text`, a supervised call asks y/N); into a pipe it prints JSON for programs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral import jsonl_server, mcp_server
-from corral.api import Sandbox
+from corral import __version__, jsonl_server, mcp_server
+from corral.api import NO_ONE_TO_ASK, Sandbox
 from corral.config import find_config, load_config
 from corral.errors import CorralError
 from corral.mcp_server import Approve, mcp_tool
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
+from corral.tools.registry import TOOLS
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and failed: a tool error, a sandbox that cannot start
@@ -102,24 +108,106 @@ def describe(value: Any) -> str:
     return str(value)
 
 
+def verdict(worker: dict[str, Any], missing: list[str]) -> str:
+    """The doctor's first line: is a worker confined, and by what."""
+    if missing:
+        return f"warning: workers lack {', '.join(missing)}, which the kernel offers"
+    active = [
+        f"Landlock ABI {worker['landlock_abi']}" if key == "landlock_abi" else key
+        for key in ("landlock_abi", "seccomp", "no_new_privs", "openat2", "rlimits")
+        if worker.get(key)
+    ]
+    lacking = [key.removesuffix("_abi") for key in worker if key != "level" and not worker[key]]
+    if worker.get("level") == "full":
+        return f"ok: workers are confined by {', '.join(active)}"
+    if not active:
+        return "not confined: this kernel offers none of corral's layers"
+    return (f"partly confined: workers run with {', '.join(active)}; "
+            f"this kernel lacks {', '.join(lacking)}")
+
+
+def policy_lines(sandbox: Sandbox) -> list[str]:
+    """The roots, tool modes, rules and limits a sandbox runs under, for people."""
+    policy, lines = sandbox.policy, []
+    for index, root in enumerate(sandbox.roots):
+        lines.append(f"  {'workspace' if index == 0 else 'root':<14}{root.path} ({root.mode})")
+    modes: dict[str, list[str]] = {}
+    for tool in TOOLS.values():
+        modes.setdefault(policy.tool_mode(tool.name, writes=tool.writes), []).append(tool.name)
+    for mode in ("allow", "supervised", "deny"):
+        if modes.get(mode):
+            lines.append(f"  {'tools ' + mode:<14}{', '.join(modes[mode])}")
+    for rule in policy.rules:
+        tools = "" if rule.tools == ("*",) else f" for {', '.join(rule.tools)}"
+        lines.append(f"  {'rule':<14}{rule.name}: {rule.action}{tools} {', '.join(rule.paths)}")
+    lines.append(f"  {'default':<14}{policy.default_action}")
+    if policy.path_regex:
+        lines.append(f"  {'path_regex':<14}{', '.join(policy.path_regex)}")
+    limits = ", ".join(f"{k} {v}" for k, v in vars(sandbox.limits).items())
+    lines.append(f"  {'limits':<14}{limits}")
+    return lines
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     kernel = probe()
+    _, config = locate(args)
     with open_sandbox(args) as sandbox:
         worker = sandbox.confinement
         workspace = sandbox.roots[0].path
+        policy = policy_lines(sandbox)
+        policy_data = sandbox.policy.to_dict()
     missing = missing_layers(kernel, worker)
     if args.json:
-        print_json({"kernel": kernel, "worker": worker, "missing": missing})
+        print_json({
+            "verdict": verdict(worker, missing), "kernel": kernel, "worker": worker,
+            "missing": missing, "config": config, "policy": policy_data,
+        })
     else:
+        print(verdict(worker, missing))
+        print(f"config: {config or 'none (the built-in defaults)'}")
+        print("policy in effect:")
+        print("\n".join(policy))
         print("the kernel offers:")
         for key, value in kernel.items():
             print(f"  {key:<14}{describe(value)}")
         print(f"a worker for {workspace} runs with:")
         for key, value in worker.items():
             print(f"  {key:<14}{describe(value)}")
-        if missing:
-            print(f"warning: the worker lacks {', '.join(missing)}, which the kernel offers")
     return EXIT_OK if not missing else EXIT_FAILED
+
+
+def ask_on_terminal(request: dict[str, Any]) -> bool:
+    """A supervised call's approval, asked of the person at the terminal."""
+    tool, paths = request["tool"], request.get("resolved") or request.get("paths") or []
+    rules = [rule for rule in request.get("rules") or () if rule]
+    why = f"rule {', '.join(rules)}" if rules else f'{tool} = "supervised" in [tools]'
+    on = f" on {', '.join(paths)}" if paths else ""
+    sys.stderr.write(f"corral: {tool}{on} needs your approval ({why}). Allow? [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def approver(args: argparse.Namespace) -> Approve | None:
+    """--yes approves every supervised call; a terminal on stdin is asked; else nobody."""
+    if args.yes:
+        return lambda request: True
+    return ask_on_terminal if sys.stdin.isatty() else None
+
+
+def explain(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The result, with an approval error telling a command-line user what to do."""
+    error = outcome.get("error") or {}
+    if error.get("code") != "approval_required":
+        return outcome
+    what = error["message"].split(NO_ONE_TO_ASK)[0]
+    tool = outcome["tool"]
+    fix = f', or set {tool} = "allow" in [tools]' if what.startswith(f"the tool {tool} ") else ""
+    return {**outcome, "error": {**error, "message": f"{what}: run with --yes{fix}."}}
+
+
+def wants_text(args: argparse.Namespace) -> bool:
+    """--text / --json as asked; else text for a person at a terminal, JSON for a pipe."""
+    return args.output == "text" if args.output else sys.stdout.isatty()
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -130,9 +218,14 @@ def cmd_call(args: argparse.Namespace) -> int:
         raise UsageError(f"ARGUMENTS is not valid JSON: {exc}") from exc
     if not isinstance(arguments, dict):
         raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "README.md"}\'')
-    with open_sandbox(args) as sandbox:
-        outcome = sandbox.call(args.tool, arguments)
-    print_json(outcome)
+    with open_sandbox(args, approver(args)) as sandbox:
+        outcome = explain(sandbox.call(args.tool, arguments))
+    if not wants_text(args):
+        print_json(outcome)
+    elif outcome["ok"]:
+        print(outcome["text"])
+    else:
+        print(f"{outcome['error']['code']}: {outcome['error']['message']}", file=sys.stderr)
     return EXIT_OK if outcome["ok"] else EXIT_FAILED
 
 
@@ -144,6 +237,10 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if sys.stdin.isatty():  # a person ran it by hand: say that it is waiting, and for what
+        protocol = "JSON lines" if args.jsonl else "MCP"
+        print(f"corral: serving {protocol} on stdin/stdout until end of input (Ctrl-D); "
+              "an MCP client starts this itself, see `corral mcp-config`", file=sys.stderr)
     if args.jsonl:
         # Streams first: the sandbox's processes must not inherit the protocol's fd 1.
         reader, writer = protocol_streams()
@@ -159,13 +256,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK if served else EXIT_FAILED
 
 
+CLIENTS = {  # --client: where the printed block goes
+    "claude": "run it to add corral to Claude Code (`claude mcp add`)",
+    "cursor": "paste it into ~/.cursor/mcp.json, or .cursor/mcp.json in a project",
+    "vscode": "paste it into .vscode/mcp.json in the project",
+}
+
+
+def server_command(args: argparse.Namespace) -> list[str]:
+    """`corral serve` for this workspace, spelled for a client that starts it: the
+    running interpreter by absolute path (clients do not inherit a virtualenv's
+    PATH), absolute paths throughout (clients start servers in any directory)."""
+    workspace = Path(args.workspace or ".").resolve()
+    if not workspace.is_dir():
+        raise UsageError(f"workspace {args.workspace} is not a directory")
+    argv = [sys.executable, "-m", "corral", "serve", "--workspace", str(workspace)]
+    if args.config is not None:
+        if not Path(args.config).is_file():
+            raise UsageError(f"config file {args.config} does not exist")
+        argv += ["--config", str(Path(args.config).resolve())]
+    return argv
+
+
+def cmd_mcp_config(args: argparse.Namespace) -> int:
+    command, *arguments = server_command(args)
+    if args.client == "claude":
+        print(shlex.join(["claude", "mcp", "add", "corral", "--", command, *arguments]))
+    elif args.client == "vscode":
+        print_json({"servers": {"corral": {
+            "type": "stdio", "command": command, "args": arguments,
+        }}})
+    else:
+        print_json({"mcpServers": {"corral": {"command": command, "args": arguments}}})
+    where = CLIENTS.get(args.client, "paste it into the client's MCP settings "
+                       "(Claude Desktop: claude_desktop_config.json)")
+    print(f"corral: {where}", file=sys.stderr)
+    return EXIT_OK
+
+
 def add_doctor(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
     doctor = commands.add_parser(
         "doctor",
         parents=common,
         help="show what confinement the kernel offers and what a worker gets",
         description="Probe the kernel (Landlock ABI, seccomp, openat2, no_new_privs), start "
-        "a sandbox for the workspace and show which layers its workers actually run under. "
+        "a sandbox for the workspace and show, after a one-line verdict, the config file and "
+        "policy in effect and which layers its workers actually run under. "
         "Exit code 1 if a worker lacks a layer the kernel offers.",
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
@@ -176,9 +312,15 @@ def add_call(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
     call = commands.add_parser(
         "call",
         parents=common,
-        help="run one tool call and print its result as JSON",
-        description="Run one tool call in a confined worker and print the result as JSON. "
-        "Exit code 0 if the call succeeded, 1 if it returned an error result.",
+        help="run one tool call in a confined worker",
+        description=textwrap.fill(
+            "Run one tool call in a confined worker. On a terminal it prints the result's "
+            "text (or `code: message` on stderr); into a pipe, the result as JSON. Exit code "
+            "0 if the call succeeded, 1 if it returned an error result.", 78
+        ),
+        epilog=textwrap.fill(f"tools: {', '.join(TOOLS)}", 78, subsequent_indent="  ")
+        + "\n\nexample:\n  corral call read_file '{\"path\": \"README.md\", \"limit\": 5}'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     call.add_argument("tool", metavar="TOOL", help="tool name, e.g. read_file")
     call.add_argument(
@@ -187,6 +329,19 @@ def add_call(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
         nargs="?",
         default="{}",
         help="the tool's arguments as a JSON object, or - to read them from stdin",
+    )
+    output = call.add_mutually_exclusive_group()
+    output.add_argument(
+        "--text", dest="output", action="store_const", const="text",
+        help="print the result's text (the default on a terminal)",
+    )
+    output.add_argument(
+        "--json", dest="output", action="store_const", const="json",
+        help="print the whole result as JSON (the default into a pipe)",
+    )
+    call.add_argument(
+        "--yes", action="store_true",
+        help="approve a supervised call without asking (on a terminal it asks y/N)",
     )
     call.set_defaults(run=cmd_call)
 
@@ -221,6 +376,22 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
     serve.set_defaults(run=cmd_serve)
 
 
+def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    config = commands.add_parser(
+        "mcp-config",
+        parents=common,
+        help="print the setup an MCP client needs to start corral",
+        description="Print a ready MCP client configuration that starts `corral serve` for "
+        "the workspace with this interpreter, by absolute path. Without --client: the "
+        "mcpServers JSON most clients take (Claude Desktop, Cursor, ...).",
+    )
+    config.add_argument(
+        "--client", choices=sorted(CLIENTS),
+        help="claude: a `claude mcp add` command; cursor, vscode: their mcp.json",
+    )
+    config.set_defaults(run=cmd_mcp_config)
+
+
 # One entry per subcommand, in `corral --help` order: a new command is an `add_*`
 # function (its parser, pointing at its `cmd_*`) appended here.
 COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
@@ -228,6 +399,7 @@ COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
     add_call,
     add_tools,
     add_serve,
+    add_mcp_config,
 ]
 
 
@@ -237,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kernel-confined file tools for AI agents.",
         epilog="Run `corral COMMAND --help` for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"corral {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     place = argparse.ArgumentParser(add_help=False)
     place.add_argument(

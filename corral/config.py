@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from corral.errors import did_you_mean
 from corral.policy import ACTIONS, ROOT_MODES, Policy, PolicyError, RootSpec, Rule, check_root
 
 CONFIG_NAME = "corral.toml"
@@ -147,7 +148,10 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 
 def _expected(allowed: Iterable[str], got: object) -> str:
-    return f"expected one of {', '.join(repr(a) for a in allowed)}, got {got!r}"
+    allowed = tuple(allowed)
+    hint = did_you_mean(got, allowed)
+    listed = ", ".join(repr(a) for a in allowed)
+    return f"expected one of {listed}, got {got!r}{hint}"
 
 
 def _type_name(value: object) -> str:
@@ -177,7 +181,8 @@ class _Parser:
         for key in value:
             if key not in allowed:
                 raise self.fail(
-                    f"{where} {key}", f"unknown key; allowed keys: {', '.join(allowed)}"
+                    f"{where} {key}",
+                    f"unknown key; allowed keys: {', '.join(allowed)}{did_you_mean(key, allowed)}",
                 )
 
     def boolean(self, value: Any, key: str) -> bool:
@@ -219,7 +224,10 @@ class _Parser:
         sections = ("workspace", "tools", "rules", "policy", "limits", "sandbox", "audit")
         for name in data:
             if name not in sections:
-                raise self.fail(f"[{name}]", f"unknown section; allowed: {', '.join(sections)}")
+                hint = did_you_mean(name, sections)
+                raise self.fail(
+                    f"[{name}]", f"unknown section; allowed: {', '.join(sections)}{hint}"
+                )
         workspace = self.table(data, "workspace", ("root", "read_only", "allowed_paths"))
         root = self.path(workspace.get("root", "."), "[workspace] root")
         read_only = self.boolean(workspace.get("read_only", False), "[workspace] read_only")

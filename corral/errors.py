@@ -1,10 +1,13 @@
 """The one exception every layer raises for a failure the caller should see.
 
-Error codes are stable API (DESIGN.md "Results"); messages are one sentence that
+Error codes are stable API; messages are one sentence that
 names the path as the caller gave it, never the host's absolute path.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 ERROR_CODES = frozenset(
     {
@@ -50,3 +53,11 @@ class CorralError(Exception):
         if self.rule is not None:
             error["rule"] = self.rule
         return error
+
+
+def did_you_mean(word: object, choices: Iterable[str], end: str = "") -> str:
+    """"; did you mean 'x'?" for the choice closest to a misspelt name, else `end`."""
+    if not isinstance(word, str):
+        return end
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else end

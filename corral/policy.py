@@ -392,6 +392,17 @@ class Policy:
         default = "deny" if tool in DEFAULT_OFF else "allow"
         return self.tool_modes.get(tool, default)
 
+    def disabled_reason(self, tool: str, *, writes: bool) -> str:
+        """Why a tool whose mode is deny is off, and the setting that turns it on."""
+        if self.read_only and writes:
+            return (f"the tool {tool} writes and this workspace is read-only "
+                    "([workspace] read_only = true).")
+        if tool in self.tool_modes:
+            return (f"the tool {tool} is disabled by policy ({tool} = \"deny\" in [tools]); "
+                    f"set {tool} = \"allow\" there to enable it.")
+        return (f"the tool {tool} is off by default; enable it with {tool} = \"allow\" "
+                "(or \"supervised\") in [tools].")
+
     def decide(self, tool: str, root: RootSpec, rel: str, *, write: bool) -> Decision:
         """Decision for one resolved root-relative path: built-in deny rules (each
         replaced by a user rule of the same name), then user rules in order, then

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Any
 
-from corral.errors import CorralError
+from corral.errors import CorralError, did_you_mean
 from corral.tools import schema
 from corral.tools.access import as_given
 from corral.tools.base import Context, Tool
@@ -40,7 +40,10 @@ def shown_name(name: Any) -> str:
 def lookup(name: Any) -> Tool:
     tool = TOOLS.get(name) if isinstance(name, str) else None
     if tool is None:
-        raise CorralError("unknown_tool", f"there is no tool named {shown_name(name)!r}.")
+        raise CorralError(
+            "unknown_tool",
+            f"there is no tool named {shown_name(name)!r}" + did_you_mean(name, TOOLS, "."),
+        )
     return tool
 
 
@@ -76,7 +79,8 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
         tool = lookup(name)
         # Checked here too, not only in the host: the worker trusts no request.
         if ctx.policy.tool_mode(tool.name, writes=tool.writes) == "deny":
-            raise CorralError("tool_disabled", f"the tool {tool.name} is disabled by policy.")
+            why = ctx.policy.disabled_reason(tool.name, writes=tool.writes)
+            raise CorralError("tool_disabled", why)
         outcome = tool.run(call, validate(tool, request.get("arguments", {})))
         size = outcome.bytes
         response: dict[str, Any] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.errors import CorralError
+from corral.errors import CorralError, did_you_mean
 
 _TYPE_NAMES = {
     "string": "a string",
@@ -97,7 +97,10 @@ def _check_object(value: dict[str, Any], schema: dict[str, Any], prefix: str) ->
         if not isinstance(key, str):
             raise CorralError("invalid_arguments", "argument names must be strings.")
         if key not in properties and schema.get("additionalProperties", True) is False:
-            raise CorralError("invalid_arguments", f"unknown argument '{prefix}{key}'.")
+            raise CorralError(
+                "invalid_arguments",
+                f"unknown argument '{prefix}{key}'" + did_you_mean(key, properties, "."),
+            )
     for key in schema.get("required", ()):
         if key not in value:
             raise CorralError("invalid_arguments", f"missing required argument '{prefix}{key}'.")
