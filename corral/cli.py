@@ -130,21 +130,21 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
     """The roots, tool modes, rules and limits a sandbox runs under, for people."""
     policy, lines = sandbox.policy, []
     for index, root in enumerate(sandbox.roots):
-        lines.append(f"  {'workspace' if index == 0 else 'root':<14}{root.path} ({root.mode})")
+        lines.append(f"  {'workspace' if index == 0 else 'root':<18}{root.path} ({root.mode})")
     modes: dict[str, list[str]] = {}
     for tool in TOOLS.values():
         modes.setdefault(policy.tool_mode(tool.name, writes=tool.writes), []).append(tool.name)
     for mode in ("allow", "supervised", "deny"):
         if modes.get(mode):
-            lines.append(f"  {'tools ' + mode:<14}{', '.join(modes[mode])}")
+            lines.append(f"  {'tools ' + mode:<18}{', '.join(modes[mode])}")
     for rule in policy.rules:
         tools = "" if rule.tools == ("*",) else f" for {', '.join(rule.tools)}"
-        lines.append(f"  {'rule':<14}{rule.name}: {rule.action}{tools} {', '.join(rule.paths)}")
-    lines.append(f"  {'default':<14}{policy.default_action}")
+        lines.append(f"  {'rule':<18}{rule.name}: {rule.action}{tools} {', '.join(rule.paths)}")
+    lines.append(f"  {'default':<18}{policy.default_action}")
     if policy.path_regex:
-        lines.append(f"  {'path_regex':<14}{', '.join(policy.path_regex)}")
+        lines.append(f"  {'path_regex':<18}{', '.join(policy.path_regex)}")
     limits = ", ".join(f"{k} {v}" for k, v in vars(sandbox.limits).items())
-    lines.append(f"  {'limits':<14}{limits}")
+    lines.append(f"  {'limits':<18}{limits}")
     return lines
 
 
@@ -199,7 +199,7 @@ def explain(outcome: dict[str, Any]) -> dict[str, Any]:
     error = outcome.get("error") or {}
     if error.get("code") != "approval_required":
         return outcome
-    what = error["message"].split(NO_ONE_TO_ASK)[0]
+    what = error["message"].split(NO_ONE_TO_ASK)[0].rstrip(".")
     tool = outcome["tool"]
     fix = f', or set {tool} = "allow" in [tools]' if what.startswith(f"the tool {tool} ") else ""
     return {**outcome, "error": {**error, "message": f"{what}: run with --yes{fix}."}}
