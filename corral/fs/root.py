@@ -79,6 +79,23 @@ def _guard(guard: Guard, rel: str) -> None:
         guard(rel)
 
 
+def _spelled_through(path: str, guard: Guard) -> None:
+    """guard.through for each directory the path as spelled steps into and back out
+    of, or names with a "." (`.ssh/.`, `.ssh/x/..`): whether it exists or not, the
+    answer is the policy's."""
+    through = getattr(guard, "through", None)
+    if through is None or ("/." not in path and not path.startswith(".")):
+        return
+    names: list[str] = []
+    for name in path.split("/"):
+        if name in (".", "..") and names:
+            through("/".join(names))
+            if name == "..":
+                names.pop()
+        elif name not in ("", ".", ".."):
+            names.append(name)
+
+
 def _require_file(st: os.stat_result | None, trailing_slash: bool = False) -> None:
     """Only regular files are read or written (ENXIO maps to not_a_regular_file)."""
     if st is None:
@@ -200,9 +217,14 @@ class Root:
     ) -> _resolve.Target:
         """Resolve `path`. A missing parent directory is first guarded at the path
         the target would resolve to ("missing" must not say more than "denied"),
-        then created (make_parents) or reported (not_found)."""
+        then created (make_parents) or reported (not_found). Directories the path
+        passes through by "." or "..", or that are missing or not directories on
+        its way, go to the guard's `through` first, for the same reason."""
+        if guard is not None:
+            _spelled_through(path, guard)
 
         def missing(head: str, leaf: str) -> None:
+            self._missing_through(_resolve.join(head, leaf), guard)
             if not make_parents:
                 _guard(guard, _resolve.predict(self._resolver, head, leaf))
                 raise FileNotFoundError(errno.ENOENT, "missing")
@@ -211,7 +233,38 @@ class Root:
             )
 
         hook = missing if make_parents or guard is not None else None
-        return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
+        try:
+            return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
+        except (FileNotFoundError, NotADirectoryError):
+            self._missing_through(path, guard)
+            raise
+
+    def _missing_through(self, path: str, guard: Guard) -> None:
+        """guard.through for each name of `path` below its deepest existing directory
+        (a missing name, or one that is not a directory), as it would resolve."""
+        through = getattr(guard, "through", None)
+        if through is None:
+            return
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        for depth in range(len(parts), -1, -1):
+            try:
+                fd, base = self._resolver.open_dir("/".join(parts[:depth]) or ".")
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError:
+                return  # outside the roots, a loop: the caller's own error says so
+            os.close(fd)
+            break
+        else:
+            return
+        names = [] if base == "." else base.split("/")
+        for name in parts[depth:]:
+            if name == "..":
+                if names:
+                    names.pop()
+                continue
+            names.append(name)
+            through("/".join(names))
 
     def _locked(
         self, *others: Root, exclusive: bool = False

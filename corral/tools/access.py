@@ -57,21 +57,27 @@ def visibility(ctx: Context, root: Root) -> Callable[[str], bool]:
     return visible
 
 
-def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str], None]:
-    spec = RootSpec(root.path, root.mode)
+class PathCheck:
+    """The guard for one path argument. A Root calls it with the resolved path it
+    is about to act on, and `through` with each directory the path passes through
+    by `.` or `..`, or that does not exist (yet) on its way: there only a deny
+    counts, so that a denied name answers path_denied whether it exists or not."""
 
-    def check(resolved: str) -> None:
-        decision = ctx.policy.decide(ctx.tool, spec, resolved, write=write)
-        _record(ctx, Touched(path, root.path, resolved, decision.action, decision.rule))
+    def __init__(self, ctx: Context, root: Root, path: str, *, write: bool) -> None:
+        self.ctx, self.root, self.path, self.write = ctx, root, path, write
+        self.spec = RootSpec(root.path, root.mode)
+
+    def __call__(self, resolved: str) -> None:
+        ctx, path = self.ctx, self.path
+        decision = ctx.policy.decide(ctx.tool, self.spec, resolved, write=self.write)
+        _record(ctx, Touched(path, self.root.path, resolved, decision.action, decision.rule))
         if decision.action == "deny":
-            raise CorralError(
-                "path_denied", f"{path} is denied by {_why(decision.rule)}.", rule=decision.rule
-            )
+            raise _denied(path, decision.rule)
         if decision.action == "supervised":
-            key = approval_key(root.path, resolved)
+            key = approval_key(self.root.path, resolved)
             if key not in ctx.approved:
                 ctx.needs_approval.append(
-                    {"key": key, "root": root.path, "resolved": resolved, "path": path,
+                    {"key": key, "root": self.root.path, "resolved": resolved, "path": path,
                      "rule": decision.rule or ""}
                 )
                 raise CorralError(
@@ -79,7 +85,20 @@ def guard(ctx: Context, root: Root, path: str, *, write: bool) -> Callable[[str]
                     rule=decision.rule,
                 )
 
-    return check
+    def through(self, resolved: str) -> None:
+        decision = self.ctx.policy.decide(self.ctx.tool, self.spec, resolved, write=self.write)
+        if decision.action == "deny":
+            touched = Touched(self.path, self.root.path, resolved, "deny", decision.rule)
+            _record(self.ctx, touched)
+            raise _denied(self.path, decision.rule)
+
+
+def _denied(path: str, rule: str | None) -> CorralError:
+    return CorralError("path_denied", f"{path} is denied by {_why(rule)}.", rule=rule)
+
+
+def guard(ctx: Context, root: Root, path: str, *, write: bool) -> PathCheck:
+    return PathCheck(ctx, root, path, write=write)
 
 
 def moved(ctx: Context, src_root: Root, dst_root: Root) -> Callable[[str, str], None]:
@@ -107,9 +126,7 @@ def _record(ctx: Context, touched: Touched) -> None:
         ctx.touched.append(touched)
 
 
-def open_target(
-    ctx: Context, path: str, *, write: bool
-) -> tuple[Root, str, Callable[[str], None]]:
+def open_target(ctx: Context, path: str, *, write: bool) -> tuple[Root, str, PathCheck]:
     """(root, rel, guard) for one path argument."""
     root, rel = target(ctx, path, write=write)
     return root, rel, guard(ctx, root, path, write=write)

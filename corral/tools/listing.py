@@ -24,6 +24,12 @@ class Resolved:
         self.check(resolved)
         self.path = resolved
 
+    def through(self, resolved: str) -> None:
+        """A directory on the way (Root calls it; see PathCheck.through)."""
+        through = getattr(self.check, "through", None)
+        if through is not None:
+            through(resolved)
+
 
 def hidden(path: str) -> bool:
     return any(part.startswith(".") for part in path.split("/"))
