@@ -39,6 +39,12 @@ Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
 Flow = Generator[Step, Any, dict[str, Any]]
 
 
+class NoApprover(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by an approve callback when nobody can answer this request (an MCP
+    client that cannot be asked): the call fails `approval_required`, as it does
+    with no callback at all."""
+
+
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
 ) -> Any:
@@ -143,12 +149,12 @@ class _Core:
             if self.policy.tool_mode(tool.name, writes=tool.writes) != "deny"
         ]
 
-    def flow(self, name: Any, arguments: Any) -> Flow:
+    def flow(self, name: Any, arguments: Any, within: Sequence[str] | None = None) -> Flow:
         started = time.monotonic()
-        response = yield from self._run(name, {} if arguments is None else arguments)
+        response = yield from self._run(name, {} if arguments is None else arguments, within)
         return self._finish(response, arguments, started)
 
-    def _run(self, name: Any, arguments: Any) -> Flow:
+    def _run(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Flow:
         try:
             tool = lookup(name)
             mode = self.policy.tool_mode(tool.name, writes=tool.writes)
@@ -169,7 +175,10 @@ class _Core:
         approved: list[str] = []
         response: dict[str, Any] = {}
         for _ in range(MAX_APPROVAL_ROUNDS):
-            response = yield "submit", {"tool": tool.name, "arguments": args, "approved": approved}
+            request = {"tool": tool.name, "arguments": args, "approved": approved}
+            if within is not None:
+                request["within"] = list(within)
+            response = yield "submit", request
             needed = [
                 need for need in response.get("meta", {}).get("needs_approval") or ()
                 if need["key"] not in approved
@@ -201,7 +210,12 @@ class _Core:
             return error_result(ask["tool"], CorralError(
                 "approval_required", f"{what}{NO_ONE_TO_ASK}{fix}.", rule=rule,
             ))
-        if (yield "approve", ask):
+        answer = yield "approve", ask
+        if answer is None:  # the callback raised NoApprover
+            return error_result(ask["tool"], CorralError(
+                "approval_required", f"{what} and nobody can be asked to approve it.", rule=rule,
+            ))
+        if answer:
             return None
         return error_result(
             ask["tool"], CorralError("approval_denied", f"{what}; it was denied.", rule=rule)
@@ -287,10 +301,15 @@ class Sandbox:
         """Specs of the tools the policy lets a model see."""
         return self._core.tools()
 
-    def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run one tool; a failure comes back as {"ok": false, "error": ...}."""
+    def call(
+        self, tool: str, arguments: dict[str, Any] | None = None, *,
+        within: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run one tool; a failure comes back as {"ok": false, "error": ...}.
+        `within` (absolute paths) narrows this call: a path that resolves outside
+        every one of them fails `path_denied`. The roots stay the outer bound."""
         with self._core.active():
-            flow = self._core.flow(tool, arguments)
+            flow = self._core.flow(tool, arguments, within)
             try:
                 kind, payload = next(flow)
                 while True:
@@ -298,7 +317,10 @@ class Sandbox:
                         answer = self._executor.submit(payload)
                     else:  # the core asks only when there is a callback
                         with self._core.waiting():
-                            answer = bool(self._core.approve(payload))  # type: ignore[misc]
+                            try:
+                                answer = bool(self._core.approve(payload))  # type: ignore[misc]
+                            except NoApprover:
+                                answer = None
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value
@@ -363,9 +385,12 @@ class AsyncSandbox:
     def tools(self) -> list[dict[str, Any]]:
         return self._core.tools()
 
-    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def call(
+        self, tool: str, arguments: dict[str, Any] | None = None, *,
+        within: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
         with self._core.active():
-            flow = self._core.flow(tool, arguments)
+            flow = self._core.flow(tool, arguments, within)
             try:
                 kind, payload = next(flow)
                 while True:
@@ -373,10 +398,13 @@ class AsyncSandbox:
                         answer = await self._executor.asubmit(payload)
                     else:
                         with self._core.waiting():
-                            answer = self._core.approve(payload)  # type: ignore[misc]
-                            if inspect.isawaitable(answer):
-                                answer = await answer
-                        answer = bool(answer)
+                            try:
+                                answer = self._core.approve(payload)  # type: ignore[misc]
+                                if inspect.isawaitable(answer):
+                                    answer = await answer
+                                answer = bool(answer)
+                            except NoApprover:
+                                answer = None
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value

@@ -1,0 +1,108 @@
+"""The MCP revisions corral speaks, and every way they differ, in one table.
+
+The protocol core (mcp_core) asks a `Revision` what to do instead of comparing
+version strings, so a new revision is one more row here.
+
+Two eras:
+- handshake (2024-11-05 .. 2025-11-25): `initialize` picks the revision for the
+  whole connection; the server asks the client things (elicitation, roots) with
+  requests of its own.
+- stateless (2026-07-28): no handshake; every request names its revision and
+  the client's capabilities in `params._meta`; the server never sends a
+  request: it answers `resultType: "input_required"` with the questions
+  (`inputRequests`), and the client retries the request with the answers
+  (`inputResponses`) and the opaque `requestState` it was given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+
+@dataclass(frozen=True)
+class Revision:
+    version: str
+    stateless: bool  # per-request `_meta` envelope, server/discover, resultType
+    structured: bool  # structuredContent in results; title and outputSchema on tools
+    elicitation: bool  # the client can be asked to approve (form elicitation)
+    elicitation_mode: bool  # elicitation params carry "mode": "form"
+
+    def tool(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A tool spec from `Sandbox.tools()` in the shape `tools/list` returns here."""
+        tool: dict[str, Any] = {
+            "name": spec["name"],
+            "description": spec["description"],
+            "inputSchema": spec["input_schema"],
+            "annotations": spec["annotations"],
+        }
+        if self.structured:
+            tool["title"] = spec["title"]
+            tool["outputSchema"] = spec["output_schema"]
+        return tool
+
+    def result(self, result: dict[str, Any], *, cacheable: bool = False) -> dict[str, Any]:
+        """A complete result as this revision spells it."""
+        if not self.stateless:
+            return result
+        stamped = {**result, "resultType": "complete"}
+        if cacheable:
+            # Listings hold this session's policy: no shared cache may serve them to
+            # someone else, and a client re-asks whenever it wants (no caching hint).
+            stamped.update(ttlMs=0, cacheScope="private")
+        return stamped
+
+    def elicitation_params(self, message: str) -> dict[str, Any]:
+        """An approval question: a form with no fields ("accept" approves)."""
+        params: dict[str, Any] = {
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {}},
+        }
+        if self.elicitation_mode:
+            params["mode"] = "form"
+        return params
+
+
+REVISIONS: dict[str, Revision] = {
+    revision.version: revision
+    for revision in (
+        Revision("2026-07-28", stateless=True, structured=True,
+                 elicitation=True, elicitation_mode=True),
+        Revision("2025-11-25", stateless=False, structured=True,
+                 elicitation=True, elicitation_mode=True),
+        Revision("2025-06-18", stateless=False, structured=True,
+                 elicitation=True, elicitation_mode=False),
+        Revision("2025-03-26", stateless=False, structured=False,
+                 elicitation=False, elicitation_mode=False),
+        Revision("2024-11-05", stateless=False, structured=False,
+                 elicitation=False, elicitation_mode=False),
+    )
+}
+# Newest first; a client asking `initialize` for a revision we do not speak is
+# answered with the newest handshake one and decides whether to go on.
+HANDSHAKE_VERSIONS = tuple(v for v, r in REVISIONS.items() if not r.stateless)
+STATELESS_VERSIONS = tuple(v for v, r in REVISIONS.items() if r.stateless)
+
+
+def negotiate(requested: object) -> Revision:
+    """The handshake revision `initialize` answers with."""
+    if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
+        return REVISIONS[requested]
+    return REVISIONS[HANDSHAKE_VERSIONS[0]]
+
+
+def elicits_forms(capabilities: object) -> bool:
+    """Whether a client's capabilities allow form elicitation (an empty object means forms)."""
+    if not isinstance(capabilities, dict):
+        return False
+    elicitation = capabilities.get("elicitation")
+    return isinstance(elicitation, dict) and (not elicitation or "form" in elicitation)
+
+
+def lists_roots(capabilities: object) -> bool:
+    """Whether a client's capabilities say it can list its roots."""
+    return isinstance(capabilities, dict) and isinstance(capabilities.get("roots"), dict)
