@@ -39,7 +39,7 @@ Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
 Flow = Generator[Step, Any, dict[str, Any]]
 
 
-class NoApprover(Exception):  # noqa: N818 (a signal, not an error)
+class NoApprover(Exception):
     """Raised by an approve callback when nobody can answer this request (an MCP
     client that cannot be asked): the call fails `approval_required`, as it does
     with no callback at all."""

@@ -25,7 +25,8 @@ from corral import __version__, jsonl_server, mcp_server
 from corral.api import NO_ONE_TO_ASK, Sandbox
 from corral.config import find_config, load_config
 from corral.errors import CorralError
-from corral.mcp_server import Approve, mcp_tool
+from corral.mcp_core import Approve
+from corral.mcp_revisions import REVISIONS
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
@@ -65,7 +66,7 @@ def anthropic_tool(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-FORMATS = {"mcp": mcp_tool, "openai": openai_tool, "anthropic": anthropic_tool}
+FORMATS = {"mcp": REVISIONS["2026-07-28"].tool, "openai": openai_tool, "anthropic": anthropic_tool}
 
 
 def locate(args: argparse.Namespace) -> tuple[Path, str | None]:

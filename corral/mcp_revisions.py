@@ -41,20 +41,33 @@ class Revision:
             "annotations": spec["annotations"],
         }
         if self.structured:
-            tool["title"] = spec["title"]
-            tool["outputSchema"] = spec["output_schema"]
+            tool["title"] = spec.get("title", spec["name"])
+            if "output_schema" in spec:
+                tool["outputSchema"] = spec["output_schema"]
         return tool
 
-    def result(self, result: dict[str, Any], *, cacheable: bool = False) -> dict[str, Any]:
+    def result(
+        self, result: dict[str, Any], *, server_info: dict[str, Any], cacheable: bool = False
+    ) -> dict[str, Any]:
         """A complete result as this revision spells it."""
         if not self.stateless:
             return result
-        stamped = {**result, "resultType": "complete"}
+        stamped = {**result, "resultType": "complete", "_meta": {SERVER_INFO_KEY: server_info}}
         if cacheable:
             # Listings hold this session's policy: no shared cache may serve them to
             # someone else, and a client re-asks whenever it wants (no caching hint).
             stamped.update(ttlMs=0, cacheScope="private")
         return stamped
+
+    def input_required(
+        self, requests: dict[str, Any], state: str, *, server_info: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A stateless round that ends with questions for the client."""
+        assert self.stateless
+        return {
+            "resultType": "input_required", "inputRequests": requests, "requestState": state,
+            "_meta": {SERVER_INFO_KEY: server_info},
+        }
 
     def elicitation_params(self, message: str) -> dict[str, Any]:
         """An approval question: a form with no fields ("accept" approves)."""
