@@ -4,7 +4,6 @@ pipe, with the exit codes of each case."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from importlib.metadata import version
@@ -14,15 +13,13 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from terminal import CORRAL, TIMEOUT, on_terminal_stdin, on_terminal_stdout
 
 import corral
 from corral import Sandbox
 from corral.cli import verdict
 from corral.config import TOOL_NAMES, load_config
 from corral.policy import Policy
-
-CORRAL = [sys.executable, "-m", "corral"]
-TIMEOUT = 60
 
 
 def corral_cmd(*argv: str, cwd: Path | None = None, stdin: str = "") -> subprocess.CompletedProcess:
@@ -31,47 +28,6 @@ def corral_cmd(*argv: str, cwd: Path | None = None, stdin: str = "") -> subproce
         [*CORRAL, *argv], input=stdin, capture_output=True, text=True, cwd=cwd,
         timeout=TIMEOUT, check=False,
     )
-
-
-def read_all(fd: int) -> bytes:
-    """Everything the other end of a pty wrote; EIO once it has closed (Linux)."""
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def on_terminal_stdout(*argv: str) -> tuple[int, str, str]:
-    """Run with stdout on a pty (a person's terminal), stdin and stderr not."""
-    master, slave = os.openpty()
-    with subprocess.Popen(
-        [*CORRAL, *argv], stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE
-    ) as proc:
-        os.close(slave)
-        out = read_all(master)
-        err = proc.stderr.read()  # type: ignore[union-attr]
-        code = proc.wait(TIMEOUT)
-    os.close(master)
-    return code, out.decode().replace("\r\n", "\n"), err.decode()
-
-
-def on_terminal_stdin(*argv: str, typed: bytes) -> tuple[int, str, str]:
-    """Run with stdin on a pty where a person types `typed`; stdout, stderr piped."""
-    master, slave = os.openpty()
-    with subprocess.Popen(
-        [*CORRAL, *argv], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as proc:
-        os.close(slave)
-        os.write(master, typed)
-        out, err = proc.communicate(timeout=TIMEOUT)
-    os.close(master)
-    return proc.returncode, out.decode(), err.decode()
 
 
 def operator_config(tmp_path: Path, text: str) -> str:
