@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from corral.audit import Audit
-from corral.config import Limits, SandboxOptions, load_config, resolve_roots
+from corral.config import Config, Limits, SandboxOptions, load_config, resolve_roots
 from corral.errors import CorralError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
@@ -293,8 +293,11 @@ class Sandbox:
             raise
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
-        """A sandbox as corral.toml describes it; keyword arguments win over the file."""
+    def from_config(cls, path: str | os.PathLike[str] | Config, **kwargs: Any) -> Sandbox:
+        """A sandbox as corral.toml describes it; keyword arguments win over the file.
+        The file is the operator's and trusted wherever it lies. A Config (e.g.
+        corral.trust.operator_config's, with a workspace's corral.toml applied)
+        is taken as it is."""
         return cls(**_config_arguments(path, kwargs))
 
     def tools(self) -> list[dict[str, Any]]:
@@ -379,7 +382,9 @@ class AsyncSandbox:
         self._executor = self._sync._executor
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> AsyncSandbox:
+    def from_config(
+        cls, path: str | os.PathLike[str] | Config, **kwargs: Any
+    ) -> AsyncSandbox:
         return cls(**_config_arguments(path, kwargs))
 
     def tools(self) -> list[dict[str, Any]]:
@@ -437,8 +442,10 @@ class AsyncSandbox:
         await self.aclose()
 
 
-def _config_arguments(path: str | os.PathLike[str], overrides: dict[str, Any]) -> dict[str, Any]:
-    config = load_config(path)
+def _config_arguments(
+    path: str | os.PathLike[str] | Config, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    config = path if isinstance(path, Config) else load_config(path)
     arguments: dict[str, Any] = {
         "workspace": config.workspace,
         "policy": config.policy,

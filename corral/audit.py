@@ -1,7 +1,9 @@
 """JSON-lines audit records, one per call, written by the host.
 
 A record holds only named metadata fields (never file contents: it is never
-handed any). The file is opened once, append-only, without following a symlink
+handed any). A line is printable ASCII without the characters a shell expands
+(see SHELL_ESCAPES), so a path chosen by an agent cannot drive a terminal or a
+shell that reads the log. The file is opened once, append-only, without following a symlink
 and only if it is a regular file; the descriptor is kept, so an agent that
 later renames or replaces the path cannot redirect the host's writes.
 
@@ -28,6 +30,14 @@ FIELDS = (
     "duration_ms", "touched",
 )
 TOUCHED_FIELDS = ("path", "root", "resolved", "decision", "rule")
+
+# A record is JSON, but logs get pasted into shells, `source`d by mistake, shown by
+# `tail` on a terminal. json.dumps with ensure_ascii already writes control and
+# non-ASCII characters as \uXXXX; these are the printable ASCII characters a shell
+# acts on inside double or single quotes ($ and ` expand, ! recalls history, '
+# ends a single-quoted word), plus DEL. They can only occur inside JSON strings,
+# where \uXXXX decodes to the same character: a JSON reader sees no difference.
+SHELL_ESCAPES = {ord(char): f"\\u{ord(char):04x}" for char in "$`!'\x7f"}
 
 
 class AuditError(RuntimeError):
@@ -85,7 +95,8 @@ class Audit:
             record[name] = _scalar(fields.get(name), name)
         if len(touched) > 1:
             record["touched"] = touched
-        self._write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        line = json.dumps(record, separators=(",", ":")).translate(SHELL_ESCAPES)
+        self._write((line + "\n").encode("ascii"))
         return record
 
     def _write(self, line: bytes) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from corral import __version__, jsonl_server, mcp_server
 from corral.api import NO_ONE_TO_ASK, Sandbox
-from corral.config import find_config, load_config
+from corral.config import Config
 from corral.errors import CorralError
 from corral.mcp_core import Approve
 from corral.mcp_revisions import REVISIONS
@@ -31,6 +31,7 @@ from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
 from corral.tools.registry import TOOLS
+from corral.trust import operator_config
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and failed: a tool error, a sandbox that cannot start
@@ -69,28 +70,19 @@ def anthropic_tool(spec: dict[str, Any]) -> dict[str, Any]:
 FORMATS = {"mcp": REVISIONS["2026-07-28"].tool, "openai": openai_tool, "anthropic": anthropic_tool}
 
 
-def locate(args: argparse.Namespace) -> tuple[Path, str | None]:
-    """The workspace (--workspace, default: the current directory) and the config
-    file (--config, default: corral.toml in the workspace, if there is one)."""
-    workspace = Path(args.workspace or ".")
-    if not workspace.is_dir():
-        raise UsageError(f"workspace {workspace} is not a directory")
-    if args.config is None:
-        return workspace, find_config(workspace)
-    if not Path(args.config).is_file():
+def effective_config(args: argparse.Namespace) -> Config:
+    """The operator's config (--config, else the user config, else the defaults) for
+    the workspace (--workspace, else the config's root, else the current
+    directory), narrowed by the workspace's own corral.toml (see corral.trust)."""
+    if args.workspace is not None and not Path(args.workspace).is_dir():
+        raise UsageError(f"workspace {args.workspace} is not a directory")
+    if args.config is not None and not Path(args.config).is_file():
         raise UsageError(f"config file {args.config} does not exist")
-    return workspace, args.config
+    return operator_config(args.workspace, args.config)
 
 
 def open_sandbox(args: argparse.Namespace, approve: Approve | None = None) -> Sandbox:
-    """The sandbox the command line describes; an explicit --workspace wins over
-    the config file's [workspace] root."""
-    workspace, config = locate(args)
-    if config is None:
-        return Sandbox(workspace, approve=approve)
-    if args.workspace is None:
-        return Sandbox.from_config(config, approve=approve)
-    return Sandbox.from_config(config, workspace=workspace, approve=approve)
+    return Sandbox.from_config(effective_config(args), approve=approve)
 
 
 def print_json(value: Any) -> None:
@@ -138,10 +130,14 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
     for mode in ("allow", "supervised", "deny"):
         if modes.get(mode):
             lines.append(f"  {'tools ' + mode:<18}{', '.join(modes[mode])}")
-    for rule in policy.rules:
-        tools = "" if rule.tools == ("*",) else f" for {', '.join(rule.tools)}"
-        lines.append(f"  {'rule':<18}{rule.name}: {rule.action}{tools} {', '.join(rule.paths)}")
+    for kind, rules in (("rule", policy.rules), ("workspace rule", policy.workspace_rules)):
+        for rule in rules:
+            scope = [*([] if rule.tools == ("*",) else rule.tools), *rule.access]
+            tools = f" for {', '.join(scope)}" if scope else ""
+            lines.append(f"  {kind:<18}{rule.name}: {rule.action}{tools} {', '.join(rule.paths)}")
     lines.append(f"  {'default':<18}{policy.default_action}")
+    if policy.hardlinks != "allow":
+        lines.append(f"  {'hardlinks':<18}{policy.hardlinks}")
     if policy.path_regex:
         lines.append(f"  {'path_regex':<18}{', '.join(policy.path_regex)}")
     limits = ", ".join(f"{k} {v}" for k, v in vars(sandbox.limits).items())
@@ -151,8 +147,8 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     kernel = probe()
-    _, config = locate(args)
-    with open_sandbox(args) as sandbox:
+    config = effective_config(args)
+    with Sandbox.from_config(config) as sandbox:
         worker = sandbox.confinement
         workspace = sandbox.roots[0].path
         policy = policy_lines(sandbox)
@@ -161,11 +157,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print_json({
             "verdict": verdict(worker, missing), "kernel": kernel, "worker": worker,
-            "missing": missing, "config": config, "policy": policy_data,
+            "missing": missing, "config": config.source,
+            "workspace_config": config.narrowed_by, "policy": policy_data,
         })
     else:
         print(verdict(worker, missing))
-        print(f"config: {config or 'none (the built-in defaults)'}")
+        print(f"config: {config.source or 'none (the built-in defaults)'}")
+        if config.narrowed_by:
+            print(f"narrowed by: {config.narrowed_by} (the workspace's own, untrusted)")
         print("policy in effect:")
         print("\n".join(policy))
         print("the kernel offers:")
@@ -249,11 +248,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             jsonl_server.serve(sandbox, reader, writer)
         return EXIT_OK
     # The MCP server opens the sandbox on `initialize`; check what can be checked first,
-    # so a bad command line fails here, in one line, before the protocol starts.
-    _, config = locate(args)
-    if config is not None:
-        load_config(config)
-    served = mcp_server.serve(lambda approve: open_sandbox(args, approve), *protocol_streams())
+    # so a bad command line or config fails here, in one line, before the protocol starts.
+    config = effective_config(args)
+    served = mcp_server.serve(
+        lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams()
+    )
     return EXIT_OK if served else EXIT_FAILED
 
 
@@ -419,7 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     place.add_argument(
         "--config",
-        help="a corral.toml (default: corral.toml in the workspace, if there is one)",
+        help="the operator's corral.toml, trusted wherever it lies (default: the user config "
+        "$XDG_CONFIG_HOME/corral/corral.toml if it exists; a corral.toml in the workspace "
+        "can only narrow either)",
     )
     for add in COMMANDS:
         add(commands, [place])

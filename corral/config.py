@@ -15,7 +15,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from corral.errors import did_you_mean
-from corral.policy import ACTIONS, ROOT_MODES, Policy, PolicyError, RootSpec, Rule, check_root
+from corral.policy import (
+    ACCESS_KINDS,
+    ACTIONS,
+    HARDLINK_MODES,
+    ROOT_MODES,
+    Policy,
+    PolicyError,
+    RootSpec,
+    Rule,
+    check_root,
+)
 
 CONFIG_NAME = "corral.toml"
 
@@ -57,7 +67,8 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     sandbox: SandboxOptions = field(default_factory=SandboxOptions)
     audit_path: str | None = None  # absolute; None: no audit log
-    source: str | None = None  # the file this came from
+    source: str | None = None  # the operator's file this came from
+    narrowed_by: str | None = None  # the workspace's own corral.toml, applied on top
 
     @property
     def roots(self) -> tuple[RootSpec, ...]:
@@ -90,9 +101,8 @@ def resolve_roots(
     source: str | None = None,
 ) -> tuple[str, tuple[RootSpec, ...]]:
     """Real absolute paths of the roots, each an existing directory that is not a
-    system path; an "ro" root may not lie inside a "rw" root (Landlock grants the
-    union of rules, so the inner root would stay writable). Errors name the
-    config key when `source` is a file, else the argument."""
+    system path; no root may lie inside another (see _check_nesting). Errors name
+    the config key when `source` is a file, else the argument."""
     keys = ("[workspace] root", "[workspace] allowed_paths") if source else (
         "workspace", "allowed_paths")
     real = _real_directory(os.fspath(workspace), keys[0], source)
@@ -113,10 +123,14 @@ def _check_nesting(first: RootSpec, second: RootSpec, source: str | None, key: s
     if first.path == second.path:
         raise ConfigError(f"{second.path} is listed twice", file=source, key=key)
     for inner, outer in ((first, second), (second, first)):
-        if inner.mode == "ro" and outer.mode == "rw" and inner.path.startswith(outer.path + "/"):
+        if inner.path.startswith(outer.path.rstrip("/") + "/"):
+            # One file must get one decision however it is spelled: through the outer
+            # root a rule sees "inner/x", through the inner one "x", and Landlock
+            # grants the union of both roots' rights.
             raise ConfigError(
-                f"read-only root {inner.path} lies inside read-write root {outer.path}, "
-                "where it cannot be enforced; deny writes there with a [[rules]] entry instead",
+                f"root {inner.path} lies inside root {outer.path}: a file there would have "
+                "two spellings that rules decide differently; keep only the outer root "
+                "(and use [[rules]] for the inner directory) or only the inner one",
                 file=source, key=key,
             )
 
@@ -134,16 +148,25 @@ def _real_directory(path: str, key: str, source: str | None) -> str:
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Parse and check one corral.toml."""
+    return parse_config(*read_config(path))
+
+
+def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """(absolute path, TOML data) of one config file."""
     import tomllib  # here, not at the top: the zygote imports this module and never parses TOML
 
     source = os.path.abspath(os.fspath(path))
     try:
         with open(source, "rb") as handle:
-            data = tomllib.load(handle)
+            return source, tomllib.load(handle)
     except OSError as exc:
         raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+
+
+def parse_config(source: str, data: dict[str, Any]) -> Config:
+    """Check the TOML data of the file `source` and build its Config."""
     return _Parser(source).config(data)
 
 
@@ -266,15 +289,19 @@ class _Parser:
     def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
         tools = self.table(data, "tools", TOOL_NAMES)
         modes = {name: self.enum(mode, f"[tools] {name}", ACTIONS) for name, mode in tools.items()}
-        section = self.table(data, "policy", ("default_action", "path_regex"))
+        section = self.table(data, "policy", ("default_action", "path_regex", "hardlinks"))
         default = self.enum(section.get("default_action", "allow"), "[policy] default_action",
                             ACTIONS)
+        hardlinks = self.enum(section.get("hardlinks", "allow"), "[policy] hardlinks",
+                              HARDLINK_MODES)
         regexes = self.strings(section.get("path_regex", []), "[policy] path_regex")
         for index, pattern in enumerate(regexes):
             self.check(lambda p=pattern: Policy(path_regex=(p,)), f"[policy] path_regex[{index}]")
         rules = self.rules(data.get("rules", []))
         return self.check(
-            lambda: Policy(modes, rules, default, regexes, read_only, protected), "[[rules]]"
+            lambda: Policy(modes, rules, default, regexes, read_only, protected,
+                           hardlinks=hardlinks),
+            "[[rules]]",
         )
 
     def rules(self, value: Any) -> tuple[Rule, ...]:
@@ -283,26 +310,31 @@ class _Parser:
             where = f"[[rules]] #{index + 1}"
             if not isinstance(item, dict):
                 raise self.fail(where, f"expected a table, got {_type_name(item)}")
-            self.no_unknown(item, where, ("name", "action", "tools", "paths"))
+            self.no_unknown(item, where, ("name", "action", "tools", "access", "paths"))
             for required in ("name", "action", "paths"):
                 if required not in item:
                     raise self.fail(f"{where} {required}", "missing; a rule needs name, action "
-                                    "and paths (tools defaults to [\"*\"])")
+                                    "and paths (tools defaults to [\"*\"] unless access is set)")
             name = self.string(item["name"], f"{where} name")
             where = f"[[rules]] {name!r}"
             if any(rule.name == name for rule in rules):
                 raise self.fail(f"{where} name", "repeated; rule names must be unique")
             action = self.enum(item["action"], f"{where} action", ACTIONS)
-            tools = self.strings(item.get("tools", ["*"]), f"{where} tools")
+            access = tuple(
+                self.enum(kind, f"{where} access[{i}]", ACCESS_KINDS)
+                for i, kind in enumerate(self.array(item.get("access", []), f"{where} access"))
+            )
+            # A rule that names kinds of access applies to those, plus any tools it names.
+            tools = self.strings(item.get("tools", [] if access else ["*"]), f"{where} tools")
             for tool in tools:
                 if tool != "*" and tool not in TOOL_NAMES:
                     raise self.fail(f"{where} tools", _expected(("*", *TOOL_NAMES), tool))
-            if not tools:
-                raise self.fail(f"{where} tools", "empty; name tools or use [\"*\"]")
+            if not tools and not access:
+                raise self.fail(f"{where} tools", "empty; name tools, access kinds or [\"*\"]")
             paths = self.strings(item["paths"], f"{where} paths")
             if not paths:
                 raise self.fail(f"{where} paths", "empty; a rule needs at least one glob")
-            rule = Rule(name, action, tools, paths)
+            rule = Rule(name, action, tools, paths, access)
             self.check(lambda r=rule: Policy(rules=(r,)), f"{where} paths")
             rules.append(rule)
         return tuple(rules)

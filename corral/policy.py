@@ -34,6 +34,35 @@ DEFAULT_OFF = frozenset({"delete_file"})  # denied unless [tools] enables them
 
 PATH_REGEX_RULE = "path-regex"  # the rule name a whitelist miss reports
 PROTECT_RULE = "protect-corral-files"  # writes to corral.toml and Policy.protected_paths
+HARDLINKS_RULE = "hardlinks"  # reads refused under [policy] hardlinks = "deny"
+HARDLINK_MODES = ("allow", "deny")
+
+# The kinds of access a rule's `access` names. A tool's access to one path is
+# decided from the tool and whether the path is written: `read` is every access
+# that returns (or relocates) file content, `write` every change to the tree,
+# `list` every access that returns names or metadata.
+ACCESS_KINDS = ("read", "write", "list")
+_READ, _WRITE, _LIST = (frozenset({kind}) for kind in ACCESS_KINDS)
+# tool -> (kinds of a path it does not write, kinds of a path it writes)
+TOOL_ACCESS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "read_file": (_READ, _WRITE),
+    "read_multiple_files": (_READ, _WRITE),
+    "grep": (_READ | _LIST, _WRITE),  # file content, and the names of matching files
+    "list_directory": (_LIST, _WRITE),
+    "search_files": (_LIST, _WRITE),
+    "stat_file": (_LIST, _WRITE),
+    "list_allowed_directories": (_LIST, _WRITE),
+    "edit_file": (_READ, _READ | _WRITE),  # the diff shows the file's content
+    "copy_file": (_READ, _WRITE),  # the source is read, the destination written
+    # Both ends: moving a file out of a place puts its content where it can be read.
+    "move_file": (_READ | _WRITE, _READ | _WRITE),
+    "write_file": (_LIST, _WRITE),
+    "append_file": (_LIST, _WRITE),
+    "create_directory": (_LIST, _WRITE),
+    "delete_file": (_LIST, _WRITE),
+}
+# A tool not in the table (none today) is treated as doing everything it could.
+_UNKNOWN_ACCESS = (_READ | _LIST, _READ | _WRITE)
 
 # Bounded so a long session over many paths cannot grow the cache without limit.
 DECISION_CACHE_SIZE = 4096
@@ -51,10 +80,28 @@ class RootSpec:
 
 @dataclass(frozen=True)
 class Rule:
+    """A path rule; it applies to a call whose tool is in `tools` ("*": every
+    tool) or whose access to the path is of a kind in `access`."""
+
     name: str
     action: str  # "allow" | "deny" | "supervised"
     tools: tuple[str, ...]  # tool names or "*"
     paths: tuple[str, ...]  # globs, "**" allowed; relative to the root (or absolute)
+    access: tuple[str, ...] = ()  # "read" | "write" | "list"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "action": self.action, "tools": list(self.tools),
+                "paths": list(self.paths), "access": list(self.access)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rule:
+        return cls(data["name"], data["action"], tuple(data.get("tools", ("*",))),
+                   tuple(data["paths"]), tuple(data.get("access", ())))
+
+
+def access_kinds(tool: str, *, write: bool) -> frozenset[str]:
+    """The kinds of access `tool` makes to a path it writes or does not write."""
+    return TOOL_ACCESS.get(tool, _UNKNOWN_ACCESS)[write]
 
 
 @dataclass(frozen=True)
@@ -71,6 +118,30 @@ class BuiltinRule:
     paths: tuple[str, ...]
     writes_only: bool = False
 
+
+AUTORUN_FILES = (
+    # shells (bash, sh, zsh, ksh, csh, fish) and readline
+    "**/.bashrc", "**/.bash_profile", "**/.bash_login", "**/.bash_logout", "**/.profile",
+    "**/.zshrc", "**/.zshenv", "**/.zprofile", "**/.zlogin", "**/.zlogout", "**/.kshrc",
+    "**/.mkshrc", "**/.cshrc", "**/.tcshrc", "**/.login", "**/.logout", "**/.inputrc",
+    "**/.config/fish/**",
+    # desktop and user session start-up
+    "**/.xprofile", "**/.xinitrc", "**/.xsession", "**/.xsessionrc", "**/.pam_environment",
+    "**/.config/autostart/**", "**/.config/systemd/user/**", "**/.config/environment.d/**",
+    # tools whose config names commands they run: git (aliases, hooks, filters,
+    # core.pager), mercurial, direnv, aws (credential_process), npm (script-shell)
+    "**/.gitconfig", "**/.config/git/**", "**/.hgrc", "**/.hg/hgrc", "**/.envrc",
+    "**/.aws/config", "**/.npmrc",
+    # editors and IDEs: init files and tasks run when a folder is opened
+    "**/.vimrc", "**/.gvimrc", "**/.exrc", "**/.nvimrc", "**/.config/nvim/**", "**/.emacs",
+    "**/.emacs.d/**", "**/.vscode/tasks.json", "**/.vscode/settings.json",
+    "**/.vscode/launch.json",
+    # CI run with the repository's secrets on the next push
+    "**/.github/workflows/**", "**/.github/actions/**", "**/.gitlab-ci.yml",
+    "**/.circleci/**",
+    # Python runs these at every interpreter start when they lie on its path
+    "**/sitecustomize.py", "**/usercustomize.py",
+)
 
 # Matched at any depth and case-insensitively (a case-folding file system would
 # otherwise let `.ENV` through). Override one by giving a [[rules]] entry its name.
@@ -95,9 +166,14 @@ BUILTIN_RULES: tuple[BuiltinRule, ...] = (
     # A write under .git/ (hooks, config) runs code at the next human git command;
     # `.git` itself too: a worktree's `.git` file points git at another directory.
     BuiltinRule("block-git-writes", ("**/.git", "**/.git/**"), writes_only=True),
-    # The agent must not loosen its own policy for the next session nor rewrite the
-    # audit log; Policy.protected_paths adds the real config and audit files.
-    BuiltinRule(PROTECT_RULE, ("corral.toml",), writes_only=True),
+    # Files other programs run without asking: a shell's startup files, git's and
+    # other tools' config that names commands, editor and IDE files that run tasks
+    # when a folder opens, CI definitions run with the repository's secrets.
+    BuiltinRule("block-autorun-writes", AUTORUN_FILES, writes_only=True),
+    # The agent must not loosen the policy of a later session started anywhere in a
+    # root; Policy.protected_paths adds the loaded config, the audit log and the
+    # history store (those cannot be unprotected: see Policy._decide).
+    BuiltinRule(PROTECT_RULE, ("**/corral.toml",), writes_only=True),
 )
 BUILTIN_NAMES = frozenset(rule.name for rule in BUILTIN_RULES)
 
@@ -219,11 +295,13 @@ class _Compiled:
     name: str
     action: str
     tools: frozenset[str] | None  # None: every tool
+    access: frozenset[str]  # kinds of access the rule applies to, beside its tools
     relative: re.Pattern[str] | None  # matched against the root-relative path
     absolute: re.Pattern[str] | None  # matched against root + relative path
 
-    def matches(self, tool: str, rel: str, absolute: str) -> bool:
-        if self.tools is not None and tool not in self.tools:
+    def matches(self, tool: str, kinds: frozenset[str], rel: str, absolute: str) -> bool:
+        by_tool = self.tools is None or tool in self.tools
+        if not by_tool and self.access.isdisjoint(kinds):
             return False
         if self.relative is not None and self.relative.fullmatch(rel):
             return True
@@ -241,12 +319,17 @@ def _compile_rule(rule: Rule) -> _Compiled:
     _check_action(rule.action, f"rule {rule.name!r} action")
     if not rule.paths:
         raise PolicyError(f"rule {rule.name!r} needs at least one path glob")
-    if not rule.tools:
-        raise PolicyError(f"rule {rule.name!r} needs at least one tool name or '*'")
+    if not rule.tools and not rule.access:
+        raise PolicyError(f"rule {rule.name!r} needs at least one tool name, '*' or access kind")
+    for kind in rule.access:
+        if kind not in ACCESS_KINDS:
+            raise PolicyError(
+                f"rule {rule.name!r} access must name {', '.join(ACCESS_KINDS)}; got {kind!r}"
+            )
     relative = _compile_globs([g for g in rule.paths if not g.startswith("/")])
     absolute = _compile_globs([g for g in rule.paths if g.startswith("/")])
     tools = None if "*" in rule.tools else frozenset(rule.tools)
-    return _Compiled(rule.name, rule.action, tools, relative, absolute)
+    return _Compiled(rule.name, rule.action, tools, frozenset(rule.access), relative, absolute)
 
 
 def _named_alternation(rules: list[BuiltinRule], anywhere: bool) -> tuple[str, dict[str, str]]:
@@ -349,38 +432,69 @@ def check_root(path: str) -> None:
             )
 
 
+# How much an action restricts: a workspace config may only move a decision up.
+STRICTNESS = {"allow": 0, "supervised": 1, "deny": 2}
+
+
+def stricter(first: str, second: str) -> str:
+    """The more restrictive of two actions."""
+    return first if STRICTNESS[first] >= STRICTNESS[second] else second
+
+
 @dataclass(frozen=True)
 class Policy:
     """What tools may run and which paths they may touch; JSON round-trips through
-    to_dict/from_dict (the worker rebuilds it from that)."""
+    to_dict/from_dict (the worker rebuilds it from that).
+
+    `workspace_rules` come from an untrusted workspace corral.toml: the first one
+    that matches a path can only make its decision stricter, never looser, and a
+    built-in's name there replaces nothing (corral.config refuses such a file)."""
 
     tool_modes: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny|supervised
     rules: tuple[Rule, ...] = ()
     default_action: str = "allow"
     path_regex: tuple[str, ...] = ()
     read_only: bool = False
-    protected_paths: tuple[str, ...] = ()  # absolute real paths no tool may write
+    protected_paths: tuple[str, ...] = ()  # absolute real paths (and all beneath) no tool writes
+    workspace_rules: tuple[Rule, ...] = ()
+    hardlinks: str = "allow"  # "deny": reads of a file with more than one link are refused
 
     def __post_init__(self) -> None:
         # Normalise lists to tuples so a policy compares equal however it was built, then
         # compile once: decide() runs on every path of every call.
-        object.__setattr__(self, "rules", tuple(
-            Rule(r.name, r.action, tuple(r.tools), tuple(r.paths)) for r in self.rules
-        ))
+        for name in ("rules", "workspace_rules"):
+            object.__setattr__(self, name, tuple(
+                Rule(r.name, r.action, tuple(r.tools), tuple(r.paths), tuple(r.access))
+                for r in getattr(self, name)
+            ))
         object.__setattr__(self, "path_regex", tuple(self.path_regex))
         object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
         for tool, mode in self.tool_modes.items():
             _check_action(mode, f"tool mode of {tool!r}")
         _check_action(self.default_action, "default_action")
-        names = [rule.name for rule in self.rules]
+        if self.hardlinks not in HARDLINK_MODES:
+            raise PolicyError(
+                f"hardlinks must be one of {', '.join(HARDLINK_MODES)}; got {self.hardlinks!r}"
+            )
+        names = [rule.name for rule in (*self.rules, *self.workspace_rules)]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise PolicyError(f"rule names must be unique; repeated: {', '.join(duplicates)}")
-        active = [rule for rule in BUILTIN_RULES if rule.name not in set(names)]
+        for rule in self.workspace_rules:
+            if rule.action == "allow" or rule.name in BUILTIN_NAMES:
+                raise PolicyError(
+                    f"workspace rule {rule.name!r} must deny or supervise under a new name"
+                )
+        replaced = {rule.name for rule in self.rules}
+        active = [rule for rule in BUILTIN_RULES if rule.name not in replaced]
         object.__setattr__(self, "_compiled", tuple(_compile_rule(rule) for rule in self.rules))
+        object.__setattr__(self, "_narrowing", tuple(
+            _compile_rule(rule) for rule in self.workspace_rules
+        ))
         object.__setattr__(self, "_builtins", _BuiltinMatcher(active))
-        protected = PROTECT_RULE not in names
-        object.__setattr__(self, "_protected", frozenset(self.protected_paths if protected else ()))
+        object.__setattr__(self, "_protected", tuple(
+            path.rstrip("/") or "/" for path in self.protected_paths
+        ))
         object.__setattr__(self, "_regexes", compile_path_regex(self.path_regex))
         object.__setattr__(self, "_cache", {})
         object.__setattr__(self, "_default", Decision(self.default_action, None))
@@ -405,9 +519,10 @@ class Policy:
 
     def decide(self, tool: str, root: RootSpec, rel: str, *, write: bool) -> Decision:
         """Decision for one resolved root-relative path: built-in deny rules (each
-        replaced by a user rule of the same name), then user rules in order, then
-        the path_regex whitelist, then default_action. A write into an "ro" root is
-        decided by the caller (read_only error), not here."""
+        replaced by a user rule of the same name), the protected paths, then user
+        rules in order, then the path_regex whitelist, then default_action; a
+        matching workspace rule then may make it stricter. A write into an "ro"
+        root is decided by the caller (read_only error), not here."""
         key = (tool, root.path, rel, write)
         cache: dict[tuple[str, str, str, bool], Decision] = self._cache  # type: ignore[attr-defined]
         decision = cache.get(key)
@@ -424,39 +539,57 @@ class Policy:
         builtin = self._builtins.match(rel, absolute, write)  # type: ignore[attr-defined]
         if builtin is not None:
             return Decision("deny", builtin)
-        if write and absolute in self._protected:  # type: ignore[attr-defined]
+        # Not overridable, not even by a rule named after PROTECT_RULE: the loaded
+        # config, the audit log and the history store are the operator's.
+        if write and self._is_protected(absolute):
             return Decision("deny", PROTECT_RULE)
+        kinds = access_kinds(tool, write=write)
+        decision = self._by_rules(tool, kinds, rel, absolute)
+        if decision.action == "deny":
+            return decision
+        for rule in self._narrowing:  # type: ignore[attr-defined]
+            if rule.matches(tool, kinds, rel, absolute):
+                if stricter(rule.action, decision.action) != decision.action:
+                    return Decision(rule.action, rule.name)
+                break
+        return decision
+
+    def _by_rules(self, tool: str, kinds: frozenset[str], rel: str, absolute: str) -> Decision:
         for rule in self._compiled:  # type: ignore[attr-defined]
-            if rule.matches(tool, rel, absolute):
+            if rule.matches(tool, kinds, rel, absolute):
                 return Decision(rule.action, rule.name)
         regexes: tuple[re.Pattern[str], ...] = self._regexes  # type: ignore[attr-defined]
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
             return Decision("deny", PATH_REGEX_RULE)
         return self._default  # type: ignore[attr-defined,no-any-return]
 
+    def _is_protected(self, absolute: str) -> bool:
+        return any(
+            absolute == path or absolute.startswith(path + "/")
+            for path in self._protected  # type: ignore[attr-defined]
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "tool_modes": dict(self.tool_modes),
-            "rules": [
-                {"name": r.name, "action": r.action, "tools": list(r.tools), "paths": list(r.paths)}
-                for r in self.rules
-            ],
+            "rules": [rule.to_dict() for rule in self.rules],
             "default_action": self.default_action,
             "path_regex": list(self.path_regex),
             "read_only": self.read_only,
             "protected_paths": list(self.protected_paths),
+            "workspace_rules": [rule.to_dict() for rule in self.workspace_rules],
+            "hardlinks": self.hardlinks,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Policy:
         return cls(
             tool_modes=dict(data.get("tool_modes", {})),
-            rules=tuple(
-                Rule(r["name"], r["action"], tuple(r.get("tools", ("*",))), tuple(r["paths"]))
-                for r in data.get("rules", ())
-            ),
+            rules=tuple(Rule.from_dict(r) for r in data.get("rules", ())),
             default_action=data.get("default_action", "allow"),
             path_regex=tuple(data.get("path_regex", ())),
             read_only=bool(data.get("read_only", False)),
             protected_paths=tuple(data.get("protected_paths", ())),
+            workspace_rules=tuple(Rule.from_dict(r) for r in data.get("workspace_rules", ())),
+            hardlinks=data.get("hardlinks", "allow"),
         )

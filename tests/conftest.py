@@ -3,6 +3,7 @@ whose content must never appear in any result."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,13 @@ from corral import Sandbox
 from corral.config import SandboxOptions
 
 SECRET = "TOP-SECRET-OUTSIDE-7f3a9c"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_config(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The tests (and the `corral` processes they start) never pick up the user
+    config of whoever runs them: $XDG_CONFIG_HOME points at an empty directory."""
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
 
 
 @pytest.fixture

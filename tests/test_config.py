@@ -187,7 +187,20 @@ ERRORS = [
     ("[workspace]\nallowed_paths = ['/data', '/data']\n",
      ["[workspace] allowed_paths", "/data is listed twice"]),
     ("[workspace]\nallowed_paths = ['sub']\n",
-     ["[workspace] allowed_paths", "read-only root /home/u/proj/sub lies inside read-write root"]),
+     ["[workspace] allowed_paths", "root /home/u/proj/sub lies inside root /home/u/proj",
+      "two spellings"]),
+    ("[workspace]\nread_only = true\nallowed_paths = [{ path = 'sub', mode = 'rw' }]\n",
+     ["[workspace] allowed_paths", "root /home/u/proj/sub lies inside root /home/u/proj"]),
+    ("[workspace]\nallowed_paths = [{ path = 'sub', mode = 'rw' }]\n",
+     ["[workspace] allowed_paths", "root /home/u/proj/sub lies inside root /home/u/proj"]),
+    ("[[rules]]\nname = 'r'\naction = 'deny'\npaths = ['a']\naccess = ['exec']\n",
+     ["[[rules]] 'r' access[0]", "expected one of 'read', 'write', 'list', got 'exec'"]),
+    ("[[rules]]\nname = 'r'\naction = 'deny'\npaths = ['a']\naccess = 'read'\n",
+     ["[[rules]] 'r' access", "expected an array"]),
+    ("[[rules]]\nname = 'r'\naction = 'deny'\npaths = ['a']\naccess = []\ntools = []\n",
+     ["[[rules]] 'r' tools", "empty"]),
+    ("[policy]\nhardlinks = 'maybe'\n",
+     ["[policy] hardlinks", "expected one of 'allow', 'deny', got 'maybe'"]),
     ("[tools]\nreed_file = 'allow'\n",
      ["[tools] reed_file", "unknown key", "read_file, write_file, edit_file"]),
     ("[tools]\nwrite_file = 'maybe'\n",
@@ -201,7 +214,7 @@ ERRORS = [
     ("[[rules]]\nname = 'r'\naction = 'block'\npaths = ['a']\n",
      ["[[rules]] 'r' action", "expected one of 'allow', 'deny', 'supervised', got 'block'"]),
     ("[[rules]]\nname = 'r'\naction = 'deny'\npath = ['a']\n",
-     ["[[rules]] #1 path", "unknown key", "name, action, tools, paths"]),
+     ["[[rules]] #1 path", "unknown key", "name, action, tools, access, paths"]),
     ("[[rules]]\nname = 'r'\naction = 'deny'\npaths = ['a']\ntools = ['cat']\n",
      ["[[rules]] 'r' tools", "expected one of '*', 'read_file'", "got 'cat'"]),
     ("[[rules]]\nname = 'r'\naction = 'deny'\npaths = ['a']\ntools = []\n",
@@ -219,7 +232,8 @@ ERRORS = [
     ("[policy]\npath_regex = '.*'\n", ["[policy] path_regex", "expected an array of strings"]),
     ("[policy]\npath_regex = ['ok', '(unclosed']\n",
      ["[policy] path_regex[1]", "invalid path_regex '(unclosed'"]),
-    ("[policy]\nregex = []\n", ["[policy] regex", "unknown key", "default_action, path_regex"]),
+    ("[policy]\nregex = []\n",
+     ["[policy] regex", "unknown key", "default_action, path_regex, hardlinks"]),
     ("[limits]\nmax_reed_bytes = 1\n",
      ["[limits] max_reed_bytes", "unknown key", "max_read_bytes, max_write_bytes"]),
     ("[limits]\nmax_read_bytes = -1\n", ["[limits] max_read_bytes", "positive integer, got -1"]),
@@ -261,9 +275,38 @@ def test_resolve_roots_errors_name_arguments_without_a_file(tree: FakeFilesystem
         resolve_roots("/proc/1")
 
 
-def test_read_only_workspace_may_hold_an_ro_root(tree: FakeFilesystem) -> None:
+@pytest.mark.parametrize("modes", [("rw", "rw"), ("rw", "ro"), ("ro", "rw"), ("ro", "ro")])
+def test_no_root_lies_inside_another(tree: FakeFilesystem, modes: tuple[str, str]) -> None:
     tree.create_dir(f"{WS}/vendor")
-    config = load_config(write(tree, "[workspace]\nread_only = true\nallowed_paths = ['vendor']\n"))
-    assert config.roots == (RootSpec(WS, "ro"), RootSpec(f"{WS}/vendor", "ro"))
-    with pytest.raises(ConfigError, match="lies inside read-write root /home/u"):
-        resolve_roots(WS, [RootSpec("/home/u", "rw")], read_only=True)
+    outer, inner = modes
+    with pytest.raises(ConfigError, match=f"root {WS}/vendor lies inside root {WS}"):
+        resolve_roots(WS, [RootSpec(f"{WS}/vendor", inner)], read_only=outer == "ro")
+    with pytest.raises(ConfigError, match=f"root {WS} lies inside root /home/u"):
+        resolve_roots(WS, [RootSpec("/home/u", inner)], read_only=outer == "ro")
+    tree.create_dir(f"{WS}-old")  # a sibling sharing a prefix is not inside
+    assert resolve_roots(WS, [RootSpec(f"{WS}-old", inner)])[1] == (RootSpec(f"{WS}-old", inner),)
+
+
+def test_rules_may_name_access_kinds(tree: FakeFilesystem) -> None:
+    config = load_config(write(tree, """
+[[rules]]
+name = "no-secret-reads"
+action = "deny"
+access = ["read"]
+paths = ["secret/**"]
+
+[[rules]]
+name = "stat-and-writes"
+action = "supervised"
+tools = ["stat_file"]
+access = ["write", "list"]
+paths = ["build/**"]
+
+[policy]
+hardlinks = "deny"
+"""))
+    first, second = config.policy.rules
+    assert (first.tools, first.access) == ((), ("read",))
+    assert (second.tools, second.access) == (("stat_file",), ("write", "list"))
+    assert config.policy.hardlinks == "deny"
+    assert load_config(write(tree, "", f"{WS}/empty.toml")).policy.hardlinks == "allow"

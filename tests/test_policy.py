@@ -17,6 +17,7 @@ from corral.policy import (
     PolicyError,
     RootSpec,
     Rule,
+    access_kinds,
     check_root,
     glob_to_regex,
 )
@@ -170,8 +171,9 @@ def test_builtin_secrets_denied_for_reads_and_writes(rel: str, rule: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "rel", ["src/app.py", ".envrc", "environment.py", ".github/workflows/ci.yml", ".gitignore",
-            "ssh/config", "history.md", "keys.txt", "id.txt"]
+    "rel", ["src/app.py", "environment.py", ".github/ISSUE_TEMPLATE.md", ".gitignore",
+            "ssh/config", "history.md", "keys.txt", "id.txt", "profile.py", "bashrc",
+            ".vscode/extensions.json", "workflows/ci.yml", "src/corral.toml.example"]
 )
 def test_ordinary_paths_allowed(rel: str) -> None:
     policy = Policy()
@@ -185,6 +187,31 @@ def test_git_writes_denied_reads_allowed(rel: str) -> None:
     denied = Decision("deny", "block-git-writes")
     assert decide(policy, rel, tool="write_file", write=True) == denied
     assert decide(policy, rel) == Decision("allow", None)
+
+
+AUTORUN = [
+    ".bashrc", ".zshrc", ".profile", ".bash_profile", "home/u/.zshenv", ".gitconfig",
+    ".config/git/config", ".envrc", "sub/.envrc", ".aws/config", ".vscode/tasks.json",
+    ".vscode/settings.json", ".github/workflows/ci.yml", ".github/workflows",
+    ".GITHUB/Workflows/x.yaml", ".config/fish/config.fish", ".config/autostart/a.desktop",
+    ".vimrc", ".npmrc", ".hg/hgrc", ".gitlab-ci.yml", "lib/sitecustomize.py", ".inputrc",
+]
+
+
+@pytest.mark.parametrize("rel", AUTORUN)
+def test_files_that_run_code_are_not_written_but_read(rel: str) -> None:
+    policy = Policy()
+    denied = Decision("deny", "block-autorun-writes")
+    for tool in ("write_file", "edit_file", "append_file", "move_file", "delete_file"):
+        assert decide(policy, rel, tool=tool, write=True) == denied
+    assert decide(policy, rel) == Decision("allow", None)
+
+
+def test_autorun_protection_is_replaced_by_name_only() -> None:
+    broad = Policy(rules=(Rule("anything", "allow", ("*",), ("**",)),))
+    assert decide(broad, ".bashrc", tool="write_file", write=True).action == "deny"
+    named = Policy(rules=(Rule("block-autorun-writes", "deny", ("*",), (".github/**",)),))
+    assert decide(named, ".bashrc", tool="write_file", write=True) == Decision("allow", None)
 
 
 def test_builtins_cover_a_root_inside_a_secret_directory() -> None:
@@ -210,7 +237,7 @@ def test_builtin_names_are_stable() -> None:
     assert {
         "block-ssh", "block-gnupg", "block-aws-credentials", "block-netrc",
         "block-git-credentials", "block-dotenv", "block-shell-history", "block-private-keys",
-        "block-git-writes", PROTECT_RULE,
+        "block-git-writes", "block-autorun-writes", PROTECT_RULE,
     } == BUILTIN_NAMES
 
 
@@ -220,12 +247,24 @@ def test_protected_paths_and_config_file_are_never_written() -> None:
     assert decide(policy, "logs/audit.jsonl", **write) == Decision("deny", PROTECT_RULE)
     assert decide(policy, "corral.toml", **write) == Decision("deny", PROTECT_RULE)
     assert decide(policy, "logs/audit.jsonl") == Decision("allow", None)
-    assert decide(policy, "sub/corral.toml", **write) == Decision("allow", None)
+    for nested in ("sub/corral.toml", "a/b/c/Corral.toml"):
+        assert decide(policy, nested, **write) == Decision("deny", PROTECT_RULE)
+    assert decide(policy, "sub/corral.toml") == Decision("allow", None)
+
+
+def test_protected_paths_cover_what_lies_beneath_and_cannot_be_unlocked() -> None:
+    protected = ("/home/u/ws/logs/audit.jsonl", "/home/u/ws/state/history/")
+    write = {"tool": "write_file", "write": True}
     unlocked = Policy(
-        rules=(Rule(PROTECT_RULE, "allow", ("*",), ("nothing",)),),
-        protected_paths=("/home/u/ws/logs/audit.jsonl",),
+        rules=(Rule(PROTECT_RULE, "allow", ("*",), ("nothing",)),), protected_paths=protected
     )
-    assert decide(unlocked, "logs/audit.jsonl", **write) == Decision("allow", None)
+    # Replacing the built-in by name lets corral.toml be written (the operator's
+    # choice), never the audit log or the history store.
+    assert decide(unlocked, "sub/corral.toml", **write) == Decision("allow", None)
+    assert decide(unlocked, "logs/audit.jsonl", **write) == Decision("deny", PROTECT_RULE)
+    for rel in ("state/history", "state/history/ab/cd.json"):
+        assert decide(unlocked, rel, **write) == Decision("deny", PROTECT_RULE)
+    assert decide(unlocked, "state/history-old", **write) == Decision("allow", None)
 
 
 # -- path_regex ---------------------------------------------------------------
@@ -269,6 +308,8 @@ def test_to_dict_round_trips_through_json() -> None:
         path_regex=(r"\.py$",),
         read_only=True,
         protected_paths=("/w/corral.toml",),
+        workspace_rules=(Rule("ws-no-read", "deny", (), ("secret/**",), ("read",)),),
+        hardlinks="deny",
     )
     again = Policy.from_dict(json.loads(json.dumps(policy.to_dict())))
     assert again == policy
@@ -312,3 +353,79 @@ def test_case_folding_letters_outside_ascii_still_match() -> None:
     # re.IGNORECASE matches a long s with "s" and the Kelvin sign with "k"
     assert decide(Policy(), ".\u017fsh/id") == Decision("deny", "block-ssh")
     assert decide(Policy(), "x.\u212aey") == Decision("deny", "block-private-keys")
+
+
+# -- access kinds ---------------------------------------------------------------
+
+
+NO_READING_SECRET = Policy(rules=(Rule("no-secret-reads", "deny", (), ("secret/**",), ("read",)),))
+DENIED_READ = Decision("deny", "no-secret-reads")
+
+
+@pytest.mark.parametrize(("tool", "write", "denied"), [
+    ("read_file", False, True), ("read_multiple_files", False, True), ("grep", False, True),
+    ("edit_file", True, True), ("copy_file", False, True), ("move_file", True, True),
+    ("copy_file", True, False), ("write_file", True, False), ("append_file", True, False),
+    ("list_directory", False, False), ("search_files", False, False),
+    ("stat_file", False, False), ("create_directory", True, False),
+    ("delete_file", True, False),
+])
+def test_access_read_covers_every_tool_that_returns_content(
+    tool: str, write: bool, denied: bool
+) -> None:
+    decision = decide(NO_READING_SECRET, "secret/a.txt", tool=tool, write=write)
+    assert decision == (DENIED_READ if denied else Decision("allow", None))
+
+
+def test_access_kinds_of_each_tool() -> None:
+    assert access_kinds("read_file", write=False) == {"read"}
+    assert access_kinds("grep", write=False) == {"read", "list"}
+    assert access_kinds("list_directory", write=False) == {"list"}
+    assert access_kinds("edit_file", write=True) == {"read", "write"}
+    assert access_kinds("copy_file", write=False) == {"read"}
+    assert access_kinds("copy_file", write=True) == {"write"}
+    assert access_kinds("write_file", write=True) == {"write"}
+    assert access_kinds("some_future_tool", write=False) == {"read", "list"}
+
+
+def test_access_beside_tools_is_a_union() -> None:
+    rule = Rule("r", "deny", ("stat_file",), ("x/**",), ("write",))
+    policy = Policy(rules=(rule,))
+    assert decide(policy, "x/a", tool="stat_file").action == "deny"
+    assert decide(policy, "x/a", tool="write_file", write=True).action == "deny"
+    assert decide(policy, "x/a", tool="read_file").action == "allow"
+    with pytest.raises(PolicyError, match="access must name"):
+        Policy(rules=(Rule("bad", "deny", (), ("x",), ("execute",)),))
+    with pytest.raises(PolicyError, match="tool name, '\\*' or access kind"):
+        Policy(rules=(Rule("none", "deny", (), ("x",), ()),))
+
+
+# -- workspace rules narrow only ------------------------------------------------
+
+
+def test_workspace_rules_only_make_a_decision_stricter() -> None:
+    operator = Rule("docs-free", "allow", ("*",), ("docs/**",))
+    gated = Rule("ws-gate", "supervised", ("*",), ("docs/**", "src/**"))
+    sealed = Rule("ws-seal", "deny", ("*",), ("docs/private/**", "vendor/**"))
+    policy = Policy(
+        rules=(operator, Rule("op-deny", "deny", ("*",), ("src/gen/**",))),
+        workspace_rules=(sealed, gated),
+    )
+    assert decide(policy, "docs/a.md") == Decision("supervised", "ws-gate")
+    assert decide(policy, "docs/private/a.md") == Decision("deny", "ws-seal")
+    assert decide(policy, "src/gen/x.py") == Decision("deny", "op-deny")  # stays deny
+    assert decide(policy, "vendor/x") == Decision("deny", "ws-seal")
+    assert decide(policy, "other") == Decision("allow", None)
+    assert decide(policy, ".env") == Decision("deny", "block-dotenv")
+
+
+@pytest.mark.parametrize("rule", [
+    Rule("ws-allow", "allow", ("*",), ("**",)),
+    Rule("block-ssh", "deny", ("*",), ("nothing",)),
+])
+def test_a_workspace_rule_cannot_allow_or_replace_a_builtin(rule: Rule) -> None:
+    with pytest.raises(PolicyError, match="must deny or supervise under a new name"):
+        Policy(workspace_rules=(rule,))
+    with pytest.raises(PolicyError, match="unique"):
+        Policy(rules=(Rule("x", "deny", ("*",), ("a",)),),
+               workspace_rules=(Rule("x", "deny", ("*",), ("b",)),))

@@ -343,11 +343,14 @@ class Root:
             finally:
                 os.close(fd)
 
-    def read_bytes(self, rel: str, *, max_file_bytes: int, guard: Guard = None) -> bytes:
+    def read_bytes(
+        self, rel: str, *, max_file_bytes: int, guard: Guard = None, single_link: str | None = None
+    ) -> bytes:
         """Whole regular file (follows symlinks beneath the root). Opens O_NONBLOCK and
         decides from fstat: dir -> is_a_directory, FIFO/socket/device ->
         not_a_regular_file (never blocks), size > max_file_bytes -> too_large naming
-        both sizes."""
+        both sizes; with `single_link` (a rule name), a file with more than one hard
+        link -> path_denied naming that rule (another name of it may be denied)."""
         path = check_path("read", rel)
         with translated("read", rel), self._target(path, follow=True, guard=guard) as t:
             _guard(guard, t.rel)
@@ -356,6 +359,11 @@ class Root:
             try:  # os.read, not a file object: ~3 us less per read
                 st = os.fstat(fd)
                 _require_file(st)
+                if single_link is not None and st.st_nlink > 1:
+                    raise CorralError("path_denied", fail(
+                        "path_denied", "read", rel, f"the file has {st.st_nlink} hard links and "
+                        "the policy refuses reading a file with more than one",
+                    ).message, rule=single_link)
                 if st.st_size > max_file_bytes:
                     raise self._too_large("read", rel, st.st_size, max_file_bytes)
                 chunks, size = [], 0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from corral.errors import CorralError
 from corral.fs import Root
-from corral.policy import RootSpec
+from corral.policy import HARDLINKS_RULE, RootSpec
 from corral.tools.base import Context, Touched
 
 
@@ -130,3 +130,13 @@ def open_target(ctx: Context, path: str, *, write: bool) -> tuple[Root, str, Pat
     """(root, rel, guard) for one path argument."""
     root, rel = target(ctx, path, write=write)
     return root, rel, guard(ctx, root, path, write=write)
+
+
+def content(ctx: Context, root: Root, rel: str, check: Callable[[str], None]) -> bytes:
+    """The bytes of a file whose content a tool returns (or shows in a diff): under
+    [policy] hardlinks = "deny" a file with more than one link is refused, decided
+    on the opened fd, since another name of the same inode may be a denied one."""
+    single = HARDLINKS_RULE if ctx.policy.hardlinks == "deny" else None
+    return root.read_bytes(
+        rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check, single_link=single
+    )

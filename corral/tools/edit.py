@@ -11,7 +11,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.fs import content_version
-from corral.tools.access import open_target
+from corral.tools.access import content, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 from corral.tools.read import is_binary
 from corral.tools.write import utf8
@@ -261,7 +261,7 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     edits = edits_of(args)
     root, rel, check = open_target(ctx, path, write=True)
-    data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+    data = content(ctx, root, rel, check)
     # hashed only when a version is asked for (~140 us for 100 KiB): the write compares bytes
     if args["expected_version"] is not None and args["expected_version"] != content_version(data):
         raise CorralError("conflict", f"{path} changed since version {args['expected_version']}.")

@@ -8,7 +8,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import CrossFilesystem, FileInfo
 from corral.tools import render
-from corral.tools.access import moved, open_target
+from corral.tools.access import content, moved, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 
 
@@ -97,7 +97,7 @@ def copy_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     source, destination = args["source"], args["destination"]
     src_root, src_rel, src_check = open_target(ctx, source, write=False)
     dst_root, dst_rel, dst_check = open_target(ctx, destination, write=True)
-    data = src_root.read_bytes(src_rel, max_file_bytes=ctx.limits.max_file_bytes, guard=src_check)
+    data = content(ctx, src_root, src_rel, src_check)
     # The copy keeps the source's permission bits (a copied script stays executable).
     info = src_root.info(src_rel, follow=True, guard=src_check)
     dst_root.write_atomic(

@@ -10,7 +10,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import content_version
 from corral.tools import render
-from corral.tools.access import as_given, open_target
+from corral.tools.access import as_given, content, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 
 HARD_READ_CEILING = 4 * 1024 * 1024  # content per call, whatever the config says: frames stay small
@@ -94,7 +94,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             "invalid_arguments", "argument 'offset' must not be 0 (lines start at 1)."
         )
     root, rel, check = open_target(ctx, path, write=False)
-    data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+    data = content(ctx, root, rel, check)
     version = content_version(data)
     if args["encoding"] == "utf-8":
         media_type = image_type(data)

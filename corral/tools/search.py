@@ -10,7 +10,7 @@ from corral.errors import CorralError
 from corral.fs import Root
 from corral.policy import PolicyError, RootSpec, glob_to_regex
 from corral.tools import render
-from corral.tools.access import approval_key, joined, open_target
+from corral.tools.access import approval_key, content, joined, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 from corral.tools.listing import Resolved, shown
 from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget, split_lines
@@ -113,7 +113,7 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
     )
     if info.type != "dir":
         # A file named explicitly: its errors are the caller's to see.
-        data = root.read_bytes(rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+        data = content(ctx, root, rel, check)
         if is_binary(data):
             raise CorralError("binary_file", f"{path} is a binary file; grep searches text.")
         found.search(shown_path(ctx, root, seen.path), data)
@@ -162,9 +162,8 @@ def _read_quietly(ctx: Context, root: Root, resolved: str, approved_dir: bool) -
     """A walked file's text, or None when grep should pass it by: unreadable, too
     large, binary, denied or supervised by policy, or gone meanwhile."""
     try:
-        data = root.read_bytes(
-            resolved, max_file_bytes=ctx.limits.max_file_bytes,
-            guard=lambda opened: _searchable(ctx, root, opened, approved_dir),
+        data = content(
+            ctx, root, resolved, lambda opened: _searchable(ctx, root, opened, approved_dir)
         )
     except CorralError:
         return None
