@@ -86,10 +86,7 @@ class _Core:
         self._owns_audit = audit is not None and not isinstance(audit, Audit)
         self.audit = Audit(audit) if self._owns_audit else audit  # type: ignore[arg-type]
         if self.audit is not None:  # no tool may rewrite the log of what tools did
-            log = os.path.realpath(self.audit.path)
-            self.policy = dataclasses.replace(
-                self.policy, protected_paths=(*self.policy.protected_paths, log)
-            )
+            self.policy = self.policy.protecting(os.path.realpath(self.audit.path))
         self._state = threading.Condition()
         self._running = 0
         self.closed = False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 ACTIONS = ("allow", "deny", "supervised")
@@ -498,6 +498,12 @@ class Policy:
         object.__setattr__(self, "_regexes", compile_path_regex(self.path_regex))
         object.__setattr__(self, "_cache", {})
         object.__setattr__(self, "_default", Decision(self.default_action, None))
+
+    def protecting(self, *paths: str) -> Policy:
+        """This policy with more paths no tool may write, each with everything beneath
+        it (the audit log, a history store): absolute real paths, symlinks resolved
+        by the caller (decisions compare resolved paths)."""
+        return replace(self, protected_paths=(*self.protected_paths, *paths))
 
     def tool_mode(self, tool: str, *, writes: bool) -> str:
         """Mode of a tool: read_only denies writers; delete_file denied unless enabled."""

@@ -265,6 +265,9 @@ def test_protected_paths_cover_what_lies_beneath_and_cannot_be_unlocked() -> Non
     for rel in ("state/history", "state/history/ab/cd.json"):
         assert decide(unlocked, rel, **write) == Decision("deny", PROTECT_RULE)
     assert decide(unlocked, "state/history-old", **write) == Decision("allow", None)
+    more = Policy().protecting("/home/u/ws/logs")
+    assert more.protected_paths == ("/home/u/ws/logs",)
+    assert decide(more, "logs/a", **write) == Decision("deny", PROTECT_RULE)
 
 
 # -- path_regex ---------------------------------------------------------------
