@@ -26,11 +26,12 @@ from corral.config import Config, Limits, SandboxOptions, load_config, resolve_r
 from corral.errors import CorralError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.tools.access import TOOL_MODE_RULE  # audit rule of a call its tool's mode decided
 from corral.tools.registry import TOOLS, error_result, lookup, shown_name, validate
+from corral.tools.render import escaped
 
 MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
-TOOL_MODE_RULE = "tool-mode"  # audit rule of a call decided by its tool's mode ([tools])
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 NO_ONE_TO_ASK = " and nothing here can ask for it"  # approval_required: no approve callback
 
@@ -57,6 +58,19 @@ def _paths(arguments: dict[str, Any]) -> list[str]:
     named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
     named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
     return [posixpath.normpath(p) for p in named]
+
+
+def _target(need: dict[str, Any], workspace: str) -> dict[str, Any]:
+    """One path needing approval, as approve() sees it (see _Core._request)."""
+    root, path, given = need["root"], need["resolved"], need["path"]
+    absolute = posixpath.join(root, path) if path != "." else root
+    shown = path if root == workspace else absolute
+    if posixpath.normpath(given) not in (path, absolute):
+        shown += f" (given as {given})"  # tpl/../deploy.yml through a symlink, say
+    return {
+        "root": escaped(root), "path": escaped(path), "given": escaped(given),
+        "rule": need.get("rule") or None, "shown": escaped(shown),
+    }
 
 
 class _Core:
@@ -161,14 +175,14 @@ class _Core:
             args = validate(tool, arguments)
         except CorralError as error:
             return error_result(shown_name(name), error)
-        if mode == "supervised":
-            ask = {"tool": tool.name, "arguments": args, "paths": _paths(args)}
-            refusal = yield from self._ask(
-                ask, f"the tool {tool.name} needs approval",
+        if mode == "supervised" and self.approve is None:
+            return (yield from self._ask(
+                {"tool": tool.name}, f"the tool {tool.name} needs approval",
                 fix=f'; set {tool.name} = "allow" in [tools] to run it without asking',
-            )
-            if refusal is not None:
-                return refusal
+            ))
+        # A supervised tool, or a path a supervised rule matches: the worker resolves
+        # each path, stops before acting and names what needs a yes; the host asks
+        # about those resolved paths and sends the call again with them approved.
         approved: list[str] = []
         response: dict[str, Any] = {}
         for _ in range(MAX_APPROVAL_ROUNDS):
@@ -182,21 +196,32 @@ class _Core:
             ]
             if not needed or self.approve is None:
                 return response
-            ask = {
-                "tool": tool.name, "arguments": args,
-                "paths": [need["path"] for need in needed],
-                "resolved": [posixpath.join(need["root"], need["resolved"]) for need in needed],
-                "rules": [need.get("rule") for need in needed],
-            }
+            ask = self._request(tool.name, args, needed)
             rule = next((need["rule"] for need in needed if need.get("rule")), None)
             why = f" (rule {rule!r})" if rule else ""
-            refusal = yield from self._ask(
-                ask, f"{', '.join(ask['paths'])} needs approval{why}", rule
-            )
+            shown = ", ".join(target["shown"] for target in ask["targets"])
+            refusal = yield from self._ask(ask, f"{shown} needs approval{why}", rule)
             if refusal is not None:
                 return {**refusal, "meta": response.get("meta", {})}
             approved += [need["key"] for need in needed]
         return response
+
+    def _request(
+        self, tool: str, args: dict[str, Any], needed: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """What approve() is asked (the keys are documented API): every path as
+        resolved in the worker, root-relative, with its root, as the caller spelled
+        it and a one-line `shown` form; control characters escaped throughout."""
+        targets = [_target(need, self.roots[0].path) for need in needed]
+        return {
+            "tool": tool, "arguments": args,
+            "paths": [target["given"] for target in targets],
+            "resolved": [
+                escaped(posixpath.join(need["root"], need["resolved"])) for need in needed
+            ],
+            "rules": [target["rule"] for target in targets],
+            "targets": targets,
+        }
 
     def _ask(
         self, ask: dict[str, Any], what: str, rule: str | None = None, fix: str = ""
@@ -254,12 +279,14 @@ class _Core:
 class Sandbox:
     """File tools confined to a workspace. Thread-safe; close it (or use `with`).
 
-    `approve(request) -> bool` is asked before a supervised call runs. For a
-    tool in mode "supervised" the request is {"tool", "arguments", "paths"}
-    (the paths named, normalised lexically); for a path that a "supervised"
-    rule matched it also carries "resolved" (absolute host paths, after
-    symlinks) and "rules", and a call that touches several such paths (move,
-    copy, read_multiple_files) may ask more than once. No callback:
+    `approve(request) -> bool` is asked before a supervised call (a tool in
+    mode "supervised", or a path a "supervised" rule matches) acts, once its
+    paths are resolved: {"tool", "arguments", "paths" (as given), "resolved"
+    (absolute), "rules" (None: the tool's mode), "targets" ([{"root", "path"
+    (root-relative, resolved), "given", "rule", "shown" (one line to show)}])},
+    strings escaped (control characters, backslashes). A call that touches
+    several paths (move, copy) may ask more than once; a path that resolves
+    differently when the call runs is asked about again. No callback:
     approval_required; a refusal: approval_denied.
     `allowed_paths` (RootSpec list) and `options` (SandboxOptions) come from
     corral.toml with `from_config`; they may be given here too.

@@ -178,7 +178,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def ask_on_terminal(request: dict[str, Any]) -> bool:
     """A supervised call's approval, asked of the person at the terminal."""
-    tool, paths = request["tool"], request.get("resolved") or request.get("paths") or []
+    tool, paths = request["tool"], [target["shown"] for target in request.get("targets") or ()]
     rules = [rule for rule in request.get("rules") or () if rule]
     why = f"rule {', '.join(rules)}" if rules else f'{tool} = "supervised" in [tools]'
     on = f" on {', '.join(paths)}" if paths else ""

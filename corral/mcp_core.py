@@ -206,9 +206,9 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
 
 
 def approval_message(request: dict[str, Any]) -> str:
-    """What the user is asked: the tool, the paths as the agent gave them, and the
-    rules that asked for approval (a path rule's round names them)."""
-    paths = request.get("paths") or []
+    """What the user is asked: the tool, the paths as resolved (and as the agent
+    spelled them, where that differs), and the rules that asked for approval."""
+    paths = [target["shown"] for target in request.get("targets") or ()]  # escaped
     where = f" on {', '.join(str(path) for path in paths)}" if paths else ""
     rules = sorted({str(rule) for rule in request.get("rules") or () if rule})
     why = f" (rule {', '.join(rules)})" if rules else ""

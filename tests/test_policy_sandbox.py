@@ -417,7 +417,9 @@ def test_async_sandbox_approvals(ws: Path) -> None:
             args = {"path": "./src/../alias.py", "content": "async\n"}
             first = await sb.call("write_file", args)
             second = await sb.call("write_file", args)
-        assert [request["paths"] for request in asked] == [["alias.py"], ["alias.py"]]
+        # asked about the file the write lands in, not the lexically tidied spelling
+        assert [request["paths"] for request in asked] == [["./src/../alias.py"]] * 2
+        assert [request["targets"][0]["path"] for request in asked] == ["src/app.py"] * 2
         return [code(first), code(second)]
 
     assert asyncio.run(scenario()) == ["approval_denied", None]

@@ -27,6 +27,10 @@ def as_given(ctx: Context, error: CorralError) -> CorralError:
     return CorralError(error.code, message, rule=error.rule)
 
 
+# The rule a path decided by its tool's "supervised" mode is recorded under (audit).
+TOOL_MODE_RULE = "tool-mode"
+
+
 def approval_key(root: str, resolved: str) -> str:
     """The token the host approves for one resolved path."""
     return f"{root}\0{resolved}"
@@ -70,18 +74,24 @@ class PathCheck:
     def __call__(self, resolved: str) -> None:
         ctx, path = self.ctx, self.path
         decision = ctx.policy.decide(ctx.tool, self.spec, resolved, write=self.write)
-        _record(ctx, Touched(path, self.root.path, resolved, decision.action, decision.rule))
-        if decision.action == "deny":
-            raise _denied(path, decision.rule)
-        if decision.action == "supervised":
+        action, rule = decision.action, decision.rule
+        if action == "allow" and ctx.supervised:
+            action, rule = "supervised", TOOL_MODE_RULE
+        _record(ctx, Touched(path, self.root.path, resolved, action, rule))
+        if action == "deny":
+            raise _denied(path, rule)
+        if action == "supervised":
             key = approval_key(self.root.path, resolved)
             if key not in ctx.approved:
+                # The host asks about this resolved path and sends the call again with
+                # its key approved; a path that resolves differently then asks again.
                 ctx.needs_approval.append(
                     {"key": key, "root": self.root.path, "resolved": resolved, "path": path,
                      "rule": decision.rule or ""}
                 )
+                why = f"the tool {ctx.tool}'s mode" if rule == TOOL_MODE_RULE else _why(rule)
                 raise CorralError(
-                    "approval_required", f"{path} needs approval under {_why(decision.rule)}.",
+                    "approval_required", f"{path} needs approval under {why}.",
                     rule=decision.rule,
                 )
 

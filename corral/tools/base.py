@@ -37,6 +37,9 @@ class Context:
     tool: str = ""  # the tool being run: policy decisions are per tool
     needs_approval: list[dict[str, str]] = field(default_factory=list)
     given: dict[str, str] = field(default_factory=dict)  # root-relative path -> as given
+    # The tool's mode is "supervised": every path it touches needs the host's yes,
+    # asked once the path is resolved (the host cannot know what a path names).
+    supervised: bool = False
 
 
 @dataclass(frozen=True)

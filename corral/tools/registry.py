@@ -78,9 +78,11 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     try:
         tool = lookup(name)
         # Checked here too, not only in the host: the worker trusts no request.
-        if ctx.policy.tool_mode(tool.name, writes=tool.writes) == "deny":
+        mode = ctx.policy.tool_mode(tool.name, writes=tool.writes)
+        if mode == "deny":
             why = ctx.policy.disabled_reason(tool.name, writes=tool.writes)
             raise CorralError("tool_disabled", why)
+        call.supervised = mode == "supervised"
         outcome = tool.run(call, validate(tool, request.get("arguments", {})))
         size = outcome.bytes
         response: dict[str, Any] = {

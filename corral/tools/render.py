@@ -53,3 +53,18 @@ def error_line(code: str, message: str) -> str:
 
 def size_text(size: int) -> str:
     return "1 byte" if size == 1 else f"{size} bytes"
+
+
+def escaped(text: str) -> str:
+    """`text` fit to show a person: control and format characters (newlines, escape
+    sequences, bidi overrides) and backslashes as Python escapes, so a file name
+    cannot rewrite a prompt or a terminal, and no two names look alike."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(_escaped_char(char) for char in text)
+
+
+def _escaped_char(char: str) -> str:
+    if char == "\\":
+        return "\\\\"
+    return char if char.isprintable() else repr(char)[1:-1]  # \n, \x1b, \u202e
