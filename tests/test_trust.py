@@ -114,6 +114,9 @@ def test_a_workspace_config_narrows(capsys: pytest.CaptureFixture[str], home: Pa
     assert code == 1 and json.loads(out)["error"]["rule"] == "no-hello"
     code, out, _ = run(capsys, "tools", "--workspace", str(ws))
     assert "write_file" not in {tool["name"] for tool in json.loads(out)}
+    code, out, _ = run(capsys, "doctor", "--workspace", str(ws))
+    assert f"narrowed by: {ws / 'corral.toml'} (the workspace's own, untrusted)" in out
+    assert "  workspace rule    no-hello: deny for read hello.txt" in out.splitlines()
 
 
 def test_the_operator_config_is_trusted_and_the_workspace_narrows_it(
