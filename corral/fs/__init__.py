@@ -1,6 +1,6 @@
 """Root: a directory handle beneath which every path is resolved (hazmat layer)."""
 
-from corral.fs._atomic import TEMP_PREFIX
+from corral.fs._atomic import TEMP_PREFIX, temp_owner
 from corral.fs._errors import CrossFilesystem
 from corral.fs.root import Entry, FileInfo, Root, WriteOutcome
 from corral.fs.roots import Roots
@@ -15,4 +15,5 @@ __all__ = [
     "Roots",
     "WriteOutcome",
     "content_version",
+    "temp_owner",
 ]

@@ -3,7 +3,7 @@
 Temp files are named TEMP_PREFIX + "<pid>-<random>" in the target's own
 directory (so the rename never crosses a filesystem). A writer killed between
 create and rename leaves one behind; `stale_temp` tells which of them a
-cleanup may remove (Root.remove_stale_temps).
+cleanup may remove (Root.remove_stale_temps), `temp_owner` whose pid made one.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import errno
 import fcntl
 import io
 import os
+import re
 import stat
 import time
 from collections.abc import Collection, Iterator
@@ -24,6 +25,7 @@ TEMP_PREFIX = ".corral-tmp-"
 STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old temp is orphaned
 _SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
 _READ_CHUNK = 1 << 20  # reading the current content for expected_version, a MiB at a time
+_TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9]{1,10})-[0-9a-f]{16}")
 
 
 class VersionMismatch(Exception):
@@ -32,6 +34,12 @@ class VersionMismatch(Exception):
 
 def temp_name() -> str:
     return f"{TEMP_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid in a name temp_name() made; None for any other name."""
+    match = _TEMP_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
 
 
 def stale_temp(name: str, mtime: float, *, dead_pids: Collection[int], min_age: float) -> bool:

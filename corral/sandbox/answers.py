@@ -19,6 +19,11 @@ def malformed(response: dict[str, Any], request: dict[str, Any]) -> str | None:
     """Why `response` cannot be the answer to `request`; None if it can."""
     if "cleanup" in request:
         return None if _count(response.get("removed")) else "a cleanup answer without a count"
+    if "find_temps" in request:
+        temps = response.get("temps")
+        return None if isinstance(temps, list) and all(map(_temp, temps)) else (
+            "a temp listing that is not [root index, path, pid] triples"
+        )
     tool = request.get("tool")
     if response.get("tool") != tool and (isinstance(tool, str) or response.get("tool") != ""):
         return "an answer for another tool"
@@ -70,6 +75,13 @@ def _meta(meta: Any) -> str | None:
     if not _count(meta.get("bytes", 0)):
         return "meta.bytes that is not a count"
     return None
+
+
+def _temp(item: Any) -> bool:
+    return (
+        isinstance(item, list) and len(item) == 3 and _count(item[0])
+        and isinstance(item[1], str) and _count(item[2])
+    )
 
 
 def _strings(entry: dict[str, Any], fields: tuple[str, ...]) -> bool:

@@ -55,6 +55,12 @@ class Broker:
         self._owner = os.getpid()
         # asubmit's threads: one per worker, since no more calls can run at once.
         self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
+        # Temp files a killed host's workers left go in the background: the walk costs
+        # ~4 us an entry, and the first calls need not wait for it; close() waits.
+        self._sweeper = threading.Thread(
+            target=self._pool.sweep_temps, name="corral-sweep", daemon=True
+        )
+        self._sweeper.start()
 
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run one request in a worker; the answer is the registry's result dict."""
@@ -74,6 +80,7 @@ class Broker:
     def close(self) -> None:
         """Stop the workers and the zygote; nothing of the sandbox outlives this."""
         self._threads.shutdown(wait=True)
+        self._sweeper.join()  # so every start's sweep finishes (a call's timeout bounds it)
         self._pool.close()
 
     @property

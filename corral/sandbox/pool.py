@@ -355,6 +355,39 @@ class Pool:
             if "removed" in self.call({"id": -int(request.get("id") or 0), "cleanup": crash}):
                 return
 
+    def sweep_temps(self) -> int:
+        """Remove the temp files of writers that died mid-write unseen by this pool
+        (a killed host's workers die with it). A worker of its own, outside the pool
+        (so no call waits for it and no count changes), lists every temp file; the
+        host keeps those whose writer's pid is alive now (another sandbox's worker on
+        the same workspace), and the worker removes exactly the other names: a pid
+        reused since the listing can only keep a file. Returns how many were removed."""
+        try:
+            pid, sock, pidfd = self.zygote.spawn()
+        except SandboxError:
+            return 0
+        worker = Worker(pid, sock, pidfd, max_calls=2)
+        try:
+            worker.boot(self.options.max_frame_bytes)
+            if worker.layers is None or worker.layers != self.confinement:
+                return 0  # not confined as the pool's workers are: it runs nothing
+            listing = self._exchange(worker, {"id": 1, "find_temps": True})
+            dead = [[index, path] for index, path, pid in listing["temps"] if not _alive(pid)]
+            if not dead:
+                return 0
+            return int(self._exchange(worker, {"id": 2, "cleanup": {"temps": dead}})["removed"])
+        except (WorkerLost, TimeoutError, ProtocolError):
+            return 0
+        finally:
+            worker.kill()
+            worker.close()
+            self.zygote.wait(pid)
+
+    def _exchange(self, worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
+        limit = self.options.max_frame_bytes
+        deadline = time.monotonic() + self.limits.timeout_s
+        return worker.exchange(encode(request, limit), request, deadline, limit)
+
     def checkout(self) -> Worker:
         """Take an idle worker, waiting for one; a worker that died idle is replaced first."""
         while True:
@@ -503,6 +536,16 @@ class Pool:
             raise SandboxError("The sandbox is closed.")
         if self._halted:
             raise SandboxError(f"The sandbox halted: {self._halted}.")
+
+
+def _alive(pid: int) -> bool:
+    """A process that can still write: a zombie (dead, not yet reaped) cannot."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # cannot tell: keep its file
 
 
 def failure(request: dict[str, Any], code: str, message: str) -> dict[str, Any]:

@@ -24,6 +24,9 @@ HEADER = struct.Struct(">I")
 CONTROL_FRAME_BYTES = 4 * 1024 * 1024
 # A cleanup request {"id", "cleanup": {"pid", "tool", "arguments"}} carries only these
 # arguments of the dead worker's call: where a writing tool puts its temp file.
+# {"id", "cleanup": {"temps": [[root index, path], ...]}} removes those temp files, which
+# {"id", "find_temps": true} -> {"id", "temps": [[root index, path, pid], ...]} listed.
+# Both answer {"id", "removed": count}.
 CLEANUP_ARGUMENTS = ("path", "destination")
 
 # How a worker's exit code tells the pool why it ended (gunicorn's WORKER_BOOT_ERROR idea).

@@ -18,7 +18,7 @@ from typing import Any
 
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
-from corral.fs import Root, Roots
+from corral.fs import Root, Roots, temp_owner
 from corral.policy import Policy
 from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.confine import confine
@@ -41,6 +41,9 @@ from corral.tools.registry import TOOLS, execute
 # wake-up), and an agent's next call often comes within it. It yields the CPU while it
 # polls, so it never holds a core that something else wants.
 NEXT_REQUEST_SPIN_S = 500e-6
+# find_temps looks at this many entries per root at most: ~4 us each, so a sweep of a
+# huge tree stays within a second or so (a temp past that many stays where it is).
+SWEEP_MAX_ENTRIES = 250_000
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,14 @@ def _spin_for_request(poller: select.poll) -> None:
 def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
     """One tool call; the registry never raises (it gives each call its own Context)."""
     if "cleanup" in request:
-        return {"id": request.get("id"), "removed": clean_after(request["cleanup"], setup)}
+        cleanup = request["cleanup"]
+        removed = (
+            remove_temps(cleanup["temps"], setup) if "temps" in cleanup
+            else clean_after(cleanup, setup)
+        )
+        return {"id": request.get("id"), "removed": removed}
+    if "find_temps" in request:
+        return {"id": request.get("id"), "temps": find_temps(setup)}
     response = execute(setup.context, request)
     response["id"] = request.get("id")
     return response
@@ -137,6 +147,38 @@ def clean_after(crash: dict[str, Any], setup: Setup) -> int:
                 removed += root.remove_stale_temps(
                     parent, dead_pids=[int(crash["pid"])], recursive=False
                 )
+    return removed
+
+
+def find_temps(setup: Setup) -> list[list[Any]]:
+    """Every temp file in the writable roots: [root index, path, pid of its writer]."""
+    found: list[list[Any]] = []
+    for index, root in enumerate(setup.roots.all()):
+        if root.mode != "rw":
+            continue
+        with contextlib.suppress(CorralError):
+            for count, entry in enumerate(root.walk("."), 1):
+                if count > SWEEP_MAX_ENTRIES:
+                    break
+                pid = temp_owner(posixpath.basename(entry.path))
+                if pid is not None and entry.type == "file":
+                    found.append([index, entry.path, pid])
+    return found
+
+
+def remove_temps(temps: Any, setup: Setup) -> int:
+    """Remove the named temp files ([root index, path] pairs); any other name is
+    left alone. Best effort: returns how many."""
+    roots = setup.roots.all()
+    removed = 0
+    for item in temps if isinstance(temps, list) else ():
+        index, path = item if isinstance(item, list) and len(item) == 2 else (None, None)
+        if not (isinstance(index, int) and 0 <= index < len(roots) and isinstance(path, str)):
+            continue
+        if roots[index].mode == "rw" and temp_owner(posixpath.basename(path)) is not None:
+            with contextlib.suppress(CorralError):
+                roots[index].unlink(path)
+                removed += 1
     return removed
 
 

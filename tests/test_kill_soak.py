@@ -1,0 +1,83 @@
+"""Short version of scripts/kill_soak.py (SIGKILL of the worker or the host in the
+middle of write/edit/append/move: nothing torn, no temp file left), and the start-up
+sweep that removes the temp files of writers that died unseen by any pool."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from corral import Sandbox
+from corral.policy import RootSpec
+
+_spec = importlib.util.spec_from_file_location(
+    "kill_soak", Path(__file__).resolve().parent.parent / "scripts" / "kill_soak.py"
+)
+assert _spec is not None and _spec.loader is not None
+kill_soak = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kill_soak)
+
+HEX = "0123456789abcdef"
+
+
+def test_worker_killed_mid_call_tears_nothing(tmp_path: Path):
+    outcomes = kill_soak.worker_kills(tmp_path / "ws", kills=8)  # raises on a torn file
+    assert outcomes["worker_crashed"] == 8
+
+
+def test_host_killed_mid_call_tears_nothing(tmp_path: Path):
+    outcomes = kill_soak.host_kills(tmp_path / "ws", kills=2, seed=3)  # raises as above
+    assert outcomes["kills"] == 2
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process now
+    return child.pid
+
+
+def test_start_removes_temps_of_dead_writers_only(tmp_path: Path):
+    ws, ro = tmp_path / "ws", tmp_path / "ro"
+    (ws / "sub" / "deep").mkdir(parents=True)
+    ro.mkdir()
+    dead = _dead_pid()
+    gone = [ws / f".corral-tmp-{dead}-{HEX}", ws / "sub" / "deep" / f".corral-tmp-{dead}-{HEX}"]
+    kept = [
+        ws / f".corral-tmp-{os.getpid()}-{HEX}",  # a live writer's (another sandbox's)
+        ws / f".corral-tmp-{dead}-{HEX}.bak",  # not a name corral makes
+        ws / f".corral-tmp-{dead}-xyz",
+        ws / "sub" / "corral-tmp-1",
+        ro / f".corral-tmp-{dead}-{HEX}",  # a read-only root is never written
+    ]
+    for path in gone + kept:
+        path.write_text("partial")
+    with Sandbox(ws, allowed_paths=[RootSpec(str(ro), "ro")]):
+        pass  # the sweep runs in the background; close() waits for it
+    assert [p for p in gone if p.exists()] == []
+    assert [p for p in kept if not p.exists()] == []
+
+
+def test_start_keeps_the_temp_of_another_sandboxs_running_write(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    with Sandbox(tmp_path / "ws", workers=1) as first:
+        writer = first._executor.pids()["workers"][0]
+        in_flight = tmp_path / "ws" / f".corral-tmp-{writer}-{HEX}"
+        in_flight.write_text("half of a write")
+        with Sandbox(tmp_path / "ws"):
+            pass
+        assert in_flight.exists()
+    with Sandbox(tmp_path / "ws"):
+        pass  # its writer is gone now
+    assert not in_flight.exists()
+
+
+def test_a_temp_listing_of_the_wrong_shape_loses_the_worker():
+    from corral.sandbox.answers import malformed
+
+    request = {"id": 0, "find_temps": True}
+    assert malformed({"id": 0, "temps": [[0, "a/.corral-tmp-1-x", 1]]}, request) is None
+    for temps in (None, [[0, "x"]], [["0", "x", 1]], [[0, "x", -1]], [[0, 1, 1]], {"0": 1}):
+        assert malformed({"id": 0, "temps": temps}, request), temps
