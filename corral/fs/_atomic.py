@@ -115,6 +115,27 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def append_whole(fd: int, data: bytes) -> None:
+    """write_all for an O_APPEND fd, all or nothing: when a write fails part-way (disk
+    full, a size limit), the part already written is cut off again, so the file never
+    ends in a piece of a record. Not if someone appended after that part meanwhile:
+    cutting would take theirs too."""
+    view = memoryview(data)
+    start = written = 0
+    try:
+        while view:
+            count = os.write(fd, view)
+            if not written:
+                start = os.lseek(fd, 0, os.SEEK_CUR) - count
+            written += count
+            view = view[count:]
+    except OSError:
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        if written and end - written == start and os.fstat(fd).st_size == end:
+            os.ftruncate(fd, start)
+        raise
+
+
 def replace(
     dir_fd: int,
     name: str,

@@ -491,7 +491,7 @@ class Root:
                     )
                 if st.st_size + len(data) > max_file_bytes:
                     raise self._too_large("append", rel, st.st_size + len(data), max_file_bytes)
-                _atomic.write_all(fd, data)
+                _atomic.append_whole(fd, data)
                 return os.fstat(fd).st_size
             finally:
                 os.close(fd)

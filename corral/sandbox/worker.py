@@ -124,8 +124,33 @@ def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
     if "find_temps" in request:
         return {"id": request.get("id"), "temps": find_temps(setup)}
     response = execute(setup.context, request)
+    _say_if_a_root_was_removed(response, setup)
     response["id"] = request.get("id")
     return response
+
+
+def _say_if_a_root_was_removed(response: dict[str, Any], setup: Setup) -> None:
+    """A not_found that comes from a root directory deleted under the running sandbox
+    says so: "no such file or directory" alone sends an agent looking for the wrong
+    thing. (The workers keep the deleted directory open: nothing lands anywhere.)"""
+    files = (response.get("result") or {}).get("files") or []  # read_multiple_files
+    errors = [
+        error for error in [response.get("error"), *(f.get("error") for f in files)]
+        if isinstance(error, dict) and error.get("code") == "not_found"
+    ]
+    if not errors:
+        return
+    gone = [root for root in setup.roots.all() if os.fstat(root.fd).st_nlink == 0]
+    if not gone:
+        return
+    what = (
+        "the workspace directory" if gone[0] is setup.roots.workspace
+        else f"the allowed directory {gone[0].given_path}"
+    )
+    for error in errors:
+        error["message"] = (
+            f"{error['message'].rstrip('.')}; {what} was removed while the sandbox was running."
+        )
 
 
 def clean_after(crash: dict[str, Any], setup: Setup) -> int:

@@ -1,0 +1,270 @@
+"""Malformed-input soak of `corral serve` (MCP over stdio) and `corral serve --jsonl`:
+hypothesis generates batches of broken and half-valid messages (bytes that are not
+UTF-8, JSON that is not an object, NaN, deep nesting, wrong types and ids, real
+tools with random arguments, huge lines); after each batch a few valid calls with
+known answers go in. Every valid call must be answered right, every output line
+must be strict JSON, the server must never die, and its RSS (read from outside
+with psutil) must stay bounded.
+
+    python scripts/fuzz_servers.py [--messages 100000] [--face mcp|jsonl|both]
+
+tests/test_fuzz_servers.py runs a few hundred messages through `fuzz`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+TOOLS = (
+    "read_file", "read_multiple_files", "write_file", "edit_file", "append_file",
+    "list_directory", "search_files", "grep", "create_directory", "stat_file",
+    "move_file", "copy_file", "delete_file", "list_allowed_directories",
+)
+ARGUMENTS = (
+    "path", "paths", "content", "old_string", "new_string", "edits", "offset", "limit",
+    "max_bytes", "encoding", "pattern", "glob", "source", "destination", "overwrite",
+    "recursive", "replace_all", "dry_run", "expected_version", "max_results",
+)
+METHODS = (
+    "initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
+    "notifications/cancelled", "resources/list", "server/discover", "prompts/get", "",
+)
+PROBE = "probe-c41d/known.txt"  # a name no generated call is likely to touch
+PROBE_TEXT = "the known line\n"
+ANSWER_TIMEOUT_S = 60.0  # a valid call is answered within this long, even under load
+BATCH = 50  # messages per hypothesis example
+
+# Leaves and shapes of JSON values, with the awkward corners well represented.
+json_leaf = (
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40)
+    | st.sampled_from(["", "..", "/etc/passwd", "a\0b", "../outside", "hello.txt", "\u202e", "*"])
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner,
+                                                                 max_size=5),
+    max_leaves=15,
+)
+arguments = st.dictionaries(st.sampled_from(ARGUMENTS) | st.text(max_size=8), json_value,
+                            max_size=6)
+request_id = json_value
+
+
+@st.composite
+def mcp_message(draw: st.DrawFn) -> dict[str, Any]:
+    """A JSON-RPC-shaped object with any of its parts wrong or missing."""
+    message: dict[str, Any] = {}
+    if draw(st.integers(0, 9)):
+        message["jsonrpc"] = draw(st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2]))
+    if draw(st.booleans()):
+        message["id"] = draw(request_id)
+    if draw(st.integers(0, 9)):
+        message["method"] = draw(st.sampled_from(METHODS) | st.text(max_size=20))
+    if draw(st.booleans()):
+        tool_call = {"name": draw(st.sampled_from(TOOLS) | st.text(max_size=12)),
+                     "arguments": draw(arguments | json_value)}
+        message["params"] = draw(st.just(tool_call) | json_value)
+    if not draw(st.integers(0, 9)):
+        message[draw(st.sampled_from(["result", "error"]))] = draw(json_value)
+    return message
+
+
+@st.composite
+def jsonl_message(draw: st.DrawFn) -> dict[str, Any]:
+    message: dict[str, Any] = {}
+    if draw(st.booleans()):
+        message["id"] = draw(request_id)
+    if draw(st.integers(0, 9)):
+        message["tool"] = draw(st.sampled_from(TOOLS) | json_value)
+    if draw(st.integers(0, 9)):
+        message["arguments"] = draw(arguments | json_value)
+    return message
+
+
+def as_line(shaped: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[bytes]:
+    """One input line: a shaped message, any JSON value, raw bytes, or a nasty corner."""
+    encoded = shaped.map(lambda m: json.dumps(m).encode())
+    return st.one_of(
+        encoded, encoded, encoded,
+        json_value.map(lambda v: json.dumps(v).encode()),
+        st.binary(max_size=120).map(lambda b: b.replace(b"\n", b" ")),
+        st.tuples(encoded, st.integers(0, 200)).map(lambda t: t[0][: t[1]]),  # truncated
+        st.sampled_from([
+            b"", b" ", b"\r", b"{", b"}", b"[]", b"null", b"NaN", b'{"id": NaN}',
+            b'{"id": Infinity, "tool": "stat_file"}', b'{"id": 1e999, "jsonrpc": "2.0"}',
+            b"[" * 100_000, b'{"a":' * 50_000, b"\xff\xfe\x00", b"\xef\xbb\xbf{}",
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}',
+            b'{"id": 2, "tool": "read_file", "arguments": {"path": "x\\ud800"}}',
+            b"x" * (1024 * 1024),
+        ]),
+    )
+
+
+class Server:
+    """A `corral serve` child; a thread reads its output lines into a queue."""
+
+    def __init__(self, face: str, workspace: Path) -> None:
+        corral = shutil.which("corral") or "corral"
+        command = [corral, "serve", "--workspace", str(workspace)]
+        if face == "jsonl":
+            command.append("--jsonl")
+        self.face = face
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )
+        self.ps = psutil.Process(self.process.pid)
+        self.lines: queue.Queue[Any] = queue.Queue()
+        self.bad_lines: list[bytes] = []
+        self.answers = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        self.probes = 0
+        if face == "mcp":
+            self.send([json.dumps({
+                "jsonrpc": "2.0", "id": "init", "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "fuzz", "version": "0"}},
+            }).encode()])
+            self.wait_for("init")
+            self.send([b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'])
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                self.lines.put(json.loads(line, parse_constant=_not_json))
+            except ValueError:
+                self.bad_lines.append(line[:200])
+            self.answers += 1
+
+    def send(self, lines: list[bytes]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"".join(line + b"\n" for line in lines))
+        self.process.stdin.flush()
+
+    def wait_for(self, wanted: str) -> Any:
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while True:
+            try:
+                message = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no answer to {wanted} (server exit: "
+                                     f"{self.process.poll()})") from None
+            if isinstance(message, dict) and message.get("id") == wanted:
+                return message
+
+    def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A valid call: the contract's result dict (from structuredContent over MCP)."""
+        self.probes += 1
+        wanted = f"probe-{self.probes}"
+        if self.face == "jsonl":
+            self.send([json.dumps({"id": wanted, "tool": tool, "arguments": args}).encode()])
+            return self.wait_for(wanted)
+        self.send([json.dumps({"jsonrpc": "2.0", "id": wanted, "method": "tools/call",
+                               "params": {"name": tool, "arguments": args}}).encode()])
+        answer = self.wait_for(wanted)
+        result = answer["result"]
+        if result.get("isError"):
+            return {"ok": False, "error": result["structuredContent"]["error"]}
+        return {"ok": True, "result": result["structuredContent"]}
+
+    def rss_mb(self) -> float:
+        return self.ps.memory_info().rss / 2**20
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(ANSWER_TIMEOUT_S)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_valid_calls(server: Server) -> None:
+    """Calls with known answers: each must be answered, and right."""
+    read = server.call("read_file", {"path": PROBE})
+    assert read["ok"] and read["result"]["content"] == PROBE_TEXT, read
+    stat = server.call("stat_file", {"path": PROBE})
+    assert stat["ok"] and stat["result"]["size"] == len(PROBE_TEXT), stat
+    found = server.call("grep", {"pattern": "known line", "path": os.path.dirname(PROBE)})
+    assert found["ok"] and [m["path"] for m in found["result"]["matches"]] == [PROBE], found
+    outside = server.call("read_file", {"path": "../outside.txt"})
+    assert not outside["ok"] and outside["error"]["code"] == "outside_workspace", outside
+
+
+def fuzz(face: str, workspace: Path, messages: int, seed: int | None = None) -> dict[str, Any]:
+    """Send `messages` generated lines to a fresh server; AssertionError on a broken
+    promise. Returns counts and RSS figures (MiB)."""
+    (workspace / os.path.dirname(PROBE)).mkdir(parents=True, exist_ok=True)
+    (workspace / PROBE).write_text(PROBE_TEXT)
+    (workspace / "hello.txt").write_text("hello\n")  # a file the generated calls may change
+    (workspace.parent / "outside.txt").write_text("outside\n")
+    server = Server(face, workspace)
+    shaped = mcp_message() if face == "mcp" else jsonl_message()
+    stats: dict[str, Any] = {"sent": 0, "rss_start_mb": server.rss_mb(), "rss_max_mb": 0.0}
+    examples = max(1, math.ceil(messages / BATCH))
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is not None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(st.lists(as_line(shaped), min_size=BATCH, max_size=BATCH))
+    def batch(lines: list[bytes]) -> None:
+        if stats["sent"] >= messages:
+            return
+        server.send(lines)
+        stats["sent"] += len(lines)
+        check_valid_calls(server)
+        assert server.process.poll() is None, "the server died"
+        assert not server.bad_lines, f"output that is not strict JSON: {server.bad_lines[:3]}"
+        rss = server.rss_mb()
+        stats["rss_max_mb"] = max(stats["rss_max_mb"], rss)
+        if stats["sent"] == BATCH * 20:
+            stats["rss_warm_mb"] = rss  # after the first 1,000 messages
+
+    try:
+        batch()
+        stats["rss_end_mb"] = server.rss_mb()
+        stats["answers"] = server.answers
+        stats["valid_calls"] = server.probes
+    finally:
+        code = server.close()
+    assert code == 0, f"the server exited with {code}"
+    return stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--face", default="both", choices=["mcp", "jsonl", "both"])
+    args = parser.parse_args()
+    for face in ["mcp", "jsonl"] if args.face == "both" else [args.face]:
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.monotonic()
+            stats = fuzz(face, Path(tmp) / "ws", args.messages)
+            took = time.monotonic() - start
+        print(f"{face}: {stats['sent']} generated messages + {stats['valid_calls']} valid calls "
+              f"(all answered right) in {took:.0f} s; {stats['answers']} output lines, all "
+              f"strict JSON; server RSS start {stats['rss_start_mb']:.1f} MiB, after 1,000 "
+              f"{stats.get('rss_warm_mb', 0):.1f}, max {stats['rss_max_mb']:.1f}, end "
+              f"{stats['rss_end_mb']:.1f}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    main()

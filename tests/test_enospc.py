@@ -1,0 +1,64 @@
+"""Short version of scripts/enospc.py (a full tmpfs, a workspace deleted under a
+running sandbox), and an append cut short by a file size limit."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import resource
+import signal
+from pathlib import Path
+
+import pytest
+
+from corral.errors import CorralError
+from corral.fs import Root
+
+_spec = importlib.util.spec_from_file_location(
+    "enospc", Path(__file__).resolve().parent.parent / "scripts" / "enospc.py"
+)
+assert _spec is not None and _spec.loader is not None
+enospc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(enospc)
+
+
+def test_a_full_disk_fails_every_writer_clearly_and_changes_nothing(tmp_path: Path):
+    try:
+        with enospc.small_tmpfs(tmp_path) as mount:
+            outcomes = enospc.disk_full(enospc.fill(mount), rounds=1)  # raises on a failure
+    except enospc.CannotMount as exc:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {exc}")
+    assert sum(outcomes.values()) == len(enospc.writers(0))
+
+
+def test_a_removed_workspace_is_named_in_every_error(tmp_path: Path):
+    outcomes = enospc.removed_workspace(tmp_path, rounds=1)  # raises on a failure
+    assert set(outcomes) == {
+        f"{tool}:not_found" for tool in (
+            "read_file", "write_file", "edit_file", "append_file", "list_directory",
+            "search_files", "grep", "create_directory", "move_file", "copy_file",
+            "delete_file", "read_multiple_files",
+        )
+    }
+
+
+def test_an_append_cut_short_leaves_no_part_of_its_record(tmp_path: Path):
+    """RLIMIT_FSIZE makes the kernel write part of the record, then fail (EFBIG), as a
+    full disk does; the part must be gone again. In a child: the limit is per process."""
+    (tmp_path / "log.txt").write_bytes(b"old record\n")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+            with Root(str(tmp_path)) as root:
+                try:
+                    root.append("log.txt", b"x" * 10_000, max_file_bytes=1 << 20)
+                except CorralError as exc:
+                    code = 0 if exc.code == "io_error" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (tmp_path / "log.txt").read_bytes() == b"old record\n"

@@ -1,0 +1,26 @@
+"""Short version of scripts/fuzz_servers.py: a few hundred generated malformed
+messages to `corral serve` and `corral serve --jsonl`; valid calls between them are
+answered right, every output line is strict JSON, the server lives on."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "fuzz_servers", Path(__file__).resolve().parent.parent / "scripts" / "fuzz_servers.py"
+)
+assert _spec is not None and _spec.loader is not None
+fuzz_servers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fuzz_servers)
+
+MESSAGES = 300  # the script sends 100,000
+
+
+@pytest.mark.parametrize("face", ["mcp", "jsonl"])
+def test_malformed_messages_never_break_the_server(tmp_path: Path, face: str):
+    stats = fuzz_servers.fuzz(face, tmp_path / "ws", MESSAGES, seed=1)  # raises on a failure
+    assert stats["sent"] == MESSAGES
+    assert stats["valid_calls"] == 4 * MESSAGES // fuzz_servers.BATCH
