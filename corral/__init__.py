@@ -8,8 +8,9 @@ from corral.errors import CorralError
 
 if TYPE_CHECKING:
     from corral.api import AsyncSandbox, Sandbox
+    from corral.pool import Pool
 
-__all__ = ["AsyncSandbox", "CorralError", "Sandbox", "__version__"]
+__all__ = ["AsyncSandbox", "CorralError", "Pool", "Sandbox", "__version__"]
 
 __version__ = "0.1.0"  # pyproject.toml reads it from here
 
@@ -20,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from corral import api
 
         return getattr(api, name)
+    if name == "Pool":
+        from corral.pool import Pool
+
+        return Pool
     raise AttributeError(f"module 'corral' has no attribute {name!r}")

@@ -304,16 +304,18 @@ class Sandbox:
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
     ) -> None:
-        self._core = _Core(
+        self._open(_Core(
             workspace, policy=policy, limits=limits, workers=workers, approve=approve,
             audit=audit, allowed_paths=allowed_paths, options=options,
-        )
+        ), _start_executor)
+
+    def _open(self, core: _Core, start: Callable[..., Any]) -> None:
+        """Start the executor for `core` (a private pool, or a lane of a shared one)."""
+        self._core = core
         try:
-            self._executor = _start_executor(
-                self._core.roots, self._core.limits, self._core.policy, self._core.options
-            )
+            self._executor = start(core.roots, core.limits, core.policy, core.options)
         except BaseException:
-            self._core.close_audit()
+            core.close_audit()
             raise
 
     @classmethod
@@ -398,12 +400,15 @@ class AsyncSandbox:
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
     ) -> None:
-        self._sync = Sandbox(
+        self._wrap(Sandbox(
             workspace, policy=policy, limits=limits, workers=workers, approve=approve,
             audit=audit, allowed_paths=allowed_paths, options=options,
-        )
-        self._core = self._sync._core
-        self._executor = self._sync._executor
+        ))
+
+    def _wrap(self, sync: Sandbox) -> None:
+        self._sync = sync
+        self._core = sync._core
+        self._executor = sync._executor
 
     @classmethod
     def from_config(
@@ -464,6 +469,33 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _pooled(
+    start: Callable[..., Any],
+    workspace: str | os.PathLike[str],
+    *,
+    policy: Policy | None = None,
+    limits: Limits | None = None,
+    workers: int | None = None,
+    approve: Approve | None = None,
+    audit: str | os.PathLike[str] | Audit | None = None,
+    allowed_paths: Sequence[RootSpec] = (),
+    options: SandboxOptions | None = None,
+) -> Sandbox:
+    """A Sandbox (Sandbox's arguments) whose executor `start` makes: corral.Pool's lanes."""
+    sandbox = Sandbox.__new__(Sandbox)
+    sandbox._open(_Core(
+        workspace, policy=policy, limits=limits, workers=workers, approve=approve,
+        audit=audit, allowed_paths=allowed_paths, options=options,
+    ), start)
+    return sandbox
+
+
+def _pooled_async(sync: Sandbox) -> AsyncSandbox:
+    sandbox = AsyncSandbox.__new__(AsyncSandbox)
+    sandbox._wrap(sync)
+    return sandbox
 
 
 def _config_arguments(

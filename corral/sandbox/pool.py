@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +101,7 @@ class Worker:
     max_calls: int
     calls: int = 0
     layers: dict[str, Any] | None = None
+    roots: list[list[str]] | None = None  # [path, mode] of each root, as it reported
     _process: psutil.Process | None = None
 
     def exchange(
@@ -138,6 +139,7 @@ class Worker:
             if report is not None and "confinement" in report:
                 self._process = psutil.Process(self.pid)
                 self.layers = report["confinement"]
+                self.roots = report.get("roots")
         except (ProtocolError, OSError, psutil.Error):
             return None
         return report
@@ -189,14 +191,14 @@ def _tell_if_slow(fd: int) -> None:
 class Zygote:
     """Handle on the zygote process: start it, ask it to fork, ask how a worker ended."""
 
+    # What the exec'd interpreter runs, given the control channel's fd.
+    ENTRY = "from corral.sandbox.zygote import main; main({fd})"
+
     def __init__(self, config: dict[str, Any]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # -S and the host's own sys.path: the same modules, without site's start-up cost.
         path = [PACKAGE_PARENT, *sys.path]
-        code = (
-            f"import sys; sys.path[:] = {path!r}; "
-            f"from corral.sandbox.zygote import main; main({theirs.fileno()})"
-        )
+        code = f"import sys; sys.path[:] = {path!r}; " + self.ENTRY.format(fd=theirs.fileno())
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-S", "-c", code], pass_fds=[theirs.fileno()], close_fds=True,
@@ -222,12 +224,18 @@ class Zygote:
             raise SandboxError(f"The sandbox could not start: {reason}.")
         self.pid: int = reply["pid"]
 
-    def spawn(self) -> tuple[int, socket.socket, int]:
-        """Fork one worker: (pid, socket, pidfd)."""
-        message, fds = self._ask({"op": "spawn"}, max_fds=2)
+    def spawn(
+        self, setup: dict[str, Any] | None = None, root_fds: Sequence[int] = ()
+    ) -> tuple[int, socket.socket, int]:
+        """Fork one worker: (pid, socket, pidfd). A shared pool's zygote needs the
+        sandbox's `setup` (its start config) and its root fds."""
+        request = {"op": "spawn"} if setup is None else {"op": "spawn", "setup": setup}
+        message, fds = self._ask(request, max_fds=2, send_fds=root_fds)
         if message is None or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
+            if message is not None and "error" in message:
+                raise SandboxError(f"The zygote could not start a worker: {message['error']}.")
             raise SandboxError("The zygote is gone, so no worker can be started.")
         sock = socket.socket(fileno=fds[0])
         sock.setblocking(False)
@@ -242,16 +250,20 @@ class Zygote:
         return None if reply is None else reply.get("code")
 
     def _ask(
-        self, request: dict[str, Any], max_fds: int
+        self, request: dict[str, Any], max_fds: int, send_fds: Sequence[int] = ()
     ) -> tuple[dict[str, Any] | None, list[int]]:
-        """One request and its reply. A channel that fails or times out is closed for
-        good: a late reply would otherwise answer the next request."""
+        """One request (with `send_fds` attached) and its reply. A channel that fails
+        or times out is closed for good: a late reply would otherwise answer the next
+        request."""
         with self._lock:
             if self._closed:
                 raise SandboxError("The sandbox is closed.")
             deadline = time.monotonic() + CONTROL_TIMEOUT_S
             try:
-                write_frame(self._sock.fileno(), request, CONTROL_FRAME_BYTES, deadline)
+                frame = encode(request, CONTROL_FRAME_BYTES)
+                if send_fds:  # the fds ride on the first byte; the rest as any frame
+                    frame = frame[socket.send_fds(self._sock, [frame[:1]], list(send_fds)):]
+                send_bytes(self._sock.fileno(), frame, deadline)
                 return recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds, deadline)
             except (ProtocolError, OSError) as exc:  # TimeoutError included
                 self._closed = True

@@ -29,6 +29,10 @@ CONTROL_FRAME_BYTES = 4 * 1024 * 1024
 # Both answer {"id", "removed": count}.
 CLEANUP_ARGUMENTS = ("path", "destination")
 
+# The most roots (workspace + allowed paths) one sandbox of a shared pool may have:
+# their fds travel with each spawn request, and the zygote reads at most this many.
+MAX_ROOTS = 64
+
 # How a worker's exit code tells the pool why it ended (gunicorn's WORKER_BOOT_ERROR idea).
 EXIT_CONFINE_FAILED = 3  # confinement refused: the pool halts instead of respawning
 EXIT_ORPHANED = 4  # the zygote died before the worker could ask for its death signal

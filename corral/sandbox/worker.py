@@ -59,16 +59,47 @@ class Setup:
     @classmethod
     def open(cls, config: dict[str, Any]) -> Setup:
         """Open the root fds (workers inherit them) and rebuild the host's settings."""
-        options = SandboxOptions(
-            **{**config["options"], "require": tuple(config["options"]["require"])}
-        )
+        options = _options(config)
         opened = [
             Root(path, mode=mode, resolver=options.resolver) for path, mode in config["roots"]
         ]
+        return cls._build(config, options, opened)
+
+    @classmethod
+    def adopt(cls, config: dict[str, Any], fds: list[int]) -> Setup:
+        """The same from root fds the host opened and sent (a shared pool's zygote
+        holds no roots of its own: each spawn brings its sandbox's). Takes the fds:
+        they are closed on failure, and by close() afterwards."""
+        opened: list[Root] = []
+        try:
+            if len(fds) != len(config["roots"]) or not fds:
+                raise ValueError(f"{len(config['roots'])} roots came with {len(fds)} fds")
+            options = _options(config)
+            for (path, mode), fd in zip(config["roots"], fds, strict=True):
+                opened.append(Root.from_fd(fd, path, mode=mode, resolver=options.resolver))
+            return cls._build(config, options, opened)
+        except BaseException:
+            for fd in fds[len(opened):]:
+                os.close(fd)
+            for root in opened:
+                root.close()
+            raise
+
+    @classmethod
+    def _build(cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root]) -> Setup:
         roots = Roots(opened[0], opened[1:])
         limits = Limits(**config["limits"])
         policy = Policy.from_dict(config["policy"])
         return cls(roots, limits, policy, options, Context(roots, limits, policy))
+
+    def close(self) -> None:
+        """Close the root fds (the zygote's copies, once a worker has its own)."""
+        for root in self.roots.all():
+            root.close()
+
+
+def _options(config: dict[str, Any]) -> SandboxOptions:
+    return SandboxOptions(**{**config["options"], "require": tuple(config["options"]["require"])})
 
 
 def run(fd: int, setup: Setup, zygote_pid: int) -> int:
@@ -85,7 +116,9 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
         _send(fd, {"confine_error": f"{type(exc).__name__}: {exc}"}, setup)
         return EXIT_CONFINE_FAILED
     layers["openat2"] = setup.roots.workspace.resolver == "openat2"
-    _send(fd, {"confinement": layers, "pid": os.getpid()}, setup)
+    # the roots it holds, so the host can check a worker serves the sandbox it asked for
+    roots = [[root.path, root.mode] for root in setup.roots.all()]
+    _send(fd, {"confinement": layers, "pid": os.getpid(), "roots": roots}, setup)
     return serve(fd, setup)
 
 

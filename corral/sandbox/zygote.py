@@ -4,7 +4,10 @@ once, and forks confined workers on request. Each worker's socket and a pidfd
 for it travel back to the broker over SCM_RIGHTS.
 
 Control channel (a Unix socket pair with the broker, frames of protocol.py):
-the first frame is the start config; then {"op": "spawn"} -> {"pid"} + fds
+the first frame is the start config (its "roots" null for a shared pool's
+zygote, which opens no roots: each spawn then carries {"setup": the sandbox's
+config} with its root fds attached, which the zygote closes once the worker is
+forked, so no worker ever holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
 [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
 as os.waitstatus_to_exitcode gives it, None if unknown). End of stream on the
 channel means the broker closed or died: the zygote kills its workers, reaps
@@ -21,13 +24,16 @@ import selectors
 import signal
 import socket
 import sys
+from typing import Any
 
 from corral.sandbox import confine, worker
 from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
+    MAX_ROOTS,
     ProtocolError,
     read_frame,
+    recv_frame_with_fds,
     send_frame_with_fds,
     write_frame,
 )
@@ -45,7 +51,7 @@ def main(control_fd: int) -> None:
         if os.getppid() != config["host_pid"]:
             return
     try:
-        setup = worker.Setup.open(config)
+        setup = None if config["roots"] is None else worker.Setup.open(config)
         confine.prepare()  # compile the seccomp profile once, not in every worker
     except Exception as exc:
         write_frame(control_fd, {"error": str(exc)}, CONTROL_FRAME_BYTES)
@@ -57,7 +63,7 @@ def main(control_fd: int) -> None:
 class Zygote:
     """The fork loop: accept a request, fork one worker, reap the dead."""
 
-    def __init__(self, control: socket.socket, setup: worker.Setup) -> None:
+    def __init__(self, control: socket.socket, setup: worker.Setup | None) -> None:
         self.control = control
         self.setup = setup
         self.children: set[int] = set()
@@ -87,13 +93,13 @@ class Zygote:
     def accept(self) -> bool:
         """Serve one broker request; False when the channel has ended."""
         try:
-            request = read_frame(self.control.fileno(), CONTROL_FRAME_BYTES)
+            request, fds = recv_frame_with_fds(self.control, CONTROL_FRAME_BYTES, MAX_ROOTS)
         except (ProtocolError, ConnectionError):
             return False
         if request is None:
             return False
-        if request.get("op") == "spawn":
-            self.fork_one()
+        if request.get("op") == "spawn" and (self.setup is None) == ("setup" in request):
+            self.fork_for(request.get("setup"), fds)
         elif request.get("op") == "wait":
             pid = int(request["pid"])
             reply = {"pid": pid, "code": self.wait(pid)}
@@ -102,7 +108,25 @@ class Zygote:
             return False  # not our broker talking: stop rather than guess
         return True
 
-    def fork_one(self) -> None:
+    def fork_for(self, config: dict[str, Any] | None, fds: list[int]) -> None:
+        """Fork a worker for the private pool's setup, or for the shared pool's
+        sandbox `config` and its root fds (closed here once the worker has them)."""
+        if config is None:
+            for fd in fds:  # none are expected; never keep strays
+                os.close(fd)
+            self.fork_one(self.setup)  # type: ignore[arg-type]
+            return
+        try:
+            setup = worker.Setup.adopt(config, fds)
+        except Exception as exc:
+            write_frame(self.control.fileno(), {"error": str(exc)}, CONTROL_FRAME_BYTES)
+            return
+        try:
+            self.fork_one(setup)
+        finally:
+            setup.close()
+
+    def fork_one(self, setup: worker.Setup) -> None:
         """Fork a worker on a fresh socket pair; hand the broker its end and a pidfd."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         zygote_pid = os.getpid()
@@ -111,7 +135,7 @@ class Zygote:
             code = 1
             try:
                 self._forget_in_child(ours)
-                code = worker.run(theirs.fileno(), self.setup, zygote_pid=zygote_pid)
+                code = worker.run(theirs.fileno(), setup, zygote_pid=zygote_pid)
             except BaseException:
                 sys.excepthook(*sys.exc_info())
             finally:

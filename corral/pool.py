@@ -1,0 +1,78 @@
+"""corral.Pool: many sandboxes, one hardened pool of workers.
+
+    with Pool(max_workers=64, idle_timeout_s=30.0) as pool:
+        sb = pool.sandbox("/srv/ws/a")            # a Sandbox
+        asb = pool.async_sandbox("/srv/ws/b")     # an AsyncSandbox
+
+One zygote serves every sandbox of the pool; each sandbox's workers are forked
+from it when a call needs one, confined to that sandbox's roots only, and exit
+after idle_timeout_s idle. The scheduling lives in corral/sandbox/hub.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+from typing import Any
+
+from corral.api import AsyncSandbox, Sandbox, _config_arguments, _pooled, _pooled_async
+from corral.sandbox.hub import Hub, PooledBroker
+
+DEFAULT_MAX_WORKERS = 64
+DEFAULT_IDLE_TIMEOUT_S = 30.0
+
+
+class Pool:
+    """A shared pool of confined workers for many sandboxes. Thread-safe; close
+    it (or use `with`): closing closes every sandbox made from it."""
+
+    def __init__(
+        self, max_workers: int = DEFAULT_MAX_WORKERS,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    ) -> None:
+        self._hub = Hub(max_workers, idle_timeout_s)
+        self._start = functools.partial(PooledBroker, self._hub)
+        self._lock = threading.Lock()
+        self._sandboxes: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # closed ones drop out
+
+    def sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
+        """A Sandbox served by this pool; Sandbox's keyword arguments. `workers`
+        caps how many of the pool's workers it may hold at once (default 2)."""
+        sandbox = _pooled(self._start, workspace, **kwargs)
+        with self._lock:
+            self._sandboxes.add(sandbox)
+        return sandbox
+
+    def async_sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> AsyncSandbox:
+        """An AsyncSandbox served by this pool; cancelling an awaited call cancels it."""
+        return _pooled_async(self.sandbox(workspace, **kwargs))
+
+    def sandbox_from_config(self, path: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
+        """A Sandbox as corral.toml describes it; keyword arguments win over the file."""
+        return self.sandbox(**_config_arguments(path, kwargs))
+
+    def async_sandbox_from_config(
+        self, path: str | os.PathLike[str], **kwargs: Any
+    ) -> AsyncSandbox:
+        return _pooled_async(self.sandbox_from_config(path, **kwargs))
+
+    def stats(self) -> dict[str, int]:
+        """{"sandboxes": open, "workers": alive, "busy_workers": running a call,
+        "queued_calls": waiting for a worker}."""
+        return self._hub.stats()
+
+    def close(self) -> None:
+        """Close every sandbox (waiting for its running calls), then the zygote."""
+        with self._lock:
+            sandboxes = list(self._sandboxes)
+        for sandbox in sandboxes:
+            sandbox.close()
+        self._hub.close()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
