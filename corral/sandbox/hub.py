@@ -8,8 +8,10 @@ are forked when a call needs one and exit after `idle_timeout_s` idle; at most
 queues; queued calls are granted round-robin across lanes (one grant per lane
 per turn), so a lane that floods cannot starve a quiet one. When the pool is
 full, a waiting lane may take (kill) another lane's idle worker only if that
-lane holds more workers than it does: capacity moves towards an even split and
-never ping-pongs between two lanes of equal share.
+lane holds more workers than it does, and only a worker that has lived for
+MIN_LIFE_S: capacity moves towards an even split, never ping-pongs between two
+lanes of equal share, and when more lanes are busy than there are workers they
+take turns in slices of MIN_LIFE_S rather than paying a fork for every call.
 
 One lock (the hub's) guards every lane's state and the hub's counters.
 """
@@ -34,6 +36,10 @@ from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, check_known, check_required, summarise
 from corral.sandbox.pool import RSS_CHECK_EVERY, BootKilled, Pool, SandboxError, Worker, Zygote
 from corral.sandbox.protocol import MAX_ROOTS
+
+# A worker is not taken from its lane for another before it has lived this long: a fork
+# costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
+MIN_LIFE_S = 0.05
 
 
 class CallCancelled(SandboxError):
@@ -191,10 +197,8 @@ class Lane(Pool):
         """Fork and boot a worker in the slot the hub reserved (after the worker it
         evicted for the slot is reaped, so the process count never passes the bound)."""
         try:
-            if victim is not None:
-                self.zygote.wait(victim)
             try:
-                worker = self._fork()
+                worker = self._fork(victim)
             except BaseException:
                 with self._cond:
                     self.hub.processes -= 1  # the slot reserved for it
@@ -211,11 +215,11 @@ class Lane(Pool):
             self.hub.confinement = self.hub.confinement or dict(self.confinement)
         return worker
 
-    def _fork(self) -> Worker:
+    def _fork(self, after: int | None = None) -> Worker:
         """pool.Pool._fork, with this sandbox's setup and root fds."""
-        pid, sock, pidfd = self.zygote.spawn(self.setup, self.root_fds)
+        pid, sock, pidfd = self.zygote.spawn(self.setup, self.root_fds, after)
         limit = self.options.max_calls_per_worker
-        worker = Worker(pid, sock, pidfd, limit)
+        worker = Worker(pid, sock, pidfd, limit, born=time.monotonic())
         with self._cond:
             self._workers.add(worker)
         return worker
@@ -315,7 +319,9 @@ class Hub:
                     if cancel is not None and cancel.cancelled:
                         raise CallCancelled("The call was cancelled before it ran.")
                     lane._check_usable()
-                    ticket.ready.wait()
+                    # a worker may turn old enough to be taken with nothing else happening
+                    if not ticket.ready.wait(MIN_LIFE_S):
+                        self._dispatch()
             except BaseException:
                 if ticket.granted:  # granted as it failed: give the grant back
                     self._give_back(lane, ticket)
@@ -395,11 +401,13 @@ class Hub:
         return True
 
     def _victim(self, held: int) -> Worker | None:
-        """The idle worker of the lane holding the most (more than `held`), oldest first."""
+        """The idle worker of the lane holding the most (more than `held`), oldest
+        idle first, among those older than MIN_LIFE_S."""
         best: Worker | None = None
         most = held
+        born_before = time.monotonic() - MIN_LIFE_S
         for worker, (owner, _) in self.idle.items():
-            if owner.held > most:
+            if owner.held > most and worker.born <= born_before:
                 best, most = worker, owner.held
         return best
 
@@ -439,7 +447,7 @@ class Hub:
                     lane._retire(worker)
                 self._dispatch()
             for pid in pids:
-                self.zygote.wait(pid)
+                self.zygote.discard(pid)
 
     def _expired(self) -> list[Worker]:
         limit = time.monotonic() - self.idle_timeout_s

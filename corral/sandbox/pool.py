@@ -102,6 +102,7 @@ class Worker:
     calls: int = 0
     layers: dict[str, Any] | None = None
     roots: list[list[str]] | None = None  # [path, mode] of each root, as it reported
+    born: float = 0.0  # time.monotonic() when it was forked
     _process: psutil.Process | None = None
 
     def exchange(
@@ -225,11 +226,17 @@ class Zygote:
         self.pid: int = reply["pid"]
 
     def spawn(
-        self, setup: dict[str, Any] | None = None, root_fds: Sequence[int] = ()
+        self, setup: dict[str, Any] | None = None, root_fds: Sequence[int] = (),
+        after: int | None = None,
     ) -> tuple[int, socket.socket, int]:
         """Fork one worker: (pid, socket, pidfd). A shared pool's zygote needs the
-        sandbox's `setup` (its start config) and its root fds."""
-        request = {"op": "spawn"} if setup is None else {"op": "spawn", "setup": setup}
+        sandbox's `setup` (its start config) and its root fds; `after`: the pid of
+        a worker killed to make room, reaped before the fork."""
+        request: dict[str, Any] = {"op": "spawn"}
+        if setup is not None:
+            request["setup"] = setup
+        if after is not None:
+            request["after"] = after
         message, fds = self._ask(request, max_fds=2, send_fds=root_fds)
         if message is None or len(fds) != 2:
             for fd in fds:
@@ -248,6 +255,20 @@ class Zygote:
         except SandboxError:
             return None
         return None if reply is None else reply.get("code")
+
+    def discard(self, pid: int) -> None:
+        """Tell the zygote to reap a killed worker without keeping its exit code."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                write_frame(
+                    self._sock.fileno(), {"op": "discard", "pid": pid}, CONTROL_FRAME_BYTES,
+                    time.monotonic() + CONTROL_TIMEOUT_S,
+                )
+            except (ProtocolError, OSError):
+                self._closed = True
+                self._sock.close()
 
     def _ask(
         self, request: dict[str, Any], max_fds: int, send_fds: Sequence[int] = ()

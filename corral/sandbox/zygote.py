@@ -9,7 +9,10 @@ zygote, which opens no roots: each spawn then carries {"setup": the sandbox's
 config} with its root fds attached, which the zygote closes once the worker is
 forked, so no worker ever holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
 [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
-as os.waitstatus_to_exitcode gives it, None if unknown). End of stream on the
+as os.waitstatus_to_exitcode gives it, None if unknown); a shared pool also
+sends {"op": "discard", "pid"} (no reply: a killed worker whose code nobody
+needs) and "after": pid on a spawn (that killed worker is reaped first, so the
+pool's process count never passes its bound). End of stream on the
 channel means the broker closed or died: the zygote kills its workers, reaps
 them and exits, as forkserver's "alive" pipe does.
 
@@ -68,6 +71,7 @@ class Zygote:
         self.setup = setup
         self.children: set[int] = set()
         self.exited: dict[int, int] = {}  # reaped, not yet asked for by the broker
+        self.discarded: set[int] = set()  # killed, their codes unwanted: reap and drop
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
 
@@ -99,7 +103,11 @@ class Zygote:
         if request is None:
             return False
         if request.get("op") == "spawn" and (self.setup is None) == ("setup" in request):
+            if "after" in request:  # a worker killed to make room: gone before the fork
+                self.wait(int(request["after"]))
             self.fork_for(request.get("setup"), fds)
+        elif request.get("op") == "discard":
+            self.forget(int(request["pid"]))
         elif request.get("op") == "wait":
             pid = int(request["pid"])
             reply = {"pid": pid, "code": self.wait(pid)}
@@ -161,7 +169,10 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
-            self.exited[pid] = os.waitstatus_to_exitcode(status)
+            if pid in self.discarded:
+                self.discarded.discard(pid)
+            else:
+                self.exited[pid] = os.waitstatus_to_exitcode(status)
 
     def wait(self, pid: int) -> int | None:
         """Exit code of a worker the broker has killed (or saw end); blocks until it is gone."""
@@ -172,6 +183,20 @@ class Zygote:
         _, status = os.waitpid(pid, 0)
         self.children.discard(pid)
         return os.waitstatus_to_exitcode(status)
+
+    def forget(self, pid: int) -> None:
+        """A worker the broker killed and needs no exit code of: reap it now if it
+        is dead, else as soon as it dies (reap() drops its code)."""
+        self.exited.pop(pid, None)
+        if pid in self.children:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.children.discard(pid)
+            else:
+                self.discarded.add(pid)
 
     def stop_children(self) -> None:
         """SIGKILL and reap every worker, so none outlives the zygote."""
