@@ -114,6 +114,14 @@ def test_a_workspace_config_narrows(capsys: pytest.CaptureFixture[str], home: Pa
     assert code == 1 and json.loads(out)["error"]["rule"] == "no-hello"
     code, out, _ = run(capsys, "tools", "--workspace", str(ws))
     assert "write_file" not in {tool["name"] for tool in json.loads(out)}
+    (ws / "corral.toml").write_text(
+        '[workspace]\nread_only = true\n[[rules]]\nname = "no-hello"\naction = "deny"\n'
+        'access = ["read"]\npaths = ["hello.txt"]\n'
+    )
+    code, out, _ = run(capsys, "call", "write_file", '{"path": "n.txt", "content": "x"}',
+                       "--workspace", str(ws))
+    assert code == 1 and json.loads(out)["error"]["code"] == "tool_disabled"
+    assert not (ws / "n.txt").exists()
     code, out, _ = run(capsys, "doctor", "--workspace", str(ws))
     assert f"narrowed by: {ws / 'corral.toml'} (the workspace's own, untrusted)" in out
     assert "  workspace rule    no-hello: deny for read hello.txt" in out.splitlines()
