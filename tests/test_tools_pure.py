@@ -179,8 +179,16 @@ class TestReadHelpers:
         assert page(self.LINES, -50, 2000, 1000).start == 1
 
     def test_page_byte_budget_stops_at_whole_lines(self) -> None:
-        got = page(self.LINES, 1, 2000, 5)
+        got = page(self.LINES, 1, 2000, 5, text=False)  # base64: raw bytes
         assert (got.lines, got.next_offset) == ([b"1\n", b"2\n"], 3)
+
+    def test_page_budget_counts_json_escapes_and_numbering(self) -> None:
+        # "1\n" is 3 bytes in JSON; numbered ("     1\t1\n") 10: two lines take
+        # 6 of an 11-byte budget and 20 of the 22 their text may take; three, 30
+        got = page(self.LINES, 1, 2000, 11)
+        assert (got.lines, got.next_offset, got.cut_from) == ([b"1\n", b"2\n"], 3, None)
+        controls = page([b"\x01" * 10 + b"\n"], 1, 10, 13)  # \u0001 is six bytes
+        assert (controls.lines, controls.cut_from) == ([b"\x01\x01"], 11)
 
     def test_page_cuts_a_first_line_longer_than_the_budget(self) -> None:
         got = page([b"abcdefgh\n", b"x\n"], 1, 10, 4)

@@ -197,8 +197,9 @@ class TestReadFile:
         (ws / "five.txt").write_bytes(b"y" * 1023 + b"\n" + (b"z" * 1023 + b"\n") * (5 * 1024))
         response = ok(sandbox, "read_file", path="five.txt", max_bytes=16 * MiB, limit=10**6)
         result = response["result"]
-        assert len(result["content"]) == 4 * MiB
-        assert (result["truncated"], result["next_offset"]) == (True, 4 * 1024 + 1)
+        # 4 MiB as JSON carries it: each 1024-byte line is 1025 bytes ("\n" escaped)
+        assert len(result["content"]) == 4092 * 1024
+        assert (result["truncated"], result["next_offset"]) == (True, 4093)
 
 
 class TestReadMultipleFiles:
@@ -232,5 +233,7 @@ class TestReadMultipleFiles:
         response = ok(sandbox, "read_multiple_files", paths=paths, max_bytes=4 * MiB, limit=10**6)
         files = response["result"]["files"]
         assert len(files[0]["content"]) == 3 * MiB and not files[0]["truncated"]
-        assert len(files[1]["content"]) == 1 * MiB and files[1]["truncated"]
+        # the rest of 4 MiB as JSON carries it: 1025 bytes a line ("\n" escaped)
+        assert len(files[1]["content"]) == (4 * MiB - 3072 * 1025) // 1025 * 1024
+        assert files[1]["truncated"]
         assert files[2]["error"]["code"] == "too_large"

@@ -54,11 +54,28 @@ def shown(
             yield entry
 
 
-def take(entries: Iterable[Entry], limit: int) -> tuple[list[Entry], bool]:
-    """At most `limit` entries, and whether there were more."""
+# What one listed entry adds to a result beside its name: the JSON of its type,
+# size and time ({"name":"","type":"file","size":123,"modified":1.0}, about 70 bytes).
+ENTRY_OVERHEAD = 80
+# A listing's budget is max_read_bytes, but never below this: names are not file
+# content, and a config that keeps reads tiny still wants its listings whole.
+LISTING_BUDGET_FLOOR = 256 * 1024
+
+
+def listing_budget(ctx: Context) -> int:
+    return max(ctx.limits.max_read_bytes, LISTING_BUDGET_FLOOR)
+
+
+def take(entries: Iterable[Entry], limit: int, budget: int) -> tuple[list[Entry], bool]:
+    """At most `limit` entries, and whether there were more; the names, as JSON
+    encodes them, and their fields stay within `budget` bytes (listing_budget: a
+    listing of 100,000 long names must not return megabytes)."""
     taken: list[Entry] = []
     for entry in entries:
-        if len(taken) == limit:
+        budget -= ENTRY_OVERHEAD + render.encoded_size(
+            entry.path.encode("utf-8", "surrogateescape")
+        )
+        if len(taken) == limit or budget < 0:
             return taken, True
         taken.append(entry)
     return taken, False
@@ -74,7 +91,9 @@ def list_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
         listed: Iterable[Entry] = root.walk(rel, guard=seen, prune=prune)
     else:
         listed = root.scandir(rel, guard=seen)
-    entries, truncated = take(shown(ctx, root, seen, listed, args["include_hidden"]), limit)
+    entries, truncated = take(
+        shown(ctx, root, seen, listed, args["include_hidden"]), limit, listing_budget(ctx)
+    )
     result = {
         "path": path,
         "entries": [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,25 +66,52 @@ class Page:
     cut_from: int | None = None  # bytes in the one line cut to the budget (its rest is lost)
 
 
-def page(lines: list[bytes], offset: int, limit: int, budget: int) -> Page:
+# What numbering adds to each line of a read's text as JSON: the number, a tab (cat -n),
+# which JSON escapes to two bytes.
+LINE_PREFIX = render.NUMBER_WIDTH + 2
+
+
+def page(
+    lines: list[bytes], offset: int, limit: int, budget: int, *, text: bool = True
+) -> Page:
     """Select lines from `offset` (negative: from the end) until `limit` lines or
-    `budget` bytes. A first line longer than the budget is cut to it."""
+    the budget. text=True: the budget counts the lines as JSON encodes them
+    (render.encoded_size), and their numbered text, which adds LINE_PREFIX bytes a
+    line, may take twice it (a file of empty lines must not return 8x its budget);
+    text=False (base64): raw bytes. A first line longer than the budget is cut to it."""
     total = len(lines)
     start = max(1, total + offset + 1) if offset < 0 else offset
     chosen = lines[start - 1 : start - 1 + limit]
+    measure = render.encoded_size if text else len
+    prefix = LINE_PREFIX if text else 0
     cut_from = None
-    if sum(map(len, chosen)) > budget:  # rare: walk to the last whole line that fits
-        used = 0
+    size = measure(b"".join(chosen))
+    if size > budget or size + prefix * len(chosen) > 2 * budget:
+        used = numbered = 0  # rare: walk to the last whole line that fits
         for count, line in enumerate(chosen):
-            used += len(line)
-            if used > budget:
+            size = measure(line)
+            used, numbered = used + size, numbered + size + prefix
+            if used > budget or (count and numbered > 2 * budget):
                 if count:
                     chosen = chosen[:count]
                 else:
-                    chosen, cut_from = [line[:budget]], len(line)
+                    chosen, cut_from = [_cut(line, budget, measure)], len(line)
                 break
     end = start - 1 + len(chosen)
     return Page(start, chosen, end + 1 if end < total else None, cut_from)
+
+
+def _cut(line: bytes, budget: int, measure: Callable[[bytes], int]) -> bytes:
+    """The longest start of `line` that measures within the budget (a binary search:
+    the measure only grows with length)."""
+    low, high = 0, min(len(line), budget)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if measure(line[:middle]) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return line[:low]
 
 
 def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
@@ -107,7 +135,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
     lines = split_lines(data)
     if args["encoding"] == "base64":
         budget = budget // 4 * 3  # the base64 text is what must fit the budget
-    chosen = page(lines, args["offset"], args["limit"], budget)
+    chosen = page(lines, args["offset"], args["limit"], budget, text=args["encoding"] == "utf-8")
     raw = b"".join(chosen.lines)
     result = {
         "path": path,
@@ -170,30 +198,43 @@ def read_file(ctx: Context, args: dict[str, Any]) -> Outcome:
 
 
 def read_multiple_files(ctx: Context, args: dict[str, Any]) -> Outcome:
+    """One budget for the whole call (max_bytes, as for one read): each file gets
+    what the files before it left; once a file is cut by it, later files fail
+    too_large."""
     files: list[dict[str, Any]] = []
     texts: list[str] = []
-    spent = 0
+    budget = read_budget(ctx, args["max_bytes"])
+    spent = raw = 0
     for path in args["paths"]:
         one = {**args, "path": path, "encoding": "utf-8"}
         del one["paths"]
         try:
-            left = HARD_READ_CEILING - spent
-            if left <= 0:
+            if spent >= budget:
                 raise CorralError(
                     "too_large",
-                    f"{path} was not read: this call already returned {spent} bytes, "
-                    f"the most one call returns is {HARD_READ_CEILING} bytes; read it on its own.",
+                    f"{path} was not read: the files before it used this call's budget of "
+                    f"{budget} bytes; read it on its own or with a larger max_bytes.",
                 )
-            outcome = read_one(ctx, one, min(read_budget(ctx, args["max_bytes"]), left))
+            outcome = read_one(ctx, one, budget - spent)
         except CorralError as failure:
             error = as_given(ctx, failure)
             files.append({"ok": False, "path": path, "error": error.to_dict()})
             texts.append(f"==> {path} <==\n{render.error_line(error.code, error.message)}")
             continue
-        spent += outcome.bytes
+        spent += _returned(outcome.result)
+        if outcome.result.get("truncated") and outcome.result["lines_read"] < one["limit"]:
+            spent = budget  # the budget stopped it: what is left does not hold its next line
+        raw += outcome.bytes
         files.append({"ok": True, **outcome.result})
         texts.append(f"==> {path} <==\n{outcome.text}")
-    return Outcome({"files": files}, "\n\n".join(texts), spent)
+    return Outcome({"files": files}, "\n\n".join(texts), raw)
+
+
+def _returned(result: dict[str, Any]) -> int:
+    """What one read took of the budget, measured as page() measures it."""
+    if "image" in result:
+        return len(result["image"]["data"]) // 4 * 3  # the raw bytes _image checked
+    return render.encoded_size(result["content"].encode("utf-8"))
 
 
 _PAGING = {

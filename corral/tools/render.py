@@ -68,3 +68,22 @@ def _escaped_char(char: str) -> str:
     if char == "\\":
         return "\\\\"
     return char if char.isprintable() else repr(char)[1:-1]  # \n, \x1b, \u202e
+
+
+# How a byte of UTF-8 text grows when a result is encoded as JSON (json's defaults,
+# which every face uses): control characters and DEL become \u00XX (six bytes)
+# except \b \t \n \f \r, which become two, as do " and \. Every other byte counts
+# as itself: non-ASCII as its UTF-8 bytes (on the wire \uXXXX, at most 3x that).
+_SHORT_ESCAPES = b'\b\t\n\f\r"\\'
+_PLAIN = bytes(b for b in range(256) if 0x20 <= b != 0x7F and b not in _SHORT_ESCAPES)
+_SIX = bytes(b for b in (*range(0x20), 0x7F) if b not in _SHORT_ESCAPES)
+
+
+def encoded_size(data: bytes) -> int:
+    """The bytes `data` (UTF-8 text) takes inside a JSON string: what a budget counts,
+    so a file of control characters cannot return six times the budget."""
+    special = data.translate(None, _PLAIN)  # C speed: only the bytes that escape remain
+    if not special:
+        return len(data)
+    short = len(special.translate(None, _SIX))
+    return len(data) + short + 5 * (len(special) - short)

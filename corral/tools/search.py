@@ -12,7 +12,7 @@ from corral.policy import PolicyError, RootSpec, glob_to_regex
 from corral.tools import render
 from corral.tools.access import approval_key, content, joined, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
-from corral.tools.listing import Resolved, shown
+from corral.tools.listing import Resolved, listing_budget, shown
 from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget, split_lines
 
 DEFAULT_MAX_FILES = 500
@@ -75,12 +75,15 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
     limit = min(args["max_results"], ctx.limits.max_list_entries)  # a listing by another name
     matches: list[str] = []
     truncated = False
+    budget = listing_budget(ctx)  # the paths as JSON carries them, as a listing counts
     for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
         if pattern.fullmatch(entry.path):
-            if len(matches) == limit:
+            match = shown_path(ctx, root, joined(seen.path, entry.path))
+            budget -= 3 + render.encoded_size(match.encode("utf-8", "surrogateescape"))
+            if len(matches) == limit or budget < 0:
                 truncated = True
                 break
-            matches.append(shown_path(ctx, root, joined(seen.path, entry.path)))
+            matches.append(match)
     result = {"pattern": args["pattern"], "path": path, "matches": matches,
               "truncated": truncated}
     if not matches:
@@ -137,7 +140,9 @@ class Found:
     def __init__(self, regex: re.Pattern[str], cap: int, budget: int) -> None:
         self.regex = regex
         self.cap = cap
-        self.budget = budget  # bytes of matching lines: grep returns contents, as a read does
+        # bytes of matches as JSON carries them (path and line, escapes counted):
+        # grep returns contents, as a read does
+        self.budget = budget
         self.matches: list[dict[str, Any]] = []
         self.files = 0
         self.truncated = False
@@ -149,7 +154,8 @@ class Found:
             text = line.decode("utf-8").rstrip("\r\n")
             if self.regex.search(text):
                 shown = render.cut_line(text, GREP_LINE_CUT)
-                size = len(shown.encode("utf-8"))
+                match = f"{shown_as}:{number}:{shown}"  # as the text shows it
+                size = render.encoded_size(match.encode("utf-8", "surrogateescape"))
                 if len(self.matches) == self.cap or size > self.budget:
                     self.truncated = True
                     return True
