@@ -101,3 +101,14 @@ def test_listings_count_names_as_json(sb: Sandbox, tool: str) -> None:
     listed = result["entries"] if tool == "list_directory" else result["matches"]
     assert result["truncated"] and 0 < len(listed) < 300
     assert size(result) <= 256 * 1024 + 1024
+
+
+def test_an_edit_diff_counts_its_json(tmp_path: Path) -> None:
+    from corral.tools.edit import DIFF_MAX_BYTES
+
+    (tmp_path / "c.txt").write_bytes((b"\x01" * 40 + b"\n") * 30_000)  # 1.2 MB, 7.3 MB as JSON
+    limits = Limits(max_write_bytes=8 * 1024 * 1024)
+    with Sandbox(tmp_path, limits=limits) as sandbox:
+        edit = {"path": "c.txt", "old_string": "\x01", "new_string": "\x02", "replace_all": True}
+        result = ok(sandbox, "edit_file", **edit)["result"]
+    assert result["diff"] and size(result["diff"]) <= DIFF_MAX_BYTES + 2

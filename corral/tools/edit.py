@@ -11,6 +11,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.fs import content_version
+from corral.tools import render
 from corral.tools.access import content, open_target
 from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
 from corral.tools.read import is_binary
@@ -147,13 +148,19 @@ def _window(before: str, after: str, head: int, tail: int) -> tuple[int, int, in
 
 
 def capped(diff: str) -> tuple[str, bool]:
-    """The diff cut after its last whole line within DIFF_MAX_BYTES, and whether it was
+    """The diff cut after its last whole line within DIFF_MAX_BYTES as JSON carries
+    it (render.encoded_size: a control character is six bytes), and whether it was
     (the edit is made either way: its answer must still fit one frame)."""
-    data = diff.encode("utf-8")
-    if len(data) <= DIFF_MAX_BYTES:
+    data = diff.encode("utf-8", "surrogateescape")
+    if render.encoded_size(data) <= DIFF_MAX_BYTES:
         return diff, False
-    head = data[:DIFF_MAX_BYTES].decode("utf-8", "ignore")
-    return head[: head.rfind("\n") + 1], True
+    kept, used = [], 0
+    for line in io.BytesIO(data).readlines():  # split on "\n" only, as the diff's lines are
+        used += render.encoded_size(line)
+        if used > DIFF_MAX_BYTES:
+            break
+        kept.append(line)
+    return b"".join(kept).decode("utf-8", "surrogateescape"), True
 
 
 def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
