@@ -3,11 +3,16 @@ exists and, with a #fragment, at a heading that page has (as mkdocs slugs it).""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from corral.config import Limits, SandboxOptions
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -51,3 +56,20 @@ def test_every_page_in_the_site_is_linked_from_the_readme() -> None:
     linked = {t.partition("#")[0] for t in links(REPO / "README.md")}
     assert nav - {"index.md"}, "mkdocs.yml lists no pages"
     assert not {f"docs/{page}" for page in nav - {"index.md"}} - linked
+
+
+@pytest.mark.parametrize(
+    ("section", "settings"), [("limits", Limits()), ("sandbox", SandboxOptions())]
+)
+def test_configuration_page_documents_every_key_and_default(section: str, settings: Any) -> None:
+    """Each key of the section has a row `| `key` | type | `default` | ...` on the page."""
+    page = (REPO / "docs" / "configuration.md").read_text()
+    body = page.split(f"## `[{section}]`")[1].split("\n## ")[0]
+    cells = [re.split(r"(?<!\\)\|", line)[1:-1] for line in body.splitlines()
+             if line.startswith("| `")]
+    rows = {cell[0].strip(" `"): cell[2].strip().split("`")[1] for cell in cells}
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        shown = json.dumps(list(value) if isinstance(value, tuple) else value)
+        assert field.name in rows, f"docs/configuration.md [{section}] lacks {field.name}"
+        assert json.loads(rows[field.name]) == json.loads(shown), (field.name, rows[field.name])
