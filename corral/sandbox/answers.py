@@ -7,12 +7,59 @@ The content itself (file text, listings) is the worker's to give.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from corral.config import Limits
 from corral.errors import ERROR_CODES
+from corral.tools.edit import DIFF_MAX_BYTES
+from corral.tools.listing import LISTING_BUDGET_FLOOR
+from corral.tools.read import HARD_READ_CEILING, MAX_FILES
+from corral.tools.search import MAX_MATCHES
 
 _TOUCHED_FIELDS = ("path", "root", "resolved", "decision")
 _APPROVAL_FIELDS = ("key", "root", "resolved", "path")
+
+
+# What decoding costs is the number of values, not the bytes: `{}` is 3 bytes of
+# JSON and ~70 of Python (a 64 MiB answer of them took ~1.5 GiB). A tool's answer
+# holds few values beside its strings: entries, matches, files, touched paths.
+VALUES_PER_ITEM = 16  # a listed entry or a grep match is ~9 values; room to spare
+VALUES_BASE = 16 * 1024  # fields, meta, read_multiple_files' MAX_FILES results
+# On the wire (json's ensure_ascii) a non-ASCII character takes up to 3x the UTF-8
+# bytes a budget counts; a read answer carries its content and its text (2x budget).
+WIRE_FACTOR = 3
+META_BYTES = 8 * 1024 * 1024  # touched paths and approvals: a few dozen paths of 4 KiB
+# Smaller answers are decoded unchecked: at ~30x they cost a few MiB at most.
+UNCHECKED_BYTES = 256 * 1024
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtracking state
+
+
+def answer_limits(limits: Limits) -> tuple[int, int]:
+    """(bytes, values) a tool's answer can need under `limits`: a read's content and
+    text (budgets of tools/read.py, listing.py), an edit's diff and its text, meta."""
+    budget = max(min(limits.max_read_bytes, HARD_READ_CEILING), LISTING_BUDGET_FLOOR)
+    size = WIRE_FACTOR * (3 * budget + 2 * DIFF_MAX_BYTES) + META_BYTES
+    values = VALUES_BASE + VALUES_PER_ITEM * (limits.max_list_entries + MAX_MATCHES + MAX_FILES)
+    return size, values
+
+
+def too_many_values(payload: bytes | bytearray, max_values: int) -> str | None:
+    """Why a payload must not be decoded: more JSON values than `max_values`. Every
+    value but a string needs a separator or a bracket, so counting those bytes is a
+    bound (C speed); only when file content in strings pushes it over are the
+    strings taken out to count exactly, after a count of their quotes (each string
+    has two, an escaped quote inside one has a backslash) caps how many there are."""
+
+    def marks(data: bytes | bytearray) -> int:
+        return sum(data.count(mark) for mark in (b",", b":", b"[", b"{"))
+
+    if len(payload) <= UNCHECKED_BYTES or marks(payload) <= max_values:
+        return None
+    strings = (payload.count(b'"') - payload.count(b'\\"')) // 2
+    if strings <= max_values and marks(_STRING.sub(b"", payload)) <= max_values:
+        return None
+    return f"an answer of more than {max_values} JSON values, more than any call needs"
 
 
 def malformed(response: dict[str, Any], request: dict[str, Any]) -> str | None:

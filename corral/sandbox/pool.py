@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.answers import malformed
+from corral.sandbox.answers import answer_limits, malformed, too_many_values
 from corral.sandbox.protocol import (
     CLEANUP_ARGUMENTS,
     CONTROL_FRAME_BYTES,
@@ -107,17 +107,21 @@ class Worker:
 
     def exchange(
         self, frame: bytes, request: dict[str, Any], deadline: float, max_bytes: int,
-        spin: bool = False,
+        spin: bool = False, max_values: int | None = None,
     ) -> dict[str, Any]:
         """Send one encoded request and read its answer; WorkerLost, TimeoutError.
-        The answer is untrusted: one for another id, or of the wrong shape, loses the worker.
-        spin: poll for the answer up to ANSWER_SPIN_S before blocking."""
+        The answer is untrusted: one for another id, or of the wrong shape, loses the
+        worker, and so does one over max_bytes or, before it is decoded, max_values
+        JSON values. spin: poll for the answer up to ANSWER_SPIN_S before blocking."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
             if spin:
                 _spin_for_answer(self.sock.fileno())
             _tell_if_slow(self.sock.fileno())
-            response = read_sole_frame(self.sock.fileno(), max_bytes, deadline)
+            precheck = None if max_values is None else (
+                lambda payload: too_many_values(payload, max_values)
+            )
+            response = read_sole_frame(self.sock.fileno(), max_bytes, deadline, precheck)
         except (FrameTruncated, OSError) as exc:
             if isinstance(exc, TimeoutError):
                 raise
@@ -312,6 +316,10 @@ class Pool:
         self.options = options
         self.limits = limits
         self.confinement: dict[str, Any] = {}
+        # What a tool's answer can need under these limits (answers.py): a bigger
+        # one, or one of more values, is a misbehaving worker's, refused undecoded.
+        size, self.answer_values = answer_limits(limits)
+        self.answer_bytes = min(size, options.max_frame_bytes)
         self._cond = threading.Condition()
         self._idle: list[Worker] = []
         self._workers: set[Worker] = set()
@@ -351,7 +359,10 @@ class Pool:
             # only a lone call spins: concurrent ones would take the GIL from each other
             # (an unlocked read: a wrong guess costs a little speed, nothing else)
             alone = len(self._idle) + 1 >= len(self._workers)
-            response = worker.exchange(frame, request, time.monotonic() + timeout, limit, alone)
+            response = worker.exchange(
+                frame, request, time.monotonic() + timeout, self.answer_bytes, alone,
+                self.answer_values,
+            )
         except TimeoutError:
             self.replace(worker)
             self.clean_after(worker.pid, request)

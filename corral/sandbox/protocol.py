@@ -17,6 +17,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 HEADER = struct.Struct(">I")
@@ -142,13 +143,15 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None) -> dict[s
 
 
 def read_sole_frame(
-    fd: int, max_bytes: int, deadline: float | None = None
+    fd: int, max_bytes: int, deadline: float | None = None,
+    precheck: Callable[[bytes | bytearray], str | None] | None = None,
 ) -> dict[str, Any] | None:
     """read_frame for a channel whose peer sends one frame and then waits for an
     answer (a worker and the broker): the first read takes the header and up to
     SOLE_FIRST_READ bytes of payload at once. Bytes past the frame are a
     ProtocolError: the peer sent more than one frame. A deadline is waited on
-    before the first read, not after a read that would block."""
+    before the first read, not after a read that would block. precheck(payload):
+    a reason to refuse the payload before it is decoded (ProtocolError), or None."""
     if deadline is not None:
         _wait(fd, select.POLLIN, deadline, at_deadline_ok=True)
     buffer = bytearray(HEADER.size + min(max_bytes, SOLE_FIRST_READ))
@@ -174,6 +177,9 @@ def read_sole_frame(
         rest = _read_exactly(fd, length - got, deadline, eof_ok=False)
         assert rest is not None
         payload += rest
+    problem = precheck(payload) if precheck is not None else None
+    if problem is not None:
+        raise ProtocolError(problem)
     return decode(payload)
 
 
