@@ -34,12 +34,24 @@ from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, check_known, check_required, summarise
-from corral.sandbox.pool import RSS_CHECK_EVERY, BootKilled, Pool, SandboxError, Worker, Zygote
-from corral.sandbox.protocol import MAX_ROOTS
+from corral.sandbox.pool import (
+    RSS_CHECK_EVERY,
+    BootKilled,
+    Pool,
+    SandboxError,
+    Worker,
+    WorkerLost,
+    Zygote,
+    _alive,
+)
+from corral.sandbox.protocol import MAX_ROOTS, ProtocolError
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
 MIN_LIFE_S = 0.05
+# New sandboxes' start-up sweeps (temp files of writers a killed host left) run on this
+# many threads of the pool: each takes a worker as a call does.
+SWEEP_THREADS = 2
 
 
 class CallCancelled(SandboxError):
@@ -170,6 +182,26 @@ class Lane(Pool):
     def manage_workers(self) -> None:
         """Nothing to keep at size: workers are forked when a call needs one."""
 
+    def sweep_temps(self) -> int:
+        """pool.Pool.sweep_temps on a worker of this lane, taken as a call takes one
+        (within max_workers, in its turn), then left idle for the first call."""
+        try:
+            worker = self.checkout()
+        except SandboxError:
+            return 0
+        try:
+            listing = self._exchange(worker, {"id": 1, "find_temps": True})
+            dead = [[index, path] for index, path, pid in listing["temps"] if not _alive(pid)]
+            removed = 0
+            if dead:
+                answer = self._exchange(worker, {"id": 2, "cleanup": {"temps": dead}})
+                removed = int(answer["removed"])
+        except (WorkerLost, TimeoutError, ProtocolError):
+            self.replace(worker)
+            return 0
+        self.checkin(worker)
+        return removed
+
     def halt(self, reason: str) -> None:
         super().halt(reason)
         with self._cond:
@@ -282,6 +314,7 @@ class Hub:
         })
         self._reaper = threading.Thread(target=self._reap_idle, name="corral-reaper", daemon=True)
         self._reaper.start()
+        self.sweeps = ThreadPoolExecutor(SWEEP_THREADS, thread_name_prefix="corral-sweep")
 
     def open_lane(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
@@ -485,6 +518,7 @@ class Hub:
             self.closed = True
             self.lock.notify_all()
         self._reaper.join()
+        self.sweeps.shutdown(wait=True)
         self.zygote.stop()
 
 
@@ -515,6 +549,14 @@ class PooledBroker(Broker):
         self._owner = os.getpid()
         # asubmit's threads: up to the lane's share, as in Broker (made as calls need them)
         self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
+        # Broker's start-up sweep, on the pool's sweep threads rather than one per sandbox
+        self._sweep = hub.sweeps.submit(lane.sweep_temps)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)
+        if not self._sweep.cancel():  # not begun: never needed; begun: let it finish
+            self._sweep.result()
+        self._pool.close()
 
     async def asubmit(self, request: dict[str, Any]) -> dict[str, Any]:
         """submit() on a thread; cancelling the awaiting task cancels the call."""
