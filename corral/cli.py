@@ -278,16 +278,23 @@ def server_command(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def config_block(servers: str, server: dict[str, Any]) -> str:
+    """`{servers: {"corral": server}}` indented, with the args list on one line, as
+    people write these blocks (json.dumps cannot indent some levels only)."""
+    args = json.dumps(server["args"], ensure_ascii=False)
+    text = json.dumps({servers: {"corral": {**server, "args": None}}}, indent=2,
+                      ensure_ascii=False)
+    return text.replace('"args": null', f'"args": {args}')
+
+
 def cmd_mcp_config(args: argparse.Namespace) -> int:
     command, *arguments = server_command(args)
     if args.client == "claude":
         print(shlex.join(["claude", "mcp", "add", "corral", "--", command, *arguments]))
     elif args.client == "vscode":
-        print_json({"servers": {"corral": {
-            "type": "stdio", "command": command, "args": arguments,
-        }}})
+        print(config_block("servers", {"type": "stdio", "command": command, "args": arguments}))
     else:
-        print_json({"mcpServers": {"corral": {"command": command, "args": arguments}}})
+        print(config_block("mcpServers", {"command": command, "args": arguments}))
     where = CLIENTS.get(args.client, "paste it into the client's MCP settings "
                        "(Claude Desktop: claude_desktop_config.json)")
     print(f"corral: {where}", file=sys.stderr)

@@ -23,7 +23,7 @@ from terminal import on_terminal_stdout
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
-PYTHON = "/home/me/corral/.venv/bin/python"  # the README's stand-in for sys.executable
+PYTHON = "/home/me/corral/.venv/bin/python3"  # the README's stand-in for sys.executable
 PROJECT = "/path/to/project"
 # The HTTP library this openai release is built on (httpx; httpx2 in later releases).
 http = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__.partition(".")[0]]
@@ -65,7 +65,7 @@ def test_mcp_config_prints_the_readme_block(workspace: Path) -> None:
         [sys.executable, "-m", "corral", "mcp-config", "--workspace", str(workspace)],
         capture_output=True, text=True, timeout=60, check=True,
     )
-    assert json.loads(done.stdout) == json.loads(mine(snippet, workspace))
+    assert done.stdout == mine(snippet, workspace)
     claude = block_with("sh", "claude mcp add").strip()
     done = subprocess.run(
         [sys.executable, "-m", "corral", "mcp-config", "--client", "claude",
