@@ -34,7 +34,7 @@ CONFIG_NAME = "corral.toml"
 TOOL_NAMES = (
     "read_file", "write_file", "edit_file", "read_multiple_files", "append_file",
     "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
-    "delete_file", "search_files", "grep",
+    "delete_file", "search_files", "grep", "list_allowed_directories",
 )
 LAYERS = ("landlock", "seccomp", "openat2", "no_new_privs", "rlimits")  # what require names
 RESOLVERS = ("auto", "openat2", "walk")

@@ -47,7 +47,8 @@ class TestSpecs:
         assert "delete_file" not in names  # off by default
         assert set(names) == set(TOOLS) - {"delete_file"}
         for spec in specs:
-            assert set(spec) == {"name", "description", "input_schema", "annotations"}
+            assert set(spec) == {"name", "title", "description", "input_schema", "output_schema",
+                                 "annotations"}
             json.dumps(spec)  # hosts send specs as JSON
 
     def test_specs_are_copies(self, sb: Sandbox) -> None:
@@ -55,7 +56,7 @@ class TestSpecs:
         spec["annotations"]["readOnlyHint"] = "changed"
         spec["input_schema"]["properties"].clear()
         assert all(isinstance(v, bool) for s in sb.tools() for v in s["annotations"].values())
-        assert all(s["input_schema"]["properties"] for s in sb.tools())
+        assert sb.tools()[0]["input_schema"]["properties"]
 
     def test_read_only_policy_shows_only_readers(self, ws: Path) -> None:
         with Sandbox(ws, policy=Policy(read_only=True)) as sandbox:

@@ -138,7 +138,8 @@ def test_tools_formats(capsys: pytest.CaptureFixture[str], workspace: Path) -> N
         specs[fmt] = json.loads(out)
     assert len(specs["mcp"]) == len(specs["openai"]) == len(specs["anthropic"]) >= 10
     for tool in specs["mcp"]:
-        assert set(tool) == {"name", "title", "description", "inputSchema", "annotations"}
+        assert set(tool) == {"name", "title", "description", "inputSchema", "outputSchema",
+                             "annotations"}
         check_schema(tool["inputSchema"])
     for tool in specs["openai"]:
         assert set(tool) == {"type", "function"} and tool["type"] == "function"

@@ -233,7 +233,8 @@ class TestMoveAcrossFileSystems:
 def test_every_description_is_one_paragraph() -> None:
     for tool in TOOLS.values():
         assert tool.description and "\n\n" not in tool.description, tool.name
-        assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint"}
+        assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint",
+                                         "openWorldHint"}
 
 
 def test_copy_keeps_the_permission_bits(ws: Path, sb: Sandbox) -> None:

@@ -85,6 +85,9 @@ def test_sdk_client_lists_and_calls_every_tool(
         if mode == "auto":  # a pinned client never asks server/discover who we are
             assert client.server_info is not None and client.server_info.name == "corral"
         names = {tool.name for tool in listed.tools}
+        for tool in listed.tools:
+            assert tool.title and tool.output_schema is not None
+            assert tool.annotations is not None and tool.annotations.open_world_hint is False
         await call(client, "write_file", {"path": "a/b.txt", "content": "one\ntwo\n"})
         assert (await call(client, "read_file", {"path": "a/b.txt"}))["content"] == "one\ntwo\n"
         await call(client, "edit_file", {"path": "a/b.txt", "old_string": "two", "new_string": "2"})
@@ -98,6 +101,8 @@ def test_sdk_client_lists_and_calls_every_tool(
         await call(client, "search_files", {"pattern": "**/*.txt"})
         await call(client, "grep", {"pattern": "thr+ee"})
         await call(client, "delete_file", {"path": "c/d.txt"})
+        roots = await call(client, "list_allowed_directories", {})
+        assert roots["roots"] == [{"path": str(workspace), "mode": "rw"}]
         image = await client.call_tool("read_file", {"path": "pic.png"})
         assert any(isinstance(block, types.ImageContent) for block in image.content)
         assert names == called
@@ -243,6 +248,7 @@ def test_both_eras_interleaved_on_one_process_answer_the_same(workspace: Path) -
             ("grep", {"pattern": "wor", "glob": None}),
             ("list_directory", {"path": None}),
             ("read_file", {"path": "hello.txt", "offset": "x"}),
+            ("list_allowed_directories", {}),
         ]
         for name, arguments in calls:
             params = {"name": name, "arguments": arguments}

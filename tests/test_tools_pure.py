@@ -26,6 +26,7 @@ CONTRACT_ARGUMENTS = {
     "delete_file": {"path"},
     "search_files": {"pattern", "path", "max_results"},
     "grep": {"pattern", "path", "glob", "ignore_case", "max_results"},
+    "list_allowed_directories": set(),
 }
 
 CONTRACT_DEFAULTS = {
@@ -41,7 +42,7 @@ CONTRACT_DEFAULTS = {
 }
 
 READ_ONLY = {"read_file", "read_multiple_files", "list_directory", "stat_file",
-             "search_files", "grep"}
+             "search_files", "grep", "list_allowed_directories"}
 
 
 class TestSpecs:
@@ -61,11 +62,15 @@ class TestSpecs:
     def test_spec_shape(self, name: str) -> None:
         tool = TOOLS[name]
         spec = tool.spec()
-        assert set(spec) == {"name", "description", "input_schema", "annotations"}
+        assert set(spec) == {"name", "title", "description", "input_schema", "output_schema",
+                             "annotations"}
+        assert tool.title and tool.output_schema["type"] == "object"
         assert spec["input_schema"]["type"] == "object"
         assert spec["input_schema"]["additionalProperties"] is False
         assert len(tool.description) > 80 and "\n" not in tool.description
-        assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint"}
+        assert set(tool.annotations) == {"readOnlyHint", "destructiveHint", "idempotentHint",
+                                         "openWorldHint"}
+        assert tool.annotations["openWorldHint"] is False
         assert tool.annotations["readOnlyHint"] is (name in READ_ONLY)
         assert tool.writes is (name not in READ_ONLY)
         if tool.annotations["readOnlyHint"]:
@@ -77,6 +82,64 @@ def _invalid(name: str, arguments: object) -> str:
         validate(TOOLS[name], arguments)
     assert caught.value.code == "invalid_arguments"
     return caught.value.message
+
+
+def _walk(schema: object) -> list[dict]:
+    """Every schema object beneath (and including) `schema`."""
+    if isinstance(schema, list):
+        return [found for item in schema for found in _walk(item)]
+    if not isinstance(schema, dict):
+        return []
+    return [schema, *(found for value in schema.values() for found in _walk(value))]
+
+
+class TestStrictShapes:
+    @pytest.mark.parametrize("name", sorted(CONTRACT_ARGUMENTS))
+    def test_no_type_arrays_and_every_optional_takes_null(self, name: str) -> None:
+        for node in _walk(TOOLS[name].input_schema):
+            assert not isinstance(node.get("type"), list), node
+            if node.get("type") == "object":
+                for key, prop in node["properties"].items():
+                    if key not in node.get("required", ()):
+                        assert {"type": "null"} in prop["anyOf"], (name, key)
+
+    @pytest.mark.parametrize("name", sorted(CONTRACT_ARGUMENTS))
+    def test_null_for_every_optional_argument_means_its_default(self, name: str) -> None:
+        props = TOOLS[name].input_schema["properties"]
+        required = TOOLS[name].input_schema.get("required", [])
+        given = {key: "x" if key != "paths" else ["x"] for key in required}
+        nulls = {key: None for key in props if key not in required}
+        assert validate(TOOLS[name], {**given, **nulls}) == validate(TOOLS[name], given)
+
+    def test_strict_edit_file_is_one_edit_or_a_list(self) -> None:
+        single = validate(TOOLS["edit_file"], {
+            "path": "a", "old_string": "x", "new_string": "y", "replace_all": None,
+            "edits": None, "expected_version": None, "dry_run": None,
+        })
+        assert single == {"path": "a", "old_string": "x", "new_string": "y",
+                          "replace_all": False, "expected_version": None, "dry_run": False}
+        many = validate(TOOLS["edit_file"], {
+            "path": "a", "old_string": None, "new_string": None, "replace_all": None,
+            "edits": [{"old_string": "x", "new_string": "y", "replace_all": None}],
+            "expected_version": None, "dry_run": None,
+        })
+        assert many["edits"] == [{"old_string": "x", "new_string": "y", "replace_all": False}]
+        assert "old_string" not in many
+
+    def test_null_for_a_required_argument_is_refused(self) -> None:
+        assert "'path'" in _invalid("read_file", {"path": None})
+        assert "'edits[0].old_string'" in _invalid(
+            "edit_file", {"path": "a", "edits": [{"old_string": None, "new_string": "y"}]}
+        )
+
+    def test_any_of_names_what_is_wrong(self) -> None:
+        assert "must be an integer" in _invalid("read_file", {"path": "a", "offset": "1"})
+        with pytest.raises(CorralError, match="must be null"):
+            schema.check(1, {"anyOf": [{"type": "null"}]}, "x")
+        either = {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]}
+        assert schema.check("s", either, "x") == "s"
+        with pytest.raises(CorralError, match="must be a string"):
+            schema.check(1.5, either, "x")
 
 
 class TestValidate:
@@ -124,9 +187,10 @@ class TestValidate:
     def test_arguments_must_be_an_object(self, arguments: object) -> None:
         assert "object" in _invalid("stat_file", arguments)
 
-    def test_null_allowed_only_where_declared(self) -> None:
+    def test_null_means_the_default_only_for_optional_arguments(self) -> None:
         assert validate(TOOLS["grep"], {"pattern": "x", "glob": None})["glob"] is None
-        assert "'path'" in _invalid("grep", {"pattern": "x", "path": None})
+        assert validate(TOOLS["grep"], {"pattern": "x", "path": None})["path"] == "."
+        assert "'pattern'" in _invalid("grep", {"pattern": None})
 
     def test_schema_rejects_unsupported_type_names(self) -> None:
         with pytest.raises(ValueError):

@@ -3,6 +3,8 @@ resolution then happens beneath it."""
 
 from __future__ import annotations
 
+import posixpath
+
 from corral.errors import CorralError
 from corral.fs._errors import PATH_MAX, show
 from corral.fs.root import Root
@@ -52,3 +54,24 @@ class Roots:
 
     def all(self) -> list[Root]:
         return [self.workspace, *self.others]
+
+    def narrow(self, within: list[object]) -> dict[str, list[str]]:
+        """Each root's directories that also lie in one of `within` (absolute paths,
+        compared component by component against the root's real and given path): a
+        directory inside the root narrows it to that directory, one that holds the
+        root leaves it whole, one elsewhere adds nothing. Never wider than the roots."""
+        narrowed: dict[str, list[str]] = {}
+        for root in self.all():
+            inside: list[str] = []
+            for path in within:
+                if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+                    continue
+                parts = _parts(posixpath.normpath(path))
+                for name in (root.path, root.given_path):
+                    prefix = _parts(name)
+                    if parts[: len(prefix)] == prefix:
+                        inside.append("/".join(parts[len(prefix):]) or ".")
+                    elif prefix[: len(parts)] == parts:
+                        inside.append(".")
+            narrowed[root.path] = sorted(set(inside))
+        return narrowed

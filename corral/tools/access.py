@@ -50,13 +50,28 @@ def joined(base: str, name: str) -> str:
     return name if base == "." else f"{base}/{name}"
 
 
+CLIENT_ROOTS_RULE = "client-roots"  # the rule named when a client's roots refuse a path
+
+
+def within(ctx: Context, root: Root, resolved: str) -> bool:
+    """Whether a resolved path lies in the client's roots for this call (if any)."""
+    if ctx.within is None:
+        return True
+    return any(
+        prefix == "." or resolved == prefix or resolved.startswith(prefix + "/")
+        for prefix in ctx.within.get(root.path, ())
+    )
+
+
 def visibility(ctx: Context, root: Root) -> Callable[[str], bool]:
     """Listings hide what the policy denies outright: the check for each resolved
     path beneath `root`, built once per listing (it runs for every entry)."""
     spec, decide, tool = RootSpec(root.path, root.mode), ctx.policy.decide, ctx.tool
 
     def visible(resolved: str) -> bool:
-        return decide(tool, spec, resolved, write=False).action != "deny"
+        return within(ctx, root, resolved) and decide(
+            tool, spec, resolved, write=False
+        ).action != "deny"
 
     return visible
 
@@ -73,6 +88,7 @@ class PathCheck:
 
     def __call__(self, resolved: str) -> None:
         ctx, path = self.ctx, self.path
+        self._within(resolved)
         decision = ctx.policy.decide(ctx.tool, self.spec, resolved, write=self.write)
         action, rule = decision.action, decision.rule
         if action == "allow" and ctx.supervised:
@@ -96,11 +112,21 @@ class PathCheck:
                 )
 
     def through(self, resolved: str) -> None:
+        self._within(resolved)
         decision = self.ctx.policy.decide(self.ctx.tool, self.spec, resolved, write=self.write)
         if decision.action == "deny":
             touched = Touched(self.path, self.root.path, resolved, "deny", decision.rule)
             _record(self.ctx, touched)
             raise _denied(self.path, decision.rule)
+
+    def _within(self, resolved: str) -> None:
+        if not within(self.ctx, self.root, resolved):
+            touched = Touched(self.path, self.root.path, resolved, "deny", CLIENT_ROOTS_RULE)
+            _record(self.ctx, touched)
+            raise CorralError(
+                "path_denied", f"{self.path} is outside the client's roots.",
+                rule=CLIENT_ROOTS_RULE,
+            )
 
 
 def _denied(path: str, rule: str | None) -> CorralError:

@@ -40,6 +40,9 @@ class Context:
     # The tool's mode is "supervised": every path it touches needs the host's yes,
     # asked once the path is resolved (the host cannot know what a path names).
     supervised: bool = False
+    # The client's roots for this call: root path -> root-relative directories the
+    # call may use ("." the whole root; none: nothing in that root). None: no narrowing.
+    within: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -52,42 +55,86 @@ class Outcome:
 @dataclass(frozen=True)
 class Tool:
     name: str
+    title: str  # for people (an MCP client's UI)
     description: str  # one paragraph written for a model
     input_schema: dict[str, Any]
-    annotations: dict[str, bool]  # readOnlyHint, destructiveHint, idempotentHint
+    output_schema: dict[str, Any]  # the shape of a success's `result`
+    annotations: dict[str, Any]  # readOnlyHint, destructiveHint, idempotentHint, openWorldHint
     writes: bool
     run: Callable[[Context, dict[str, Any]], Outcome]
 
     def spec(self) -> dict[str, Any]:
-        """What a host shows a model: name, description, input_schema, annotations
-        (a copy: a host that edits it must not change what the tool enforces)."""
+        """What a host shows a model: name, title, description, input_schema,
+        output_schema, annotations (a copy: a host that edits it must not change
+        what the tool enforces)."""
         return copy.deepcopy({
             "name": self.name,
+            "title": self.title,
             "description": self.description,
             "input_schema": self.input_schema,
+            "output_schema": self.output_schema,
             "annotations": self.annotations,
         })
 
 
 def annotations(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
-    """MCP tool annotations, spelled as the MCP spec spells them."""
+    """MCP tool annotations, spelled as the MCP spec spells them. openWorldHint is
+    false: a file tool's world is the workspace (the spec's default is true)."""
     return {
         "readOnlyHint": read_only,
         "destructiveHint": destructive,
         "idempotentHint": idempotent,
+        "openWorldHint": False,
     }
 
 
 def obj(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """An object schema that refuses unknown arguments."""
+    """An object schema that refuses unknown arguments; every property not in
+    `required` also takes null, meaning its default."""
     schema: dict[str, Any] = {
         "type": "object",
-        "properties": properties,
+        "properties": {
+            key: prop if key in required else optional(prop) for key, prop in properties.items()
+        },
         "additionalProperties": False,
     }
     if required:
         schema["required"] = list(required)
     return schema
+
+
+def optional(prop: dict[str, Any]) -> dict[str, Any]:
+    """An optional argument: its type or null, spelled with anyOf (anthropic's
+    transform_schema and OpenAI's strict mode refuse type arrays). The description
+    and default stay outside, where converters and models look for them."""
+    outside = ("description", "default")
+    shown = {key: prop[key] for key in outside if key in prop}
+    inner = {key: value for key, value in prop.items() if key not in outside}
+    return {"anyOf": [inner, {"type": "null"}], **shown}
+
+
+# The shapes of results (output schemas): precise about types and the keys always
+# present; a client must not break on a key added later, so objects stay open.
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+NUMBER = {"type": "number"}
+BOOLEAN = {"type": "boolean"}
+ERROR = {"type": "object", "properties": {"code": STRING, "message": STRING, "rule": STRING},
+         "required": ["code", "message"]}
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def shape(properties: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object every one of whose properties is present, but `optional` ones."""
+    return {"type": "object", "properties": properties,
+            "required": [key for key in properties if key not in optional]}
+
+
+def list_of(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
 
 
 def path_prop(what: str) -> dict[str, Any]:

@@ -13,7 +13,18 @@ from corral.errors import CorralError
 from corral.fs import content_version
 from corral.tools import render
 from corral.tools.access import content, open_target
-from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.base import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    annotations,
+    obj,
+    path_prop,
+    shape,
+)
 from corral.tools.read import is_binary
 from corral.tools.write import utf8
 
@@ -318,6 +329,7 @@ _REPLACE_ALL = {"type": "boolean", "default": False,
 EDIT_TOOLS = [
     Tool(
         name="edit_file",
+        title="Edit file",
         description=(
             "Change part of a text file by exact string replacement. old_string must occur "
             "exactly once (include a few surrounding lines to make it unique) unless "
@@ -347,7 +359,7 @@ EDIT_TOOLS = [
                     "description": "Several edits applied in order, all or none.",
                 },
                 "expected_version": {
-                    "type": ["string", "null"], "default": None,
+                    "type": "string", "default": None,
                     "description": "Version the file must still have (from a read or stat).",
                 },
                 "dry_run": {"type": "boolean", "default": False,
@@ -355,6 +367,8 @@ EDIT_TOOLS = [
             },
             ("path",),
         ),
+        output_schema=shape({"path": STRING, "replacements": INTEGER, "version": STRING,
+                             "diff": STRING, "diff_truncated": BOOLEAN, "dry_run": BOOLEAN}),
         annotations=annotations(read_only=False, destructive=True, idempotent=False),
         writes=True,
         run=edit_file,

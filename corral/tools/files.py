@@ -9,7 +9,20 @@ from corral.errors import CorralError
 from corral.fs import CrossFilesystem, FileInfo
 from corral.tools import render
 from corral.tools.access import content, moved, open_target
-from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.base import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    annotations,
+    nullable,
+    obj,
+    path_prop,
+    shape,
+)
 
 
 def create_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
@@ -119,9 +132,19 @@ def delete_file(ctx: Context, args: dict[str, Any]) -> Outcome:
 _OVERWRITE = {"type": "boolean", "default": False,
               "description": "Replace the destination if it exists (otherwise: already_exists)."}
 
+TYPES = {"type": "string", "enum": ["file", "dir", "symlink", "other"]}
+# A missing path: exists=false and every other key null.
+STAT_RESULT = shape(
+    {"path": STRING, "exists": BOOLEAN, "type": nullable(TYPES), "size": nullable(INTEGER),
+     "modified": nullable(NUMBER), "mode": nullable(INTEGER), "version": nullable(STRING),
+     "symlink_target": STRING},
+    optional=("symlink_target",),
+)
+
 FILE_TOOLS = [
     Tool(
         name="create_directory",
+        title="Create directory",
         description=(
             "Create a directory, including any missing parent directories. Succeeds with "
             "created=false if the directory already exists; fails with already_exists if "
@@ -129,12 +152,14 @@ FILE_TOOLS = [
             "needed for empty directories."
         ),
         input_schema=obj({"path": path_prop("Directory to create")}, ("path",)),
+        output_schema=shape({"path": STRING, "created": BOOLEAN}),
         annotations=annotations(read_only=False, destructive=False, idempotent=True),
         writes=True,
         run=create_directory,
     ),
     Tool(
         name="stat_file",
+        title="File info",
         description=(
             "Check whether a path exists and what it is: type (file, dir, symlink, other), "
             "size, modification time, permission mode, the content version of a file and "
@@ -142,12 +167,14 @@ FILE_TOOLS = [
             "result says exists=false."
         ),
         input_schema=obj({"path": path_prop("Path to inspect")}, ("path",)),
+        output_schema=STAT_RESULT,
         annotations=annotations(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=stat_file,
     ),
     Tool(
         name="move_file",
+        title="Move file",
         description=(
             "Move or rename a file or directory. Fails with already_exists if the "
             "destination exists, unless overwrite is true. A directory cannot be moved "
@@ -164,12 +191,14 @@ FILE_TOOLS = [
             },
             ("source", "destination"),
         ),
+        output_schema=shape({"source": STRING, "destination": STRING}),
         annotations=annotations(read_only=False, destructive=True, idempotent=False),
         writes=True,
         run=move_file,
     ),
     Tool(
         name="copy_file",
+        title="Copy file",
         description=(
             "Copy one regular file to a new path; the copy is written atomically, keeps "
             "the source's permissions, and missing parent directories are created. Fails "
@@ -184,18 +213,21 @@ FILE_TOOLS = [
             },
             ("source", "destination"),
         ),
+        output_schema=shape({"source": STRING, "destination": STRING, "bytes_copied": INTEGER}),
         annotations=annotations(read_only=False, destructive=True, idempotent=True),
         writes=True,
         run=copy_file,
     ),
     Tool(
         name="delete_file",
+        title="Delete file",
         description=(
             "Delete one file or symlink (a symlink is removed, its target is kept). "
             "Directories are never deleted. The deletion cannot be undone, so read or stat "
             "the file first if you are not sure it is the right one."
         ),
         input_schema=obj({"path": path_prop("File to delete")}, ("path",)),
+        output_schema=shape({"path": STRING, "deleted": BOOLEAN}),
         annotations=annotations(read_only=False, destructive=True, idempotent=True),
         writes=True,
         run=delete_file,

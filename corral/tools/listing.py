@@ -8,7 +8,20 @@ from typing import Any
 from corral.fs import TEMP_PREFIX, Entry, Root
 from corral.tools import render
 from corral.tools.access import joined, open_target, visibility
-from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.base import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    annotations,
+    list_of,
+    obj,
+    path_prop,
+    shape,
+)
 
 DEFAULT_MAX_ENTRIES = 500
 
@@ -125,6 +138,7 @@ def _text(path: str, entries: list[Entry], truncated: bool) -> str:
 LISTING_TOOLS = [
     Tool(
         name="list_directory",
+        title="List directory",
         description=(
             "List a directory's entries with their type (file, dir, symlink, other), size "
             "and modification time. recursive=true lists the whole tree beneath it with "
@@ -144,6 +158,16 @@ LISTING_TOOLS = [
                                    "description": "Include names that start with a dot."},
             },
         ),
+        output_schema=shape({
+            "path": STRING,
+            "entries": list_of(shape({
+                "name": STRING,
+                "type": {"type": "string", "enum": ["file", "dir", "symlink", "other"]},
+                "size": INTEGER, "modified": NUMBER,
+            })),
+            "count": INTEGER,
+            "truncated": BOOLEAN,
+        }),
         annotations=annotations(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=list_directory,

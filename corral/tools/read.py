@@ -12,7 +12,21 @@ from corral.errors import CorralError
 from corral.fs import content_version
 from corral.tools import render
 from corral.tools.access import as_given, content, open_target
-from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.base import (
+    BOOLEAN,
+    ERROR,
+    INTEGER,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    annotations,
+    list_of,
+    nullable,
+    obj,
+    path_prop,
+    shape,
+)
 
 HARD_READ_CEILING = 4 * 1024 * 1024  # content per call, whatever the config says: frames stay small
 BINARY_SNIFF = 8192  # a NUL in the first 8 KiB means binary, as git decides
@@ -249,9 +263,30 @@ _PAGING = {
                   "description": "Most bytes of content to return (also capped by the sandbox)."},
 }
 
+_READ_RESULT = {
+    "path": STRING,
+    "content": STRING,
+    "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+    "total_lines": INTEGER,
+    "start_line": INTEGER,
+    "lines_read": INTEGER,
+    "truncated": BOOLEAN,
+    "next_offset": nullable(INTEGER),
+    "size": INTEGER,
+    "version": STRING,
+    "image": shape({"media_type": STRING, "data": STRING}),
+}
+# An image comes back as path, size, version and image; text as every other key.
+_READ_ALWAYS = ("path", "size", "version")
+_READ_SOMETIMES = tuple(key for key in _READ_RESULT if key not in _READ_ALWAYS)
+READ_RESULT = shape(_READ_RESULT, optional=_READ_SOMETIMES)
+ONE_OF_MANY = shape({"ok": BOOLEAN, **_READ_RESULT, "error": ERROR},
+                    optional=(*_READ_SOMETIMES, "size", "version", "error"))
+
 READ_TOOLS = [
     Tool(
         name="read_file",
+        title="Read file",
         description=(
             "Read a file from the workspace. Text comes back with cat -n style line numbers "
             "in the text (the raw content is in result.content); use offset and limit to page "
@@ -269,12 +304,14 @@ READ_TOOLS = [
             },
             ("path",),
         ),
+        output_schema=READ_RESULT,
         annotations=annotations(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=read_file,
     ),
     Tool(
         name="read_multiple_files",
+        title="Read several files",
         description=(
             f"Read up to {MAX_FILES} files in one call, each like read_file with the same "
             "offset, limit and max_bytes. Each file succeeds or fails on its own: one missing "
@@ -290,6 +327,7 @@ READ_TOOLS = [
             },
             ("paths",),
         ),
+        output_schema=shape({"files": list_of(ONE_OF_MANY)}),
         annotations=annotations(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=read_multiple_files,

@@ -15,13 +15,15 @@ from corral.tools.edit import EDIT_TOOLS
 from corral.tools.files import FILE_TOOLS
 from corral.tools.listing import LISTING_TOOLS
 from corral.tools.read import READ_TOOLS
+from corral.tools.roots import ROOT_TOOLS
 from corral.tools.search import SEARCH_TOOLS
 from corral.tools.write import WRITE_TOOLS
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in [
-        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *SEARCH_TOOLS
+        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *SEARCH_TOOLS,
+        *ROOT_TOOLS,
     ]
 }
 
@@ -70,8 +72,10 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     """Run one request {"tool", "arguments", "approved"} and return the contract's
     result dict plus "meta" (touched paths, bytes, needs_approval) for the host."""
     name = request.get("tool")
+    within = request.get("within")
     call = dataclasses.replace(
         ctx, approved=frozenset(request.get("approved") or ()), touched=[],
+        within=ctx.roots.narrow(within) if isinstance(within, list) else None,
         tool=shown_name(name) if isinstance(name, str) else "", needs_approval=[], given={},
     )
     size = 0

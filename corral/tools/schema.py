@@ -1,10 +1,14 @@
 """A small JSON-Schema subset, enough for the tools' own schemas.
 
-Supported keywords: type (one name or a list), properties, required,
+Supported keywords: type (one name or a list), anyOf, properties, required,
 additionalProperties (false only), enum, minimum, maximum, minLength,
-maxLength, items, minItems, maxItems, default (top-level properties only).
+maxLength, items, minItems, maxItems, default.
 Pure: the same schema is published to models (MCP) and enforced here, so the
 two never drift. Every failure is invalid_arguments naming the field.
+
+An optional property given as null means "the default", at any depth: strict
+tool calling (OpenAI, openai-agents, langchain) marks every property required,
+so a strict model sends null for each argument it does not mean.
 """
 
 from __future__ import annotations
@@ -47,8 +51,11 @@ def _fail(field: str, problem: str) -> CorralError:
     return CorralError("invalid_arguments", f"argument '{field}' {problem}.")
 
 
-def check(value: Any, schema: dict[str, Any], field: str) -> None:
-    """Raise invalid_arguments if `value` (found at `field`) breaks `schema`."""
+def check(value: Any, schema: dict[str, Any], field: str) -> Any:
+    """`value` (found at `field`) with its objects' defaults filled in; raise
+    invalid_arguments if it breaks `schema`."""
+    if "anyOf" in schema:
+        return _check_any(value, schema["anyOf"], field)
     types = schema.get("type")
     if isinstance(types, str):  # the usual case: no list and no generator to build
         if not _is_type(value, types):
@@ -66,13 +73,29 @@ def check(value: Any, schema: dict[str, Any], field: str) -> None:
         _check_length(len(value), schema, "minItems", "maxItems", field, "items")
         item_schema = schema.get("items")
         if item_schema is not None:
-            for index, item in enumerate(value):
-                check(item, item_schema, f"{field}[{index}]")
+            return [check(item, item_schema, f"{field}[{i}]") for i, item in enumerate(value)]
     elif isinstance(value, dict):
         if "properties" in schema or "required" in schema:
-            _check_object(value, schema, field + ".")
+            return _check_object(value, schema, field + ".")
     elif _is_type(value, "number"):
         _check_bounds(value, schema, field)
+    return value
+
+
+def _check_any(value: Any, branches: list[dict[str, Any]], field: str) -> Any:
+    """anyOf: null where a branch allows it; else the first other branch that fits
+    (with one such branch, its own message says what is wrong)."""
+    if value is None and any(branch.get("type") == "null" for branch in branches):
+        return None
+    others = [branch for branch in branches if branch.get("type") != "null"]
+    for branch in others[:-1]:
+        try:
+            return check(value, branch, field)
+        except CorralError:
+            continue
+    if not others:
+        raise _fail(field, "must be null")
+    return check(value, others[-1], field)
 
 
 def _check_bounds(value: float, schema: dict[str, Any], field: str) -> None:
@@ -91,8 +114,10 @@ def _check_length(
         raise _fail(field, f"must have at most {schema[high]} {unit}, got {size}")
 
 
-def _check_object(value: dict[str, Any], schema: dict[str, Any], prefix: str) -> None:
+def _check_object(value: dict[str, Any], schema: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The object checked, an optional property given as null dropped, defaults filled in."""
     properties = schema.get("properties", {})
+    required = schema.get("required", ())
     for key in value:
         if not isinstance(key, str):
             raise CorralError("invalid_arguments", "argument names must be strings.")
@@ -101,21 +126,23 @@ def _check_object(value: dict[str, Any], schema: dict[str, Any], prefix: str) ->
                 "invalid_arguments",
                 f"unknown argument '{prefix}{key}'" + did_you_mean(key, properties, "."),
             )
-    for key in schema.get("required", ()):
+    for key in required:
         if key not in value:
             raise CorralError("invalid_arguments", f"missing required argument '{prefix}{key}'.")
+    filled: dict[str, Any] = {}
     for key, item in value.items():
-        if key in properties:
-            check(item, properties[key], prefix + key)
+        if key not in properties:
+            filled[key] = item
+        elif item is not None or key in required:
+            filled[key] = check(item, properties[key], prefix + key)
+    for key, prop in properties.items():
+        if key not in filled and "default" in prop:
+            filled[key] = prop["default"]
+    return filled
 
 
 def validate(schema: dict[str, Any], arguments: Any) -> dict[str, Any]:
     """The arguments checked against an object schema, with defaults filled in."""
     if not isinstance(arguments, dict):
         raise CorralError("invalid_arguments", "arguments must be a JSON object.")
-    _check_object(arguments, schema, "")
-    filled = dict(arguments)
-    for key, prop in schema.get("properties", {}).items():
-        if key not in filled and "default" in prop:
-            filled[key] = prop["default"]
-    return filled
+    return _check_object(arguments, schema, "")

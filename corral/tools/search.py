@@ -11,7 +11,19 @@ from corral.fs import Root
 from corral.policy import PolicyError, RootSpec, glob_to_regex
 from corral.tools import render
 from corral.tools.access import approval_key, content, joined, open_target
-from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.base import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    annotations,
+    list_of,
+    obj,
+    path_prop,
+    shape,
+)
 from corral.tools.listing import Resolved, listing_budget, shown
 from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget, split_lines
 
@@ -200,6 +212,7 @@ def _grep_text(result: dict[str, Any]) -> str:
 SEARCH_TOOLS = [
     Tool(
         name="search_files",
+        title="Find files by name",
         description=(
             "Find files and directories whose path matches a glob, searching the tree "
             "beneath path. The glob is matched against the whole path relative to path: "
@@ -218,12 +231,15 @@ SEARCH_TOOLS = [
             },
             ("pattern",),
         ),
+        output_schema=shape({"pattern": STRING, "path": STRING, "matches": list_of(STRING),
+                             "truncated": BOOLEAN}),
         annotations=annotations(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=search_files,
     ),
     Tool(
         name="grep",
+        title="Search file contents",
         description=(
             "Search file contents for a Python regular expression, line by line, in one "
             "file or every file beneath a directory. Returns path, line number and the "
@@ -236,7 +252,7 @@ SEARCH_TOOLS = [
                 "pattern": {"type": "string", "minLength": 1,
                             "description": "Python regular expression (re.search per line)."},
                 "path": {**path_prop("File or directory to search"), "default": "."},
-                "glob": {"type": ["string", "null"], "default": None,
+                "glob": {"type": "string", "default": None,
                          "description": "Only search files matching this glob."},
                 "ignore_case": {"type": "boolean", "default": False,
                                 "description": "Match regardless of case."},
@@ -246,6 +262,11 @@ SEARCH_TOOLS = [
             },
             ("pattern",),
         ),
+        output_schema=shape({
+            "pattern": STRING, "path": STRING,
+            "matches": list_of(shape({"path": STRING, "line": INTEGER, "text": STRING})),
+            "files_searched": INTEGER, "truncated": BOOLEAN,
+        }),
         annotations=annotations(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=grep,

@@ -9,7 +9,18 @@ from typing import Any
 from corral.errors import CorralError
 from corral.tools import render
 from corral.tools.access import open_target
-from corral.tools.base import Context, Outcome, Tool, annotations, obj, path_prop
+from corral.tools.base import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    annotations,
+    obj,
+    path_prop,
+    shape,
+)
 
 
 def utf8(text: str, field: str) -> bytes:
@@ -73,6 +84,7 @@ def append_file(ctx: Context, args: dict[str, Any]) -> Outcome:
 WRITE_TOOLS = [
     Tool(
         name="write_file",
+        title="Write file",
         description=(
             "Create a file or replace its whole content. The write is atomic: readers see "
             "the old or the new file, never a mix. Missing parent directories are created. "
@@ -87,18 +99,21 @@ WRITE_TOOLS = [
                 "encoding": {"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8",
                              "description": "How content is encoded."},
                 "expected_version": {
-                    "type": ["string", "null"], "default": None,
+                    "type": "string", "default": None,
                     "description": "Version the file must still have (from a read or stat).",
                 },
             },
             ("path", "content"),
         ),
+        output_schema=shape({"path": STRING, "bytes_written": INTEGER, "created": BOOLEAN,
+                             "version": STRING}),
         annotations=annotations(read_only=False, destructive=True, idempotent=True),
         writes=True,
         run=write_file,
     ),
     Tool(
         name="append_file",
+        title="Append to file",
         description=(
             "Append text to the end of a file, creating it (and its parent directories) if "
             "it does not exist. The text is added in one write, so concurrent appends never "
@@ -112,6 +127,7 @@ WRITE_TOOLS = [
             },
             ("path", "content"),
         ),
+        output_schema=shape({"path": STRING, "bytes_appended": INTEGER, "size": INTEGER}),
         annotations=annotations(read_only=False, destructive=False, idempotent=False),
         writes=True,
         run=append_file,
