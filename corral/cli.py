@@ -26,10 +26,10 @@ from corral.api import NO_ONE_TO_ASK, Sandbox
 from corral.config import Config
 from corral.errors import CorralError
 from corral.mcp_core import Approve
-from corral.mcp_revisions import REVISIONS
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
+from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS
 from corral.trust import operator_config
 
@@ -45,29 +45,6 @@ Commands = argparse._SubParsersAction  # what add_subparsers returns
 class UsageError(Exception):
     """Misuse of the command line: reported in one line, exit code 2."""
 
-
-def openai_tool(spec: dict[str, Any]) -> dict[str, Any]:
-    """The function-tool shape of OpenAI's Chat Completions `tools` list."""
-    return {
-        "type": "function",
-        "function": {
-            "name": spec["name"],
-            "description": spec["description"],
-            "parameters": spec["input_schema"],
-        },
-    }
-
-
-def anthropic_tool(spec: dict[str, Any]) -> dict[str, Any]:
-    """The client-tool shape of Anthropic's Messages API `tools` list."""
-    return {
-        "name": spec["name"],
-        "description": spec["description"],
-        "input_schema": spec["input_schema"],
-    }
-
-
-FORMATS = {"mcp": REVISIONS["2026-07-28"].tool, "openai": openai_tool, "anthropic": anthropic_tool}
 
 
 def effective_config(args: argparse.Namespace) -> Config:
@@ -232,7 +209,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 def cmd_tools(args: argparse.Namespace) -> int:
     with open_sandbox(args) as sandbox:
         specs = sandbox.tools()
-    print_json([FORMATS[args.format](spec) for spec in specs])
+    print_json([FORMATS[args.format](spec, args.strict) for spec in specs])
     return EXIT_OK
 
 
@@ -359,10 +336,15 @@ def add_tools(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         parents=common,
         help="print the tool specs visible under the policy",
         description="Print the tools the policy allows as JSON, shaped for MCP, OpenAI "
-        "(Chat Completions function tools) or Anthropic (Messages API tools).",
+        "(Chat Completions or Responses function tools) or Anthropic (Messages API tools).",
     )
     tools.add_argument(
         "--format", choices=sorted(FORMATS), default="mcp", help="spec shape (default: mcp)"
+    )
+    tools.add_argument(
+        "--strict", action="store_true",
+        help="schemas for strict tool calling: every property required (null means the "
+        "default), nothing a strict grammar refuses",
     )
     tools.set_defaults(run=cmd_tools)
 

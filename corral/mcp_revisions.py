@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from corral.tools.formats import mcp_tool
+
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
@@ -33,17 +35,11 @@ class Revision:
     elicitation_mode: bool  # elicitation params carry "mode": "form"
 
     def tool(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """A tool spec from `Sandbox.tools()` in the shape `tools/list` returns here."""
-        tool: dict[str, Any] = {
-            "name": spec["name"],
-            "description": spec["description"],
-            "inputSchema": spec["input_schema"],
-            "annotations": spec["annotations"],
-        }
-        if self.structured:
-            tool["title"] = spec.get("title", spec["name"])
-            if "output_schema" in spec:
-                tool["outputSchema"] = spec["output_schema"]
+        """A tool spec from `Sandbox.tools()` in the shape `tools/list` returns here
+        (title and outputSchema arrived with structured results)."""
+        tool = mcp_tool(spec, strict=False)
+        if not self.structured:
+            del tool["title"], tool["outputSchema"]
         return tool
 
     def result(

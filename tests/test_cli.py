@@ -156,6 +156,19 @@ def test_tools_formats(capsys: pytest.CaptureFixture[str], workspace: Path) -> N
     assert "delete_file" not in names
 
 
+@pytest.mark.parametrize("fmt", ["mcp", "openai", "openai-responses", "anthropic"])
+def test_tools_strict(capsys: pytest.CaptureFixture[str], workspace: Path, fmt: str) -> None:
+    code, out, _ = run(capsys, "tools", "--format", fmt, "--strict", "--workspace", str(workspace))
+    assert code == 0
+    for tool in json.loads(out):
+        schema = (tool.get("inputSchema") or tool.get("input_schema") or tool.get("parameters")
+                  or tool["function"]["parameters"])
+        assert schema["required"] == list(schema["properties"])
+        assert '"default":' not in json.dumps(schema)  # said in the description instead
+        if fmt != "mcp":
+            assert (tool.get("strict") or tool["function"]["strict"]) is True
+
+
 def test_doctor(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:
     """On this kernel (Landlock, seccomp, openat2) a worker gets every layer."""
     code, out, _ = run(capsys, "doctor", "--workspace", str(workspace))

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from corral.mcp_core import client_roots
 from tests.conftest import SECRET
 from tests.test_mcp import PNG, REPO, serve_argv, write_config
 
@@ -32,6 +34,7 @@ def run_client(
     extra: tuple[str, ...] = (),
     elicit: Callable[..., Awaitable[types.ElicitResult]] | None = None,
     roots: list[str] | None = None,
+    expect: str = "2026-07-28",
 ) -> None:
     """Start `corral serve` and drive it with the SDK's high-level Client."""
 
@@ -48,7 +51,7 @@ def run_client(
             list_roots_callback=list_roots if roots is not None else None,
         )
         async with client:
-            assert client.protocol_version == "2026-07-28"
+            assert client.protocol_version == ("2025-11-25" if expect == "legacy" else expect)
             with anyio.fail_after(60):
                 await body(client)
 
@@ -73,15 +76,18 @@ def test_sdk_client_lists_and_calls_every_tool(
     (workspace / "pic.png").write_bytes(PNG)
     (workspace / "link").symlink_to(outside / "secret.txt")
     called: set[str] = set()
+    schemas: dict[str, dict[str, Any]] = {}
 
     async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         result = await client.call_tool(tool, arguments)
         assert not result.is_error, result
         called.add(tool)
+        jsonschema.validate(structured(result), schemas[tool])
         return structured(result)
 
     async def body(client: Client) -> None:
         listed = await client.list_tools()
+        schemas.update({tool.name: tool.output_schema or {} for tool in listed.tools})
         if mode == "auto":  # a pinned client never asks server/discover who we are
             assert client.server_info is not None and client.server_info.name == "corral"
         names = {tool.name for tool in listed.tools}
@@ -182,6 +188,68 @@ def test_supervised_without_elicitation_needs_approval(tmp_path: Path, workspace
 
     run_client(workspace, body, mode="2026-07-28", extra=extra)
     assert not (workspace / "x.txt").exists()
+
+
+# -- client roots narrow, never widen ------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+def test_client_roots_narrow_and_never_widen(workspace: Path, outside: Path, mode: str) -> None:
+    (workspace / "src").mkdir()
+    (workspace / "src/a.txt").write_text("a\n")
+    (workspace / "src/up").symlink_to("../hello.txt")  # resolves outside the client root
+    roots = [(workspace / "src").as_uri(), outside.as_uri()]
+
+    async def body(client: Client) -> None:
+        first = await client.call_tool("read_file", {"path": "src/a.txt"})
+        assert not first.is_error, first
+        for path in ("hello.txt", "src/up", "src/../hello.txt"):
+            denied = await client.call_tool("read_file", {"path": path})
+            assert error_code(denied) == "path_denied", path
+            assert structured(denied)["error"]["rule"] == "client-roots"
+        wrote = await client.call_tool("write_file", {"path": "new.txt", "content": "x"})
+        assert error_code(wrote) == "path_denied"
+        escape = await client.call_tool("read_file", {"path": str(outside / "secret.txt")})
+        assert error_code(escape) == "outside_workspace"  # a client root is no new root
+        listed = await client.call_tool("list_allowed_directories", {})
+        assert structured(listed)["roots"] == [{"path": str(workspace / "src"), "mode": "rw"}]
+
+    run_client(workspace, body, mode=mode, roots=roots, expect=mode)
+    assert not (workspace / "new.txt").exists()
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+def test_client_roots_that_hold_the_workspace_or_none_leave_it_whole(
+    workspace: Path, mode: str
+) -> None:
+    async def body(client: Client) -> None:
+        assert not (await client.call_tool("read_file", {"path": "hello.txt"})).is_error
+        listed = await client.call_tool("list_allowed_directories", {})
+        assert structured(listed)["roots"] == [{"path": str(workspace), "mode": "rw"}]
+
+    run_client(workspace, body, mode=mode, roots=[workspace.parent.as_uri()], expect=mode)
+    run_client(workspace, body, mode=mode, roots=[], expect=mode)
+
+
+def test_client_roots_elsewhere_leave_nothing(workspace: Path, outside: Path) -> None:
+    async def body(client: Client) -> None:
+        denied = await client.call_tool("read_file", {"path": "hello.txt"})
+        assert error_code(denied) == "path_denied"
+        listed = await client.call_tool("list_allowed_directories", {})
+        assert structured(listed)["roots"] == []
+
+    run_client(workspace, body, mode="2026-07-28", roots=[outside.as_uri()])
+
+
+def test_client_roots_answer_parsing() -> None:
+    assert client_roots({"roots": [{"uri": "file:///a/b/../c"}, {"uri": "https://x/y"},
+                                   {"uri": "file://localhost/d%20e"}]}) == ["/a/c", "/d e"]
+    assert client_roots({"roots": [{"uri": "https://x/y"}]}) is None  # no file root: no narrowing
+    assert client_roots({"roots": []}) is None
+    assert client_roots({"roots": [{"uri": "file://otherhost/x"}]}) is None
+    for bad in (None, {}, {"roots": "x"}, {"roots": [{"name": "no uri"}]}):
+        with pytest.raises(ValueError):
+            client_roots(bad)
 
 
 # -- raw JSON-RPC: both eras on one process ----------------------------------------
