@@ -234,7 +234,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 CLIENTS = {  # --client: where the printed block goes
-    "claude": "run it to add corral to Claude Code (`claude mcp add`)",
+    "claude": "paste it into claude_desktop_config.json (Claude Desktop) or .mcp.json "
+    "(Claude Code), or add it to Claude Code with:",
     "cursor": "paste it into ~/.cursor/mcp.json, or .cursor/mcp.json in a project",
     "vscode": "paste it into .vscode/mcp.json in the project",
 }
@@ -266,15 +267,16 @@ def config_block(servers: str, server: dict[str, Any]) -> str:
 
 def cmd_mcp_config(args: argparse.Namespace) -> int:
     command, *arguments = server_command(args)
-    if args.client == "claude":
-        print(shlex.join(["claude", "mcp", "add", "corral", "--", command, *arguments]))
-    elif args.client == "vscode":
+    if args.client == "vscode":
         print(config_block("servers", {"type": "stdio", "command": command, "args": arguments}))
     else:
         print(config_block("mcpServers", {"command": command, "args": arguments}))
     where = CLIENTS.get(args.client, "paste it into the client's MCP settings "
                        "(Claude Desktop: claude_desktop_config.json)")
     print(f"corral: {where}", file=sys.stderr)
+    if args.client == "claude":
+        claude = ["claude", "mcp", "add", "corral", "--", command, *arguments]
+        print(f"  {shlex.join(claude)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -376,7 +378,7 @@ def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) ->
     )
     config.add_argument(
         "--client", choices=sorted(CLIENTS),
-        help="claude: a `claude mcp add` command; cursor, vscode: their mcp.json",
+        help="claude: the block and a `claude mcp add` command; cursor, vscode: their mcp.json",
     )
     config.set_defaults(run=cmd_mcp_config)
 

@@ -285,7 +285,12 @@ def test_mcp_config_clients(workspace: Path, tmp_path: Path) -> None:
                 "--config", config]
     claude = corral_cmd("mcp-config", "--client", "claude", *argv)
     assert claude.returncode == 0
-    assert claude.stdout.split() == ["claude", "mcp", "add", "corral", "--", *expected]
+    assert json.loads(claude.stdout)["mcpServers"]["corral"] == {
+        "command": sys.executable, "args": expected[1:]
+    }
+    assert claude.stderr.splitlines()[-1].split() == [
+        "claude", "mcp", "add", "corral", "--", *expected
+    ]
     cursor = corral_cmd("mcp-config", "--client", "cursor", *argv)
     assert json.loads(cursor.stdout)["mcpServers"]["corral"]["args"] == expected[1:]
     assert "mcp.json" in cursor.stderr

@@ -72,7 +72,8 @@ def test_mcp_config_prints_the_readme_block(workspace: Path) -> None:
          "--workspace", str(workspace)],
         capture_output=True, text=True, timeout=60, check=True,
     )
-    assert done.stdout.strip() == mine(claude, workspace)
+    assert json.loads(done.stdout) == json.loads(mine(snippet, workspace))
+    assert done.stderr.splitlines()[-1].strip() == mine(claude, workspace)
 
 
 def test_mcp_client_snippet_starts_a_working_server(workspace: Path) -> None:
