@@ -18,7 +18,6 @@ import json
 import math
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,9 @@ METHODS = (
     "initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
     "notifications/cancelled", "resources/list", "server/discover", "prompts/get", "",
 )
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"  # stateless revision's _meta
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+STATELESS_META = {PROTOCOL_VERSION_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: {}}
 PROBE = "probe-c41d/known.txt"  # a name no generated call is likely to touch
 PROBE_TEXT = "the known line\n"
 ANSWER_TIMEOUT_S = 60.0  # a valid call is answered within this long, even under load
@@ -80,7 +82,16 @@ def mcp_message(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         tool_call = {"name": draw(st.sampled_from(TOOLS) | st.text(max_size=12)),
                      "arguments": draw(arguments | json_value)}
-        message["params"] = draw(st.just(tool_call) | json_value)
+        params = draw(st.just(tool_call) | json_value)
+        if isinstance(params, dict) and draw(st.booleans()):  # the stateless revision's parts
+            meta = {PROTOCOL_VERSION_KEY: draw(st.sampled_from(["2026-07-28", "2025-06-18"])
+                                               | json_value),
+                    CLIENT_CAPABILITIES_KEY: draw(st.just({}) | json_value)}
+            params["_meta"] = draw(st.just(meta) | json_value)
+            if draw(st.booleans()):
+                params["requestState"] = draw(json_value)
+                params["inputResponses"] = draw(json_value)
+        message["params"] = params
     if not draw(st.integers(0, 9)):
         message[draw(st.sampled_from(["result", "error"]))] = draw(json_value)
     return message
@@ -121,13 +132,14 @@ class Server:
     """A `corral serve` child; a thread reads its output lines into a queue."""
 
     def __init__(self, face: str, workspace: Path) -> None:
-        corral = shutil.which("corral") or "corral"
-        command = [corral, "serve", "--workspace", str(workspace)]
+        command = [sys.executable, "-m", "corral", "serve", "--workspace", str(workspace)]
         if face == "jsonl":
             command.append("--jsonl")
         self.face = face
-        self.process = subprocess.Popen(
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        self.process = subprocess.Popen(  # the corral of this script's tree
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=env,
         )
         self.ps = psutil.Process(self.process.pid)
         self.lines: queue.Queue[Any] = queue.Queue()
@@ -176,10 +188,14 @@ class Server:
         if self.face == "jsonl":
             self.send([json.dumps({"id": wanted, "tool": tool, "arguments": args}).encode()])
             return self.wait_for(wanted)
+        params: dict[str, Any] = {"name": tool, "arguments": args}
+        if self.probes % 2:  # every other one at the stateless revision, on the same stream
+            params["_meta"] = STATELESS_META
         self.send([json.dumps({"jsonrpc": "2.0", "id": wanted, "method": "tools/call",
-                               "params": {"name": tool, "arguments": args}}).encode()])
+                               "params": params}).encode()])
         answer = self.wait_for(wanted)
         result = answer["result"]
+        assert result.get("resultType", "complete") == "complete", answer
         if result.get("isError"):
             return {"ok": False, "error": result["structuredContent"]["error"]}
         return {"ok": True, "result": result["structuredContent"]}
@@ -266,5 +282,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     main()
