@@ -81,3 +81,14 @@ def test_a_temp_listing_of_the_wrong_shape_loses_the_worker():
     assert malformed({"id": 0, "temps": [[0, "a/.corral-tmp-1-x", 1]]}, request) is None
     for temps in (None, [[0, "x"]], [["0", "x", 1]], [[0, "x", -1]], [[0, 1, 1]], {"0": 1}):
         assert malformed({"id": 0, "temps": temps}, request), temps
+
+
+def test_a_sandbox_of_a_shared_pool_closes(tmp_path: Path):
+    """A shared pool's sandbox does not sweep (its workers come on demand); it closes."""
+    from corral import Pool
+
+    (tmp_path / "ws").mkdir()
+    with Pool(max_workers=2) as pool:
+        sandbox = pool.sandbox(tmp_path / "ws")
+        assert sandbox.call("stat_file", {"path": "x"})["ok"]
+        sandbox.close()

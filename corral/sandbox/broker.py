@@ -25,6 +25,8 @@ from corral.sandbox.pool import Pool, SandboxError, Zygote
 class Broker:
     """Starts the zygote and the pool; refuses to start without the required layers."""
 
+    _sweeper: threading.Thread | None = None  # the start-up sweep (a private pool's only)
+
     def __init__(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
     ) -> None:
@@ -55,8 +57,11 @@ class Broker:
         self._owner = os.getpid()
         # asubmit's threads: one per worker, since no more calls can run at once.
         self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
-        # Temp files a killed host's workers left go in the background: the walk costs
-        # ~4 us an entry, and the first calls need not wait for it; close() waits.
+        self._start_sweep()
+
+    def _start_sweep(self) -> None:
+        """Temp files a killed host's workers left go in the background: the walk costs
+        ~4 us an entry, and the first calls need not wait for it; close() waits."""
         self._sweeper = threading.Thread(
             target=self._pool.sweep_temps, name="corral-sweep", daemon=True
         )
@@ -80,7 +85,8 @@ class Broker:
     def close(self) -> None:
         """Stop the workers and the zygote; nothing of the sandbox outlives this."""
         self._threads.shutdown(wait=True)
-        self._sweeper.join()  # so every start's sweep finishes (a call's timeout bounds it)
+        if self._sweeper is not None:  # so every start's sweep finishes (a timeout bounds it)
+            self._sweeper.join()
         self._pool.close()
 
     @property
