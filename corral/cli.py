@@ -214,6 +214,10 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.http is not None:
+        return serve_http(args)
+    if args.tenants is not None:
+        raise UsageError("--tenants goes with --http HOST:PORT")
     if sys.stdin.isatty():  # a person ran it by hand: say that it is waiting, and for what
         protocol = "JSON lines" if args.jsonl else "MCP"
         print(f"corral: serving {protocol} on stdin/stdout until end of input (Ctrl-D); "
@@ -231,6 +235,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams()
     )
     return EXIT_OK if served else EXIT_FAILED
+
+
+def serve_http(args: argparse.Namespace) -> int:
+    """MCP over Streamable HTTP for the tenants of --tenants, in front of one Pool."""
+    from corral import http_server  # its server (uvicorn) is an optional extra
+    from corral.tenants import load_tenants
+
+    if args.jsonl:
+        raise UsageError("--jsonl serves stdio only; --http serves MCP")
+    if args.tenants is None:
+        raise UsageError("--http needs --tenants FILE (who may reach which workspace)")
+    if args.workspace is not None or args.config is not None:
+        raise UsageError("with --http, each tenant names its workspace or config in --tenants")
+    http_server.parse_address(args.http)  # a bad address fails here, in one line
+    tenants = load_tenants(args.tenants)
+    for tenant in tenants:  # every tenant's config is checked before anything listens
+        operator_config(tenant.workspace, tenant.config)
+    http_server.serve(
+        args.http, tenants, allowed_origins=args.allow_origin, max_workers=args.max_workers,
+        idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
+        ready=http_server.announce,
+    )
+    return EXIT_OK
 
 
 CLIENTS = {  # --client: where the printed block goes
@@ -364,6 +391,24 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         action="store_true",
         help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
     )
+    http = serve.add_argument_group(
+        "many tenants over HTTP (pip install 'corral[http]')",
+        "MCP Streamable HTTP at /mcp in front of one shared pool of workers; each tenant "
+        "is reached only by its bearer token (see the HTTP page of the docs)",
+    )
+    http.add_argument("--http", metavar="HOST:PORT",
+                      help="listen here (host 127.0.0.1 unless given; port 0: any free port)")
+    http.add_argument("--tenants", metavar="FILE",
+                      help="tenants.toml: [[tenant]] name, token_sha256, config or workspace")
+    http.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                      help="a browser Origin allowed to call (repeatable; default: loopback "
+                      "origins only)")
+    http.add_argument("--max-workers", type=int, default=64,
+                      help="workers of every tenant together (default 64)")
+    http.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS",
+                      help="an idle worker exits after this long (default 30)")
+    http.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
+                      help="largest request body (default 4 MiB)")
     serve.set_defaults(run=cmd_serve)
 
 

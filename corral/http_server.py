@@ -1,0 +1,452 @@
+"""MCP over Streamable HTTP for many tenants: `corral serve --http HOST:PORT --tenants FILE`.
+
+One endpoint, `/mcp`, in front of one corral.Pool. This module is only the HTTP
+face: what the messages mean, for every revision, is mcp_core.McpSession.
+
+The HTTP server itself is uvicorn (an ASGI server: HTTP/1.1 parsing, keep-alive,
+header limits and timeouts, graceful shutdown, maintained and widely deployed);
+what is ours is the small ASGI application below, written against the ASGI
+interface directly (no web framework) because everything it does is a check
+that must come in a fixed order:
+
+1. the path is /mcp (else 404) and, when bound to a loopback address, the Host
+   header names a loopback host (DNS rebinding);
+2. an Origin header, if sent, is one of the allowed origins (else 403);
+3. the bearer token names a tenant (else 401, before the body is read: nothing
+   runs); the token's SHA-256 is compared in constant time with every tenant's;
+4. the body is JSON, one JSON-RPC message, at most max_body_bytes (else 415,
+   413 or 400).
+
+Sessions: an `initialize` opens a session of the tenant's (its own Sandbox from
+the pool, so a session's read-before-write and approvals are its own) and
+returns its `Mcp-Session-Id`; later requests name it (an id another tenant
+holds is unknown here: 404). Requests of the stateless revision (2026-07-28)
+need no session: they share one per tenant. Every response is one JSON body
+(no server-sent events): the server never starts requests of its own over
+HTTP, so a handshake client's supervised call fails `approval_required`, while
+the stateless revision asks inside results (`input_required`). A client that
+disconnects while its call runs cancels it (a queued call never runs; a running
+one has its worker killed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import secrets
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+from corral.config import ConfigError
+from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
+from corral.mcp_revisions import REVISIONS
+from corral.pool import Pool
+from corral.sandbox.hub import Cancel, current_cancel
+from corral.stdio import parse_line
+from corral.tenants import Tenant, find_tenant
+from corral.trust import operator_config
+
+ENDPOINT = "/mcp"
+DEFAULT_PORT = 8931
+# A request body: a write_file of max_write_bytes (1 MiB), base64 and JSON-escaped, fits.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+# Sessions a tenant may hold open; an initialize past this closes its least recently used.
+MAX_SESSIONS_PER_TENANT = 32
+# Calls of one tenant running or waiting for a worker at once; beyond, they queue here.
+CALL_THREADS_PER_TENANT = 8
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None,
+                 rpc: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+        self.rpc = rpc  # a JSON-RPC error to send as the body, instead of plain text
+
+
+class TenantState:
+    """A tenant's sessions and call threads; sandboxes come from the shared pool."""
+
+    def __init__(self, tenant: Tenant, pool: Pool) -> None:
+        self.tenant = tenant
+        self.pool = pool
+        self.sessions: OrderedDict[str, McpSession] = OrderedDict()
+        self.stateless: McpSession | None = None
+        self.lock = threading.Lock()
+        self.threads = ThreadPoolExecutor(
+            CALL_THREADS_PER_TENANT, thread_name_prefix=f"corral-{tenant.name}"
+        )
+
+    def new_session(self) -> McpSession:
+        def open_sandbox(approve: Callable[[dict[str, Any]], bool]) -> Any:
+            # read each time: the workspace's own corral.toml may narrow it meanwhile
+            config = operator_config(self.tenant.workspace, self.tenant.config)
+            return self.pool.sandbox_from_config(config, approve=approve)
+
+        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False)
+
+    def open(self) -> tuple[str, McpSession]:
+        session = self.new_session()
+        session_id = secrets.token_urlsafe(24)
+        with self.lock:
+            self.sessions[session_id] = session
+            evicted = []
+            while len(self.sessions) > MAX_SESSIONS_PER_TENANT:
+                evicted.append(self.sessions.popitem(last=False)[1])
+        for old in evicted:
+            _end(old)
+        return session_id, session
+
+    def find(self, session_id: str) -> McpSession | None:
+        with self.lock:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                self.sessions.move_to_end(session_id)
+            return session
+
+    def end(self, session_id: str) -> bool:
+        with self.lock:
+            session = self.sessions.pop(session_id, None)
+        if session is None:
+            return False
+        _end(session)
+        return True
+
+    def shared(self) -> McpSession:
+        with self.lock:
+            if self.stateless is None:
+                self.stateless = self.new_session()
+            return self.stateless
+
+    def close(self) -> None:
+        with self.lock:
+            sessions = [*self.sessions.values(), *([self.stateless] if self.stateless else [])]
+            self.sessions.clear()
+            self.stateless = None
+        for session in sessions:
+            _end(session)
+        self.threads.shutdown(wait=True)
+
+
+def _end(session: McpSession) -> None:
+    session.close()
+    threading.Thread(target=session.shut, daemon=True).start()  # waits for its calls
+
+
+class HttpFace:
+    """The ASGI application (see the module docstring for the order of checks)."""
+
+    def __init__(
+        self, pool: Pool, tenants: list[Tenant], *, allowed_origins: list[str],
+        loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
+        self.pool = pool
+        self.tenants = tenants
+        self.states = {tenant.name: TenantState(tenant, pool) for tenant in tenants}
+        self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
+        self.loopback_only = loopback_only
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            await self._serve(scope, receive, send)
+        except HttpError as exc:
+            await _respond_error(send, exc)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        if scope["path"] != ENDPOINT:
+            raise HttpError(404, "not found; the MCP endpoint is /mcp")
+        self._check_host(headers.get("host", ""))
+        self._check_origin(headers.get("origin"))
+        state = self._authenticate(headers.get("authorization"))
+        method = scope["method"]
+        if method == "POST":
+            await self._post(state, headers, receive, send)
+        elif method == "DELETE":
+            session_id = headers.get(SESSION_HEADER, "")
+            if not state.end(session_id):
+                raise HttpError(404, "unknown session")
+            await _respond(send, 204, b"", {})
+        else:
+            raise HttpError(405, "use POST (DELETE ends a session)", {"allow": "POST, DELETE"})
+
+    # -- the checks ----------------------------------------------------------------
+
+    def _check_host(self, host: str) -> None:
+        if not self.loopback_only:
+            return
+        name = urlsplit(f"//{host}").hostname or ""
+        if not _is_loopback(name):
+            raise HttpError(403, "forbidden host: this server answers to loopback names only")
+
+    def _check_origin(self, origin: str | None) -> None:
+        if origin is None:
+            return  # not a browser: nothing to rebind
+        normal = origin.rstrip("/").lower()
+        if normal in self.allowed_origins:
+            return
+        if not self.allowed_origins and _is_loopback(urlsplit(normal).hostname or ""):
+            return
+        raise HttpError(403, "forbidden origin")
+
+    def _authenticate(self, authorization: str | None) -> TenantState:
+        token = None
+        if authorization is not None:
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() == "bearer":
+                token = value.strip()
+        tenant = find_tenant(self.tenants, token)
+        if tenant is None:
+            raise HttpError(
+                401, "a valid bearer token is required",
+                {"www-authenticate": 'Bearer realm="corral"'},
+            )
+        return self.states[tenant.name]
+
+    # -- one message -----------------------------------------------------------------
+
+    async def _post(
+        self, state: TenantState, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
+        if not headers.get("content-type", "").lower().startswith("application/json"):
+            raise HttpError(415, "the body must be application/json")
+        accept = headers.get("accept", "*/*").lower()
+        if not any(kind in accept for kind in ("application/json", "application/*", "*/*")):
+            raise HttpError(406, "this server answers with application/json")
+        version = headers.get(VERSION_HEADER)
+        if version is not None and version not in REVISIONS:
+            raise HttpError(400, f"unsupported {VERSION_HEADER}: {version}")
+        message = _parse(await self._body(headers, receive))
+        session_id = headers.get(SESSION_HEADER)
+        new_id = None
+        if session_id is not None:
+            session = state.find(session_id)
+            if session is None:
+                raise HttpError(404, "unknown session", rpc=error_response(
+                    message.get("id"), INVALID_REQUEST, "unknown or expired session"))
+        elif message.get("method") == "initialize" and "id" in message:
+            new_id, session = state.open()
+        else:
+            session = state.shared()
+        reply, future = _reply_future()
+        cancel = Cancel()
+        work = asyncio.get_running_loop().run_in_executor(
+            state.threads, _handle, session, message, reply, cancel
+        )
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({future, work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not future.done() and not gone.done():
+                await asyncio.wait({future, gone}, timeout=0 if work.done() else None,
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if future.done():
+            extra = {SESSION_HEADER: new_id} if new_id else {}
+            await _respond(send, 200, _encode(future.result()), {
+                "content-type": "application/json", **extra})
+            return
+        if gone.done() and not gone.cancelled():
+            # the client went away: its call is cancelled (queued: never runs; running:
+            # its worker is killed) and nobody is left to answer
+            cancel.cancel()
+            if "id" in message:
+                session.handle({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                "params": {"requestId": message["id"]}}, lambda _r: None)
+            return
+        await _respond(send, 202, b"", {})  # a notification or a response: nothing to say
+
+    async def _body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise HttpError(400, "invalid content-length")
+            if int(declared) > self.max_body_bytes:
+                raise HttpError(413, f"the body is {declared} bytes, over the limit of "
+                                f"{self.max_body_bytes} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                raise HttpError(400, "the client went away")
+            chunk = event.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise HttpError(413, f"the body is over the limit of {self.max_body_bytes} bytes")
+            chunks.append(chunk)
+            if not event.get("more_body"):
+                return b"".join(chunks)
+
+    def close(self) -> None:
+        for state in self.states.values():
+            state.close()
+
+
+def _handle(
+    session: McpSession, message: dict[str, Any], reply: Callable[[dict[str, Any]], None],
+    cancel: Cancel,
+) -> None:
+    """On a tenant's thread: the message, and the call it starts, with `cancel` set
+    for the pool (a cancelled call leaves the queue, or its worker is killed)."""
+    token = current_cancel.set(cancel)
+    try:
+        job = session.handle(message, reply)
+        if job is not None:
+            job()
+    finally:
+        current_cancel.reset(token)
+
+
+def _reply_future() -> tuple[Callable[[dict[str, Any]], None], asyncio.Future[dict[str, Any]]]:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    def settle(response: dict[str, Any]) -> None:
+        if not future.done():
+            future.set_result(response)
+
+    return lambda response: loop.call_soon_threadsafe(settle, response), future
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the client has gone (the body was read: the next event is that)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    try:
+        message = parse_line(body)
+    except ValueError as exc:
+        raise HttpError(400, "parse error", rpc=error_response(
+            None, PARSE_ERROR, f"parse error: {exc}")) from None
+    if not isinstance(message, dict):
+        raise HttpError(400, "invalid request", rpc=error_response(
+            None, INVALID_REQUEST, "expected one JSON-RPC message (an object); batches are "
+            "not supported")) from None
+    return message
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope["headers"]}
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+async def _respond(send: Send, status: int, body: bytes, headers: dict[str, str]) -> None:
+    raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _respond_error(send: Send, error: HttpError) -> None:
+    if error.rpc is not None:
+        body, kind = _encode(error.rpc), "application/json"
+    else:
+        body, kind = (error.message + "\n").encode(), "text/plain; charset=utf-8"
+    with contextlib.suppress(Exception):  # the client may be gone already
+        await _respond(send, error.status, body, {"content-type": kind, **error.headers})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        event = await receive()
+        if event["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif event["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT, :PORT or PORT (host 127.0.0.1), or HOST (port 8931)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif text.isdigit():
+        host, port = "", text
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, ""
+    port = port or str(DEFAULT_PORT)
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"invalid port in {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def serve(
+    address: str, tenants: list[Tenant], *, allowed_origins: list[str],
+    max_workers: int, idle_timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES,
+    ready: Callable[[str, int], None] = lambda host, port: None,
+) -> None:
+    """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise ConfigError("the HTTP face needs uvicorn: pip install 'corral[http]'") from None
+    host, port = parse_address(address)
+    with Pool(max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
+        face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
+                        loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes)
+        config = uvicorn.Config(
+            face, host=host, port=port, lifespan="on", log_level="warning",
+            access_log=False, server_header=False, timeout_graceful_shutdown=5,
+        )
+        server = uvicorn.Server(config)
+        try:
+            asyncio.run(_run(server, host, ready))
+        finally:
+            face.close()
+
+
+async def _run(server: Any, host: str, ready: Callable[[str, int], None]) -> None:
+    task = asyncio.ensure_future(server.serve())
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if server.started:  # port 0 asks for any free port: say which
+        sockets = [sock for listener in server.servers for sock in listener.sockets]
+        ready(host, sockets[0].getsockname()[1])
+    await task
+
+
+def announce(host: str, port: int) -> None:
+    shown = f"[{host}]" if ":" in host else host
+    print(f"corral: serving MCP over HTTP at http://{shown}:{port}{ENDPOINT}",
+          file=sys.stderr, flush=True)

@@ -1,0 +1,98 @@
+"""tenants.toml: who may reach which workspace through `corral serve --http`.
+
+    [[tenant]]
+    name = "alice"
+    token_sha256 = "9f86d0..."              # hex SHA-256 of the bearer token
+    config = "/srv/ws/alice/corral.toml"    # or: workspace = "/srv/ws/alice"
+
+Pure: parsing and checking, plus the constant-time token lookup. Relative
+paths are taken from the tenants file's directory. Errors are ConfigError
+naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from corral.config import ConfigError, read_config
+
+TENANT_KEYS = ("name", "token_sha256", "config", "workspace")
+_HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    token_sha256: bytes  # the digest itself (32 bytes), not its hex
+    config: str | None = None  # an operator's corral.toml (trusted)
+    workspace: str | None = None  # or a workspace, served with the defaults
+
+
+def load_tenants(path: str | os.PathLike[str]) -> list[Tenant]:
+    source, data = read_config(path)
+    return parse_tenants(source, data)
+
+
+def parse_tenants(source: str, data: dict[str, Any]) -> list[Tenant]:
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(message, file=source, key=key)
+
+    unknown = sorted(set(data) - {"tenant"})
+    if unknown:
+        raise fail(unknown[0], "unknown key; a tenants file holds [[tenant]] tables only")
+    entries = data.get("tenant", [])
+    if not isinstance(entries, list) or not entries:
+        raise fail("[[tenant]]", "expected at least one [[tenant]] table")
+    tenants: list[Tenant] = []
+    for index, entry in enumerate(entries):
+        key = f"tenant[{index}]"
+        if not isinstance(entry, dict):
+            raise fail(key, "expected a table")
+        extra = sorted(set(entry) - set(TENANT_KEYS))
+        if extra:
+            raise fail(f"{key}.{extra[0]}", f"unknown key; expected {', '.join(TENANT_KEYS)}")
+        name = entry.get("name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise fail(f"{key}.name", "expected a name of letters, digits, '.', '_' or '-'")
+        digest = entry.get("token_sha256")
+        if not isinstance(digest, str) or not _HEX_SHA256.fullmatch(digest):
+            raise fail(f"{key}.token_sha256", "expected the hex SHA-256 of the token (64 hex "
+                       "digits), e.g. from: printf %s \"$TOKEN\" | sha256sum")
+        places = [k for k in ("config", "workspace") if k in entry]
+        if len(places) != 1:
+            raise fail(key, "expected exactly one of config or workspace")
+        place = entry[places[0]]
+        if not isinstance(place, str) or not place:
+            raise fail(f"{key}.{places[0]}", "expected a path")
+        place = os.path.join(os.path.dirname(source), place)
+        tenant = Tenant(name, bytes.fromhex(digest), **{places[0]: os.path.normpath(place)})
+        for other in tenants:
+            if other.name == name:
+                raise fail(f"{key}.name", f"the name {name!r} is used twice")
+            if other.token_sha256 == tenant.token_sha256:
+                raise fail(f"{key}.token_sha256", f"the same token as tenant {other.name!r}")
+        tenants.append(tenant)
+    return tenants
+
+
+def token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def find_tenant(tenants: list[Tenant], token: str | None) -> Tenant | None:
+    """The tenant whose token this is, comparing digests in constant time with every
+    tenant's (no early exit, so the time says nothing about which one matched)."""
+    if not token:
+        return None
+    digest = token_digest(token)
+    found = None
+    for tenant in tenants:
+        if hmac.compare_digest(digest, tenant.token_sha256):
+            found = tenant
+    return found
