@@ -153,6 +153,7 @@ def test_sdk_client_calls_every_tool_over_http(server: Server, mode: str) -> Non
         await use(client, "append_file", {"path": f"{base}/b.txt", "content": "three\n"})
         await use(client, "read_multiple_files", {"paths": [f"{base}/b.txt", "hello.txt"]})
         await use(client, "list_directory", {})
+        await use(client, "list_allowed_directories", {})
         await use(client, "create_directory", {"path": f"{base}/c"})
         await use(client, "stat_file", {"path": f"{base}/b.txt"})
         await use(client, "move_file", {"source": f"{base}/b.txt",
