@@ -116,6 +116,8 @@ def test_sdk_client_lists_and_calls_every_tool(
             escape = await client.call_tool("read_file", {"path": path})
             assert error_code(escape) == "outside_workspace"
             assert SECRET not in json.dumps(escape.model_dump())
+            # a failure's structuredContent fits outputSchema too (some clients check it)
+            jsonschema.validate(structured(escape), schemas["read_file"])
 
     run_client(workspace, body, mode=mode, extra=extra)
     assert (workspace / "c/b.txt").read_text() == "one\n2\nthree\n"

@@ -16,6 +16,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from corral.tools.base import ERROR
+
+# structuredContent is a success's result, or a failure's {"error": ...}: some
+# clients (the TypeScript SDK, so the MCP Inspector) check error results against
+# outputSchema too, and would turn a tool error into a protocol error.
+FAILURE = {"type": "object", "properties": {"error": ERROR}, "required": ["error"]}
+
 # Keywords every strict grammar takes (OpenAI strict mode, Anthropic strict tools);
 # the others are said in the description.
 STRICT_KEYWORDS = frozenset({
@@ -54,7 +61,7 @@ def mcp_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
         "title": spec["title"],
         "description": spec["description"],
         "inputSchema": _parameters(spec, strict),
-        "outputSchema": spec["output_schema"],
+        "outputSchema": {"type": "object", "anyOf": [spec["output_schema"], FAILURE]},
         "annotations": spec["annotations"],
     }
 
