@@ -12,15 +12,19 @@ Reports, in one run:
   the same threads running the tool in-process;
 - a quiet tenant's stat_file latency (a 2 ms idle gap between calls) alone and
   beside a noisy neighbour flooding the pool, p50 and p99 (target p99 <= 3x);
-- with --http: stat_file over MCP Streamable HTTP (`corral serve --http`) vs
-  over stdio MCP (`corral serve`), one client each, same run.
+- stat_file over MCP Streamable HTTP (`corral serve --http`, keep-alive) vs
+  over stdio MCP (`corral serve`), one client each, alternating, same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import http.client
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -168,12 +172,85 @@ def bench_neighbour(workspaces: list[str], samples: int) -> dict[str, list[float
     return {"alone": alone, "beside": beside}
 
 
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def stat_message(request_id: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
+        "name": "stat_file", "arguments": dict(STAT), "_meta": META}}).encode()
+
+
+def bench_http_vs_stdio(workspace: str, calls: int) -> dict[str, list[float]]:
+    """The same stateless stat_file call, one client, over stdio MCP and over HTTP."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    stdio = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--workspace", workspace],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+    )
+    assert stdio.stdin is not None and stdio.stdout is not None
+
+    def over_stdio(request_id: int) -> None:
+        stdio.stdin.write(stat_message(request_id) + b"\n")  # type: ignore[union-attr]
+        stdio.stdin.flush()  # type: ignore[union-attr]
+        assert b'"exists":true' in stdio.stdout.readline()  # type: ignore[union-attr]
+
+    tenants = os.path.join(os.path.dirname(workspace), "tenants.toml")
+    Path(tenants).write_text(
+        f'[[tenant]]\nname = "bench"\ntoken_sha256 = "{hashlib.sha256(b"t").hexdigest()}"\n'
+        f'workspace = "{workspace}"\n'
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0", "--tenants", tenants],
+        stderr=subprocess.PIPE, env=env,
+    )
+    assert server.stderr is not None
+    port = int(server.stderr.readline().decode().rsplit(":", 1)[1].split("/")[0])
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"content-type": "application/json", "authorization": "Bearer t",
+               "accept": "application/json, text/event-stream"}
+
+    def over_http(request_id: int) -> None:
+        connection.request("POST", "/mcp", body=stat_message(request_id), headers=headers)
+        response = connection.getresponse()
+        assert response.status == 200 and b'"exists":true' in response.read()
+
+    try:
+        faces = {"stdio": over_stdio, "http": over_http}
+        for fn in faces.values():
+            for i in range(50):  # warm-up: imports, the first fork, caches
+                fn(i)
+        results: dict[str, list[float]] = {"stdio": [], "http": []}
+        for order in (("stdio", "http"), ("http", "stdio")):  # neither always goes first
+            for name in order:
+                results[name] += timed_ids(faces[name], calls)
+        return results
+    finally:
+        connection.close()
+        stdio.stdin.close()
+        stdio.wait(30)
+        server.terminate()
+        server.wait(30)
+
+
+def timed_ids(fn: Callable[[int], Any], count: int) -> list[float]:
+    samples = []
+    for i in range(count):
+        start = time.perf_counter()
+        fn(1000 + i)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sandboxes", type=int, default=1000)
     parser.add_argument("--active", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--http-calls", type=int, default=500)
     args = parser.parse_args()
     top = tempfile.mkdtemp(prefix="corral-tenants-")
     workspaces = make_workspaces(top, args.sandboxes)
@@ -206,6 +283,14 @@ def main() -> None:
           f"  p99 ratio {percentile(beside, 0.99) / percentile(alone, 0.99):4.1f}x  "
           f"median ratio {statistics.median(beside) / statistics.median(alone):4.1f}x  "
           "(target p99 <= 3x)")
+
+    faces = bench_http_vs_stdio(workspaces[2], args.http_calls)
+    print(f"stat_file, one MCP client (2026-07-28), {2 * args.http_calls} calls each:")
+    for name in ("stdio", "http"):
+        print(f"  over {name:5s}: median {ms(statistics.median(faces[name]))}  "
+              f"p99 {ms(percentile(faces[name], 0.99))}")
+    ratio = statistics.median(faces["http"]) / statistics.median(faces["stdio"])
+    print(f"  http/stdio median {ratio:4.2f}x  (in-process {ms(statistics.median(reference))})")
 
 
 if __name__ == "__main__":
