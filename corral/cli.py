@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from corral import __version__, jsonl_server, mcp_server
 from corral.api import NO_ONE_TO_ASK, Sandbox
 from corral.config import Config
-from corral.errors import CorralError
+from corral.errors import CorralError, did_you_mean
 from corral.mcp_core import Approve
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
@@ -40,6 +41,18 @@ EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 
 Commands = argparse._SubParsersAction  # what add_subparsers returns
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, plus "did you mean" for a misspelt command or choice (argparse only
+    learns that in Python 3.14; its message is the one place the choices are named)."""
+
+    def error(self, message: str) -> NoReturn:
+        invalid = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if invalid:
+            choices = re.findall(r"'([^']*)'", invalid.group(2))
+            message += did_you_mean(invalid.group(1), choices)
+        super().error(message)
 
 
 class UsageError(Exception):
@@ -440,7 +453,7 @@ COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="corral",
         description="Kernel-confined file tools for AI agents.",
         epilog="Run `corral COMMAND --help` for a command's options.",

@@ -137,6 +137,17 @@ def test_unknown_config_key_suggests_the_closest(workspace: Path, tmp_path: Path
             load_config(operator_config(tmp_path, text))
 
 
+def test_misspelt_command_and_choice_suggest_the_closest() -> None:
+    command = corral_cmd("doctr")
+    assert command.returncode == 2
+    assert command.stderr.rstrip().endswith("did you mean 'doctor'?")
+    choice = corral_cmd("mcp-config", "--client", "vscod")
+    assert choice.returncode == 2
+    assert choice.stderr.rstrip().endswith("did you mean 'vscode'?")
+    far = corral_cmd("zzz")
+    assert far.returncode == 2 and "did you mean" not in far.stderr
+
+
 # -- tools that are off say how to turn them on --------------------------------------------
 
 
