@@ -2,19 +2,31 @@
 
 Both servers are driven by the same raw JSON-RPC stdio client in the same run
 (one request in flight at a time, so client overhead is equal), on the same
-files: a 4 KiB read, a 4 KiB write, a stat, a listing of 1,000 entries and
-one edit in a 100 KiB file. Two more columns time the same operation through
-the Python API (`Sandbox.call`: confined worker, no protocol) and directly
-in this process with plain os calls (same guarantees: writes are temp file +
-fsync + rename), to show what the protocol and the sandbox each cost.
-Rounds of each side alternate, so a change in machine load hits all sides.
+files: a listing of 1,000 files, reads of 1 MiB and 4 KiB of text, writes of
+1 MiB and 4 KiB, a stat and one edit in a 100 KiB file. corral runs with
+`max_read_bytes = 4 MiB` and `max_list_entries = 5000`, so both servers do the
+same work. Every answer is checked (content read, entries listed, bytes on
+disk after a write or an edit): a server that answers fast but wrong fails the
+run. A `direct` column does the same operation in this process with plain os
+calls (writes as temp file + fsync + rename), the floor under both servers.
 
-Install the reference server outside the repo first:
+Two modes: back to back (the next call as soon as the answer is in) and with
+an idle gap (a 20 ms pause before each call, as an agent thinks between tool
+calls, so every process on both sides has gone to sleep). Rounds of each side
+alternate, so a change in machine load hits both; the run is done twice and
+each cell is the better of the two rounds' medians (p99 from the same round).
 
-    mkdir -p /tmp/refserver && cd /tmp/refserver
+Writes are reported at equal durability: the reference never fsyncs, so
+`corral (none)` runs a second corral server with `durability = "none"`; the
+`corral` column is the default (every write fsync'd before it is reported).
+
+The reference server is found in the directory given by --ref (default
+/work/refserver, then /tmp/refserver), where it was installed with npm:
+
+    mkdir -p /work/refserver && cd /work/refserver
     npm install @modelcontextprotocol/server-filesystem
 
-    python scripts/bench_mcp.py --ref /tmp/refserver [--calls 500]
+    python scripts/bench_mcp.py [--ref DIR] [--calls 200] [--gap-ms 20]
 """
 
 from __future__ import annotations
@@ -34,11 +46,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 REF_ENTRY = "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-WARMUP_CALLS = 30  # first calls pay for imports, JIT and cold caches on all sides
-ROUND_CALLS = 50  # calls per side per round; even, so edits end where they began
+REF_DIRS = (Path("/work/refserver"), Path("/tmp/refserver"))
+WARMUP_CALLS = 20  # first calls pay for imports, JIT and cold caches on all sides
+ROUND_CALLS = 20  # calls per side per round; even, so edits end where they began
 LIST_ENTRIES = 1000
+MIB = 1024 * 1024
 EDIT_FILE_BYTES = 100 * 1024
-IO_BYTES = 4096
+SMALL_BYTES = 4096
+BIG_CALLS_DIVISOR = 4  # 1 MiB rows and the listing take 10-100x longer: fewer calls
 
 
 class StdioClient:
@@ -111,26 +126,57 @@ def text_of(size: int, marker_line: int | None = None) -> str:
     return "".join(lines)
 
 
+SMALL_TEXT = text_of(SMALL_BYTES)
+BIG_TEXT = text_of(MIB)
+NAMES = [f"entry-{index:04d}.txt" for index in range(LIST_ENTRIES)]
+
+
 def make_workspace(root: Path) -> None:
-    (root / "read.txt").write_text(text_of(IO_BYTES))
+    (root / "read.txt").write_text(SMALL_TEXT)
+    (root / "big.txt").write_text(BIG_TEXT)
     many = root / "many"
     many.mkdir()
-    for index in range(LIST_ENTRIES):
-        (many / f"entry-{index:04d}.txt").write_bytes(b"")
+    for name in NAMES:
+        (many / name).write_bytes(b"")
     (root / "edit.txt").write_text(text_of(EDIT_FILE_BYTES, marker_line=EDIT_FILE_BYTES // 128))
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation as each side spells it; `i` alternates edits A->B, B->A."""
-
-    corral: Callable[[int], tuple[str, dict[str, Any]]]
-    ref: Callable[[int], tuple[str, dict[str, Any]]]
-    direct: Callable[[int], object]
 
 
 def marker(i: int) -> tuple[str, str]:
     return ("MARKER_A", "MARKER_B") if i % 2 == 0 else ("MARKER_B", "MARKER_A")
+
+
+class WrongAnswer(AssertionError):
+    pass
+
+
+def expect(condition: bool, what: str) -> None:
+    if not condition:
+        raise WrongAnswer(what)
+
+
+def structured(result: dict[str, Any]) -> dict[str, Any]:
+    return result.get("structuredContent") or {}
+
+
+def text(result: dict[str, Any]) -> str:
+    return "".join(part.get("text", "") for part in result["content"])
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation as each side spells it, and how its answer is checked.
+
+    `corral`/`ref` give (tool, arguments) for call i; `check_*` raise WrongAnswer
+    for a wrong answer to call i; `direct` does it in-process; `durable` marks a
+    write (it gets the durability = "none" column too); `big` a long row."""
+
+    corral: Callable[[int], tuple[str, dict[str, Any]]]
+    ref: Callable[[int], tuple[str, dict[str, Any]]]
+    check_corral: Callable[[int, dict[str, Any]], None]
+    check_ref: Callable[[int, dict[str, Any]], None]
+    direct: Callable[[int], object]
+    durable: bool = False
+    big: bool = False
 
 
 def atomic_write(path: Path, data: str) -> None:
@@ -154,7 +200,50 @@ def direct_edit(path: Path, i: int) -> None:
 
 def operations(ws: Path) -> dict[str, Op]:
     """The reference server wants absolute paths; corral takes them relative."""
-    content = text_of(IO_BYTES)
+
+    def on_disk(name: str, data: str) -> Callable[[int, dict[str, Any]], None]:
+        def check(i: int, result: dict[str, Any]) -> None:
+            expect((ws / name).read_text() == data, f"{name} on disk is not what was written")
+
+        return check
+
+    def edited(i: int, result: dict[str, Any]) -> None:
+        body = (ws / "edit.txt").read_text()
+        new = marker(i)[1]
+        expect(body.count(new) == 1 and "MARKER" not in body.replace(new, ""), "edit not applied")
+
+    def corral_read(data: str) -> Callable[[int, dict[str, Any]], None]:
+        def check(i: int, result: dict[str, Any]) -> None:
+            answer = structured(result)
+            expect(answer.get("content") == data, "read_file content differs")
+            expect(answer.get("next_offset") is None, "read_file stopped early")
+            expect(data[-60:-1] in text(result), "read_file text lacks the last line")
+
+        return check
+
+    def ref_read(data: str) -> Callable[[int, dict[str, Any]], None]:
+        def check(i: int, result: dict[str, Any]) -> None:
+            expect(text(result) == data, "read_text_file content differs")
+            expect(structured(result).get("content") == data, "structured content differs")
+
+        return check
+
+    def corral_listed(i: int, result: dict[str, Any]) -> None:
+        entries = structured(result)["entries"]
+        expect(sorted(e["name"] for e in entries) == NAMES, "listing differs")
+        expect(all(e["size"] == 0 and e["type"] == "file" for e in entries), "entry sizes")
+        expect(all(name in text(result) for name in (NAMES[0], NAMES[-1])), "listing text")
+
+    def ref_listed(i: int, result: dict[str, Any]) -> None:
+        names = sorted(line.split("] ", 1)[1] for line in text(result).splitlines())
+        expect(names == NAMES, "listing differs")
+
+    def corral_stat(i: int, result: dict[str, Any]) -> None:
+        answer = structured(result)
+        expect(answer.get("size") == len(SMALL_TEXT) and answer.get("type") == "file", "stat")
+
+    def ref_stat(i: int, result: dict[str, Any]) -> None:
+        expect(f"size: {len(SMALL_TEXT)}" in text(result), "get_file_info size")
 
     def ref_edit(i: int) -> tuple[str, dict[str, Any]]:
         old, new = marker(i)
@@ -167,37 +256,64 @@ def operations(ws: Path) -> dict[str, Op]:
         old, new = marker(i)
         return "edit_file", {"path": "edit.txt", "old_string": old, "new_string": new}
 
-    listing = ("list_directory", {"path": "many", "max_entries": LIST_ENTRIES})
+    def read_args(name: str) -> dict[str, Any]:
+        return {"path": name, "limit": 100_000, "max_bytes": 4 * MIB}
+
     return {
-        "read 4 KiB": Op(
-            lambda i: ("read_file", {"path": "read.txt"}),
-            lambda i: ("read_text_file", {"path": str(ws / "read.txt")}),
-            lambda i: (ws / "read.txt").read_text(),
+        "list 1,000 files": Op(
+            lambda i: ("list_directory", {"path": "many", "max_entries": LIST_ENTRIES}),
+            lambda i: ("list_directory", {"path": str(ws / "many")}),
+            corral_listed,
+            ref_listed,
+            lambda i: direct_list(ws / "many"),
+            big=True,
+        ),
+        "read 1 MiB text": Op(
+            lambda i: ("read_file", read_args("big.txt")),
+            lambda i: ("read_text_file", {"path": str(ws / "big.txt")}),
+            corral_read(BIG_TEXT),
+            ref_read(BIG_TEXT),
+            lambda i: (ws / "big.txt").read_text(),
+            big=True,
+        ),
+        "write 1 MiB": Op(
+            lambda i: ("write_file", {"path": "wbig.txt", "content": BIG_TEXT}),
+            lambda i: ("write_file", {"path": str(ws / "wbig.txt"), "content": BIG_TEXT}),
+            on_disk("wbig.txt", BIG_TEXT),
+            on_disk("wbig.txt", BIG_TEXT),
+            lambda i: atomic_write(ws / "wbig.txt", BIG_TEXT),
+            durable=True,
+            big=True,
         ),
         "write 4 KiB": Op(
-            lambda i: ("write_file", {"path": "write.txt", "content": content}),
-            lambda i: ("write_file", {"path": str(ws / "write.txt"), "content": content}),
-            lambda i: atomic_write(ws / "write.txt", content),
+            lambda i: ("write_file", {"path": "write.txt", "content": SMALL_TEXT}),
+            lambda i: ("write_file", {"path": str(ws / "write.txt"), "content": SMALL_TEXT}),
+            on_disk("write.txt", SMALL_TEXT),
+            on_disk("write.txt", SMALL_TEXT),
+            lambda i: atomic_write(ws / "write.txt", SMALL_TEXT),
+            durable=True,
         ),
         "stat": Op(
             lambda i: ("stat_file", {"path": "read.txt"}),
             lambda i: ("get_file_info", {"path": str(ws / "read.txt")}),
+            corral_stat,
+            ref_stat,
             lambda i: os.stat(ws / "read.txt"),
         ),
-        "list 1,000 entries": Op(
-            lambda i: listing,
-            lambda i: ("list_directory", {"path": str(ws / "many")}),
-            lambda i: direct_list(ws / "many"),
+        "read 4 KiB": Op(
+            lambda i: ("read_file", read_args("read.txt")),
+            lambda i: ("read_text_file", {"path": str(ws / "read.txt")}),
+            corral_read(SMALL_TEXT),
+            ref_read(SMALL_TEXT),
+            lambda i: (ws / "read.txt").read_text(),
         ),
-        # corral's listing carries each entry's size and mtime (the contract), so it
-        # stats every entry; the reference's list_directory does not, this one does
-        "list 1,000, ref with sizes": Op(
-            lambda i: listing,
-            lambda i: ("list_directory_with_sizes", {"path": str(ws / "many")}),
-            lambda i: direct_list(ws / "many"),
-        ),
-        "edit in 100 KiB file": Op(
-            corral_edit, ref_edit, lambda i: direct_edit(ws / "edit.txt", i)
+        "edit in 100 KiB": Op(
+            corral_edit,
+            ref_edit,
+            edited,
+            edited,
+            lambda i: direct_edit(ws / "edit.txt", i),
+            durable=True,
         ),
     }
 
@@ -207,19 +323,100 @@ def percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def measure(sides: dict[str, Callable[[int], object]], calls: int) -> dict[str, list[float]]:
-    """Latency samples per side: a warm-up, then alternating rounds."""
+def measure(
+    sides: dict[str, Callable[[int], Any]],
+    checks: dict[str, Callable[[int, Any], None]],
+    calls: int,
+    gap_s: float,
+) -> dict[str, list[float]]:
+    """Latency samples per side: a warm-up, then alternating rounds of ROUND_CALLS.
+    Each answer is checked after its time is taken; `gap_s` idles before each call."""
     samples: dict[str, list[float]] = {name: [] for name in sides}
-    for run in sides.values():
+    for name, run in sides.items():
         for i in range(WARMUP_CALLS):
-            run(i)
-    for _ in range(calls // ROUND_CALLS):
+            checks[name](i, run(i))
+    for _ in range(max(1, calls // ROUND_CALLS)):
         for name, run in sides.items():
             for i in range(ROUND_CALLS):
+                if gap_s:
+                    time.sleep(gap_s)
                 start = time.perf_counter()
-                run(i)
+                answer = run(i)
                 samples[name].append(time.perf_counter() - start)
+                checks[name](i, answer)
     return samples
+
+
+@dataclass
+class Cell:
+    median: float
+    p99: float
+
+
+def best(rounds: list[dict[str, list[float]]]) -> dict[str, Cell]:
+    """Per side, the round with the lower median (and that round's p99)."""
+    cells = {}
+    for side in rounds[0]:
+        chosen = min((r[side] for r in rounds), key=statistics.median)
+        cells[side] = Cell(statistics.median(chosen), percentile(chosen, 0.99))
+    return cells
+
+
+def find_ref(given: Path | None) -> Path | None:
+    for directory in (given,) if given else REF_DIRS:
+        if (directory / REF_ENTRY).is_file():
+            return directory / REF_ENTRY
+    return None
+
+
+def durability_option() -> bool:
+    """Whether this corral has `[sandbox] durability` (older ones always fsync)."""
+    sys.path.insert(0, str(REPO))
+    from corral.config import SandboxOptions
+
+    return hasattr(SandboxOptions, "durability")
+
+
+def corral_server(ws: Path, config: Path) -> StdioClient:
+    serve = ["serve", "--workspace", str(ws), "--config", str(config)]
+    return StdioClient([sys.executable, "-m", "corral", *serve], ws)
+
+
+def table(rows: list[tuple[str, dict[str, Cell]]]) -> list[str]:
+    ms = 1e3
+    header = (
+        "operation",
+        "corral med",
+        "corral p99",
+        "ref med",
+        "ref p99",
+        "corral / ref",
+        "corral (none) med",
+        "(none) / ref",
+        "direct med",
+    )
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, cells in rows:
+        corral, ref, direct = cells["corral"], cells["ref"], cells["direct"]
+        nosync = cells.get("corral (none)")
+        lines.append(
+            "| "
+            + " | ".join(
+                (
+                    name,
+                    f"{corral.median * ms:.2f}",
+                    f"{corral.p99 * ms:.2f}",
+                    f"{ref.median * ms:.2f}",
+                    f"{ref.p99 * ms:.2f}",
+                    f"{corral.median / ref.median:.2f}x",
+                    f"{nosync.median * ms:.2f}" if nosync else "",
+                    f"{nosync.median / ref.median:.2f}x" if nosync else "",
+                    f"{direct.median * ms:.2f}",
+                )
+            )
+            + " |"
+        )
+    return lines
 
 
 def main() -> int:
@@ -227,10 +424,13 @@ def main() -> int:
     parser.add_argument(
         "--ref",
         type=Path,
-        default=Path("/tmp/refserver"),
-        help="directory where @modelcontextprotocol/server-filesystem is installed",
+        help="directory where @modelcontextprotocol/server-filesystem is installed "
+        f"(default: the first of {', '.join(map(str, REF_DIRS))} that has it)",
     )
-    parser.add_argument("--calls", type=int, default=500, help="timed calls per operation")
+    parser.add_argument("--calls", type=int, default=200, help="timed calls per small row")
+    parser.add_argument("--gap-ms", type=float, default=20.0, help="idle gap in the cold mode")
+    parser.add_argument("--rounds", type=int, default=2, help="runs; the better one counts")
+    parser.add_argument("--only", help="run the rows whose name contains this")
     parser.add_argument(
         "--dir",
         help="where to make the workspace (a tmpfs mount leaves the disk out of the write "
@@ -239,82 +439,63 @@ def main() -> int:
     args = parser.parse_args()
     if args.calls % ROUND_CALLS or args.calls <= 0:
         parser.error(f"--calls must be a positive multiple of {ROUND_CALLS}")
-    ref_entry = args.ref / REF_ENTRY
-    if not ref_entry.is_file():
-        print(f"bench_mcp: error: {ref_entry} not found; see the module docstring", file=sys.stderr)
+    ref_entry = find_ref(args.ref)
+    if ref_entry is None:
+        print("bench_mcp: error: reference server not found; see the module docstring",
+              file=sys.stderr)
         return 2
-
-    sys.path.insert(0, str(REPO))
-    from corral import Sandbox
 
     with tempfile.TemporaryDirectory(prefix="bench-mcp-", dir=args.dir) as tmp:
         ws = Path(tmp, "ws")
         ws.mkdir()
         make_workspace(ws)
+        limits = f"[limits]\nmax_list_entries = 5000\nmax_read_bytes = {4 * MIB}\n"
         config = Path(tmp, "corral.toml")
-        config.write_text(f"[limits]\nmax_list_entries = {LIST_ENTRIES}\n")
-        corral = StdioClient(
-            [
-                sys.executable,
-                "-m",
-                "corral",
-                "serve",
-                "--workspace",
-                str(ws),
-                "--config",
-                str(config),
-            ],
-            ws,
-        )
+        config.write_text(limits)
+        nosync_config = Path(tmp, "corral-none.toml")
+        nosync_config.write_text(limits + '[sandbox]\ndurability = "none"\n')
+        corral = corral_server(ws, config)
+        nosync = corral_server(ws, nosync_config) if durability_option() else None
         ref = StdioClient(["node", str(ref_entry), str(ws)], ws)
-        sandbox = Sandbox.from_config(config, workspace=ws)
-        rows = []
+        results: dict[str, list[tuple[str, dict[str, Cell]]]] = {}
+        load = os.getloadavg()
         try:
-            for name, op in operations(ws).items():
-                sides = {
-                    "corral": lambda i, op=op: corral.call(*op.corral(i)),
-                    "ref": lambda i, op=op: ref.call(*op.ref(i)),
-                    "api": lambda i, op=op: sandbox.call(*op.corral(i)),
-                    "direct": op.direct,
-                }
-                rows.append((name, measure(sides, args.calls)))
-            confinement = sandbox.confinement
+            for mode, gap in (("back to back", 0.0), (f"{args.gap_ms:g} ms gaps", args.gap_ms)):
+                rows = results.setdefault(mode, [])
+                for name, op in operations(ws).items():
+                    if args.only and args.only not in name:
+                        continue
+                    sides: dict[str, Callable[[int], Any]] = {
+                        "corral": lambda i, op=op: corral.call(*op.corral(i)),
+                        "ref": lambda i, op=op: ref.call(*op.ref(i)),
+                        "direct": op.direct,
+                    }
+                    checks: dict[str, Callable[[int, Any], None]] = {
+                        "corral": op.check_corral,
+                        "ref": op.check_ref,
+                        "direct": lambda i, answer: None,
+                    }
+                    if op.durable and nosync is not None:
+                        sides["corral (none)"] = lambda i, op=op, s=nosync: s.call(*op.corral(i))
+                        checks["corral (none)"] = op.check_corral
+                    calls = args.calls // BIG_CALLS_DIVISOR if op.big else args.calls
+                    rounds = [measure(sides, checks, calls, gap / 1e3) for _ in range(args.rounds)]
+                    rows.append((name, best(rounds)))
         finally:
             corral.close()
+            if nosync is not None:
+                nosync.close()
             ref.close()
-            sandbox.close()
-
-    us = 1e6
-    print(f"corral worker confinement: {json.dumps(confinement)}")
+    load_after = os.getloadavg()
     print(
-        f"{args.calls} calls per operation and side after {WARMUP_CALLS} warm-up calls, "
-        f"in alternating rounds of {ROUND_CALLS}; times in µs\n"
+        f"{args.calls} timed calls per small row ({args.calls // BIG_CALLS_DIVISOR} for the "
+        f"1 MiB rows and the listing) and side, after {WARMUP_CALLS} warm-up calls, in "
+        f"alternating rounds of {ROUND_CALLS}; better of {args.rounds} runs; every answer "
+        f"verified; times in ms; load average {load[0]:.1f} before, {load_after[0]:.1f} after"
     )
-    header = (
-        "operation",
-        "corral med",
-        "corral p99",
-        "ref med",
-        "ref p99",
-        "ref/corral",
-        "api med",
-        "direct med",
-    )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for name, samples in rows:
-        med = {side: statistics.median(values) for side, values in samples.items()}
-        cells = (
-            name,
-            f"{med['corral'] * us:.0f}",
-            f"{percentile(samples['corral'], 0.99) * us:.0f}",
-            f"{med['ref'] * us:.0f}",
-            f"{percentile(samples['ref'], 0.99) * us:.0f}",
-            f"{med['ref'] / med['corral']:.2f}x",
-            f"{med['api'] * us:.0f}",
-            f"{med['direct'] * us:.0f}",
-        )
-        print("| " + " | ".join(cells) + " |")
+    for mode, rows in results.items():
+        print(f"\n{mode}:\n")
+        print("\n".join(table(rows)))
     return 0
 
 
