@@ -20,18 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from corral import jsonfast
+
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
 # while a client that never sends a newline cannot grow the host without bound.
 MAX_LINE_BYTES = 16 * 1024 * 1024
 # Reading threads after hand-offs: one runs the inline job that handed off (only one
 # runs at a time: a job runs inline only when no other is running), one reads on.
 READER_THREADS = 2
-
-
-# One encoder for every line: json.dumps with options builds one per call (~1 us).
-# allow_nan=False: NaN and Infinity are not JSON, and a strict client's parser
-# would fail on the whole line.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def _no_constant(name: str) -> float:
@@ -47,6 +43,11 @@ def _finite(text: str) -> float:
 
 # Python's json reads NaN, Infinity and -Infinity by default; JSON has no such numbers.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
+def _std_decode(line: bytes) -> Any:
+    text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads does
+    return _DECODER.decode(text)
 
 
 def protocol_streams() -> tuple[BinaryIO, BinaryIO]:
@@ -82,7 +83,9 @@ class LineWriter:
         self._lock = threading.Lock()
 
     def write(self, message: Any) -> None:
-        data = _ENCODER.encode(message).encode() + b"\n"  # ValueError: not strict JSON
+        # ValueError for NaN and Infinity: not JSON, a strict client's parser would
+        # fail on the whole line
+        data = jsonfast.dumps(message) + b"\n"
         with self._lock:
             try:
                 self._stream.write(data)
@@ -95,8 +98,7 @@ def parse_line(line: bytes) -> Any:
     """The JSON value on a line; ValueError for anything that is not JSON (bad
     UTF-8, nesting deep enough to exhaust the parser's recursion)."""
     try:
-        text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads does
-        return _DECODER.decode(text)
+        return jsonfast.loads(line, _std_decode)
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
 

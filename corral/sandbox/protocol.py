@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from corral import jsonfast
+
 HEADER = struct.Struct(">I")
 # Config and control frames between broker and zygote are small; a policy with many rules fits.
 CONTROL_FRAME_BYTES = 4 * 1024 * 1024
@@ -45,10 +47,6 @@ READ_CHUNK = 1024 * 1024
 SOLE_FIRST_READ = 64 * 1024
 
 
-# One encoder for every frame: json.dumps with options builds one per call (~1 us).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
 class ProtocolError(Exception):
     """A frame that is oversize, truncated, not JSON, or not a JSON object."""
 
@@ -64,7 +62,7 @@ class FrameTruncated(ProtocolError):
 def encode(message: dict[str, Any], max_bytes: int) -> bytes:
     """Header + payload for `message`; ProtocolError if the payload passes max_bytes."""
     try:
-        payload = _ENCODER.encode(message).encode()
+        payload = jsonfast.dumps(message)
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"message cannot be encoded as JSON: {exc}") from None
     if len(payload) > max_bytes:
@@ -85,13 +83,17 @@ def payload_length(header: bytes, max_bytes: int) -> int:
 def decode(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The JSON object in a payload; ProtocolError for anything else."""
     try:
-        data = bytes(payload)  # decoded as json.loads decodes bytes, with one decoder for all
-        message = _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+        message = jsonfast.loads(payload, _std_decode)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"frame is not valid JSON: {exc}") from None
     if not isinstance(message, dict):
         raise ProtocolError(f"frame holds a JSON {type(message).__name__}, expected an object")
     return message
+
+
+def _std_decode(data: bytes) -> Any:
+    """As json.loads decodes bytes, with one decoder for all."""
+    return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
 
 
 def _no_constant(name: str) -> float:

@@ -1,0 +1,80 @@
+"""jsonfast: msgspec when installed, the standard library's meaning either way.
+Each case runs on both paths (msgspec, and msgspec absent)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from corral import jsonfast
+from corral.sandbox import protocol
+from corral.stdio import parse_line
+
+msgspec = pytest.importorskip("msgspec")
+
+
+@pytest.fixture(params=["msgspec", "stdlib"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "stdlib":
+        monkeypatch.setattr(jsonfast, "_fast_encode", None)
+        monkeypatch.setattr(jsonfast, "_fast_decode", None)
+    yield request.param
+
+
+VALUES = [
+    {"ok": True, "result": {"content": "line\n" * 1000, "next_offset": None}},
+    {"entries": [{"name": "é\u2028\\\"x", "size": 0, "modified": 1.5}], "n": 10**30},
+    [1, -0.0, 1.5e300, "null", None, {"1": (1, 2)}],
+]
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_dumps_means_what_json_dumps_means(path: str, value: object) -> None:
+    assert json.loads(jsonfast.dumps(value)) == json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_dumps_refuses_non_finite_numbers_even_beside_a_null(path: str, bad: float) -> None:
+    for value in ({"x": bad}, {"x": None, "deep": [{"y": (bad,)}]}):
+        with pytest.raises(ValueError):
+            jsonfast.dumps(value)
+
+
+def test_dumps_lone_surrogate_falls_back_to_an_escape(path: str) -> None:
+    assert jsonfast.dumps({"a": "\ud800"}) == b'{"a":"\\ud800"}'
+
+
+def test_dumps_refuses_what_json_cannot_hold(path: str) -> None:
+    with pytest.raises(TypeError):
+        jsonfast.dumps({"a": object()})
+
+
+ACCEPTED = [
+    b'{"a":1,"a":2}', b' {"a" : [1, 2.5e3 ] }\n', b'"\\u00e9\\/"',
+    b"123456789012345678901234567890",
+    b'\xef\xbb\xbf{"bom":1}', '{"utf16": 1}'.encode("utf-16"), b'"\\ud800"', b'"\xed\xa0\x80"',
+]
+REFUSED = [b"NaN", b"[1e400]", b'"a\x01b"', b"1 2", b"01", b"[" * 100_000, b"\xff"]
+
+
+@pytest.mark.parametrize("text", ACCEPTED)
+def test_parsers_accept_what_the_stdlib_accepts_with_the_same_value(path: str, text: bytes) -> None:
+    expected = json.loads(text.decode(json.detect_encoding(text), "surrogatepass"))
+    assert parse_line(text) == expected
+    if isinstance(expected, dict):
+        assert protocol.decode(text) == expected
+
+
+@pytest.mark.parametrize("text", REFUSED)
+def test_parsers_refuse_what_they_refused(path: str, text: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_line(text)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(text)
+
+
+def test_the_fast_path_is_taken_when_installed() -> None:
+    assert jsonfast.FAST
+    assert jsonfast.dumps({"a": "é"}) == '{"a":"é"}'.encode()  # UTF-8, not \\u00e9
