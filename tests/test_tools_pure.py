@@ -206,6 +206,15 @@ class TestRender:
     def test_numbered_is_cat_n(self) -> None:
         assert render.numbered(["a\n", "b\r\n", "c"], 9) == "     9\ta\n    10\tb\n    11\tc"
 
+    @pytest.mark.parametrize("start", [1, 1990, render.MAX_PREFIXED_LINES - 5])
+    def test_numbered_many_lines_is_cat_n_and_makes_prefixes_once(self, start: int) -> None:
+        lines = [f"line {n}\n" for n in range(20_000)]
+        expected = "\n".join(f"{n:6d}\t{line[:-1]}" for n, line in enumerate(lines, start))
+        assert render.numbered(lines, start) == expected
+        if start + len(lines) <= render.MAX_PREFIXED_LINES:
+            # a 1 MiB read's 16k lines: their prefixes are kept for the next read
+            assert len(render._PREFIXES) > start + len(lines) - 1
+
     def test_long_lines_are_cut_with_their_length(self) -> None:
         text = render.numbered(["x" * 2500 + "\n"], 1)
         assert text.startswith("     1\t" + "x" * 2000 + "...")

@@ -9,9 +9,13 @@ LINE_CUT = 2000  # chars of one line shown to a model; minified files would floo
 NUMBER_WIDTH = 6  # cat -n pads line numbers to six columns
 _EOL = "\r\n"
 PREFIXED_LINES = 2000  # a default read's lines: their number prefixes are made once, here
+# Prefixes are made on demand up to this line, once per process: a 1 MiB read (16k lines)
+# numbers its lines in ~1.5 ms instead of ~5 ms. Past it (~2 MiB of prefixes) each is formatted.
+MAX_PREFIXED_LINES = 32768
 _NUMBERED = f"%{NUMBER_WIDTH}d\t%s"  # %-formatting: the fastest way for lines past those
+_PREFIX = f"%{NUMBER_WIDTH}d\t"
 # Joining ready prefixes numbers 64 lines in ~4 us instead of ~14 us (formatting each).
-_PREFIXES = [f"{number:{NUMBER_WIDTH}d}\t" for number in range(PREFIXED_LINES + 1)]
+_PREFIXES = [_PREFIX % number for number in range(PREFIXED_LINES + 1)]
 
 
 def cut_line(line: str, limit: int = LINE_CUT) -> str:
@@ -27,7 +31,9 @@ def numbered(lines: list[str], start: int) -> str:
     if max(map(len, lines), default=0) > LINE_CUT:  # rare: only then is each line looked at
         lines = [cut_line(line) for line in lines]
     end = start + len(lines)
-    if start >= 0 and end <= len(_PREFIXES):
+    if start >= 0 and end <= MAX_PREFIXED_LINES + 1:
+        if end > len(_PREFIXES):
+            _PREFIXES.extend([_PREFIX % number for number in range(len(_PREFIXES), end)])
         return "\n".join(map(operator.add, _PREFIXES[start:end], lines))
     return "\n".join([_NUMBERED % pair for pair in zip(itertools.count(start), lines)])
 
