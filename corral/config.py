@@ -38,6 +38,7 @@ TOOL_NAMES = (
 )
 LAYERS = ("landlock", "seccomp", "openat2", "no_new_privs", "rlimits")  # what require names
 RESOLVERS = ("auto", "openat2", "walk")
+DURABILITY = ("fsync", "none")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ class SandboxOptions:
     max_worker_rss_mb: int = 256  # recycle when RSS passes this
     max_frame_bytes: int = 64 * 1024 * 1024
     resolver: str = "auto"  # "openat2" | "walk": forces a resolver (tests run both)
+    # "fsync": a write's file and directory reach the disk before it is reported;
+    # "none": still atomic (temp file + rename) but a crash may lose recent writes
+    durability: str = "fsync"
 
 
 @dataclass(frozen=True)
@@ -363,6 +367,8 @@ class _Parser:
                                     for i, layer in enumerate(self.array(value, where)))
             elif key == "resolver":
                 values[key] = self.enum(value, where, RESOLVERS)
+            elif key == "durability":
+                values[key] = self.enum(value, where, DURABILITY)
             else:
                 values[key] = self.positive_int(value, where)
         return SandboxOptions(**values)

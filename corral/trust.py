@@ -116,7 +116,7 @@ def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """("key: why" for each setting a workspace may never make, the data without them)."""
     problems: list[str] = []
     kept: dict[str, Any] = {}
-    allowed_keys = {"workspace": ("root", "read_only"), "sandbox": ("require",),
+    allowed_keys = {"workspace": ("root", "read_only"), "sandbox": ("require", "durability"),
                     "policy": tuple(POLICY_ORDER)}
     for name, value in data.items():
         if name not in NARROWING_SECTIONS:
@@ -165,6 +165,8 @@ def _looser(data: dict[str, Any], local: Config, base: Config) -> list[str]:
         mine, theirs = getattr(local.policy, key), getattr(base.policy, key)
         if order.index(mine) < order.index(theirs):
             problems.append(f"[policy] {key} = {mine!r}: looser than the operator's {theirs!r}")
+    if local.sandbox.durability == "none" and base.sandbox.durability != "none":
+        problems.append("[sandbox] durability = 'none': writes would no longer be fsync'd")
     for key in data.get("limits", {}):
         mine, theirs = getattr(local.limits, key), getattr(base.limits, key)
         if mine > theirs:
@@ -192,11 +194,13 @@ def _merged(base: Config, local: Config, data: dict[str, Any]) -> Config:
         base.limits, **{key: getattr(local.limits, key) for key in data.get("limits", {})}
     )
     require = tuple(dict.fromkeys((*base.sandbox.require, *local.sandbox.require)))
+    durability = local.sandbox.durability if "durability" in data.get("sandbox", {}) else (
+        base.sandbox.durability)  # "fsync" (narrower), or "none" restated: checked by _looser
     return dataclasses.replace(  # read_only also makes the workspace root "ro": Config.roots
         base,
         policy=policy,
         limits=limits,
-        sandbox=dataclasses.replace(base.sandbox, require=require),
+        sandbox=dataclasses.replace(base.sandbox, require=require, durability=durability),
         narrowed_by=local.source,
     )
 

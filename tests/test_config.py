@@ -247,6 +247,8 @@ ERRORS = [
     ("[sandbox]\nrequire = 'landlock'\n", ["[sandbox] require", "expected an array"]),
     ("[sandbox]\nresolver = 'fast'\n",
      ["[sandbox] resolver", "expected one of 'auto', 'openat2', 'walk', got 'fast'"]),
+    ("[sandbox]\ndurability = 'fdatasync'\n",
+     ["[sandbox] durability", "expected one of 'fsync', 'none', got 'fdatasync'"]),
     ("[sandbox]\npool = 2\n", ["[sandbox] pool", "unknown key", "workers, require"]),
     ("[audit]\npath = 5\n", ["[audit] path", "non-empty string, got 5"]),
     ("[audit]\nfile = 'a'\n", ["[audit] file", "unknown key", "allowed keys: path"]),

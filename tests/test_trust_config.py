@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
-from corral.config import Config, ConfigError, Limits
+from corral.config import Config, ConfigError, Limits, SandboxOptions
 from corral.policy import Decision, Policy, RootSpec, Rule
 from corral.trust import narrow, operator_config, user_config_path
 
@@ -123,6 +123,23 @@ def test_looser_than_a_stricter_operator_is_refused(tree: FakeFilesystem) -> Non
                      "[policy] default_action = 'allow'", "[policy] hardlinks = 'allow'",
                      "[limits] timeout_s = 6.0: above the operator's 5.0"):
         assert fragment in str(caught.value)
+
+
+def test_only_the_operator_may_turn_off_fsync(tree: FakeFilesystem) -> None:
+    with pytest.raises(ConfigError) as caught:
+        narrowed(tree, "[sandbox]\ndurability = 'none'\n")
+    assert "[sandbox] durability = 'none'" in str(caught.value)
+    tree.remove(LOCAL)
+    scratch = Config(workspace=WS, sandbox=SandboxOptions(durability="none"))
+    # "fsync" narrows the operator's "none"; "none" restated changes nothing
+    assert narrowed(tree, "[sandbox]\ndurability = 'fsync'\n", scratch).sandbox.durability == (
+        "fsync")
+    tree.remove(LOCAL)
+    assert narrowed(tree, "[sandbox]\ndurability = 'none'\n", scratch).sandbox.durability == (
+        "none")
+    tree.remove(LOCAL)
+    assert narrowed(tree, "", scratch).sandbox == (
+        scratch.sandbox)
 
 
 def test_an_operator_rule_name_cannot_be_reused(tree: FakeFilesystem) -> None:

@@ -162,30 +162,36 @@ class Root:
     fd: int  # O_PATH|O_DIRECTORY fd of the root
     given_path: str  # the absolute path the host named it by (may hold symlinks)
     resolver: str  # "openat2" | "walk": the resolver in use
+    durable: bool  # writes fsync the file and its directory before they return
 
-    def __init__(self, path: str, *, mode: str = "rw", resolver: str = "auto") -> None:
-        """resolver: "auto" (openat2, else walk), "openat2" or "walk" (the fallback)."""
+    def __init__(
+        self, path: str, *, mode: str = "rw", resolver: str = "auto", durable: bool = True
+    ) -> None:
+        """resolver: "auto" (openat2, else walk), "openat2" or "walk" (the fallback).
+        durable=False: writes stay atomic but skip the fsyncs (a scratch workspace)."""
         try:
             fd = os.open(path, _resolve.DIR_FLAGS)
         except OSError as exc:
             raise from_errno(exc.errno, "open root", path) from None
         try:
-            self._adopt(fd, path, mode, resolver)
+            self._adopt(fd, path, mode, resolver, durable)
         except BaseException:
             os.close(fd)
             raise
 
     @classmethod
-    def from_fd(cls, fd: int, path: str, *, mode: str = "rw", resolver: str = "auto") -> Root:
+    def from_fd(
+        cls, fd: int, path: str, *, mode: str = "rw", resolver: str = "auto", durable: bool = True
+    ) -> Root:
         """Adopt an fd opened elsewhere (the zygote opens roots, workers inherit them)."""
         root = cls.__new__(cls)
-        root._adopt(fd, path, mode, resolver)
+        root._adopt(fd, path, mode, resolver, durable)
         return root
 
-    def _adopt(self, fd: int, path: str, mode: str, resolver: str) -> None:
+    def _adopt(self, fd: int, path: str, mode: str, resolver: str, durable: bool) -> None:
         if mode not in ("rw", "ro"):
             raise ValueError(f"mode must be rw or ro, not {mode!r}")
-        self.fd, self.mode = fd, mode
+        self.fd, self.mode, self.durable = fd, mode, durable
         st = os.fstat(fd)
         self._identity = (st.st_dev, st.st_ino)
         try:
@@ -457,6 +463,7 @@ class Root:
                     exclusive=exclusive, current_limit=max_file_bytes,
                     expected_content=expected_content,
                     lock_fd=lock if "/" not in t.rel else None,  # its directory is the root
+                    sync=self.durable,
                 )
             except _atomic.VersionMismatch:
                 raise fail(

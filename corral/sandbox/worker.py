@@ -61,7 +61,8 @@ class Setup:
         """Open the root fds (workers inherit them) and rebuild the host's settings."""
         options = _options(config)
         opened = [
-            Root(path, mode=mode, resolver=options.resolver) for path, mode in config["roots"]
+            Root(path, mode=mode, resolver=options.resolver, durable=_durable(options))
+            for path, mode in config["roots"]
         ]
         return cls._build(config, options, opened)
 
@@ -76,7 +77,9 @@ class Setup:
                 raise ValueError(f"{len(config['roots'])} roots came with {len(fds)} fds")
             options = _options(config)
             for (path, mode), fd in zip(config["roots"], fds, strict=True):
-                opened.append(Root.from_fd(fd, path, mode=mode, resolver=options.resolver))
+                opened.append(Root.from_fd(
+                    fd, path, mode=mode, resolver=options.resolver, durable=_durable(options)
+                ))
             return cls._build(config, options, opened)
         except BaseException:
             for fd in fds[len(opened):]:
@@ -100,6 +103,10 @@ class Setup:
 
 def _options(config: dict[str, Any]) -> SandboxOptions:
     return SandboxOptions(**{**config["options"], "require": tuple(config["options"]["require"])})
+
+
+def _durable(options: SandboxOptions) -> bool:
+    return options.durability != "none"
 
 
 def run(fd: int, setup: Setup, zygote_pid: int) -> int:
