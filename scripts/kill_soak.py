@@ -40,6 +40,7 @@ from corral.fs import TEMP_PREFIX
 TOKEN = "<{:08d}>"  # one generation's token; a file's content is one token repeated
 BLOCK_TOKENS = 40_000  # 400 KB per write: long enough for a kill to land inside it
 RECORD_TOKENS = 4_000  # 40 KB per appended record
+LOG_TRIM_BYTES = 2 * 1024 * 1024  # see trim_log
 DIR_FILES = 200  # files in the directory that moves: its move checks each, so it takes ms
 OPS = ("write_file", "edit_file", "append_file", "move_file", "move_dir")
 HOST_START_S = 30.0  # a host reports its pids within this long, even on a loaded machine
@@ -101,6 +102,12 @@ def torn(ws: Path) -> list[str]:
     return problems
 
 
+def trim_log(ws: Path) -> None:
+    """Start the append log over once checked, or checking it grows with the run."""
+    if (ws / "a.txt").stat().st_size > LOG_TRIM_BYTES:
+        (ws / "a.txt").write_text(record(0))
+
+
 def temps(ws: Path) -> list[str]:
     return [str(p.relative_to(ws)) for p in ws.rglob(TEMP_PREFIX + "*")]
 
@@ -155,6 +162,7 @@ def worker_kills(ws: Path, kills: int, seed: int = 0) -> Counter[str]:
             left = temps(ws)
             if left and code == "worker_crashed":
                 raise AssertionError(f"a killed worker's temp files stayed: {left}")
+            trim_log(ws)  # no call runs now
     return outcomes
 
 
@@ -225,6 +233,7 @@ def host_kills(ws: Path, kills: int, seed: int = 0) -> Counter[str]:
         if left:
             raise AssertionError(f"the next start left a killed host's temp files: {left}")
         outcomes["kills"] += 1
+        trim_log(ws)
     return outcomes
 
 
