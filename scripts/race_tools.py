@@ -179,6 +179,8 @@ def race(base: Path, level: str, rounds: int, resolver: str = "auto") -> Counter
                 if leak:
                     raise AssertionError(f"{tool} leaked: {leak}")
                 outcomes[f"{tool}:{'ok' if response['ok'] else response['error']['code']}"] += 1
+                for each in (response.get("result") or {}).get("files", ()):  # one per path
+                    outcomes[f"{tool}[]:{'ok' if each['ok'] else each['error']['code']}"] += 1
         finally:
             stop_swapper(pid, ws)
     after = tree_state(outside)
@@ -235,9 +237,10 @@ def main() -> None:
         took = time.monotonic() - start
         print(f"{level} ({args.resolver}): {done} rounds in {took:.1f} s, 0 leaks, "
               "outside tree byte-identical")
-        for tool in TOOLS:
-            mine = {k.split(":")[1]: v for k, v in sorted(outcomes.items()) if k.startswith(tool)}
-            print(f"  {tool:20} {mine}")
+        for tool in (*TOOLS, "read_multiple_files[]"):
+            mine = {k.split(":")[1]: v for k, v in sorted(outcomes.items())
+                    if k.split(":")[0] == tool}
+            print(f"  {tool:22} {mine}")
 
 
 if __name__ == "__main__":

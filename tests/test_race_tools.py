@@ -24,7 +24,7 @@ ROUNDS = 13 * 20  # twenty calls of each tool; the script runs 20,000 rounds
 )
 def test_every_tool_holds_under_a_rename_race(tmp_path: Path, level: str, resolver: str):
     outcomes = race_tools.race(tmp_path, level, ROUNDS, resolver)  # raises on any leak
-    assert sum(outcomes.values()) == ROUNDS
+    assert sum(n for key, n in outcomes.items() if "[]" not in key) == ROUNDS
     codes = {key.split(":")[1] for key in outcomes}
     assert "outside_workspace" in codes  # the swapper did put the link in the way
     assert "ok" in codes  # and the real directory too
