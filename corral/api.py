@@ -22,11 +22,15 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from corral.audit import Audit
-from corral.config import Config, Limits, SandboxOptions, load_config, resolve_roots
+from corral.config import Config, HistoryOptions, Limits, SandboxOptions, load_config, resolve_roots
 from corral.errors import CorralError
+from corral.history.host import History
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.tools.access import TOOL_MODE_RULE  # audit rule of a call its tool's mode decided
+from corral.tools.access import (
+    TOOL_MODE_RULE,  # audit rule of a call its tool's mode decided
+    approval_key,
+)
 from corral.tools.registry import TOOLS, error_result, lookup, shown_name, validate
 from corral.tools.render import escaped
 
@@ -34,6 +38,10 @@ MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may nee
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 NO_ONE_TO_ASK = " and nothing here can ask for it"  # approval_required: no approve callback
+# read_before_write: the tools whose results tell which version a session read or wrote,
+# and the writers that need one
+SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file")
+SESSION_WRITERS = ("write_file", "edit_file", "append_file")
 
 Approve = Callable[[dict[str, Any]], Any]
 Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
@@ -47,10 +55,11 @@ class NoApprover(Exception):
 
 
 def _start_executor(
-    roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
+    roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
+    history: str | None = None,
 ) -> Any:
     """The one place that decides where tools run: confined workers, never the host."""
-    return Broker(roots, limits, policy, options)
+    return Broker(roots, limits, policy, options, history)
 
 
 def _paths(arguments: dict[str, Any]) -> list[str]:
@@ -87,6 +96,7 @@ class _Core:
         audit: str | os.PathLike[str] | Audit | None,
         allowed_paths: Sequence[RootSpec],
         options: SandboxOptions | None,
+        history: HistoryOptions | None,
     ) -> None:
         self.policy = policy if policy is not None else Policy()
         self.limits = limits if limits is not None else Limits()
@@ -104,6 +114,12 @@ class _Core:
         self._state = threading.Condition()
         self._running = 0
         self.closed = False
+        history = history if history is not None else HistoryOptions()
+        self.history = History(history, real, [r.path for r in self.roots]) if (
+            history.enabled) else None
+        # read_before_write: "root\0resolved" -> the version this session read or wrote
+        self.seen: dict[str, str] = {}
+        self._seen_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -150,6 +166,37 @@ class _Core:
     def close_audit(self) -> None:
         if self._owns_audit and self.audit is not None:
             self.audit.close()
+        if self.history is not None:
+            self.history.close()
+
+    # -- history -------------------------------------------------------------
+
+    def history_store(self) -> History:
+        if self.history is None:
+            raise RuntimeError("history is off for this Sandbox ([history] enabled = false)")
+        return self.history
+
+    def history_request(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.history_store()
+        return {"history": op, "tool": op if op in ("undo", "rewind") else "history", **fields}
+
+    def history_result(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The worker's undo/rewind answer in the contract's shape, with its text."""
+        response.pop("meta", None)
+        if not response.get("ok") or "result" not in response:
+            return response
+        result = response["result"]
+        lines = [f"Restored {path}." for path in result["restored"]]
+        reasons = result.get("reasons") or {}
+        lines += [f"Left {path} alone: {reasons.get(path, 'it changed since')}"
+                  + ("" if reasons.get(path, "").endswith(".") else ".")
+                  for path in result["conflicts"]]
+        if result["conflicts"]:
+            lines.append("Pass force=True to restore a conflicting path anyway.")
+        if "checkpoint" in result:
+            lines.append(f"Checkpoint {result['checkpoint']} holds the state before this rewind.")
+        response["text"] = "\n".join(lines) or "Nothing to restore."
+        return response
 
     # -- the pure steps ----------------------------------------------------
 
@@ -189,6 +236,9 @@ class _Core:
             request = {"tool": tool.name, "arguments": args, "approved": approved}
             if within is not None:
                 request["within"] = list(within)
+            seen = self.request_seen(tool.name)
+            if seen is not None:
+                request["seen"] = seen
             response = yield "submit", request
             needed = [
                 need for need in response.get("meta", {}).get("needs_approval") or ()
@@ -245,6 +295,10 @@ class _Core:
 
     def _finish(self, response: dict[str, Any], arguments: Any, started: float) -> dict[str, Any]:
         meta = response.pop("meta", None) or {}
+        if self.history is not None and meta.get("history_bytes"):
+            self.history.stored(meta["history_bytes"])
+        if self.policy.read_before_write == "require" and response["ok"]:
+            self._remember(response, meta, arguments)
         if self.audit is not None:
             error = response.get("error") or {}
             fields: dict[str, Any] = {
@@ -262,6 +316,26 @@ class _Core:
             self.audit.record(**fields)
         return response
 
+
+    def _remember(self, response: dict[str, Any], meta: dict[str, Any], arguments: Any) -> None:
+        """read_before_write: note the versions this session read or wrote."""
+        keys = {t["path"]: approval_key(t["root"], t["resolved"]) for t in meta.get("touched", ())}
+        result = response["result"]
+        files = result.get("files") if response["tool"] == "read_multiple_files" else [result]
+        with self._seen_lock:
+            self.seen.update(meta.get("seen") or {})
+            if response["tool"] not in SESSION_TOOLS:
+                return
+            for found in files or ():
+                if found.get("ok", True) and found.get("version") and found["path"] in keys:
+                    self.seen[keys[found["path"]]] = found["version"]
+
+    def request_seen(self, name: Any) -> dict[str, str] | None:
+        """What a write under read_before_write carries: the versions this session knows."""
+        if self.policy.read_before_write != "require" or name not in SESSION_WRITERS:
+            return None
+        with self._seen_lock:
+            return dict(self.seen)
 
     def _mode_decision(self, name: str, code: str | None) -> dict[str, str]:
         """Decision and rule of a call its tool's mode stopped before any path was
@@ -303,17 +377,29 @@ class Sandbox:
         audit: str | os.PathLike[str] | Audit | None = None,
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
+        history: HistoryOptions | None = None,
     ) -> None:
-        self._open(_Core(
-            workspace, policy=policy, limits=limits, workers=workers, approve=approve,
-            audit=audit, allowed_paths=allowed_paths, options=options,
-        ), _start_executor)
+        try:
+            core = _Core(
+                workspace, policy=policy, limits=limits, workers=workers, approve=approve,
+                audit=audit, allowed_paths=allowed_paths, options=options, history=history,
+            )
+        except CorralError as error:  # the history store cannot be used
+            raise ValueError(error.message) from None
+        self._open(core, _start_executor)
 
     def _open(self, core: _Core, start: Callable[..., Any]) -> None:
         """Start the executor for `core` (a private pool, or a lane of a shared one)."""
         self._core = core
+        store = core.history
         try:
-            self._executor = start(core.roots, core.limits, core.policy, core.options)
+            self._executor = start(
+                core.roots, core.limits, core.policy, core.options,
+                history=store.path if store is not None else None,
+            )
+            if store is not None and (dead := store.dead_writers()):
+                # a host or worker killed mid-call: make the history agree with the tree
+                self._executor.submit(core.history_request("settle", pids=dead))
         except BaseException:
             core.close_audit()
             raise
@@ -353,6 +439,30 @@ class Sandbox:
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value
+
+    # -- history: nothing lost ----------------------------------------------------
+
+    def checkpoint(self, label: str | None = None) -> str:
+        """Mark the tree's state now; returns the id rewind() takes back to it."""
+        with self._core.active():
+            return self._core.history_store().checkpoint(label)
+
+    def history(self, path: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Recorded changes (and checkpoints, without a path), newest first."""
+        with self._core.active():
+            return self._core.history_store().entries(path, limit)
+
+    def undo(self, path: str, *, force: bool = False) -> dict[str, Any]:
+        """Revert the last recorded change of `path` (in a confined worker)."""
+        with self._core.active():
+            request = self._core.history_request("undo", path=path, force=force)
+            return self._core.history_result(self._executor.submit(request))
+
+    def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
+        """Every path changed since `checkpoint` back to its state then."""
+        with self._core.active():
+            request = self._core.history_request("rewind", to=checkpoint, force=force)
+            return self._core.history_result(self._executor.submit(request))
 
     @property
     def confinement(self) -> dict[str, Any]:
@@ -399,10 +509,11 @@ class AsyncSandbox:
         audit: str | os.PathLike[str] | Audit | None = None,
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
+        history: HistoryOptions | None = None,
     ) -> None:
         self._wrap(Sandbox(
             workspace, policy=policy, limits=limits, workers=workers, approve=approve,
-            audit=audit, allowed_paths=allowed_paths, options=options,
+            audit=audit, allowed_paths=allowed_paths, options=options, history=history,
         ))
 
     def _wrap(self, sync: Sandbox) -> None:
@@ -443,6 +554,22 @@ class AsyncSandbox:
             except StopIteration as done:
                 return done.value
 
+    async def checkpoint(self, label: str | None = None) -> str:
+        return await asyncio.to_thread(self._sync.checkpoint, label)
+
+    async def history(self, path: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._sync.history, path, limit)
+
+    async def undo(self, path: str, *, force: bool = False) -> dict[str, Any]:
+        with self._core.active():
+            request = self._core.history_request("undo", path=path, force=force)
+            return self._core.history_result(await self._executor.asubmit(request))
+
+    async def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
+        with self._core.active():
+            request = self._core.history_request("rewind", to=checkpoint, force=force)
+            return self._core.history_result(await self._executor.asubmit(request))
+
     @property
     def confinement(self) -> dict[str, Any]:
         return self._executor.confinement
@@ -482,13 +609,18 @@ def _pooled(
     audit: str | os.PathLike[str] | Audit | None = None,
     allowed_paths: Sequence[RootSpec] = (),
     options: SandboxOptions | None = None,
+    history: HistoryOptions | None = None,
 ) -> Sandbox:
     """A Sandbox (Sandbox's arguments) whose executor `start` makes: corral.Pool's lanes."""
     sandbox = Sandbox.__new__(Sandbox)
-    sandbox._open(_Core(
-        workspace, policy=policy, limits=limits, workers=workers, approve=approve,
-        audit=audit, allowed_paths=allowed_paths, options=options,
-    ), start)
+    try:
+        core = _Core(
+            workspace, policy=policy, limits=limits, workers=workers, approve=approve,
+            audit=audit, allowed_paths=allowed_paths, options=options, history=history,
+        )
+    except CorralError as error:  # the history store cannot be used
+        raise ValueError(error.message) from None
+    sandbox._open(core, start)
     return sandbox
 
 
@@ -509,6 +641,7 @@ def _config_arguments(
         "options": config.sandbox,
         "allowed_paths": config.allowed_paths,
         "audit": config.audit_path,
+        "history": config.history,
     }
     arguments.update(overrides)
     return arguments

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from corral import __version__, jsonl_server, mcp_server
+from corral import __version__, cli_history, jsonl_server, mcp_server
 from corral.api import NO_ONE_TO_ASK, Sandbox
 from corral.config import Config
 from corral.errors import CorralError, did_you_mean
@@ -441,6 +441,11 @@ def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) ->
     config.set_defaults(run=cmd_mcp_config)
 
 
+def add_history(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    """corral history | checkpoint | undo | rewind (corral/cli_history.py)."""
+    cli_history.add_commands(commands, common, open_sandbox)
+
+
 # One entry per subcommand, in `corral --help` order: a new command is an `add_*`
 # function (its parser, pointing at its `cmd_*`) appended here.
 COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
@@ -449,6 +454,7 @@ COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
     add_tools,
     add_serve,
     add_mcp_config,
+    add_history,
 ]
 
 

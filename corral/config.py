@@ -19,6 +19,7 @@ from corral.policy import (
     ACCESS_KINDS,
     ACTIONS,
     HARDLINK_MODES,
+    READ_BEFORE_WRITE,
     ROOT_MODES,
     Policy,
     PolicyError,
@@ -64,6 +65,16 @@ class SandboxOptions:
 
 
 @dataclass(frozen=True)
+class HistoryOptions:
+    """[history]: what every changing call replaced, kept so it can be undone."""
+
+    enabled: bool = True
+    path: str | None = None  # base directory; None: $XDG_STATE_HOME/corral/history
+    max_bytes: int = 256 * 1024 * 1024  # the store's size; the oldest records go first
+    max_age_days: float = 14.0  # records older than this go
+
+
+@dataclass(frozen=True)
 class Config:
     workspace: str  # real absolute path
     allowed_paths: tuple[RootSpec, ...] = ()
@@ -73,6 +84,7 @@ class Config:
     audit_path: str | None = None  # absolute; None: no audit log
     source: str | None = None  # the operator's file this came from
     narrowed_by: str | None = None  # the workspace's own corral.toml, applied on top
+    history: HistoryOptions = field(default_factory=HistoryOptions)
 
     @property
     def roots(self) -> tuple[RootSpec, ...]:
@@ -248,7 +260,9 @@ class _Parser:
     # -- sections -------------------------------------------------------------
 
     def config(self, data: dict[str, Any]) -> Config:
-        sections = ("workspace", "tools", "rules", "policy", "limits", "sandbox", "audit")
+        sections = (
+            "workspace", "tools", "rules", "policy", "limits", "sandbox", "audit", "history"
+        )
         for name in data:
             if name not in sections:
                 hint = did_you_mean(name, sections)
@@ -271,6 +285,7 @@ class _Parser:
             sandbox=self.sandbox(data),
             audit_path=audit_path,
             source=self.source,
+            history=self.history(data),
         )
 
     def allowed_paths(self, value: Any) -> list[RootSpec]:
@@ -293,7 +308,9 @@ class _Parser:
     def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
         tools = self.table(data, "tools", TOOL_NAMES)
         modes = {name: self.enum(mode, f"[tools] {name}", ACTIONS) for name, mode in tools.items()}
-        section = self.table(data, "policy", ("default_action", "path_regex", "hardlinks"))
+        section = self.table(
+            data, "policy", ("default_action", "path_regex", "hardlinks", "read_before_write")
+        )
         default = self.enum(section.get("default_action", "allow"), "[policy] default_action",
                             ACTIONS)
         hardlinks = self.enum(section.get("hardlinks", "allow"), "[policy] hardlinks",
@@ -302,9 +319,11 @@ class _Parser:
         for index, pattern in enumerate(regexes):
             self.check(lambda p=pattern: Policy(path_regex=(p,)), f"[policy] path_regex[{index}]")
         rules = self.rules(data.get("rules", []))
+        read_first = self.enum(section.get("read_before_write", "off"),
+                               "[policy] read_before_write", READ_BEFORE_WRITE)
         return self.check(
             lambda: Policy(modes, rules, default, regexes, read_only, protected,
-                           hardlinks=hardlinks),
+                           hardlinks=hardlinks, read_before_write=read_first),
             "[[rules]]",
         )
 
@@ -377,6 +396,21 @@ class _Parser:
         if not isinstance(value, list):
             raise self.fail(key, f"expected an array, got {_type_name(value)}")
         return value
+
+    def history(self, data: dict[str, Any]) -> HistoryOptions:
+        section = self.table(data, "history", [f.name for f in fields(HistoryOptions)])
+        values: dict[str, Any] = {}
+        for key, value in section.items():
+            where = f"[history] {key}"
+            if key == "enabled":
+                values[key] = self.boolean(value, where)
+            elif key == "path":
+                values[key] = os.path.abspath(self.path(value, where))
+            elif key == "max_age_days":
+                values[key] = self.positive_number(value, where)
+            else:
+                values[key] = self.positive_int(value, where)
+        return HistoryOptions(**values)
 
     def audit(self, data: dict[str, Any]) -> str | None:
         section = self.table(data, "audit", ("path",))

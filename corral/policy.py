@@ -68,6 +68,9 @@ _UNKNOWN_ACCESS = (_READ | _LIST, _READ | _WRITE)
 DECISION_CACHE_SIZE = 4096
 
 
+READ_BEFORE_WRITE = ("off", "require")
+
+
 class PolicyError(ValueError):
     """A policy that cannot be built: bad action, bad glob or regex, a system root."""
 
@@ -458,6 +461,9 @@ class Policy:
     protected_paths: tuple[str, ...] = ()  # absolute real paths (and all beneath) no tool writes
     workspace_rules: tuple[Rule, ...] = ()
     hardlinks: str = "allow"  # "deny": reads of a file with more than one link are refused
+    # "require": a write, edit or append of an existing file needs this session to have
+    # read (or written) the file's current version
+    read_before_write: str = "off"
 
     def __post_init__(self) -> None:
         # Normalise lists to tuples so a policy compares equal however it was built, then
@@ -475,6 +481,10 @@ class Policy:
         if self.hardlinks not in HARDLINK_MODES:
             raise PolicyError(
                 f"hardlinks must be one of {', '.join(HARDLINK_MODES)}; got {self.hardlinks!r}"
+            )
+        if self.read_before_write not in READ_BEFORE_WRITE:
+            raise PolicyError(
+                f"read_before_write must be 'off' or 'require', not {self.read_before_write!r}"
             )
         names = [rule.name for rule in (*self.rules, *self.workspace_rules)]
         duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -585,6 +595,7 @@ class Policy:
             "protected_paths": list(self.protected_paths),
             "workspace_rules": [rule.to_dict() for rule in self.workspace_rules],
             "hardlinks": self.hardlinks,
+            "read_before_write": self.read_before_write,
         }
 
     @classmethod
@@ -598,4 +609,5 @@ class Policy:
             protected_paths=tuple(data.get("protected_paths", ())),
             workspace_rules=tuple(Rule.from_dict(r) for r in data.get("workspace_rules", ())),
             hardlinks=data.get("hardlinks", "allow"),
+            read_before_write=data.get("read_before_write", "off"),
         )

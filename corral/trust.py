@@ -38,6 +38,7 @@ USER_CONFIG = os.path.join("corral", CONFIG_NAME)  # under $XDG_CONFIG_HOME (~/.
 POLICY_ORDER = {
     "default_action": tuple(sorted(STRICTNESS, key=STRICTNESS.__getitem__)),
     "hardlinks": ("allow", "deny"),
+    "read_before_write": ("off", "require"),
 }
 NARROWING_SECTIONS = ("workspace", "tools", "rules", "policy", "limits", "sandbox")
 

@@ -22,6 +22,15 @@ def _no_user_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """History stores (and any other state) go under a session temp directory, never
+    the user's ~/.local/state; subprocesses (the corral CLI) inherit it."""
+    state = tmp_path_factory.mktemp("state")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    return state
+
+
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     out = tmp_path / "outside"

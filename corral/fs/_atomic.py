@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from corral.fs import _sys
 from corral.fs.version import chunked_version
@@ -26,6 +26,15 @@ STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old
 _SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
 _READ_CHUNK = 1 << 20  # reading the current content for expected_version, a MiB at a time
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9]{1,10})-[0-9a-f]{16}")
+
+
+# Puts the finished temp file in place: (dir_fd, temp name, target name, rename flags).
+# The default renames; a history keeper records what it replaces and renames itself.
+Land = Callable[[int, str, str, int], None]
+
+
+def rename_into_place(dir_fd: int, tmp: str, name: str, flags: int) -> None:
+    _sys.renameat2(dir_fd, tmp, dir_fd, name, flags)
 
 
 class VersionMismatch(Exception):
@@ -148,6 +157,7 @@ def replace(
     expected_content: bytes | None = None,
     lock_fd: int | None = None,
     sync: bool = True,
+    land: Land = rename_into_place,
 ) -> None:
     """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
     file's permission bits, set-id bits dropped (None: new file, umask applies). With
@@ -159,7 +169,8 @@ def replace(
     caller holds an flock on (Root's tree lock on its root directory): the version
     lock converts that one, since an flock through a second fd of the same
     directory would wait for the caller's own lock forever. sync=False: no fsync
-    (still atomic: a reader sees the old or the new bytes, but a crash may lose them)."""
+    (still atomic: a reader sees the old or the new bytes, but a crash may lose them). land: what
+    puts the temp file in place."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     lock = dfd if lock_fd is None else lock_fd
     try:
@@ -189,7 +200,7 @@ def replace(
             finally:
                 os.close(fd)
             flags = _sys.RENAME_NOREPLACE if exclusive else 0
-            _sys.renameat2(dir_fd, tmp, dir_fd, name, flags)
+            land(dir_fd, tmp, name, flags)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)

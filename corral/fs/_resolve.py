@@ -295,18 +295,22 @@ def predict(resolver: Resolver, head: str, leaf: str) -> str:
     return join_all(base, [*missing, leaf])
 
 
-def make_dirs(resolver: Resolver, rel: str, before_create: Callable[[str], None]) -> None:
+def make_dirs(resolver: Resolver, rel: str, before_create: Callable[[str], None]) -> list[str]:
     """Create the missing directories of `rel` (mkdir -p beneath the root).
-    `before_create(resolved_rel)` sees the resolved path of the deepest one first."""
+    `before_create(resolved_rel)` sees the resolved path of the deepest one first.
+    Returns the resolved paths of the directories this call created, outermost first."""
     fd, base, missing = deepest_dir(resolver, rel)
+    made: list[str] = []
     try:
         before_create(join_all(base, missing))
-        for name in missing:
+        for index, name in enumerate(missing):
             # FileExistsError: a racing mkdir -p; O_NOFOLLOW below refuses all but a directory
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o777, dir_fd=fd)
+                made.append(join_all(base, missing[: index + 1]))
             child = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = child
     finally:
         os.close(fd)
+    return made

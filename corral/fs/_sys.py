@@ -22,6 +22,7 @@ _NR = _NUMBERS.get(platform.machine(), {})
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
 RENAME_NOREPLACE = 0x01
+RENAME_EXCHANGE = 0x02  # swap two names atomically (history keeps the replaced inode)
 
 
 class _OpenHow(ctypes.Structure):

@@ -19,7 +19,9 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Collection, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from corral.errors import CorralError
 from corral.fs import _atomic, _listing, _resolve, _sys, _treelock
@@ -39,6 +41,30 @@ class _DirectoryMove(Exception):
     """The source of a move is a directory: it needs the tree lock exclusively."""
 
 
+class Keep(Protocol):
+    """A history keeper (corral/history): each change below calls it at the instant
+    the change lands, after resolution and the guard, so it can record what is
+    replaced before it is gone. `made`: directories the call created on the way."""
+
+    def writing(
+        self, root: Root, rel: str, made: list[str], version: str, size: int,
+        st: os.stat_result | None,
+    ) -> AbstractContextManager[_atomic.Land]: ...
+
+    def appending(
+        self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
+    ) -> AbstractContextManager[None]: ...
+
+    def making_dir(self, root: Root, rel: str, made: list[str]) -> AbstractContextManager[None]: ...
+
+    def remove(self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result) -> None: ...
+
+    def move(
+        self, src: tuple[Root, str, int, str, os.stat_result],
+        dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class FileInfo:
     type: str  # "file" | "dir" | "symlink" | "other"
@@ -48,6 +74,7 @@ class FileInfo:
     nlink: int
     symlink_target: str | None = None  # readlink text when type == "symlink"
     version: str | None = None  # content_version, when info() was asked for it
+    ino: int = 0  # st_ino: which file it is (history tells a moved file by it)
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,9 @@ def _kind(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "symlink"
     return "other"
+
+
+_nothing = contextlib.nullcontext
 
 
 def _guard(guard: Guard, rel: str) -> None:
@@ -219,11 +249,13 @@ class Root:
     # -- resolution -----------------------------------------------------------
 
     def _target(
-        self, path: str, *, follow: bool, make_parents: bool = False, guard: Guard = None
+        self, path: str, *, follow: bool, make_parents: bool = False, guard: Guard = None,
+        made: list[str] | None = None,
     ) -> _resolve.Target:
         """Resolve `path`. A missing parent directory is first guarded at the path
         the target would resolve to ("missing" must not say more than "denied"),
-        then created (make_parents) or reported (not_found). Directories the path
+        then created (make_parents; their resolved paths go into `made`) or
+        reported (not_found). Directories the path
         passes through by "." or "..", or that are missing or not directories on
         its way, go to the guard's `through` first, for the same reason."""
         if guard is not None:
@@ -234,9 +266,11 @@ class Root:
             if not make_parents:
                 _guard(guard, _resolve.predict(self._resolver, head, leaf))
                 raise FileNotFoundError(errno.ENOENT, "missing")
-            _resolve.make_dirs(
-                self._resolver, head, lambda made: _guard(guard, _resolve.join(made, leaf))
+            created = _resolve.make_dirs(
+                self._resolver, head, lambda deepest: _guard(guard, _resolve.join(deepest, leaf))
             )
+            if made is not None:
+                made.extend(created)
 
         hook = missing if make_parents or guard is not None else None
         try:
@@ -324,7 +358,7 @@ class Root:
                     version = self._version(t, rel, version_limit)
                 return FileInfo(
                     _kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
-                    st.st_nlink, link, version,
+                    st.st_nlink, link, version, st.st_ino,
                 )
 
     def _version(self, t: _resolve.Target, rel: str, limit: int) -> str | None:
@@ -429,6 +463,7 @@ class Root:
         mode: int | None = None,
         max_file_bytes: int | None = None,
         guard: Guard = None,
+        keep: Keep | None = None,
     ) -> WriteOutcome:
         """Temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target's directory, write,
         fsync, old file's mode (set-id bits dropped), rename over the target, fsync
@@ -442,11 +477,13 @@ class Root:
         caller that read the file: no hash of the current content).
         exclusive: fail already_exists if the target exists (copy/move without
         overwrite). mode: the new file's permission bits instead (a moved file keeps
-        its own). On any failure the temp file is removed, the target untouched."""
+        its own). On any failure the temp file is removed, the target untouched.
+        keep: records the replaced file (or its absence) as the new one lands."""
         path = check_path("write", rel)
         self._writable("write", rel)
+        made: list[str] = []
         with self._locked() as lock, translated("write", rel), self._target(
-            path, follow=True, make_parents=make_parents, guard=guard
+            path, follow=True, make_parents=make_parents, guard=guard, made=made
         ) as t:
             name = t.name()
             _guard(guard, t.rel)
@@ -457,28 +494,37 @@ class Root:
                 raise OSError(errno.EEXIST, "exists")
             if mode is None and st is not None:
                 mode = stat.S_IMODE(st.st_mode)
+            version = content_version(data)
+            recording = _nothing(_atomic.rename_into_place) if keep is None else keep.writing(
+                self, t.rel, made, version, len(data), st
+            )
             try:
-                _atomic.replace(
-                    t.dir_fd, name, data, mode=mode, expected_version=expected_version,
-                    exclusive=exclusive, current_limit=max_file_bytes,
-                    expected_content=expected_content,
-                    lock_fd=lock if "/" not in t.rel else None,  # its directory is the root
-                    sync=self.durable,
-                )
+                with recording as land:
+                    _atomic.replace(
+                        t.dir_fd, name, data, mode=mode, expected_version=expected_version,
+                        exclusive=exclusive, current_limit=max_file_bytes,
+                        expected_content=expected_content, land=land,
+                        lock_fd=lock if "/" not in t.rel else None,  # its directory is the root
+                        sync=self.durable,
+                    )
             except _atomic.VersionMismatch:
                 raise fail(
                     "conflict", "write", rel, "the file changed since expected_version was read"
                 ) from None
-            return WriteOutcome(created=st is None, version=content_version(data))
+            return WriteOutcome(created=st is None, version=version)
 
-    def append(self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None) -> int:
+    def append(
+        self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
+        keep: Keep | None = None,
+    ) -> int:
         """One O_APPEND write (creates the file and parents if missing); refuses
         nlink > 1 with path_denied; too_large if the result would pass
-        max_file_bytes. Returns the new size."""
+        max_file_bytes. Returns the new size. keep: records the size before."""
         path = check_path("append", rel)
         self._writable("append", rel)
+        made: list[str] = []
         with self._locked(), translated("append", rel), self._target(
-            path, follow=True, make_parents=True, guard=guard
+            path, follow=True, make_parents=True, guard=guard, made=made
         ) as t:
             name = t.name()
             _guard(guard, t.rel)
@@ -487,36 +533,53 @@ class Root:
             elif len(data) > max_file_bytes:
                 raise self._too_large("append", rel, len(data), max_file_bytes)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
-            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
-            try:
-                st = os.fstat(fd)
-                _require_file(st)
-                if st.st_nlink > 1:
-                    raise fail(
-                        "path_denied", "append", rel,
-                        "the file has other hard links, which may lie outside the roots",
-                    )
-                if st.st_size + len(data) > max_file_bytes:
-                    raise self._too_large("append", rel, st.st_size + len(data), max_file_bytes)
-                _atomic.append_whole(fd, data)
-                return os.fstat(fd).st_size
-            finally:
-                os.close(fd)
+            # a file this call creates is recorded before the create, an existing one's
+            # size once it is open
+            creating = keep is not None and t.st is None
+            with keep.appending(self, t.rel, made, None, data) if creating else _nothing():
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
+                try:
+                    st = os.fstat(fd)
+                    _require_file(st)
+                    if st.st_nlink > 1:
+                        raise fail(
+                            "path_denied", "append", rel,
+                            "the file has other hard links, which may lie outside the roots",
+                        )
+                    if st.st_size + len(data) > max_file_bytes:
+                        raise self._too_large(
+                            "append", rel, st.st_size + len(data), max_file_bytes
+                        )
+                    if keep is None or creating:
+                        _atomic.append_whole(fd, data)
+                    else:
+                        with keep.appending(self, t.rel, made, st.st_size, data):
+                            _atomic.append_whole(fd, data)
+                    return os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
 
-    def mkdir(self, rel: str, *, parents: bool = True, guard: Guard = None) -> bool:
+    def mkdir(
+        self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep | None = None
+    ) -> bool:
         """Returns False if it already existed as a directory; already_exists if a
-        non-directory is there."""
+        non-directory is there. keep: records the directories made."""
         path = check_path("mkdir", rel)
         self._writable("mkdir", rel)
+        made: list[str] = []
         with self._locked(), translated("mkdir", rel), self._target(
-            path, follow=False, make_parents=parents, guard=guard
+            path, follow=False, make_parents=parents, guard=guard, made=made
         ) as t:
             _guard(guard, t.rel)
             if t.leaf is None:
                 return False
             if t.st is None:
                 try:
-                    os.mkdir(t.leaf, 0o777, dir_fd=t.dir_fd)
+                    if keep is None:
+                        os.mkdir(t.leaf, 0o777, dir_fd=t.dir_fd)
+                    else:
+                        with keep.making_dir(self, t.rel, made):
+                            os.mkdir(t.leaf, 0o777, dir_fd=t.dir_fd)
                     return True
                 except FileExistsError:
                     pass  # lost a race: judge what is there now
@@ -531,9 +594,9 @@ class Root:
                 return False
             raise OSError(errno.EEXIST, "exists")
 
-    def unlink(self, rel: str, *, guard: Guard = None) -> None:
+    def unlink(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
         """Regular files and symlinks (the link, not its target) only; a directory
-        -> is_a_directory."""
+        -> is_a_directory. keep: takes the file away into the history store instead."""
         path = check_path("delete", rel)
         self._writable("delete", rel)
         with translated("delete", rel), self._target(path, follow=False, guard=guard) as t:
@@ -545,11 +608,32 @@ class Root:
                 raise OSError(errno.EISDIR, "directory")
             if t.trailing_slash:
                 raise OSError(errno.ENOTDIR, "not a directory")
-            os.unlink(name, dir_fd=t.dir_fd)
+            if keep is None:
+                os.unlink(name, dir_fd=t.dir_fd)
+            else:
+                keep.remove(self, t.rel, t.dir_fd, name, t.st)
+
+    def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
+        """Remove an empty directory (undo of a create_directory); a non-empty one
+        fails io_error, anything else not_a_directory."""
+        path = check_path("rmdir", rel)
+        self._writable("rmdir", rel)
+        with translated("rmdir", rel), self._target(path, follow=False, guard=guard) as t:
+            name = t.name()
+            _guard(guard, t.rel)
+            if t.st is None:
+                raise OSError(errno.ENOENT, "missing")
+            if not stat.S_ISDIR(t.st.st_mode):
+                raise OSError(errno.ENOTDIR, "not a directory")
+            if keep is None:
+                os.rmdir(name, dir_fd=t.dir_fd)
+            else:
+                keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
         guard_src: Guard = None, guard_dst: Guard = None, guard_moved: MovedGuard = None,
+        keep: Keep | None = None,
     ) -> None:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
         (already_exists); a directory into itself -> invalid_arguments.
@@ -568,7 +652,7 @@ class Root:
                 try:
                     return self._rename(
                         src, src_path, dst_root, dst, dst_path, overwrite, exclusive,
-                        guard_src, guard_dst, guard_moved,
+                        guard_src, guard_dst, guard_moved, keep,
                     )
                 except _DirectoryMove:
                     exclusive = True  # found a directory under the shared lock: again, exclusively
@@ -576,7 +660,7 @@ class Root:
     def _rename(
         self, src: str, src_path: str, dst_root: Root, dst: str, dst_path: str,
         overwrite: bool, exclusive: bool,
-        guard_src: Guard, guard_dst: Guard, guard_moved: MovedGuard,
+        guard_src: Guard, guard_dst: Guard, guard_moved: MovedGuard, keep: Keep | None,
     ) -> None:
         with translated("move", src), self._target(src_path, follow=False, guard=guard_src) as s:
             src_name = s.name()
@@ -605,7 +689,13 @@ class Root:
                     )
                 flags = 0 if overwrite else _sys.RENAME_NOREPLACE
                 try:
-                    _sys.renameat2(s.dir_fd, src_name, d.dir_fd, dst_name, flags)
+                    if keep is None:
+                        _sys.renameat2(s.dir_fd, src_name, d.dir_fd, dst_name, flags)
+                    else:
+                        keep.move(
+                            (self, s.rel, s.dir_fd, src_name, s.st),
+                            (dst_root, d.rel, d.dir_fd, dst_name, d.st), flags,
+                        )
                 except OSError as exc:
                     if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
                         raise CrossFilesystem("move", src) from None

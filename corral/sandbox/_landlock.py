@@ -35,6 +35,8 @@ READ_WRITE = (
     READ | FSAccess.WRITE_FILE | FSAccess.TRUNCATE | FSAccess.MAKE_REG | FSAccess.MAKE_DIR
     | FSAccess.REMOVE_FILE | FSAccess.REMOVE_DIR | FSAccess.REFER
 )
+# The history store: what a rw root gets, plus taking a deleted symlink in by rename.
+STORE = READ_WRITE | FSAccess.MAKE_SYM
 ERRORS = (OSError, landlock.LandlockError)  # what a failed restriction raises
 
 

@@ -28,8 +28,10 @@ class Broker:
     _sweeper: threading.Thread | None = None  # the start-up sweep (a private pool's only)
 
     def __init__(
-        self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
+        self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
+        history: str | None = None,
     ) -> None:
+        """history: the workspace's history store directory (None: history off)."""
         if options.workers < 1:
             raise ValueError(f"a sandbox needs at least 1 worker, not {options.workers}")
         check_known(options.require)
@@ -39,6 +41,7 @@ class Broker:
             "policy": policy.to_dict(),
             "options": dataclasses.asdict(options),
             "host_pid": os.getpid(),
+            "history": history,
             # The death signal follows the thread that forked, not the process: only
             # the main thread lives as long as the host. Elsewhere the zygote relies
             # on its control channel ending, which happens however the host dies.

@@ -28,6 +28,9 @@ ADDRESS_SPACE_BASE = 1 << 30
 # bytes a character), lines, results. Measured: reading and grepping a 64 MiB file
 # peaks at ~410 MiB, well under 1 GiB + 16 x 64 MiB.
 FILE_COPIES_IN_MEMORY = 16
+# The file size cap never goes below this: a history record (a small JSON file) must
+# fit even when max_file_bytes is set tiny; the fs layer enforces max_file_bytes itself.
+MIN_FILE_SIZE_LIMIT = 64 * 1024
 MAX_OPEN_FILES = 1024  # roots, the pipe, a few per call, and a directory walk's depth
 # The capabilities a worker keeps when the host has them (a root host), so its file
 # calls behave as the host's own would within the roots: DAC_OVERRIDE reads, writes
@@ -111,9 +114,9 @@ def _rule(root: tuple[str, str] | RootLike, abi: int) -> tuple[str, _landlock.FS
     else:
         # the magic link names the very directory the worker holds open
         path, mode = f"{_PROC_FDS}/{root.fd}", root.mode
-    if mode not in ("rw", "ro"):
+    if mode not in ("rw", "ro", "store"):
         raise ConfinementError(f"root mode must be 'rw' or 'ro', not {mode!r}")
-    rights = _landlock.READ_WRITE if mode == "rw" else _landlock.READ
+    rights = {"rw": _landlock.READ_WRITE, "ro": _landlock.READ, "store": _landlock.STORE}[mode]
     return path, (rights & _landlock.handled_fs()) if abi else rights
 
 
@@ -138,7 +141,7 @@ def rlimits(limits: Limits) -> dict[int, int]:
     """The limits a worker runs under (soft = hard, so it cannot raise them)."""
     return {
         # a write past the largest file allowed fails with EFBIG (SIGXFSZ is ignored)
-        resource.RLIMIT_FSIZE: limits.max_file_bytes,
+        resource.RLIMIT_FSIZE: max(limits.max_file_bytes, MIN_FILE_SIZE_LIMIT),
         resource.RLIMIT_NOFILE: MAX_OPEN_FILES,
         resource.RLIMIT_AS: ADDRESS_SPACE_BASE + FILE_COPIES_IN_MEMORY * limits.max_file_bytes,
         resource.RLIMIT_CORE: 0,  # a crash must not write the worker's memory to disk

@@ -102,7 +102,7 @@ class Lane(Pool):
 
     def __init__(
         self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
-        options: SandboxOptions,
+        options: SandboxOptions, history: str | None = None,
     ) -> None:
         super().__init__(hub.zygote, options, limits)
         self._cond = hub.lock  # every lane's state is the hub's, under its one lock
@@ -115,6 +115,7 @@ class Lane(Pool):
         self.setup = {
             "roots": self.roots, "limits": dataclasses.asdict(limits),
             "policy": policy.to_dict(), "options": dataclasses.asdict(options),
+            "history": history,  # the workspace's history store, opened by the zygote
         }
         # Opened once, held until close: every worker gets the very directories the
         # sandbox was made with, whatever is renamed or replaced at those paths later.
@@ -317,13 +318,14 @@ class Hub:
         self.sweeps = ThreadPoolExecutor(SWEEP_THREADS, thread_name_prefix="corral-sweep")
 
     def open_lane(
-        self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions
+        self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
+        history: str | None = None,
     ) -> Lane:
         if len(roots) > MAX_ROOTS:
             raise SandboxError(
                 f"A sandbox in a pool may have at most {MAX_ROOTS} roots, not {len(roots)}."
             )
-        lane = Lane(self, roots, limits, policy, options)
+        lane = Lane(self, roots, limits, policy, options, history)
         with self.lock:
             if self.closed:
                 lane._close_fds()
@@ -529,13 +531,13 @@ class PooledBroker(Broker):
 
     def __init__(
         self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
-        options: SandboxOptions,
+        options: SandboxOptions, history: str | None = None,
     ) -> None:
         if options.workers < 1:
             raise ValueError(f"a sandbox needs at least 1 worker, not {options.workers}")
         check_known(options.require)
         self._zygote = hub.zygote
-        self._pool = lane = hub.open_lane(roots, limits, policy, options)
+        self._pool = lane = hub.open_lane(roots, limits, policy, options, history)
         try:
             if not hub.confinement:  # the pool's first sandbox: learn what the kernel gives
                 lane.checkin(lane.checkout())

@@ -19,6 +19,8 @@ from typing import Any
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots, temp_owner
+from corral.history import restore
+from corral.history.store import Store
 from corral.policy import Policy
 from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.confine import confine
@@ -55,6 +57,7 @@ class Setup:
     policy: Policy
     options: SandboxOptions
     context: Context
+    store: Store | None  # this workspace's history store (its fd), None: history off
 
     @classmethod
     def open(cls, config: dict[str, Any]) -> Setup:
@@ -93,12 +96,32 @@ class Setup:
         roots = Roots(opened[0], opened[1:])
         limits = Limits(**config["limits"])
         policy = Policy.from_dict(config["policy"])
-        return cls(roots, limits, policy, options, Context(roots, limits, policy))
+        store = Store.open(config["history"]) if config.get("history") else None
+        context = Context(roots, limits, policy, history=store)
+        return cls(roots, limits, policy, options, context, store)
+
+    def confined_dirs(self) -> list[Any]:
+        """What Landlock lets the worker reach: the roots, and the history store."""
+        dirs: list[Any] = list(self.roots.all())
+        if self.store is not None:
+            dirs.append(StoreDir(self.store.fd))
+        return dirs
+
+
+@dataclass(frozen=True)
+class StoreDir:
+    """The store as confine() sees a root: its fd, and the rights of mode "store"."""
+
+    fd: int
+    path: str = ""
+    mode: str = "store"
 
     def close(self) -> None:
         """Close the root fds (the zygote's copies, once a worker has its own)."""
         for root in self.roots.all():
             root.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def _options(config: dict[str, Any]) -> SandboxOptions:
@@ -115,10 +138,8 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
     if os.getppid() != zygote_pid:
         return EXIT_ORPHANED
     try:
-        layers = confine(
-            setup.roots.all(), keep_fds=[fd, *(root.fd for root in setup.roots.all())],
-            limits=setup.limits,
-        )
+        dirs = setup.confined_dirs()
+        layers = confine(dirs, keep_fds=[fd, *(d.fd for d in dirs)], limits=setup.limits)
     except Exception as exc:
         _send(fd, {"confine_error": f"{type(exc).__name__}: {exc}"}, setup)
         return EXIT_CONFINE_FAILED
@@ -163,6 +184,8 @@ def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
         return {"id": request.get("id"), "removed": removed}
     if "find_temps" in request:
         return {"id": request.get("id"), "temps": find_temps(setup)}
+    if "history" in request:
+        return {"id": request.get("id"), **history(request, setup)}
     response = execute(setup.context, request)
     _say_if_a_root_was_removed(response, setup)
     response["id"] = request.get("id")
@@ -196,6 +219,9 @@ def _say_if_a_root_was_removed(response: dict[str, Any], setup: Setup) -> None:
 def clean_after(crash: dict[str, Any], setup: Setup) -> int:
     """Remove the temp files a killed worker left in the directories its writing
     call aimed at (crash: {"pid", "tool", "arguments"}). Best effort: returns how many."""
+    if setup.store is not None:  # first: a half-done write's old file may be in a temp
+        with contextlib.suppress(Exception):
+            restore.settle(_restorer(setup, "settle"), [int(crash["pid"])])
     tool = TOOLS.get(crash.get("tool"))  # type: ignore[arg-type]
     if tool is None or not tool.writes:
         return 0
@@ -245,6 +271,43 @@ def remove_temps(temps: Any, setup: Setup) -> int:
                 roots[index].unlink(path)
                 removed += 1
     return removed
+
+
+def _restorer(setup: Setup, tool: str) -> restore.Restorer:
+    assert setup.store is not None
+    return restore.Restorer(
+        setup.roots, setup.store, setup.policy, setup.limits.max_file_bytes, tool
+    )
+
+
+def history(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """undo, rewind or settle ({"history": op, ...}): a result dict, never an exception."""
+    op = request["history"]
+    tool = op if op in ("undo", "rewind") else "history"
+    try:
+        if setup.store is None:
+            raise CorralError("invalid_arguments", "history is not enabled for this sandbox.")
+        if setup.policy.read_only:
+            raise CorralError("read_only", f"this sandbox is read-only: nothing to {op}.")
+        if op == "settle":
+            settled = restore.settle(_restorer(setup, "settle"), request.get("pids"))
+            return {"ok": True, "tool": tool, "result": {"settled": settled}, "text": ""}
+        if op == "undo":
+            result = restore.undo(setup.roots, setup.store, setup.policy, setup.limits,
+                                  request["path"], bool(request.get("force")))
+        elif op == "rewind":
+            result = restore.rewind(setup.roots, setup.store, setup.policy, setup.limits,
+                                    request["to"], bool(request.get("force")))
+        else:
+            raise CorralError("invalid_arguments", f"unknown history operation {op!r}.")
+    except CorralError as error:
+        return {"ok": False, "tool": tool, "error": error.to_dict()}
+    except Exception as error:  # the worker must answer every request
+        why = os.strerror(error.errno) if isinstance(error, OSError) and error.errno else (
+            type(error).__name__)
+        message = f"{op} failed: {why}."
+        return {"ok": False, "tool": tool, "error": {"code": "io_error", "message": message}}
+    return {"ok": True, "tool": tool, "result": result, "text": ""}
 
 
 def _send(

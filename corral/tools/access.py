@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from corral.errors import CorralError
-from corral.fs import Root
+from corral.fs import Root, content_version
 from corral.policy import HARDLINKS_RULE, RootSpec
 from corral.tools.base import Context, Touched
 
@@ -150,6 +150,34 @@ def moved(ctx: Context, src_root: Root, dst_root: Root) -> Callable[[str, str], 
                 guard(ctx, root, resolved, write=True)(resolved)
 
     return check
+
+
+def session_key(ctx: Context, path: str) -> str | None:
+    """The key read_before_write knows a file by: its root and resolved path, as the
+    guard last saw them for the path as given (None before any guard ran)."""
+    for touched in reversed(ctx.touched):
+        if touched.path == path:
+            return approval_key(touched.root, touched.resolved)
+    return None
+
+
+def require_read(ctx: Context, root: Root, path: str, current: bytes | str | None) -> str | None:
+    """Under read_before_write = "require": a change to an existing file (current:
+    its bytes, or its version) is a conflict unless this session read or wrote that
+    version. Returns the current version when it was checked (None: not required)."""
+    if ctx.policy.read_before_write != "require" or current is None:
+        return None
+    version = current if isinstance(current, str) else content_version(current)
+    seen = ctx.seen.get(session_key(ctx, path) or "")
+    if seen is None:
+        raise CorralError(
+            "conflict", f"{path} was not read in this session; read it before changing it."
+        )
+    if seen != version:
+        raise CorralError(
+            "conflict", f"{path} changed since this session last read it; read it again."
+        )
+    return version
 
 
 def _why(rule: str | None) -> str:

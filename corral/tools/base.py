@@ -10,6 +10,8 @@ from typing import Any
 
 from corral.config import Limits
 from corral.fs import Roots
+from corral.history.keeper import Keeper
+from corral.history.store import Store
 from corral.policy import Policy
 
 
@@ -43,6 +45,10 @@ class Context:
     # The client's roots for this call: root path -> root-relative directories the
     # call may use ("." the whole root; none: nothing in that root). None: no narrowing.
     within: dict[str, list[str]] | None = None
+    history: Store | None = None  # this workspace's history store (None: history off)
+    keep: Keeper | None = None  # records this call's changes, when history is on
+    seen: dict[str, str] = field(default_factory=dict)  # read_before_write: key -> version
+    wrote: dict[str, str] = field(default_factory=dict)  # versions this call left (append)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import content_version
 from corral.tools import render
-from corral.tools.access import content, open_target
+from corral.tools.access import content, open_target, require_read
 from corral.tools.base import (
     BOOLEAN,
     INTEGER,
@@ -283,6 +283,7 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     # hashed only when a version is asked for (~140 us for 100 KiB): the write compares bytes
     if args["expected_version"] is not None and args["expected_version"] != content_version(data):
         raise CorralError("conflict", f"{path} changed since version {args['expected_version']}.")
+    require_read(ctx, root, path, data)
     if is_binary(data):
         raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
     before = data.decode("utf-8")
@@ -301,7 +302,7 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
         # The bytes read above guard the write: a change made in between is a conflict.
         version = root.write_atomic(
             rel, new_data, expected_content=data, make_parents=False,
-            max_file_bytes=ctx.limits.max_file_bytes, guard=check,
+            max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
         ).version
     result = {
         "path": path,

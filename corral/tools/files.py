@@ -28,7 +28,7 @@ from corral.tools.base import (
 def create_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     root, rel, check = open_target(ctx, path, write=True)
-    created = root.mkdir(rel, parents=True, guard=check)
+    created = root.mkdir(rel, parents=True, guard=check, keep=ctx.keep)
     text = f"Created directory {path}." if created else f"Directory {path} already exists."
     return Outcome({"path": path, "created": created}, text)
 
@@ -87,6 +87,7 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
         src_root.rename(
             src_rel, dst_root, dst_rel, overwrite=args["overwrite"],
             guard_src=src_check, guard_dst=dst_check, guard_moved=moved(ctx, src_root, dst_root),
+            keep=ctx.keep,
         )
     except CrossFilesystem as cross:
         # rename(2) cannot cross file systems (an allowed root may lie on another
@@ -99,9 +100,9 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
         )
         dst_root.write_atomic(
             dst_rel, data, exclusive=not args["overwrite"], make_parents=False,
-            mode=info.mode, guard=dst_check,
+            mode=info.mode, guard=dst_check, keep=ctx.keep,
         )
-        src_root.unlink(src_rel, guard=src_check)
+        src_root.unlink(src_rel, guard=src_check, keep=ctx.keep)
     result = {"source": source, "destination": destination}
     return Outcome(result, f"Moved {source} to {destination}.")
 
@@ -115,7 +116,7 @@ def copy_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     info = src_root.info(src_rel, follow=True, guard=src_check)
     dst_root.write_atomic(
         dst_rel, data, exclusive=not args["overwrite"], mode=info.mode if info else None,
-        guard=dst_check,
+        guard=dst_check, keep=ctx.keep,
     )
     result = {"source": source, "destination": destination, "bytes_copied": len(data)}
     text = f"Copied {source} to {destination} ({render.size_text(len(data))})."
@@ -125,7 +126,7 @@ def copy_file(ctx: Context, args: dict[str, Any]) -> Outcome:
 def delete_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     root, rel, check = open_target(ctx, path, write=True)
-    root.unlink(rel, guard=check)
+    root.unlink(rel, guard=check, keep=ctx.keep)
     return Outcome({"path": path, "deleted": True}, f"Deleted {path}.")
 
 

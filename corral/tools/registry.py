@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from corral.errors import CorralError, did_you_mean
+from corral.history.keeper import Keeper
 from corral.tools import schema
 from corral.tools.access import as_given
 from corral.tools.base import Context, Tool
@@ -77,10 +78,14 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
         ctx, approved=frozenset(request.get("approved") or ()), touched=[],
         within=ctx.roots.narrow(within) if isinstance(within, list) else None,
         tool=shown_name(name) if isinstance(name, str) else "", needs_approval=[], given={},
+        wrote={},
     )
     size = 0
     try:
         tool = lookup(name)
+        if ctx.history is not None and tool.writes:
+            call.keep = Keeper(ctx.history, ctx.roots.workspace.path, tool.name)
+        call.seen = request.get("seen") or {}
         # Checked here too, not only in the host: the worker trusts no request.
         mode = ctx.policy.tool_mode(tool.name, writes=tool.writes)
         if mode == "deny":
@@ -101,4 +106,8 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
         "bytes": size,
         "needs_approval": call.needs_approval,
     }
+    if call.keep is not None and call.keep.stored:
+        response["meta"]["history_bytes"] = call.keep.stored
+    if call.wrote:
+        response["meta"]["seen"] = call.wrote
     return response

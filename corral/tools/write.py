@@ -7,8 +7,10 @@ import binascii
 from typing import Any
 
 from corral.errors import CorralError
+from corral.fs import Root
+from corral.fs.root import Guard
 from corral.tools import render
-from corral.tools.access import open_target
+from corral.tools.access import open_target, require_read, session_key
 from corral.tools.base import (
     BOOLEAN,
     INTEGER,
@@ -57,9 +59,14 @@ def write_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     data = payload(ctx, path, args["content"], args["encoding"])
     root, rel, check = open_target(ctx, path, write=True)
+    expected = args["expected_version"]
+    if ctx.policy.read_before_write == "require":
+        # the write itself then checks, under its lock, that this version is still there
+        checked = require_read(ctx, root, path, _current_version(ctx, root, rel, check))
+        expected = checked if expected is None else expected
     outcome = root.write_atomic(
-        rel, data, expected_version=args["expected_version"],
-        max_file_bytes=ctx.limits.max_file_bytes, guard=check,
+        rel, data, expected_version=expected,
+        max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
     )
     result = {
         "path": path,
@@ -75,10 +82,33 @@ def append_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     data = payload(ctx, path, args["content"], "utf-8")
     root, rel, check = open_target(ctx, path, write=True)
-    size = root.append(rel, data, max_file_bytes=ctx.limits.max_file_bytes, guard=check)
+    if ctx.policy.read_before_write == "require":
+        require_read(ctx, root, path, _current_version(ctx, root, rel, check))
+    size = root.append(
+        rel, data, max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep
+    )
+    if ctx.policy.read_before_write == "require":  # the session wrote this version itself
+        key, version = session_key(ctx, path), _current_version(ctx, root, rel, check)
+        if key is not None and version is not None:
+            ctx.wrote[key] = version
     result = {"path": path, "bytes_appended": len(data), "size": size}
     text = f"Appended {render.size_text(len(data))} to {path}; it is now {render.size_text(size)}."
     return Outcome(result, text, len(data))
+
+
+def _current_version(ctx: Context, root: Root, rel: str, check: Guard) -> str | None:
+    """The version of the file a write would replace (None: there is none)."""
+    try:
+        info = root.info(rel, follow=True, guard=check, version_limit=ctx.limits.max_file_bytes)
+    except CorralError as error:
+        if error.code != "not_found":
+            raise
+        return None
+    if info is None or info.type != "file":
+        return None
+    if info.version is None:  # over max_file_bytes: it can be neither read nor replaced
+        raise CorralError("too_large", f"{rel} is over the {ctx.limits.max_file_bytes} byte limit.")
+    return info.version
 
 
 WRITE_TOOLS = [

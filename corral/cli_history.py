@@ -1,0 +1,107 @@
+"""corral history | checkpoint | undo | rewind: the command-line face of history."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from corral.api import Sandbox
+
+EXIT_OK, EXIT_FAILED = 0, 1
+Opener = Callable[[argparse.Namespace], Sandbox]
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def _state(state: dict[str, Any] | None) -> str:
+    if state is None:
+        return "-"
+    size = f" {state['size']}B" if "size" in state else ""
+    return f"{state['type']}{size}"
+
+
+def history_line(entry: dict[str, Any]) -> str:
+    if entry["action"] == "checkpoint":
+        label = f" {entry['checkpoint']}" if entry.get("checkpoint") else ""
+        return f"{entry['id']}  {_when(entry['time'])}  checkpoint{label}"
+    where = entry["path"]
+    if "destination" in entry:
+        where += f" -> {entry['destination']}"
+    change = f"{_state(entry['before'])} -> {_state(entry['after'])}"
+    return (f"{entry['id']}  {_when(entry['time'])}  {entry['tool']:<16} {entry['action']:<7}"
+            f" {where}  ({change})")
+
+
+def add_commands(
+    commands: argparse._SubParsersAction, common: list[argparse.ArgumentParser], opener: Opener
+) -> None:
+    """The four history commands; `opener` starts the sandbox the options describe."""
+
+    def cmd_history(args: argparse.Namespace) -> int:
+        with opener(args) as sandbox:
+            entries = sandbox.history(args.path, limit=args.limit)
+        if args.json:
+            print(json.dumps(entries, indent=2, ensure_ascii=False))
+        else:
+            for entry in entries:
+                print(history_line(entry))
+        return EXIT_OK
+
+    def cmd_checkpoint(args: argparse.Namespace) -> int:
+        with opener(args) as sandbox:
+            print(sandbox.checkpoint(args.label))
+        return EXIT_OK
+
+    def restoring(name: str) -> Callable[[argparse.Namespace], int]:
+        def run(args: argparse.Namespace) -> int:
+            with opener(args) as sandbox:
+                method = sandbox.undo if name == "undo" else sandbox.rewind
+                outcome = method(args.target, force=args.force)
+            if args.json:
+                print(json.dumps(outcome, indent=2, ensure_ascii=False))
+            else:
+                print(outcome["text"] if outcome["ok"] else
+                      f"corral: {name} failed: {outcome['error']['message']}")
+            return EXIT_OK if outcome["ok"] and not outcome["result"]["conflicts"] else EXIT_FAILED
+        return run
+
+    history = commands.add_parser(
+        "history", parents=common, help="list the recorded changes, newest first",
+        description="List what corral's tools changed in the workspace (and the checkpoints), "
+        "newest first; with PATH, only the changes of that path.",
+    )
+    history.add_argument("path", metavar="PATH", nargs="?", help="only this path's changes")
+    history.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    history.add_argument("--json", action="store_true", help="print a JSON list")
+    history.set_defaults(run=cmd_history)
+
+    checkpoint = commands.add_parser(
+        "checkpoint", parents=common, help="mark the workspace's state; prints its ID",
+        description="Mark the workspace's state now and print the checkpoint's ID, which "
+        "`corral rewind ID` takes the workspace back to.",
+    )
+    checkpoint.add_argument("label", metavar="LABEL", nargs="?", help="a note to find it by")
+    checkpoint.set_defaults(run=cmd_checkpoint)
+
+    for name, target, what in (
+        ("undo", "PATH", "revert the last recorded change of PATH"),
+        ("rewind", "ID", "put every path changed since checkpoint ID back as it was"),
+    ):
+        command = commands.add_parser(
+            name, parents=common, help=what,
+            description=f"{what[0].upper()}{what[1:]}. A path changed since by something "
+            "other than corral is a conflict and left alone unless --force. Exit code 1 if "
+            "anything was left alone.",
+        )
+        command.add_argument("target", metavar=target)
+        command.add_argument("--force", action="store_true",
+                             help="restore conflicting paths too (what they hold is recorded)")
+        command.add_argument("--json", action="store_true", help="print the result as JSON")
+        command.set_defaults(run=restoring(name))

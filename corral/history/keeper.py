@@ -1,0 +1,294 @@
+"""The worker side of history: a Keeper is handed to each changing Root call
+(fs.root.Keep) and writes the record of the change *before* the change lands,
+as a pending record; once it has landed the record is committed. A kill at any
+instant leaves a pending record that `settle` (corral/history/restore.py)
+resolves by looking at the tree.
+
+What is kept, per change:
+- an atomic write over a file: the old inode itself. The new file is swapped in
+  with RENAME_EXCHANGE, which leaves the old one under the temp name; that is
+  renamed into the store (no copy). Where the store is on another mount (EXDEV,
+  or Landlock refusing the move) the old bytes are copied instead.
+- an append: the old size (an append only adds; its undo cuts the file back).
+- a delete: the file itself, renamed into the store (copied across mounts).
+- a move: the moved inode's number (its undo moves it back); a destination it
+  overwrote is copied into the store first.
+- a directory made: nothing (its undo removes it if empty).
+Entry states (`before`/`after`): None for "did not exist", else a dict with
+"type" and, for files, "mode", "size" and where it is kept ("blob"), the
+content "version" or the appended "tail" (a version of the appended bytes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from corral.fs import Root, content_version
+from corral.fs._atomic import Land
+from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
+from corral.fs.version import chunked_version
+from corral.history.store import Store, StoreError, blob_name, new_id
+
+# A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
+# one by its inode, which an undo of a later change to it replaces (then: a conflict).
+HASH_MOVED_BYTES = 8 * 1024 * 1024
+
+
+def kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def shown(workspace: str, root: Root, rel: str) -> str:
+    """The path as a user names it: relative in the workspace, absolute elsewhere."""
+    if root.path == workspace:
+        return rel
+    return root.path if rel == "." else f"{root.path}/{rel}"
+
+
+class Keeper:
+    """Records the changes of one call (one record per change)."""
+
+    def __init__(
+        self, store: Store, workspace: str, tool: str, undoes: str | None = None
+    ) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.tool = tool
+        self.undoes = undoes
+        self.stored = 0  # bytes copied or moved into the store, for the host's bounds
+        self.ids: list[str] = []
+        self._reserved: str | None = None
+
+    # -- records --------------------------------------------------------------
+
+    def _entry(
+        self, root: Root, rel: str, kind: str, action: str, before: Any, after: Any, **more: Any
+    ) -> dict[str, Any]:
+        return {"root": root.path, "rel": rel, "path": shown(self.workspace, root, rel),
+                "kind": kind, "action": action, "before": before, "after": after, **more}
+
+    def _next_id(self) -> str:
+        """The id the next record gets (its blob is named after it before it is written)."""
+        if self._reserved is None:
+            self._reserved = new_id()
+        return self._reserved
+
+    def _pending(self, *entries: dict[str, Any]) -> dict[str, Any]:
+        record_id, self._reserved = self._next_id(), None
+        record = {"id": record_id, "time": time.time(), "tool": self.tool, "pid": os.getpid(),
+                  "entries": list(entries)}
+        if self.undoes is not None:
+            record["undoes"] = self.undoes
+        self.stored += self.store.write_pending(record)
+        return record
+
+    def _commit(self, record: dict[str, Any]) -> None:
+        self.store.commit(record["id"])
+        self.ids.append(record["id"])
+
+    @contextlib.contextmanager
+    def _landing(self, record: dict[str, Any]) -> Iterator[None]:
+        """Commit if the change lands, forget the record if it fails."""
+        try:
+            yield
+        except BaseException:
+            self.store.drop(record["id"])
+            raise
+        self._commit(record)
+
+    # -- fs.root.Keep ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(
+        self, root: Root, rel: str, made: list[str], version: str, size: int,
+        st: os.stat_result | None,
+    ) -> Iterator[Land]:
+        """An atomic write: the record is written first (before the new file's data
+        is, so one journal commit carries both), as `st` says the target is; the
+        Land it yields swaps the new file in and the old one into the store."""
+        after = {"type": "file", "size": size, "version": version}
+        current = {"record": self._pending(self._replacing(root, rel, made, after, st)), "st": st}
+
+        def again(now: os.stat_result | None) -> dict[str, Any]:
+            """The target changed since it was resolved: record what is there now."""
+            self.store.drop(current["record"]["id"])
+            current["record"] = self._pending(self._replacing(root, rel, made, after, now))
+            current["st"] = now
+            return current["record"]["entries"][0]
+
+        def land(dir_fd: int, tmp: str, name: str, flags: int) -> None:
+            entry = current["record"]["entries"][0]
+            now = _lstat(dir_fd, name)
+            if not _same(now, current["st"]):
+                entry = again(now)
+            if entry["before"] is None:
+                try:
+                    renameat2(dir_fd, tmp, dir_fd, name, flags | RENAME_NOREPLACE)
+                    return
+                except FileExistsError:
+                    if flags & RENAME_NOREPLACE or (now := _lstat(dir_fd, name)) is None:
+                        raise
+                    entry = again(now)  # it appeared meanwhile: replace it, kept
+            if flags & RENAME_NOREPLACE:
+                raise FileExistsError(errno.EEXIST, "exists")
+            self._swap(dir_fd, tmp, name, entry["before"]["blob"])
+
+        try:
+            yield land
+        except BaseException:
+            self.store.drop(current["record"]["id"])
+            raise
+        self._commit(current["record"])
+
+    def _replacing(
+        self, root: Root, rel: str, made: list[str], after: dict[str, Any],
+        st: os.stat_result | None,
+    ) -> dict[str, Any]:
+        if st is None:
+            return self._entry(root, rel, "replace", "create", None, after, made=made)
+        before = {"type": kind_of(st.st_mode), "mode": stat.S_IMODE(st.st_mode),
+                  "size": st.st_size, "blob": blob_name(self._next_id())}
+        return self._entry(root, rel, "replace", "modify", before, after, made=made)
+
+    def _swap(self, dir_fd: int, tmp: str, name: str, blob: str) -> None:
+        """The new file in, the old one (left under the temp name) into the store."""
+        try:
+            renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: no exchange on this file system
+                raise
+            self._copy_in(dir_fd, name, blob)
+            renameat2(dir_fd, tmp, dir_fd, name, 0)
+            return
+        try:
+            self._take(dir_fd, tmp, blob)
+        except BaseException:
+            renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)  # as it was
+            raise
+
+    @contextlib.contextmanager
+    def appending(
+        self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
+    ) -> Iterator[None]:
+        start = size or 0
+        before = None if size is None else {"type": "file", "size": size}
+        after = {"type": "file", "size": start + len(data), "tail": content_version(data)}
+        action = "create" if size is None else "modify"
+        record = self._pending(self._entry(root, rel, "append", action, before, after, made=made))
+        with self._landing(record):
+            yield
+
+    @contextlib.contextmanager
+    def making_dir(self, root: Root, rel: str, made: list[str]) -> Iterator[None]:
+        entry = self._entry(root, rel, "mkdir", "create", None, {"type": "dir"}, made=made)
+        record = self._pending(entry)
+        with self._landing(record):
+            yield
+
+    def remove(self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result) -> None:
+        record_id = self._next_id()
+        blob = blob_name(record_id)
+        before: dict[str, Any] = {"type": kind_of(st.st_mode), "mode": stat.S_IMODE(st.st_mode),
+                                  "size": st.st_size, "blob": blob}
+        if stat.S_ISLNK(st.st_mode):
+            before["target"] = os.readlink(name, dir_fd=dir_fd)
+        record = self._pending(self._entry(root, rel, "remove", "delete", before, None))
+        with self._landing(record):
+            try:
+                self._take(dir_fd, name, blob)
+            except StoreError:
+                raise
+            except OSError:  # a directory on another mount: nothing in it to keep
+                if not stat.S_ISDIR(st.st_mode):
+                    raise
+                os.rmdir(name, dir_fd=dir_fd)
+
+    def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
+        src_root, src_rel, src_fd, src_name, src_st = src
+        dst_root, dst_rel, dst_fd, dst_name, dst_st = dst
+        if dst_st is not None and (dst_st.st_dev, dst_st.st_ino) == (src_st.st_dev, src_st.st_ino):
+            # the same file (itself, or another link to it): rename(2) changes nothing
+            renameat2(src_fd, src_name, dst_fd, dst_name, flags)
+            return
+        record_id = self._next_id()
+        moved = {"type": kind_of(src_st.st_mode), "mode": stat.S_IMODE(src_st.st_mode),
+                 "size": src_st.st_size, "ino": src_st.st_ino}
+        if stat.S_ISREG(src_st.st_mode) and src_st.st_size <= HASH_MOVED_BYTES:
+            # by content, not inode: undoing a later change gives the path a new inode
+            moved["version"] = _version(src_fd, src_name)
+        replaced = None
+        if dst_st is not None and not flags & RENAME_NOREPLACE:
+            replaced = {"type": kind_of(dst_st.st_mode), "mode": stat.S_IMODE(dst_st.st_mode),
+                        "size": dst_st.st_size}
+            if stat.S_ISREG(dst_st.st_mode):  # copied: the rename itself will unlink it
+                replaced["blob"] = blob_name(record_id)
+                self._copy_in(dst_fd, dst_name, replaced["blob"])
+            elif stat.S_ISLNK(dst_st.st_mode):
+                replaced["target"] = os.readlink(dst_name, dir_fd=dst_fd)
+        to = shown(self.workspace, dst_root, dst_rel)
+        record = self._pending(
+            self._entry(src_root, src_rel, "move_from", "move", moved, None, to=to),
+            self._entry(dst_root, dst_rel, "move_to", "move", replaced, moved,
+                        source=shown(self.workspace, src_root, src_rel)),
+        )
+        with self._landing(record):
+            renameat2(src_fd, src_name, dst_fd, dst_name, flags)
+
+    # -- moving bytes into the store ------------------------------------------
+
+    def _take(self, dir_fd: int, name: str, blob: str) -> None:
+        """Move `name` into the store as `blob`; copy it (then unlink) where a rename
+        cannot reach the store. StoreError if the store refuses it."""
+        try:
+            os.rename(name, blob, src_dir_fd=dir_fd, dst_dir_fd=self.store.fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
+                raise StoreError(exc) from None
+            st = _lstat(dir_fd, name)
+            if st is None or stat.S_ISDIR(st.st_mode):
+                raise
+            if stat.S_ISREG(st.st_mode):
+                self._copy_in(dir_fd, name, blob)
+            os.unlink(name, dir_fd=dir_fd)  # a symlink: its target text is in the record
+            return
+        st = os.stat(blob, dir_fd=self.store.fd, follow_symlinks=False)
+        self.stored += st.st_size
+
+    def _copy_in(self, dir_fd: int, name: str, blob: str) -> None:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+        try:
+            self.stored += self.store.stash_copy(fd, blob)
+        finally:
+            os.close(fd)
+
+
+def _version(dir_fd: int, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        return chunked_version(iter(lambda: os.read(fd, 1 << 20), b""))
+    finally:
+        os.close(fd)
+
+
+def _same(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,161 @@
+"""Kill -9 a worker, or the host process, at random points of recorded writes; after
+each kill the tree must hold the old or the new content and the history must agree:
+no pending record left, the newest record's `after` is what the file holds, and
+undoing it gives the content before it.
+
+    python scripts/crash_history.py [--rounds 200] [--seed N]
+
+Half the rounds kill the worker in the middle of a 1 MiB write_file (the pool
+settles the dead worker's record); half kill a host process that writes in a
+loop (the next Sandbox on the workspace settles it). tests/test_history_crash.py
+runs a short version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from corral import Sandbox
+from corral.config import HistoryOptions
+from corral.fs import content_version
+
+SIZE = 1 << 20  # a write long enough that a kill lands inside it often
+TARGET = "data.txt"
+_HOST_SCRIPT = f"""
+import sys
+from corral import Sandbox
+from corral.config import HistoryOptions
+workspace, store, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with Sandbox(workspace, workers=1, history=HistoryOptions(path=store)) as sb:
+    for i in range(first, first + 10_000):
+        sb.call("write_file", {{"path": "data.txt", "content": f"{{i:07d}}\\n" * {SIZE // 8}}})
+        if i == first:
+            print("wrote", flush=True)  # one write landed: the kills come after it
+"""
+
+
+def content(i: int) -> bytes:
+    return f"{i:07d}\n".encode() * (SIZE // 8)
+
+
+def which(data: bytes) -> int:
+    """The round a file's content was written in; AssertionError if torn."""
+    i = int(data[:7])
+    assert data == content(i), "the file holds a mix of two writes"
+    return i
+
+
+def check(sb: Sandbox, workspace: Path) -> int:
+    """The invariants after a kill; returns the round the file's content is from."""
+    store = Path(sb._core.history.path)
+    pending = [p.name for p in store.iterdir() if p.name.endswith(".pending")]
+    assert not pending, f"pending records left: {pending}"
+    data = (workspace / TARGET).read_bytes()
+    round_ = which(data)
+    entries = sb.history(TARGET, limit=2)
+    assert entries[0]["after"]["version"] == content_version(data), "history disagrees"
+    return round_
+
+
+def check_undo(sb: Sandbox, workspace: Path) -> None:
+    """Undo of the last record gives what the file held before it (the state the
+    record before it left), when the last record is a write not yet undone."""
+    entries = sb.history(TARGET, limit=2)
+    if entries[0]["tool"] != "write_file":
+        return
+    wanted = entries[1]["after"]["version"] if len(entries) > 1 else None
+    undone = sb.undo(TARGET)
+    assert undone["ok"] and undone["result"]["conflicts"] == [], undone
+    if wanted is not None:
+        assert content_version((workspace / TARGET).read_bytes()) == wanted
+
+
+def kill_workers(workspace: Path, store: Path, rounds: int, rng: random.Random) -> dict[str, int]:
+    counts = {"old": 0, "new": 0}
+    (workspace / TARGET).write_bytes(content(0))
+    with Sandbox(workspace, workers=1, history=HistoryOptions(path=str(store))) as sb:
+        sb.call("write_file", {"path": TARGET, "content": content(0).decode()})
+        for round_ in range(1, rounds + 1):
+            before = which((workspace / TARGET).read_bytes())
+            pid = sb._executor.pids()["workers"][0]
+            call = threading.Thread(target=sb.call, args=(
+                "write_file", {"path": TARGET, "content": content(round_).decode()}))
+            call.start()
+            time.sleep(rng.uniform(0, 0.006))
+            os.kill(pid, signal.SIGKILL)
+            call.join()
+            now = check(sb, workspace)
+            assert now in (before, round_)
+            counts["new" if now == round_ else "old"] += 1
+            if round_ % 5 == 0:
+                check_undo(sb, workspace)
+    return counts
+
+
+def kill_hosts(workspace: Path, store: Path, rounds: int, rng: random.Random) -> dict[str, int]:
+    counts = {"old": 0, "new": 0}
+    (workspace / TARGET).write_bytes(content(0))
+    first = 1
+    for _ in range(rounds):
+        before = which((workspace / TARGET).read_bytes())
+        host = subprocess.Popen([sys.executable, "-c", _HOST_SCRIPT, str(workspace),
+                                 str(store), str(first)], stdout=subprocess.PIPE)
+        assert host.stdout is not None and host.stdout.readline() == b"wrote\n"
+        time.sleep(rng.uniform(0, 0.3))  # a write takes ~10-40 ms: several land, one is cut
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        _wait_for_writers(store)
+        with Sandbox(workspace, workers=1, history=HistoryOptions(path=str(store))) as sb:
+            now = check(sb, workspace)
+            assert now == before or now >= first
+            counts["new" if now != before else "old"] += 1
+            check_undo(sb, workspace)
+        first += 10_000
+    return counts
+
+
+def _wait_for_writers(store: Path, timeout: float = 10.0) -> None:
+    """The killed host's workers die by their parent-death signal: wait until they have."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = False
+        for path in store.glob("*/r-*.pending"):
+            pid = int(path.read_text().split('"pid":')[1].split(",")[0])
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        time.sleep(0.01)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--dir", default="/tmp/corral-crash-history")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    base = Path(args.dir) / f"{args.seed}-{os.getpid()}"
+    for name, run in (("worker", kill_workers), ("host", kill_hosts)):
+        workspace, store = base / name / "ws", base / name / "store"
+        workspace.mkdir(parents=True)
+        store.mkdir()
+        counts = run(workspace, store.resolve(), args.rounds // 2, rng)
+        print(f"seed {args.seed}: {name} killed {args.rounds // 2} times: "
+              f"{counts['old']} left the old content, {counts['new']} the new; history agreed")
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,223 @@
+"""History, undo, rewind and checkpoints through a real Sandbox (confined workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ok
+from history_helpers import snapshot
+
+from corral import AsyncSandbox, Sandbox
+from corral.config import HistoryOptions
+from corral.policy import Policy, Rule
+
+ENABLE_DELETE = Policy(tool_modes={"delete_file": "allow"})
+
+
+@pytest.fixture
+def tree(workspace: Path) -> Path:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("print('app')\n")
+    script = workspace / "run.sh"
+    script.write_text("#!/bin/sh\necho run\n")
+    script.chmod(0o750)
+    (workspace / "log.txt").write_text("one\n")
+    (workspace / "empty").mkdir()
+    return workspace
+
+
+@pytest.fixture
+def sb(tree: Path) -> Any:
+    with Sandbox(tree, policy=ENABLE_DELETE) as sandbox:
+        yield sandbox
+
+
+CHANGES = [
+    ("write_file", {"path": "src/app.py", "content": "print('new')\n"}),
+    ("write_file", {"path": "run.sh", "content": "#!/bin/sh\necho changed\n"}),
+    ("write_file", {"path": "new/deep/file.txt", "content": "made with its parents\n"}),
+    ("edit_file", {"path": "src/app.py", "old_string": "app", "new_string": "edited"}),
+    ("append_file", {"path": "log.txt", "content": "two\n"}),
+    ("append_file", {"path": "fresh/log.txt", "content": "first\n"}),
+    ("create_directory", {"path": "a/b/c"}),
+    ("move_file", {"source": "run.sh", "destination": "bin.sh"}),
+    ("move_file", {"source": "run.sh", "destination": "log.txt", "overwrite": True}),
+    ("move_file", {"source": "src", "destination": "lib"}),
+    ("move_file", {"source": "empty", "destination": "moved/empty"}),
+    ("copy_file", {"source": "run.sh", "destination": "copy.sh"}),
+    ("copy_file", {"source": "run.sh", "destination": "log.txt", "overwrite": True}),
+    ("delete_file", {"path": "run.sh"}),
+    ("delete_file", {"path": "src/app.py"}),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments"), CHANGES, ids=lambda v: str(v)[:40])
+def test_every_change_is_undone(sb: Sandbox, tree: Path, tool: str, arguments: dict) -> None:
+    if arguments.get("destination") == "moved/empty":
+        (tree / "moved").mkdir()
+    before = snapshot(tree)
+    ok(sb, tool, **arguments)
+    assert snapshot(tree) != before
+    path = arguments.get("path") or arguments["destination"]
+    undone = sb.undo(path)
+    assert undone["ok"], undone
+    assert set(undone) == {"ok", "tool", "result", "text"}
+    assert undone["tool"] == "undo"
+    assert undone["result"]["conflicts"] == []
+    assert path in undone["result"]["restored"]
+    assert snapshot(tree) == before
+
+
+def test_changes_are_undone_one_by_one(sb: Sandbox, tree: Path) -> None:
+    states = [snapshot(tree)]
+    for text in ("v1\n", "v2\n", "v3\n"):
+        ok(sb, "write_file", path="src/app.py", content=text)
+        states.append(snapshot(tree))
+    ok(sb, "append_file", path="src/app.py", content="tail\n")
+    states.append(snapshot(tree))
+    for expected in reversed(states[:-1]):
+        assert sb.undo("src/app.py")["ok"]
+        assert snapshot(tree) == expected
+    nothing = sb.undo("src/app.py")
+    assert not nothing["ok"] and nothing["error"]["code"] == "not_found"
+
+
+def test_history_lists_newest_first_with_the_contract_keys(sb: Sandbox) -> None:
+    ok(sb, "write_file", path="a.txt", content="a\n")
+    cp = sb.checkpoint("before b")
+    assert isinstance(cp, str)
+    ok(sb, "write_file", path="a.txt", content="b\n")
+    ok(sb, "move_file", source="a.txt", destination="c.txt")
+    entries = sb.history()
+    assert [e["action"] for e in entries[:5]] == ["move", "move", "modify", "checkpoint", "create"]
+    for entry in entries:
+        assert {"id", "time", "tool", "path", "action", "before", "after"} <= set(entry)
+    assert entries[3]["id"] == cp and entries[3]["checkpoint"] == "before b"
+    assert entries[2]["before"]["type"] == "file" and entries[2]["before"]["size"] == 2
+    assert entries[4]["before"] is None  # did not exist
+    assert [e["path"] for e in sb.history("a.txt")] == ["a.txt", "a.txt", "a.txt"]
+    assert len(sb.history(limit=2)) == 2
+    ids = [e["id"] for e in entries]
+    assert ids == sorted(ids, reverse=True)
+
+
+def test_rewind_to_a_checkpoint_and_back(sb: Sandbox, tree: Path) -> None:
+    at_checkpoint = snapshot(tree)
+    cp = sb.checkpoint()
+    ok(sb, "write_file", path="src/app.py", content="changed\n")
+    ok(sb, "delete_file", path="run.sh")
+    ok(sb, "create_directory", path="x/y")
+    ok(sb, "move_file", source="log.txt", destination="x/y/log.txt")
+    ok(sb, "edit_file", path="x/y/log.txt", old_string="one", new_string="uno")
+    changed = snapshot(tree)
+    rewound = sb.rewind(cp)
+    assert rewound["ok"] and rewound["result"]["conflicts"] == []
+    assert {"src/app.py", "run.sh", "x/y", "log.txt"} <= set(rewound["result"]["restored"])
+    assert snapshot(tree) == at_checkpoint
+    again = sb.rewind(rewound["result"]["checkpoint"])  # a rewind can be rewound
+    assert again["ok"] and snapshot(tree) == changed
+
+
+def test_a_change_by_someone_else_is_a_conflict_unless_forced(sb: Sandbox, tree: Path) -> None:
+    ok(sb, "write_file", path="src/app.py", content="by corral\n")
+    (tree / "src" / "app.py").write_text("by a human\n")
+    left = sb.undo("src/app.py")
+    assert left["ok"] and left["result"] == {**left["result"], "restored": [],
+                                             "conflicts": ["src/app.py"]}
+    assert "force" in left["text"]
+    assert (tree / "src" / "app.py").read_text() == "by a human\n"
+    forced = sb.undo("src/app.py", force=True)
+    assert forced["result"]["restored"] == ["src/app.py"]
+    assert (tree / "src" / "app.py").read_text() == "print('app')\n"
+    # nothing lost: what the human wrote is in the history too
+    assert sb.history("src/app.py")[0]["before"]["size"] == len("by a human\n")
+
+
+def test_rewind_leaves_a_conflicting_path_alone(sb: Sandbox, tree: Path) -> None:
+    cp = sb.checkpoint()
+    ok(sb, "write_file", path="src/app.py", content="corral 1\n")
+    ok(sb, "write_file", path="log.txt", content="corral 2\n")
+    ok(sb, "write_file", path="src/app.py", content="corral 3\n")
+    (tree / "src" / "app.py").write_text("human\n")
+    rewound = sb.rewind(cp)
+    assert rewound["result"]["conflicts"] == ["src/app.py"]
+    assert rewound["result"]["restored"] == ["log.txt"]
+    assert (tree / "src" / "app.py").read_text() == "human\n"
+    assert (tree / "log.txt").read_text() == "one\n"
+
+
+def test_undo_and_rewind_obey_the_policy(tree: Path) -> None:
+    policy = Policy(rules=(Rule("no-src", "deny", ("write_file",), ("src/**",)),))
+    with Sandbox(tree) as sb:
+        ok(sb, "write_file", path="src/app.py", content="changed\n")
+    with Sandbox(tree, policy=policy) as sb:
+        refused = sb.undo("src/app.py")
+        assert refused["result"]["conflicts"] == ["src/app.py"]
+        assert "denied" in refused["text"]
+        assert (tree / "src" / "app.py").read_text() == "changed\n"
+    with Sandbox(tree, policy=Policy(read_only=True)) as sb:
+        assert sb.undo("src/app.py")["error"]["code"] == "read_only"
+
+
+def test_unknown_checkpoint_and_history_off(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        assert sb.rewind("nope")["error"]["code"] == "not_found"
+    with Sandbox(tree, history=HistoryOptions(enabled=False)) as sb:
+        ok(sb, "write_file", path="a.txt", content="x")
+        with pytest.raises(RuntimeError, match="history is off"):
+            sb.history()
+
+
+def test_history_survives_the_sandbox(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        ok(sb, "write_file", path="log.txt", content="rewritten\n")
+    with Sandbox(tree) as sb:
+        assert sb.history()[0]["path"] == "log.txt"
+        assert sb.rewind(cp)["ok"]
+    assert (tree / "log.txt").read_text() == "one\n"
+
+
+def test_async_sandbox_has_the_same_methods(tree: Path) -> None:
+    async def run() -> None:
+        async with AsyncSandbox(tree) as sb:
+            cp = await sb.checkpoint("async")
+            await sb.call("write_file", {"path": "log.txt", "content": "async\n"})
+            assert (await sb.history())[0]["tool"] == "write_file"
+            assert (await sb.undo("log.txt"))["result"]["restored"] == ["log.txt"]
+            await sb.call("write_file", {"path": "log.txt", "content": "again\n"})
+            assert (await sb.rewind(cp))["ok"]
+    asyncio.run(run())
+    assert (tree / "log.txt").read_text() == "one\n"
+
+
+def test_the_replaced_file_is_kept_not_copied(sb: Sandbox, tree: Path) -> None:
+    """An atomic write swaps the new file in; the old inode moves into the store."""
+    inode = (tree / "log.txt").stat().st_ino
+    ok(sb, "write_file", path="log.txt", content="new\n")
+    store = Path(sb._core.history.path)
+    kept = [p for p in store.iterdir() if p.name.startswith("b-")]
+    assert [p.stat().st_ino for p in kept] == [inode]
+
+
+def test_cli_history_checkpoint_undo_rewind(tree: Path) -> None:
+    import subprocess
+
+    def corral(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["corral", *args, "--workspace", str(tree)], capture_output=True,
+                              text=True, timeout=60, env=os.environ)
+
+    cp = corral("checkpoint", "before").stdout.strip()
+    assert len(cp) == 26
+    corral("call", "write_file", '{"path": "log.txt", "content": "cli\\n"}')
+    listed = corral("history", "log.txt")
+    assert "write_file" in listed.stdout and listed.returncode == 0
+    undone = corral("undo", "log.txt")
+    assert undone.returncode == 0 and "Restored log.txt" in undone.stdout
+    corral("call", "write_file", '{"path": "log.txt", "content": "cli again\\n"}')
+    assert corral("rewind", cp).returncode == 0
+    assert (tree / "log.txt").read_text() == "one\n"

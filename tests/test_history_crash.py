@@ -1,0 +1,117 @@
+"""Crash safety of recorded changes: a process killed at each instant of a recorded
+change leaves the tree old or new and a history that agrees once settled; and a
+short version of scripts/crash_history.py (kill -9 of a worker and of a host)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.config import Limits
+from corral.fs import Root, Roots, content_version
+from corral.history import keeper as keeper_module
+from corral.history import restore
+from corral.history.keeper import Keeper
+from corral.history.store import Store
+from corral.policy import Policy
+
+_spec = importlib.util.spec_from_file_location(
+    "crash_history", Path(__file__).resolve().parent.parent / "scripts" / "crash_history.py"
+)
+assert _spec is not None and _spec.loader is not None
+crash_history = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(crash_history)
+
+OLD, NEW = b"old content\n", b"new content, longer\n"
+
+
+def _die_after(target: Any, name: str) -> None:
+    """In the forked child: `target.name` runs, then the process dies (kill -9 there)."""
+    real = getattr(target, name)
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        os._exit(9)
+
+    setattr(target, name, dying)
+
+
+def _die_before(target: Any, name: str) -> None:
+    setattr(target, name, lambda *args, **kwargs: os._exit(9))
+
+
+CRASH_POINTS: dict[str, Callable[[], None]] = {
+    "record written": lambda: _die_after(Store, "write_pending"),
+    "new file swapped in": lambda: _die_after(keeper_module, "renameat2"),
+    "old file taken": lambda: _die_after(Keeper, "_take"),
+    "before the commit": lambda: _die_before(Store, "commit"),
+    "committed": lambda: _die_after(Store, "commit"),
+}
+
+
+def _change(workspace: Path, store_dir: Path, action: str) -> None:
+    """In a child: one recorded change, crashing where CRASH_POINTS says."""
+    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    keep = Keeper(store, root.path, action)
+    if action == "write":
+        root.write_atomic("f.txt", NEW, keep=keep)
+    elif action == "append":
+        root.append("f.txt", NEW, max_file_bytes=1 << 20, keep=keep)
+    elif action == "delete":
+        root.unlink("f.txt", keep=keep)
+    elif action == "move":
+        root.rename("f.txt", root, "g.txt", keep=keep)
+
+
+EXPECTED_NEW = {"write": {"f.txt": NEW}, "append": {"f.txt": OLD + NEW}, "delete": {},
+                "move": {"g.txt": OLD}}
+
+
+@pytest.mark.parametrize("action", ["write", "append", "delete", "move"])
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point: str) -> None:
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    (workspace / "f.txt").write_bytes(OLD)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child dies at the crash point or exits
+        try:
+            CRASH_POINTS[point]()
+            _change(workspace, store_dir, action)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    files = {p.name: p.read_bytes() for p in workspace.iterdir() if not p.name.startswith(".")}
+    assert files in ({"f.txt": OLD}, EXPECTED_NEW[action])  # old or new, never torn
+    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    roots = Roots(root)
+    restorer = restore.Restorer(roots, store, Policy(), 1 << 20, "settle")
+    restore.settle(restorer, [pid])
+    listing = store.listing()
+    assert listing.pending == []
+    if files == {"f.txt": OLD}:
+        assert listing.records == [] and listing.blobs == {}  # nothing landed, nothing recorded
+        return
+    assert len(listing.records) == 1  # it landed: its record says so, and undoes it
+    outcome = restore.undo(roots, store, Policy(), Limits(), "f.txt", force=False)
+    assert outcome["conflicts"] == [], outcome
+    after = {p.name: p.read_bytes() for p in workspace.iterdir()}
+    assert after == {"f.txt": OLD}
+    assert content_version(OLD) == content_version((workspace / "f.txt").read_bytes())
+
+
+@pytest.mark.parametrize("who", ["worker", "host"])
+def test_kill_9_at_random_points_of_recorded_writes(tmp_path: Path, who: str) -> None:
+    workspace, store = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store.mkdir()
+    run = crash_history.kill_workers if who == "worker" else crash_history.kill_hosts
+    counts = run(workspace, store, 4, random.Random(7))
+    assert sum(counts.values()) >= 1

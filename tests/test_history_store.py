@@ -1,0 +1,187 @@
+"""The history store: bounds, a store that cannot be written, and that no tool and no
+other workspace's worker can reach it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confined import run_confined
+from conftest import ok
+from history_helpers import snapshot
+
+from corral import Sandbox
+from corral.config import HistoryOptions, load_config
+from corral.history.store import Store, new_id, workspace_key
+from corral.policy import Policy
+from corral.sandbox.worker import StoreDir
+
+EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
+
+
+def used(store: Path) -> int:
+    return sum(p.stat().st_size for p in store.iterdir() if p.is_file())
+
+
+def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Path) -> None:
+    bound = 64 * 1024
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=bound)
+    with Sandbox(workspace, history=options) as sb:
+        store = Path(sb._core.history.path)
+        for round_ in range(40):
+            ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)  # 8 KiB
+            assert used(store) <= bound
+        assert len(sb.history()) < 40  # the oldest went
+        assert sb.undo("big.txt")["result"]["restored"] == ["big.txt"]  # the newest stayed
+        assert (workspace / "big.txt").read_text() == "0038" * 2048
+
+
+def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -> None:
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
+    with Sandbox(workspace, history=options) as sb:
+        ok(sb, "write_file", path="a.txt", content="a")
+        store = Path(sb._core.history.path)
+    old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
+    (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
+    (store / f"b-{old}-0").write_text("old bytes")
+    with Sandbox(workspace, history=options) as sb:
+        assert not (store / f"r-{old}.json").exists()
+        assert not (store / f"b-{old}-0").exists()
+        assert [e["path"] for e in sb.history()] == ["a.txt"]
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, size: str) -> Iterator[Path]:
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("needs a tmpfs mount (root)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_store_fails_the_call_and_changes_nothing(workspace: Path, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "256k") as mount:
+        options = HistoryOptions(path=str(mount))
+        with Sandbox(workspace, policy=EVERYTHING, history=options) as sb:
+            filler = mount / "filler"
+            with contextlib.suppress(OSError):
+                filler.write_bytes(b"x" * 1024 * 1024)
+            before = snapshot(workspace)
+            for tool, arguments in (
+                ("write_file", {"path": "hello.txt", "content": "new"}),
+                ("append_file", {"path": "hello.txt", "content": "more"}),
+                ("edit_file", {"path": "hello.txt", "old_string": "hello", "new_string": "bye"}),
+                ("delete_file", {"path": "hello.txt"}),
+                ("create_directory", {"path": "d"}),
+                ("write_file", {"path": "new.txt", "content": "new"}),
+            ):
+                response = sb.call(tool, arguments)
+                assert not response["ok"], (tool, response)
+                assert response["error"]["code"] == "io_error"
+                assert "history store cannot be written" in response["error"]["message"]
+                assert snapshot(workspace) == before  # nothing changed, no temp left
+            filler.unlink()
+            ok(sb, "write_file", path="hello.txt", content="now it fits")
+
+
+def test_a_read_only_store_fails_the_call_cleanly(workspace: Path, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "ro", "1m") as mount, Sandbox(
+        workspace, history=HistoryOptions(path=str(mount))
+    ) as sb:
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        try:
+            error = sb.call("write_file", {"path": "hello.txt", "content": "x"})["error"]
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        assert error["code"] == "io_error" and "Read-only file system" in error["message"]
+        assert (workspace / "hello.txt").read_text() == "hello\nworld\n"
+
+
+def test_a_store_inside_a_root_is_refused(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="outside every root"):
+        Sandbox(workspace, history=HistoryOptions(path=str(workspace / ".history")))
+    config = workspace.parent / "corral.toml"
+    config.write_text(f'[workspace]\nroot = "{workspace}"\n[history]\npath = "{workspace}/h"\n')
+    assert load_config(config).history.path == f"{workspace}/h"
+    with pytest.raises(ValueError, match="outside every root"):
+        Sandbox.from_config(config)
+
+
+def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with Sandbox(tmp_path / "a") as a, Sandbox(tmp_path / "b") as b:
+        assert a._core.history.path != b._core.history.path
+        assert a._core.history.path.endswith(workspace_key(str(tmp_path / "a")))
+        ok(a, "write_file", path="x.txt", content="a")
+        assert b.history() == []
+
+
+def test_no_tool_reaches_the_store(workspace: Path) -> None:
+    with Sandbox(workspace, policy=EVERYTHING) as sb:
+        ok(sb, "write_file", path="hello.txt", content="recorded")
+        store = sb._core.history.path
+        blob = next(p for p in os.listdir(store) if p.startswith("b-"))
+        relative = os.path.relpath(store, workspace)
+        for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):
+            for tool, arguments in (
+                ("read_file", {"path": path}), ("list_directory", {"path": path}),
+                ("stat_file", {"path": path}), ("write_file", {"path": path, "content": "x"}),
+                ("append_file", {"path": path, "content": "x"}), ("delete_file", {"path": path}),
+                ("create_directory", {"path": path}), ("grep", {"pattern": "x", "path": path}),
+                ("search_files", {"pattern": "*", "path": path}),
+                ("copy_file", {"source": path, "destination": "stolen"}),
+                ("move_file", {"source": path, "destination": "stolen"}),
+                ("copy_file", {"source": "hello.txt", "destination": path}),
+            ):
+                response = sb.call(tool, arguments)
+                assert not response["ok"], (tool, path, response)
+                assert response["error"]["code"] == "outside_workspace", response
+        assert os.path.exists(f"{store}/{blob}")
+
+
+def _create_in(directory: str) -> bool:
+    fd = os.open(f"{directory}/planted", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.close(fd)
+    return True
+
+
+def test_a_worker_reaches_only_its_own_workspace_store(tmp_path: Path) -> None:
+    """Landlock: the store's rule is for that one directory, not its siblings."""
+    mine, theirs = tmp_path / "state" / "mine", tmp_path / "state" / "theirs"
+    mine.mkdir(parents=True)
+    theirs.mkdir()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    fd = os.open(mine, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        roots = [(str(workspace), "rw"), StoreDir(fd)]
+        assert run_confined(_create_in, str(mine), roots=roots, keep_fds=[fd]).ok
+        refused = run_confined(_create_in, str(theirs), roots=roots, keep_fds=[fd])
+        assert refused.errno == errno.EACCES
+        assert not (theirs / "planted").exists()
+        control = run_confined(_create_in, str(theirs), roots=roots, keep_fds=[fd],
+                               drop=("landlock",))
+        assert control.ok  # without Landlock the same call would have written there
+    finally:
+        os.close(fd)
+
+
+def test_a_store_is_readable_after_a_torn_record(tmp_path: Path) -> None:
+    store_dir = tmp_path / "s"
+    store_dir.mkdir()
+    store = Store.open(str(store_dir))
+    try:
+        (store_dir / f"r-{new_id()}.json").write_text('{"id": ')  # a crash mid-create
+        assert list(store.records()) == []
+    finally:
+        store.close()
