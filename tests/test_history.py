@@ -221,3 +221,13 @@ def test_cli_history_checkpoint_undo_rewind(tree: Path) -> None:
     corral("call", "write_file", '{"path": "log.txt", "content": "cli again\\n"}')
     assert corral("rewind", cp).returncode == 0
     assert (tree / "log.txt").read_text() == "one\n"
+
+
+def test_a_shared_pools_sandbox_records_and_undoes(tree: Path) -> None:
+    from corral import Pool
+
+    with Pool(max_workers=2) as pool, pool.sandbox(tree) as sb:
+        ok(sb, "write_file", path="log.txt", content="pooled\n")
+        assert sb.history("log.txt")[0]["tool"] == "write_file"
+        assert sb.undo("log.txt")["result"]["restored"] == ["log.txt"]
+    assert (tree / "log.txt").read_text() == "one\n"

@@ -107,6 +107,13 @@ class Setup:
             dirs.append(StoreDir(self.store.fd))
         return dirs
 
+    def close(self) -> None:
+        """Close the root fds (the zygote's copies, once a worker has its own)."""
+        for root in self.roots.all():
+            root.close()
+        if self.store is not None:
+            self.store.close()
+
 
 @dataclass(frozen=True)
 class StoreDir:
@@ -115,13 +122,6 @@ class StoreDir:
     fd: int
     path: str = ""
     mode: str = "store"
-
-    def close(self) -> None:
-        """Close the root fds (the zygote's copies, once a worker has its own)."""
-        for root in self.roots.all():
-            root.close()
-        if self.store is not None:
-            self.store.close()
 
 
 def _options(config: dict[str, Any]) -> SandboxOptions:
