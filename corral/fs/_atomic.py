@@ -169,8 +169,8 @@ def replace(
     caller holds an flock on (Root's tree lock on its root directory): the version
     lock converts that one, since an flock through a second fd of the same
     directory would wait for the caller's own lock forever. sync=False: no fsync
-    (still atomic: a reader sees the old or the new bytes, but a crash may lose them). land: what
-    puts the temp file in place."""
+    (still atomic: a reader sees the old or the new bytes, but a crash may lose them).
+    land: what puts the temp file in place."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     lock = dfd if lock_fd is None else lock_fd
     try:
