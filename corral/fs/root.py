@@ -21,7 +21,7 @@ import stat
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from corral.errors import CorralError
 from corral.fs import _atomic, _listing, _resolve, _sys, _treelock
@@ -77,8 +77,10 @@ class FileInfo:
     ino: int = 0  # st_ino: which file it is (history tells a moved file by it)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
+    """A NamedTuple, not a frozen dataclass: a listing makes one per entry, and a
+    frozen dataclass's __init__ (four object.__setattr__) cost a tenth of a listing."""
+
     path: str  # relative to the directory listed/walked ("a/b.txt")
     type: str  # "file" | "dir" | "symlink" | "other" (never follows symlinks)
     size: int
