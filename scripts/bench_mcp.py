@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 REPO = Path(__file__).resolve().parent.parent
 REF_ENTRY = "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 REF_DIRS = (Path("/work/refserver"), Path("/tmp/refserver"))
@@ -107,6 +109,20 @@ class StdioClient:
         if result.get("isError"):
             raise RuntimeError(f"{tool} failed: {result['content']}")
         return result
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) used so far by the server and all its processes
+        (corral's host, zygote and workers; node's one process). Workers that ended
+        meanwhile are not counted: none do in this run (recycling is at 10,000 calls)."""
+        total = 0.0
+        root = psutil.Process(self.proc.pid)
+        for process in (root, *root.children(recursive=True)):
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -326,39 +342,49 @@ def percentile(samples: list[float], fraction: float) -> float:
 def measure(
     sides: dict[str, Callable[[int], Any]],
     checks: dict[str, Callable[[int, Any], None]],
+    cpu: dict[str, Callable[[], float]],
     calls: int,
     gap_s: float,
-) -> dict[str, list[float]]:
+) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Latency samples per side: a warm-up, then alternating rounds of ROUND_CALLS.
-    Each answer is checked after its time is taken; `gap_s` idles before each call."""
+    Each answer is checked after its time is taken; `gap_s` idles before each call.
+    Also each server's CPU seconds per timed call (answer checks not included)."""
     samples: dict[str, list[float]] = {name: [] for name in sides}
+    used = dict.fromkeys(cpu, 0.0)
     for name, run in sides.items():
         for i in range(WARMUP_CALLS):
             checks[name](i, run(i))
     for _ in range(max(1, calls // ROUND_CALLS)):
         for name, run in sides.items():
+            answers = []
+            before = cpu[name]() if name in cpu else 0.0
             for i in range(ROUND_CALLS):
                 if gap_s:
                     time.sleep(gap_s)
                 start = time.perf_counter()
-                answer = run(i)
+                answers.append(run(i))
                 samples[name].append(time.perf_counter() - start)
+            if name in cpu:
+                used[name] += cpu[name]() - before
+            for i, answer in enumerate(answers):
                 checks[name](i, answer)
-    return samples
+    return samples, {name: used[name] / len(samples[name]) for name in cpu}
 
 
 @dataclass
 class Cell:
     median: float
     p99: float
+    cpu: float | None  # the server's CPU seconds per call, that run
 
 
-def best(rounds: list[dict[str, list[float]]]) -> dict[str, Cell]:
-    """Per side, the round with the lower median (and that round's p99)."""
+def best(rounds: list[tuple[dict[str, list[float]], dict[str, float]]]) -> dict[str, Cell]:
+    """Per side, the run with the lower median (and that run's p99 and CPU)."""
     cells = {}
-    for side in rounds[0]:
-        chosen = min((r[side] for r in rounds), key=statistics.median)
-        cells[side] = Cell(statistics.median(chosen), percentile(chosen, 0.99))
+    for side in rounds[0][0]:
+        samples, cpu = min(rounds, key=lambda run: statistics.median(run[0][side]))
+        chosen = samples[side]
+        cells[side] = Cell(statistics.median(chosen), percentile(chosen, 0.99), cpu.get(side))
     return cells
 
 
@@ -394,6 +420,8 @@ def table(rows: list[tuple[str, dict[str, Cell]]]) -> list[str]:
         "corral (none) med",
         "(none) / ref",
         "direct med",
+        "CPU/call corral",
+        "CPU/call ref",
     )
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, cells in rows:
@@ -412,6 +440,8 @@ def table(rows: list[tuple[str, dict[str, Cell]]]) -> list[str]:
                     f"{nosync.median * ms:.2f}" if nosync else "",
                     f"{nosync.median / ref.median:.2f}x" if nosync else "",
                     f"{direct.median * ms:.2f}",
+                    f"{corral.cpu * ms:.2f}" if corral.cpu is not None else "",
+                    f"{ref.cpu * ms:.2f}" if ref.cpu is not None else "",
                 )
             )
             + " |"
@@ -475,11 +505,14 @@ def main() -> int:
                         "ref": op.check_ref,
                         "direct": lambda i, answer: None,
                     }
+                    cpu = {"corral": corral.cpu_seconds, "ref": ref.cpu_seconds}
                     if op.durable and nosync is not None:
                         sides["corral (none)"] = lambda i, op=op, s=nosync: s.call(*op.corral(i))
                         checks["corral (none)"] = op.check_corral
                     calls = args.calls // BIG_CALLS_DIVISOR if op.big else args.calls
-                    rounds = [measure(sides, checks, calls, gap / 1e3) for _ in range(args.rounds)]
+                    rounds = [
+                        measure(sides, checks, cpu, calls, gap / 1e3) for _ in range(args.rounds)
+                    ]
                     rows.append((name, best(rounds)))
         finally:
             corral.close()
@@ -491,7 +524,9 @@ def main() -> int:
         f"{args.calls} timed calls per small row ({args.calls // BIG_CALLS_DIVISOR} for the "
         f"1 MiB rows and the listing) and side, after {WARMUP_CALLS} warm-up calls, in "
         f"alternating rounds of {ROUND_CALLS}; better of {args.rounds} runs; every answer "
-        f"verified; times in ms; load average {load[0]:.1f} before, {load_after[0]:.1f} after"
+        f"verified; times in ms (CPU/call: the server's processes' CPU time per call, from "
+        f"psutil: what a call costs whatever the load); load average {load[0]:.1f} before, "
+        f"{load_after[0]:.1f} after"
     )
     for mode, rows in results.items():
         print(f"\n{mode}:\n")
