@@ -9,6 +9,8 @@ on stderr instead of corrupting the stream the client parses.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -25,6 +27,7 @@ from corral import jsonfast
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
 # while a client that never sends a newline cannot grow the host without bound.
 MAX_LINE_BYTES = 16 * 1024 * 1024
+PIPE_BYTES = 1 << 20  # see widen_pipe
 # Reading threads after hand-offs: one runs the inline job that handed off (only one
 # runs at a time: a job runs inline only when no other is running), one reads on.
 READER_THREADS = 2
@@ -50,11 +53,21 @@ def _std_decode(line: bytes) -> Any:
     return _DECODER.decode(text)
 
 
+def widen_pipe(fd: int) -> None:
+    """A pipe holds 64 KiB by default: a 1 MiB read's answer (or write's request) then
+    crosses it in ~35 turns, each one waiting for the other process to be scheduled.
+    1 MiB (Linux's default pipe-max-size) needs 3. Not a pipe, or not allowed: as is."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
 def protocol_streams() -> tuple[BinaryIO, BinaryIO]:
     """The protocol's input and output; fd 1 now writes to stderr."""
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
+    for stream in (sys.stdin, out):
+        widen_pipe(stream.fileno())
     return sys.stdin.buffer, out
 
 
