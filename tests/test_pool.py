@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
+from corral.sandbox.protocol import SOCKET_SEND_BYTES
 
 GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
 
@@ -319,3 +321,16 @@ def test_a_forked_copy_of_the_host_may_not_use_the_sandbox(make_broker: MakeBrok
     os.close(read_fd)
     os.waitpid(pid, 0)
     assert call(broker, "read_file", path="hello.txt")["ok"]
+
+
+def test_worker_sockets_take_a_large_answer_in_one_write(make_broker: MakeBroker) -> None:
+    """Both ends of a worker's socket ask for SOCKET_SEND_BYTES of send buffer (the
+    kernel grants up to net.core.wmem_max, and doubles it for its bookkeeping)."""
+    broker = make_broker(workers=1)
+    assert call(broker, "stat_file", path=".")["ok"]
+    with open("/proc/sys/net/core/wmem_max") as limit:
+        expected = 2 * min(SOCKET_SEND_BYTES, int(limit.read()))
+    workers = list(broker._pool._workers)
+    assert workers
+    for worker in workers:
+        assert worker.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == expected

@@ -42,6 +42,11 @@ EXIT_ORPHANED = 4  # the zygote died before the worker could ask for its death s
 EXIT_BAD_FRAME = 5  # the broker sent something that is not a frame: stop, never guess
 # One read call's size for large payloads: big enough to move MiBs in few syscalls.
 READ_CHUNK = 1024 * 1024
+# Send buffer of a worker's socket, each end: a 1 MiB read's answer (~2.2 MB of JSON)
+# or a 1 MiB write's request goes in one write instead of ~11 turns of ~200 KB, each
+# waiting for the other process to be scheduled (milliseconds on a loaded machine).
+# The kernel caps it at net.core.wmem_max (4 MiB on some systems, 208 KiB on others).
+SOCKET_SEND_BYTES = 4 * 1024 * 1024
 # read_sole_frame's first read: a small frame (a stat, a 4 KiB read's answer) comes
 # whole, header included, in that one syscall (~5 us each on a VM).
 SOLE_FIRST_READ = 64 * 1024
@@ -107,6 +112,11 @@ def _finite(text: str) -> float:
     if math.isinf(number):
         raise ValueError(f"{text} overflows a float")
     return number
+
+
+def widen_socket(sock: socket.socket) -> None:
+    """Ask for SOCKET_SEND_BYTES of send buffer (granted up to the system's maximum)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BYTES)
 
 
 def write_frame(

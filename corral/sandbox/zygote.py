@@ -38,6 +38,7 @@ from corral.sandbox.protocol import (
     read_frame,
     recv_frame_with_fds,
     send_frame_with_fds,
+    widen_socket,
     write_frame,
 )
 
@@ -137,6 +138,8 @@ class Zygote:
     def fork_one(self, setup: worker.Setup) -> None:
         """Fork a worker on a fresh socket pair; hand the broker its end and a pidfd."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for end in (ours, theirs):
+            widen_socket(end)
         zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
