@@ -374,3 +374,45 @@ def test_unknown_method_and_handshake_only_requests(workspace: Path) -> None:
         assert raw.ask("no/such", {}, envelope=True)["error"]["code"] == -32601
     finally:
         raw.close()
+
+
+def test_handshake_roots_fail_closed_and_are_asked_again_on_change(workspace: Path) -> None:
+    raw = Raw(workspace)
+    assert raw.proc.stdin is not None and raw.proc.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        raw.proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        raw.proc.stdin.flush()
+
+    def read() -> dict[str, Any]:
+        return json.loads(raw.proc.stdout.readline())
+
+    try:
+        raw.ask("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+                               "clientInfo": {"name": "t", "version": "0"}}, envelope=False)
+        call = {"name": "read_file", "arguments": {"path": "hello.txt"}}
+        send({"id": "c1", "method": "tools/call", "params": call})
+        asked = read()
+        assert asked["method"] == "roots/list"
+        send({"id": asked["id"], "error": {"code": -32603, "message": "no roots today"}})
+        failed = read()
+        assert failed["id"] == "c1" and failed["result"]["isError"] is True
+        assert failed["result"]["structuredContent"]["error"]["code"] == "path_denied"
+        # asked again (the failed answer is not kept); now it names a folder elsewhere
+        send({"id": "c2", "method": "tools/call", "params": call})
+        asked = read()
+        assert asked["method"] == "roots/list"
+        send({"id": asked["id"], "result": {"roots": [{"uri": "file:///nowhere"}]}})
+        assert read()["result"]["structuredContent"]["error"]["rule"] == "client-roots"
+        # the answer is kept until the client says its roots changed
+        send({"id": "c3", "method": "tools/call", "params": call})
+        assert read()["id"] == "c3"
+        send({"method": "notifications/roots/list_changed"})
+        send({"id": "c4", "method": "tools/call", "params": call})
+        asked = read()
+        assert asked["method"] == "roots/list"
+        send({"id": asked["id"], "result": {"roots": [{"uri": workspace.as_uri()}]}})
+        answer = read()
+        assert answer["id"] == "c4" and answer["result"]["isError"] is False
+    finally:
+        raw.close()
