@@ -491,10 +491,10 @@ class McpSession:
             raise ProtocolError(INVALID_PARAMS, "tools/call arguments must be an object")
         call = Call(request_id, revision, capabilities, name, arguments, reply)
         if revision.stateless:
-            digest = call_digest(name, arguments)
             token = params.get("requestState")
-            call.state = RequestState(digest) if token is None else RequestState.unseal(
-                token, digest
+            # The digest (of a write's whole content) only when a state is read or made.
+            call.state = RequestState("") if token is None else RequestState.unseal(
+                token, call_digest(name, arguments)
             )
             responses = params.get("inputResponses")
             call.responses = responses if isinstance(responses, dict) else {}
@@ -529,6 +529,7 @@ class McpSession:
         except InputRequired as needed:
             assert call.state is not None
             call.state.asked = list(needed.requests)
+            call.state.call = call.state.call or call_digest(call.name, call.arguments)
             return response(call.request_id, revision.input_required(
                 needed.requests, call.state.seal(), server_info=SERVER_INFO
             ))
