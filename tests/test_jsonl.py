@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -160,6 +161,19 @@ def test_line_server_stop_reads_no_further() -> None:
 
 
 @pytest.mark.parametrize("mode", ["--jsonl", "mcp"])
+def fd_targets(pid: int) -> set[str]:
+    """What a process's fds point at; nothing for a process that exited meanwhile (a
+    start-up sweep's worker or an idle one may exit while we look)."""
+    targets = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                targets.add(os.readlink(fd))
+    except FileNotFoundError:
+        pass
+    return targets
+
+
 def test_sandbox_processes_do_not_hold_the_protocol_pipe(workspace: Path, mode: str) -> None:
     """Only the server itself may write to the client's pipe: a zygote or worker that
     inherited it could corrupt the stream and would keep it open after the server exits."""
@@ -190,8 +204,7 @@ def test_sandbox_processes_do_not_hold_the_protocol_pipe(workspace: Path, mode: 
         pipe = f"pipe:[{os.fstat(proc.stdout.fileno()).st_ino}]"
         holders = []
         for process in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(True)]:
-            fds = Path(f"/proc/{process.pid}/fd")
-            if any(os.readlink(fd) == pipe for fd in fds.iterdir()):
+            if pipe in fd_targets(process.pid):
                 holders.append(process.pid)
         assert holders == [proc.pid]
     finally:
