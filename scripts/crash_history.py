@@ -14,6 +14,7 @@ runs a short version.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -26,6 +27,7 @@ from pathlib import Path
 from corral import Sandbox
 from corral.config import HistoryOptions
 from corral.fs import content_version
+from corral.history.store import id_pid
 
 SIZE = 1 << 20  # a write long enough that a kill lands inside it often
 TARGET = "data.txt"
@@ -89,8 +91,9 @@ def kill_workers(workspace: Path, store: Path, rounds: int, rng: random.Random) 
             call = threading.Thread(target=sb.call, args=(
                 "write_file", {"path": TARGET, "content": content(round_).decode()}))
             call.start()
-            time.sleep(rng.uniform(0, 0.006))
-            os.kill(pid, signal.SIGKILL)
+            time.sleep(rng.uniform(0, 0.03))  # the call takes ~5-40 ms to reach the rename
+            with contextlib.suppress(ProcessLookupError):  # replaced meanwhile
+                os.kill(pid, signal.SIGKILL)
             call.join()
             now = check(sb, workspace)
             assert now in (before, round_)
@@ -128,7 +131,7 @@ def _wait_for_writers(store: Path, timeout: float = 10.0) -> None:
     while time.monotonic() < deadline:
         alive = False
         for path in store.glob("*/r-*.pending"):
-            pid = int(path.read_text().split('"pid":')[1].split(",")[0])
+            pid = id_pid(path.name[2:-len(".pending")])
             try:
                 os.kill(pid, 0)
                 alive = True

@@ -18,7 +18,7 @@ from corral.fs import Root, Roots, content_version
 from corral.history import keeper as keeper_module
 from corral.history import restore
 from corral.history.keeper import Keeper
-from corral.history.store import Store
+from corral.history.store import Store, new_id
 from corral.policy import Policy
 
 _spec = importlib.util.spec_from_file_location(
@@ -46,7 +46,13 @@ def _die_before(target: Any, name: str) -> None:
     setattr(target, name, lambda *args, **kwargs: os._exit(9))
 
 
+def _die_creating(self: Store, name: str, data: bytes) -> None:
+    os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=self.fd))
+    os._exit(9)  # the record's file exists, empty: torn
+
+
 CRASH_POINTS: dict[str, Callable[[], None]] = {
+    "record torn": lambda: setattr(Store, "_create", _die_creating),
     "record written": lambda: _die_after(Store, "write_pending"),
     "new file swapped in": lambda: _die_after(keeper_module, "renameat2"),
     "old file taken": lambda: _die_after(Keeper, "_take"),
@@ -115,3 +121,18 @@ def test_kill_9_at_random_points_of_recorded_writes(tmp_path: Path, who: str) ->
     run = crash_history.kill_workers if who == "worker" else crash_history.kill_hosts
     counts = run(workspace, store, 4, random.Random(7))
     assert sum(counts.values()) >= 1
+
+
+def test_settle_leaves_a_live_writers_record_alone(tmp_path: Path) -> None:
+    """A pending record whose writer lives may be in the middle of being written."""
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    store = Store.open(str(store_dir))
+    being_written = store_dir / f"r-{new_id()}.pending"  # this process's pid
+    being_written.write_text("")
+    restorer = restore.Restorer(Roots(Root(str(workspace))), store, Policy(), 1 << 20, "settle")
+    assert restore.settle(restorer, [os.getpid() + 1]) == 0
+    assert being_written.exists()
+    assert restore.settle(restorer, [os.getpid()]) == 1  # once its writer is dead: dropped
+    assert not being_written.exists()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from corral.config import HistoryOptions
-from corral.history.store import Store, prepare
+from corral.history.store import Store, id_pid, prepare
 
 DAY_S = 86_400.0
 PUBLIC_STATE = ("type", "size", "mode", "version")  # what history() shows of a state
@@ -45,13 +45,8 @@ class History:
 
     def dead_writers(self) -> list[int]:
         """Pids of pending records whose writer is gone (killed mid-call)."""
-        pids = set()
-        for record_id in self.store.listing().pending:
-            record = self.store.record(record_id, pending=True) or {}
-            pid = record.get("pid")
-            if isinstance(pid, int) and not _alive(pid):
-                pids.add(pid)
-        return sorted(pids)
+        pids = {id_pid(record_id) for record_id in self.store.listing().pending}
+        return sorted(pid for pid in pids if not _alive(pid))
 
     def stored(self, size: int) -> None:
         """A call put `size` bytes into the store: evict once it is over its bound."""

@@ -18,7 +18,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import TEMP_PREFIX, Root, Roots, content_version
 from corral.history.keeper import Keeper
-from corral.history.store import Store, is_id
+from corral.history.store import Store, id_pid, is_id
 from corral.policy import Policy, RootSpec
 
 Entry = dict[str, Any]
@@ -202,14 +202,15 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
     pending record). Returns how many were settled."""
     settled = 0
     for record_id in restorer.store.listing().pending:
+        if pids is not None and id_pid(record_id) not in pids:
+            continue  # a live writer's: it may be writing that very record now
         record = restorer.store.record(record_id, pending=True)
-        if record is None:
+        if record is None:  # torn: its writer died creating it, before any change
             restorer.store.drop(record_id)
-            continue
-        if pids is not None and record.get("pid") not in pids:
+            settled += 1
             continue
         try:
-            landed = all(restorer.landed(entry, record["pid"]) for entry in record["entries"])
+            landed = all(restorer.landed(e, id_pid(record_id)) for e in record["entries"])
         except CorralError:
             landed = True  # cannot tell: keep it; an undo will call it a conflict
         if landed:

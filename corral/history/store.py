@@ -75,6 +75,12 @@ def is_id(text: object) -> bool:
     )
 
 
+def id_pid(record_id: str) -> int:
+    """The pid of the process that made the id (its writer): known even when a
+    crash left the record itself empty."""
+    return int(record_id[16:22], 16)
+
+
 def id_time(record_id: str) -> float:
     return int(record_id[:16], 16) / 1e9
 
