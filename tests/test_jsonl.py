@@ -160,6 +160,19 @@ def test_line_server_stop_reads_no_further() -> None:
     assert seen == [b"a", b"stop"]
 
 
+def fd_targets(pid: int) -> set[str]:
+    """What a process's fds point at; nothing for a process that exited meanwhile (a
+    start-up sweep's worker or an idle one may exit while we look)."""
+    targets = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                targets.add(os.readlink(fd))
+    except FileNotFoundError:
+        pass
+    return targets
+
+
 @pytest.mark.parametrize("mode", ["--jsonl", "mcp"])
 def fd_targets(pid: int) -> set[str]:
     """What a process's fds point at; nothing for a process that exited meanwhile (a
