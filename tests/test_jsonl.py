@@ -174,19 +174,6 @@ def fd_targets(pid: int) -> set[str]:
 
 
 @pytest.mark.parametrize("mode", ["--jsonl", "mcp"])
-def fd_targets(pid: int) -> set[str]:
-    """What a process's fds point at; nothing for a process that exited meanwhile (a
-    start-up sweep's worker or an idle one may exit while we look)."""
-    targets = set()
-    try:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                targets.add(os.readlink(fd))
-    except FileNotFoundError:
-        pass
-    return targets
-
-
 def test_sandbox_processes_do_not_hold_the_protocol_pipe(workspace: Path, mode: str) -> None:
     """Only the server itself may write to the client's pipe: a zygote or worker that
     inherited it could corrupt the stream and would keep it open after the server exits."""
