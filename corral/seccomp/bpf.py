@@ -1,10 +1,15 @@
 """Profile -> classic BPF seccomp filter for one architecture. Pure; no kernel.
 
 Layout: check seccomp_data.arch (a foreign ABI is killed: its numbers mean other
-calls), refuse x32 numbers on x86_64, then a binary search over ranges of syscall
-numbers that share an action. A range ends in a return, or jumps to the syscall's
-argument checks. Every conditional jump skips at most one instruction; far
-targets are reached with `ja`, whose offset is 32 bits, so no jump can overflow.
+calls), kill x32 numbers on x86_64 (a foreign ABI as well), then a binary search
+over ranges of syscall numbers that share an action. A range ends in a return, or
+jumps to the syscall's argument checks. The search's far targets are reached with
+`ja`, whose offset is 32 bits; conditional jumps (8-bit offsets) only go forward
+within one syscall's argument checks, to the next rule a few instructions on. The
+assembler refuses any offset that does not fit rather than emit a wrong jump.
+
+tests/test_seccomp_libseccomp.py (and scripts/diff_seccomp.py, longer) check that
+this compiler and libseccomp give identical verdicts on the same inputs.
 """
 
 from __future__ import annotations
@@ -71,8 +76,12 @@ def compile_filter(profile: Profile, arch_name: str) -> list[Insn]:
     asm.ret(RET_BAD_ARCH)
     asm.load(OFFSET_NR)
     if arch.has_x32:
-        asm.jump(JGE_K, X32_SYSCALL_BIT, jt=0, jf=1)
+        # x32 numbers (and anything above them) are a foreign ABI too, as libseccomp
+        # treats them; -1, which a tracer writes to skip a call, gets the default
+        asm.jump(JGE_K, X32_SYSCALL_BIT, jt=0, jf=3)
+        asm.jump(JEQ_K, _LOW32, jt=0, jf=1)
         asm.ret(default)
+        asm.ret(RET_BAD_ARCH)
     blocks: dict[str, list[Rule]] = {}
     targets: dict[int, int | str] = {}
     for name, nr in arch.syscalls.items():

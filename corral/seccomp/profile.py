@@ -135,6 +135,10 @@ def _arg(arg: Any, where: str) -> ArgCheck:
     for field, number in (("value", value), ("valueTwo", value_two)):
         if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= _U64:
             raise ProfileError(f"{where}.{field} must be an unsigned 64-bit integer")
+    if op == "SCMP_CMP_MASKED_EQ" and value_two & ~value:
+        # as documented such a check never holds; libseccomp drops the extra bits
+        # and lets it hold: refuse the ambiguity rather than pick one reading
+        raise ProfileError(f"{where}.valueTwo has bits outside the mask `value`")
     return ArgCheck(index, op, value, value_two)
 
 
