@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +63,13 @@ MAX_BOOT_KILLS = 3
 CLEANUP_ATTEMPTS = 3
 # The directory that holds the `corral` package the host runs: the zygote imports the same one.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# All the zygote (so every worker) gets of the host's environment: the locale, which
+# decides how Python decodes and encodes file names and text, and what decides how the
+# interpreter starts (PYTHONHOME: where its library is; PYTHONUTF8: UTF-8 mode). Nothing
+# else: a worker runs no program, so PATH is moot, and API keys and tokens stay in the
+# host. PYTHONPATH is not needed either: the zygote gets the host's sys.path verbatim.
+ZYGOTE_ENVIRONMENT = ("LANG", "PYTHONHOME", "PYTHONUTF8")
+ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
 # A call not answered within this long is slow: `slow_call` (if set) hears of it once.
 SLOW_CALL_S = 0.001
 # A lone call's thread polls (yielding) this long for the answer before it sleeps: a
@@ -208,6 +215,7 @@ class Zygote:
             self.process = subprocess.Popen(
                 [sys.executable, "-S", "-c", code], pass_fds=[theirs.fileno()], close_fds=True,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # stdout may be a protocol
+                env=zygote_environment(os.environ),
             )
         finally:
             theirs.close()
@@ -590,6 +598,14 @@ def _alive(pid: int) -> bool:
         return False
     except psutil.Error:
         return True  # cannot tell: keep its file
+
+
+def zygote_environment(host: Mapping[str, str]) -> dict[str, str]:
+    """The part of the host's environment the zygote starts with (ZYGOTE_ENVIRONMENT)."""
+    return {
+        name: value for name, value in host.items()
+        if name in ZYGOTE_ENVIRONMENT or name.startswith(ZYGOTE_ENVIRONMENT_PREFIX)
+    }
 
 
 def failure(request: dict[str, Any], code: str, message: str) -> dict[str, Any]:
