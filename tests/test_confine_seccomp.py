@@ -69,8 +69,10 @@ def _traceme() -> int:
     return _syscall("ptrace", 0, 0, 0, 0)  # PTRACE_TRACEME: the parent would trace us
 
 
-def test_ptrace(roots) -> None:
-    assert _eperm_then(roots, _traceme).value == 0
+def test_ptrace_kills_the_process(roots) -> None:
+    with pytest.raises(ChildProcessError, match=f"signal {signal.SIGSYS}"):
+        run_confined(_traceme, roots=roots)
+    assert run_confined(_traceme, roots=roots, drop=("seccomp",)).value == 0
 
 
 def _fork() -> str:
@@ -136,19 +138,30 @@ def _calls_then_survives(calls: list[tuple[str | int, tuple[int, ...]]]) -> list
     return results
 
 
-# zero or invalid arguments: harmless if they ever got through (the control run does)
+# zero or invalid arguments (kexec_load: invalid flags): harmless if they ever got through
+# (the control run does)
 KERNEL_SURFACE = [
-    ("mount", (0, 0, 0, 0, 0)), ("umount2", (0, 0)), ("pivot_root", (0, 0)),
+    ("pidfd_open", (1, 0)), ("kill", (1, 0)),
+    ("setrlimit", (99, 0)), ("linkat", (-1, 0, -1, 0, 0)), ("symlinkat", (0, -1, 0)),
+    ("fchmodat", (-1, 0, 0)), ("fchownat", (-1, 0, 0, 0, 0)), ("utimensat", (-1, 0, 0, 0)),
+    ("setxattr", (0, 0, 0, 0, 0)), ("getxattr", (0, 0, 0, 0)), ("prctl", (4, 1, 0, 0, 0)),
+    ("seccomp", (2, 0, 0)), ("uname", (0,)), ("sysinfo", (0,)), ("madvise", (0, 4096, 12)),
+    ("open", (0, 0)), ("stat", (0, 0)), ("lstat", (0, 0)), ("mkdir", (0, 0)),
+    ("unlink", (0,)), ("rmdir", (0,)), ("rename", (0, 0)), ("statmount", (0, 0, 0, 0)),
+    (UNKNOWN_SYSCALL, ()),
+]
+# calls corral never makes: the first attempt kills the worker (SIGSYS)
+KILLED_ON_ATTEMPT = [
+    ("mount", (0, 0, 0, 0, 0)), ("umount2", (0, 0)), ("pivot_root", (0, 0)), ("chroot", (0,)),
     ("fsopen", (0, 0)), ("open_tree", (-1, 0, 0)), ("move_mount", (-1, 0, -1, 0, 0)),
-    ("unshare", (0,)), ("setns", (-1, 0)), ("bpf", (0, 0, 0)),
-    ("perf_event_open", (0, 0, -1, -1, 0)), ("userfaultfd", (0,)), ("keyctl", (0, 0, 0)),
-    ("add_key", (0, 0, 0, 0, 0)), ("io_uring_setup", (0, 0)), ("io_uring_enter", (-1, 0, 0, 0)),
-    ("process_vm_readv", (1, 0, 0, 0, 0, 0)), ("name_to_handle_at", (-1, 0, 0, 0, 0)),
-    ("open_by_handle_at", (-1, 0, 0)), ("pidfd_open", (1, 0)), ("chroot", (0,)),
-    ("kill", (1, 0)), ("setrlimit", (99, 0)), ("linkat", (-1, 0, -1, 0, 0)),
-    ("symlinkat", (0, -1, 0)), ("fchmodat", (-1, 0, 0)), ("fchownat", (-1, 0, 0, 0, 0)),
-    ("utimensat", (-1, 0, 0, 0)), ("setxattr", (0, 0, 0, 0, 0)), ("getxattr", (0, 0, 0, 0)),
-    ("prctl", (4, 1, 0, 0, 0)), ("seccomp", (2, 0, 0)), (UNKNOWN_SYSCALL, ()),
+    ("unshare", (0,)), ("setns", (-1, 0)), ("bpf", (0, 0, 0)), ("userfaultfd", (0,)),
+    ("keyctl", (0, 0, 0)), ("add_key", (0, 0, 0, 0, 0)), ("request_key", (0, 0, 0, 0)),
+    ("io_uring_setup", (0, 0)), ("io_uring_enter", (-1, 0, 0, 0)),
+    ("io_uring_register", (-1, 0, 0, 0)), ("process_vm_readv", (1, 0, 0, 0, 0, 0)),
+    ("name_to_handle_at", (-1, 0, 0, 0, 0)), ("open_by_handle_at", (-1, 0, 0)),
+    ("init_module", (0, 0, 0)), ("finit_module", (-1, 0, 0)), ("delete_module", (0, 0)),
+    ("kexec_load", (0, 0, 0, 0xFFFF)), ("reboot", (0, 0, 0, 0)), ("swapoff", (0,)),
+    ("perf_event_open", (0, 0, -1, -1, 0)),
 ]
 
 
@@ -162,6 +175,18 @@ def test_the_kernel_surface_is_closed_and_the_worker_survives(roots) -> None:
     )
     refused = [name for (name, _), got in zip(calls, control.value, strict=False) if got == "EPERM"]
     assert not refused, "refused by something other than seccomp"
+
+
+@pytest.mark.parametrize(("name", "args"), [c for c in KILLED_ON_ATTEMPT if c[0] in NR])
+def test_calls_corral_never_makes_kill_the_worker(roots, name: str, args: tuple) -> None:
+    with pytest.raises(ChildProcessError, match=f"signal {signal.SIGSYS}"):
+        run_confined(_calls_then_survives, [(name, args)], roots=roots)
+    # control: without seccomp the same call returns (an error of its own, or success)
+    control = run_confined(
+        _calls_then_survives, [(name, args)], roots=roots,
+        drop=("seccomp", "landlock", "capabilities"),
+    )
+    assert control.ok and len(control.value) == 2, control
 
 
 @pytest.mark.skipif(native_arch() != "x86_64", reason="x32 exists on x86_64 only")

@@ -9,6 +9,7 @@ fds it holds are its sockets to the zygote and workers, and pidfds.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import select
@@ -75,6 +76,8 @@ SLOW_CALL_S = 0.001
 # A lone call's thread polls (yielding) this long for the answer before it sleeps: a
 # stat or small read answers within it, and a woken thread costs ~3x its own work.
 ANSWER_SPIN_S = 150e-6
+
+log = logging.getLogger(__name__)
 
 # Set by a caller that wants to know when its call turns slow (the MCP server runs
 # quick calls on its reading thread and then lets another thread read on).
@@ -386,6 +389,17 @@ class Pool:
                 f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
                 else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
             )
+            if code == -signal.SIGSYS:
+                # the seccomp profile kills a worker only for a call corral never makes
+                what = "was killed by SIGSYS: it attempted a system call the sandbox forbids"
+                log.error(
+                    "corral: worker %d running %s was killed by SIGSYS: it attempted a "
+                    "system call the seccomp profile forbids outright (a compromised "
+                    "worker?); the pool replaced it", worker.pid, request.get("tool"),
+                )
+            else:
+                log.warning("corral: worker %d running %s %s; the pool replaced it",
+                            worker.pid, request.get("tool"), what)
             return failure(
                 request, "worker_crashed",
                 f"The worker running {request.get('tool')} {what}; the pool replaced it.",
