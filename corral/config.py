@@ -37,7 +37,9 @@ TOOL_NAMES = (
     "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
     "delete_file", "search_files", "grep", "list_allowed_directories",
 )
-LAYERS = ("landlock", "seccomp", "openat2", "no_new_privs", "rlimits")  # what require names
+LAYERS = (  # what require names
+    "landlock", "seccomp", "openat2", "no_new_privs", "rlimits", "mount_namespace",
+)
 RESOLVERS = ("auto", "openat2", "walk")
 DURABILITY = ("fsync", "none")
 

@@ -3,7 +3,7 @@ confined itself with corral.sandbox.confine.confine, and bring back its result,
 exception and errno. A restriction cannot be undone, so every test forks.
 
 `drop` removes layers in the child for control experiments ("would this test
-fail without the layer?"): "landlock", "seccomp", "capabilities". Nothing else
+fail without the layer?"): "landlock", "seccomp", "capabilities", "mount_namespace". Nothing else
 is faked.
 """
 
@@ -28,6 +28,7 @@ _LAYER_STEPS = {
     "landlock": "_apply_landlock",
     "seccomp": "_apply_seccomp",
     "capabilities": "_drop_capabilities",
+    "mount_namespace": "_enter_mount_namespace",
 }
 
 

@@ -28,7 +28,8 @@ def roots(workspace: Path) -> list[tuple[str, str]]:
 
 
 def test_probe_reports_what_this_kernel_offers() -> None:
-    assert set(KERNEL) == {"landlock_abi", "seccomp", "openat2", "no_new_privs"}
+    assert set(KERNEL) == {"landlock_abi", "seccomp", "openat2", "no_new_privs",
+                           "mount_namespace"}
     assert KERNEL["landlock_abi"] >= 1
     assert KERNEL["openat2"] is True
     assert KERNEL["no_new_privs"] is True
@@ -38,7 +39,7 @@ def test_every_layer_the_kernel_offers_is_applied(roots) -> None:
     outcome = run_confined(probe.observed, roots=roots)
     assert outcome.layers == {
         "landlock_abi": KERNEL["landlock_abi"], "seccomp": True, "no_new_privs": True,
-        "rlimits": True,
+        "rlimits": True, "mount_namespace": KERNEL["mount_namespace"],
     }
     # from the inside, /proc is out of reach: the child asks prctl and probes Landlock
     assert outcome.value == {
@@ -141,7 +142,7 @@ def _append(path: str) -> int:
 def test_a_missing_root_fails_closed(tmp_path: Path) -> None:
     outcome = run_confined(os.getpid, roots=[(str(tmp_path / "missing"), "rw")])
     assert outcome.error == "ConfinementError", outcome
-    assert "Landlock" in outcome.message
+    assert "missing" in outcome.message  # the first layer that needs it names it
 
 
 @pytest.mark.parametrize(

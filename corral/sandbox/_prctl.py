@@ -8,6 +8,7 @@ import ctypes
 import os
 
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
 PR_GET_SECCOMP = 21
 PR_CAPBSET_READ = 23
 PR_CAPBSET_DROP = 24
@@ -46,6 +47,11 @@ def seccomp_mode() -> int:
 def set_parent_death_signal(signum: int) -> None:
     """The kernel sends `signum` when the thread that forked this process exits."""
     _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def dumpable() -> bool:
+    """False after a change of credentials (setuid): /proc/self then belongs to root."""
+    return _prctl(PR_GET_DUMPABLE) == 1
 
 
 def in_bounding_set(cap: int) -> bool:

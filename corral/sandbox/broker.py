@@ -102,15 +102,19 @@ class Broker:
 
 
 def summarise(layers: dict[str, Any]) -> dict[str, Any]:
-    """A worker's report plus `level`: "full" when every layer is active."""
+    """A worker's report plus `level`: "full" when every layer is active. The mount
+    namespace is reported beside them but left out of `level`: it needs root or
+    unprivileged user namespaces, which many distributions restrict, and `level`
+    describes the layers every supported kernel offers (`require` can demand it)."""
     report = {
         "landlock_abi": int(layers.get("landlock_abi") or 0),
         "seccomp": bool(layers.get("seccomp")),
         "no_new_privs": bool(layers.get("no_new_privs")),
         "openat2": bool(layers.get("openat2")),
         "rlimits": bool(layers.get("rlimits")),
+        "mount_namespace": bool(layers.get("mount_namespace")),
     }
-    active = list(_active(report).values())
+    active = [on for name, on in _active(report).items() if name != "mount_namespace"]
     report["level"] = "full" if all(active) else "partial" if any(active) else "none"
     return report
 

@@ -1,8 +1,9 @@
 """confine(): the layers a worker applies to itself before it serves. Hazmat:
 every step is irreversible for the calling process.
 
-Order: close inherited fds, rlimits, no_new_privs, capabilities, Landlock, seccomp
-last (so the earlier steps may still use the calls it denies). Whatever needs a file (the
+Order: close inherited fds, rlimits, the mount namespace (it needs the privilege
+the next steps give up), no_new_privs, capabilities, Landlock, seccomp last (so the
+earlier steps may still use the calls it denies). Whatever needs a file (the
 seccomp profile, the syscall tables) is read first, before anything is closed.
 Best effort by kernel: a layer the kernel lacks is reported as absent; a layer
 the kernel offers that fails to apply raises ConfinementError (fail closed).
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from corral import seccomp
 from corral.config import Limits
-from corral.sandbox import _caps, _landlock, _prctl
+from corral.sandbox import _caps, _landlock, _mountns, _prctl
 
 # Address space: the interpreter with everything a worker imports (~100 MiB
 # measured), malloc's 128 MiB per-thread arena reservations and thread stacks ...
@@ -69,6 +70,7 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
     rules = [_rule(root, abi) for root in roots]
     _close_fds(set(keep_fds))
     _set_rlimits(limits)
+    mount_namespace = _enter_mount_namespace(roots)
     _set_no_new_privs()
     _drop_capabilities()
     if abi:
@@ -80,6 +82,7 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
         "seccomp": program is not None,
         "no_new_privs": True,
         "rlimits": True,
+        "mount_namespace": mount_namespace,
     }
 
 
@@ -158,6 +161,17 @@ def _set_rlimits(limits: Limits) -> None:
             resource.setrlimit(which, (value, value))
     except (OSError, ValueError) as exc:
         raise ConfinementError(f"setting resource limits failed: {exc}") from exc
+
+
+def _enter_mount_namespace(roots: RootList) -> bool:
+    """Best effort: False where the kernel allows no namespace (not root, and no
+    unprivileged user namespaces); a namespace begun and not finished fails closed."""
+    bound = [(root[0], None) if isinstance(root, tuple) else (root.path, root.fd)
+             for root in roots]
+    try:
+        return _mountns.enter(bound)
+    except OSError as exc:
+        raise ConfinementError(f"building the mount namespace failed: {exc}") from exc
 
 
 def _set_no_new_privs() -> None:

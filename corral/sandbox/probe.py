@@ -5,24 +5,46 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from typing import Any
 
 from corral import seccomp
 from corral.fs import _sys as fs_sys
 from corral.sandbox import _landlock, _prctl
 
+# the directory holding this `corral` package: the child imports the same one
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBE_TIMEOUT_S = 30.0  # an interpreter's start on a loaded machine, at worst
 _LANDLOCK_PROBE = "/"  # never a root (system paths cannot be): readable only without Landlock
 
 
 def probe() -> dict[str, Any]:
     """The layers this kernel offers: landlock_abi (0 = none), seccomp, openat2,
-    no_new_privs."""
+    no_new_privs, mount_namespace."""
     return {
         "landlock_abi": _landlock.abi_version(),
         "seccomp": seccomp.supported(),
         "openat2": openat2_available(),
         "no_new_privs": _no_new_privs_available(),
+        "mount_namespace": mount_namespace_available(),
     }
+
+
+def mount_namespace_available() -> bool:
+    """True if a process like a worker may have a mount namespace (as root, or through
+    an unprivileged user namespace). Asked of a fresh child, since entering one is
+    irreversible and a fork of a threaded host is unsafe."""
+    code = (
+        f"import sys; sys.path[:] = {[_PACKAGE_PARENT, *sys.path]!r}\n"
+        "from corral.sandbox import _mountns\n"
+        "try: _mountns.unshare_mounts()\n"
+        "except OSError: sys.exit(1)"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code], env={}, check=False,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S)
+    return done.returncode == 0
 
 
 def openat2_available() -> bool:
@@ -47,10 +69,11 @@ def observed(pid: int | None = None) -> dict[str, Any]:
     """What process `pid` (default: this one) runs under, from /proc/PID/status:
     no_new_privs, seccomp (filter mode), seccomp_filters; for this process also
     landlock, from a probe access (another process's Landlock domain is not visible).
-    Inside a Landlock domain /proc is out of reach, so this process then asks prctl."""
+    Inside a Landlock domain /proc is out of reach (in a worker's mount namespace it is
+    absent but for /proc/self/fd), so this process then asks prctl."""
     try:
         report = _status(f"/proc/{pid or 'self'}/status")
-    except PermissionError:
+    except (PermissionError, FileNotFoundError):
         if pid is not None:
             raise
         report = {

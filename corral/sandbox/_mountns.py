@@ -1,0 +1,178 @@
+"""The mount namespace a worker moves into, holding only its roots (ctypes; Linux).
+Private plumbing for confine.py and probe.py. Hazmat: irreversible for the caller.
+
+Landlock governs opening files, not stat or readlink: without this, a compromised
+worker learns which host paths exist (/home/alice/.ssh/id_rsa, its size and
+times). Here the worker's `/` becomes a fresh, read-only tmpfs holding a bind mount
+of each root at the root's own absolute path, and of the worker's own
+/proc/self/fd (corral.fs reads an fd's path there); the host's tree is detached.
+The root fds the worker inherited are reopened through the bind mounts and put
+back under the same numbers: an fd from before would still lead, by `..`, into the
+host's tree.
+
+As root the worker unshares the mount namespace directly; otherwise it first
+enters a user namespace of its own, mapping only its own uid and gid (where the
+kernel allows unprivileged user namespaces). A kernel that allows neither gets
+False from `enter()`, and the worker runs without this layer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Sequence
+
+from corral.sandbox import _prctl
+from corral.seccomp.arches import load_arch, native_arch
+
+CLONE_NEWNS = 0x0002_0000
+CLONE_NEWUSER = 0x1000_0000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x4_0000
+MNT_DETACH = 0x2
+# Where the new root is assembled before pivot_root: any directory of the host's
+# tree serves, since the tmpfs on it lives only in the worker's namespace.
+STAGING_CANDIDATES = ("/tmp", "/mnt", "/dev", "/run")
+_TMPFS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+_TMPFS_OPTIONS = b"mode=0755,size=1m"  # it holds only empty mount points
+_PROC_FDS = "/proc/self/fd"
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # as corral.fs opens roots
+# errnos meaning "the kernel does not let this process have a namespace"
+_REFUSED = (errno.EPERM, errno.EINVAL, errno.ENOSPC, errno.EUSERS, errno.ENOSYS)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Refused(OSError):
+    """The kernel does not allow this process a mount namespace."""
+
+
+def _check(result: int) -> None:
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _unshare(flags: int) -> None:
+    ctypes.set_errno(0)
+    _check(_libc.unshare(ctypes.c_int(flags)))
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: bytes | None = None) -> None:
+    ctypes.set_errno(0)
+    _check(_libc.mount(
+        None if source is None else os.fsencode(source), os.fsencode(target),
+        None if fstype is None else fstype.encode(), ctypes.c_ulong(flags), data,
+    ))
+
+
+def _pivot_root(new_root: str, put_old: str) -> None:
+    # glibc has no wrapper; the number comes from the same tables as seccomp's
+    nr = load_arch(native_arch() or "x86_64").syscalls["pivot_root"]
+    ctypes.set_errno(0)
+    _check(_libc.syscall(ctypes.c_long(nr), os.fsencode(new_root), os.fsencode(put_old)))
+
+
+def unshare_mounts() -> None:
+    """Enter a new mount namespace (through a user namespace when not privileged);
+    Refused if the kernel allows neither. The caller must be single-threaded."""
+    try:
+        _unshare(CLONE_NEWNS)
+        return
+    except OSError as exc:
+        if exc.errno not in _REFUSED:
+            raise
+    if not _prctl.dumpable():
+        # its /proc/self/uid_map belongs to root: the ids could not be mapped
+        raise Refused(errno.EPERM, "no mount namespace: the process is not dumpable")
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        _unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    except OSError as exc:
+        if exc.errno in _REFUSED:
+            raise Refused(exc.errno, f"no mount namespace: {exc.strerror}") from None
+        raise
+    # the same ids inside as outside, so files keep their owners; no group changes
+    for name, text in (("setgroups", b"deny"), ("uid_map", b"%d %d 1" % (uid, uid)),
+                       ("gid_map", b"%d %d 1" % (gid, gid))):
+        control = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(control, text)
+        finally:
+            os.close(control)
+
+
+def enter(roots: Sequence[tuple[str, int | None]]) -> bool:
+    """Move into a mount namespace holding only `roots` ((absolute path, open fd or
+    None)); each fd is replaced by one opened through the namespace, same number.
+    False if the kernel allows no namespace; OSError if building it fails."""
+    try:
+        unshare_mounts()
+    except Refused:
+        return False
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
+    staging = next(path for path in STAGING_CANDIDATES if os.path.isdir(path))
+    # bind from fds opened in this namespace (a bind takes its source from the
+    # caller's own namespace), before the tmpfs covers `staging`; each must be the
+    # very directory the inherited fd names, or a rename has swapped it meanwhile
+    opened = {path: _open_same(path, fd) for path, fd in roots}
+    try:
+        _mount("corral", staging, "tmpfs", _TMPFS, _TMPFS_OPTIONS)
+        bound: list[str] = []
+        for path, fd in sorted(roots, key=lambda root: root[0]):
+            target = staging + path
+            _make_mount_point(target, inside=[staging + b for b in bound])
+            _mount(f"{_PROC_FDS}/{opened[path]}", target, None, MS_BIND | MS_REC)
+            bound.append(path)
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+    os.makedirs(staging + _PROC_FDS)
+    _mount(_PROC_FDS, staging + _PROC_FDS, None, MS_BIND)  # /proc/self: this process's own
+    _mount(None, staging, None, MS_REMOUNT | MS_RDONLY | _TMPFS)
+    os.chdir(staging)
+    _pivot_root(".", ".")  # the old root now sits on top of the new one ...
+    _mount_detach(".")  # ... and goes, with every host mount under it
+    os.chdir("/")
+    for path, fd in roots:
+        if fd is not None:
+            _reopen(path, fd)
+    return True
+
+
+def _make_mount_point(target: str, inside: list[str]) -> None:
+    """mkdir -p within the tmpfs only: a target beneath a root bound already must
+    exist there (creating it would write to the host's files)."""
+    if any(target.startswith(parent + "/") for parent in inside):
+        if not os.path.isdir(target):
+            raise OSError(errno.ENOENT, f"nested root {target!r} is gone from its parent root")
+        return
+    os.makedirs(target, exist_ok=True)
+
+
+def _mount_detach(target: str) -> None:
+    ctypes.set_errno(0)
+    _check(_libc.umount2(os.fsencode(target), ctypes.c_int(MNT_DETACH)))
+
+
+def _open_same(path: str, fd: int | None) -> int:
+    """`path` opened as a directory; with `fd`, it must be the directory `fd` names."""
+    fresh = os.open(path, _DIR_FLAGS | os.O_NOFOLLOW)
+    if fd is not None:
+        old, new = os.fstat(fd), os.fstat(fresh)
+        if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
+            os.close(fresh)
+            raise OSError(errno.ESTALE, f"root {path!r} is no longer the directory opened")
+    return fresh
+
+
+def _reopen(path: str, fd: int) -> None:
+    """Replace `fd` by the same directory opened through its bind mount (same flags,
+    same number), so `..` from it ends at the namespace's `/`."""
+    fresh = _open_same(path, fd)
+    try:
+        os.dup2(fresh, fd, inheritable=os.get_inheritable(fd))
+    finally:
+        os.close(fresh)
