@@ -121,7 +121,7 @@ def enter(roots: Sequence[tuple[str, int | None]]) -> bool:
     try:
         _mount("corral", staging, "tmpfs", _TMPFS, _TMPFS_OPTIONS)
         bound: list[str] = []
-        for path, fd in sorted(roots, key=lambda root: root[0]):
+        for path in sorted(path for path, _ in roots):
             target = staging + path
             _make_mount_point(target, inside=[staging + b for b in bound])
             _mount(f"{_PROC_FDS}/{opened[path]}", target, None, MS_BIND | MS_REC)
