@@ -96,8 +96,10 @@ def verdict(worker: dict[str, Any], missing: list[str]) -> str:
     if missing:
         return f"warning: workers lack {', '.join(missing)}, which the kernel offers"
     active = [
-        f"Landlock ABI {worker['landlock_abi']}" if key == "landlock_abi" else key
-        for key in ("landlock_abi", "seccomp", "no_new_privs", "openat2", "rlimits")
+        f"Landlock ABI {worker['landlock_abi']}" if key == "landlock_abi"
+        else "a mount namespace" if key == "mount_namespace" else key
+        for key in ("landlock_abi", "seccomp", "no_new_privs", "openat2", "rlimits",
+                    "mount_namespace")
         if worker.get(key)
     ]
     lacking = [key.removesuffix("_abi") for key in worker if key != "level" and not worker[key]]
@@ -159,10 +161,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print("\n".join(policy))
         print("the kernel offers:")
         for key, value in kernel.items():
-            print(f"  {key:<14}{describe(value)}")
+            print(f"  {key:<16}{describe(value)}")
         print(f"a worker for {workspace} runs with:")
         for key, value in worker.items():
-            print(f"  {key:<14}{describe(value)}")
+            print(f"  {key:<16}{describe(value)}")
     return EXIT_OK if not missing else EXIT_FAILED
 
 

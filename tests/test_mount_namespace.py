@@ -114,6 +114,7 @@ def test_doctor_reports_it(capsys: pytest.CaptureFixture[str], workspace: Path) 
     assert code == 0
     assert report["kernel"]["mount_namespace"] is True
     assert report["worker"]["mount_namespace"] is True
+    assert report["verdict"].endswith(", a mount namespace")
 
 
 # A host that is not root: the worker enters a user namespace of its own first.
