@@ -23,6 +23,7 @@ from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
+from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
 
 GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
@@ -77,7 +78,8 @@ def test_every_layer_is_active_and_reported(make_broker: MakeBroker) -> None:
     broker = make_broker(require=("landlock", "seccomp", "no_new_privs", "openat2", "rlimits"))
     assert broker.confinement == {
         "landlock_abi": broker.confinement["landlock_abi"], "seccomp": True, "no_new_privs": True,
-        "openat2": True, "rlimits": True, "level": "full",
+        "openat2": True, "rlimits": True, "mount_namespace": probe()["mount_namespace"],
+        "level": "full",
     }
     assert broker.confinement["landlock_abi"] >= 1
 
