@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 from collections.abc import Sequence
 
@@ -158,8 +159,12 @@ def _mount_detach(target: str) -> None:
 
 
 def _open_same(path: str, fd: int | None) -> int:
-    """`path` opened as a directory; with `fd`, it must be the directory `fd` names."""
-    fresh = os.open(path, _DIR_FLAGS | os.O_NOFOLLOW)
+    """`path` opened as a directory, as `fd` was (O_PATH or for reading: the history
+    store's fd is read and locked); with `fd`, it must be the directory `fd` names."""
+    flags = _DIR_FLAGS
+    if fd is not None and not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_PATH:
+        flags &= ~os.O_PATH
+    fresh = os.open(path, flags | os.O_NOFOLLOW)
     if fd is not None:
         old, new = os.fstat(fd), os.fstat(fresh)
         if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):

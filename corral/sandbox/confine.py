@@ -166,7 +166,9 @@ def _set_rlimits(limits: Limits) -> None:
 def _enter_mount_namespace(roots: RootList) -> bool:
     """Best effort: False where the kernel allows no namespace (not root, and no
     unprivileged user namespaces); a namespace begun and not finished fails closed."""
-    bound = [(root[0], None) if isinstance(root, tuple) else (root.path, root.fd)
+    # a directory known only by its fd (the history store) is bound at its real path
+    bound = [(root[0], None) if isinstance(root, tuple)
+             else (root.path or os.readlink(f"{_PROC_FDS}/{root.fd}"), root.fd)
              for root in roots]
     try:
         return _mountns.enter(bound)
