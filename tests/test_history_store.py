@@ -166,11 +166,16 @@ def test_a_worker_reaches_only_its_own_workspace_store(tmp_path: Path) -> None:
     try:
         roots = [(str(workspace), "rw"), StoreDir(fd)]
         assert run_confined(_create_in, str(mine), roots=roots, keep_fds=[fd]).ok
-        refused = run_confined(_create_in, str(theirs), roots=roots, keep_fds=[fd])
+        # Landlock's own refusal: the mount namespace would hide `theirs` outright (ENOENT)
+        refused = run_confined(_create_in, str(theirs), roots=roots, keep_fds=[fd],
+                               drop=("mount_namespace",))
         assert refused.errno == errno.EACCES
         assert not (theirs / "planted").exists()
+        hidden = run_confined(_create_in, str(theirs), roots=roots, keep_fds=[fd])
+        assert hidden.errno in (errno.ENOENT, errno.EACCES)  # ENOENT where namespaces exist
+        assert not (theirs / "planted").exists()
         control = run_confined(_create_in, str(theirs), roots=roots, keep_fds=[fd],
-                               drop=("landlock",))
+                               drop=("landlock", "mount_namespace"))
         assert control.ok  # without Landlock the same call would have written there
     finally:
         os.close(fd)
