@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from corral import Sandbox
@@ -83,12 +84,17 @@ def test_a_temp_listing_of_the_wrong_shape_loses_the_worker():
         assert malformed({"id": 0, "temps": temps}, request), temps
 
 
-def test_a_sandbox_of_a_shared_pool_closes(tmp_path: Path):
-    """A shared pool's sandbox does not sweep (its workers come on demand); it closes."""
+def test_a_sandbox_of_a_shared_pool_sweeps_and_closes(tmp_path: Path):
     from corral import Pool
 
     (tmp_path / "ws").mkdir()
+    stale = tmp_path / "ws" / f".corral-tmp-{_dead_pid()}-{HEX}"
+    stale.write_text("partial")
     with Pool(max_workers=2) as pool:
         sandbox = pool.sandbox(tmp_path / "ws")
         assert sandbox.call("stat_file", {"path": "x"})["ok"]
+        deadline = time.monotonic() + 30  # the sweep runs on one of the pool's threads
+        while stale.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not stale.exists()
         sandbox.close()
