@@ -180,9 +180,14 @@ class _Core:
         self.history_store()
         return {"history": op, "tool": op if op in ("undo", "rewind") else "history", **fields}
 
-    def history_result(self, response: dict[str, Any]) -> dict[str, Any]:
-        """The worker's undo/rewind answer in the contract's shape, with its text."""
+    def history_result(self, response: dict[str, Any], target: str) -> dict[str, Any]:
+        """The worker's undo/rewind answer in the contract's shape, with its text;
+        one audit line for it (path: the path undone or the id rewound to)."""
         response.pop("meta", None)
+        if self.audit is not None:
+            error = response.get("error") or {}
+            self.audit.record(tool=response["tool"], ok=bool(response.get("ok")),
+                              error=error.get("code"), path=target)
         if not response.get("ok") or "result" not in response:
             return response
         result = response["result"]
@@ -456,13 +461,13 @@ class Sandbox:
         """Revert the last recorded change of `path` (in a confined worker)."""
         with self._core.active():
             request = self._core.history_request("undo", path=path, force=force)
-            return self._core.history_result(self._executor.submit(request))
+            return self._core.history_result(self._executor.submit(request), path)
 
     def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
         """Every path changed since `checkpoint` back to its state then."""
         with self._core.active():
             request = self._core.history_request("rewind", to=checkpoint, force=force)
-            return self._core.history_result(self._executor.submit(request))
+            return self._core.history_result(self._executor.submit(request), checkpoint)
 
     @property
     def confinement(self) -> dict[str, Any]:
@@ -563,12 +568,12 @@ class AsyncSandbox:
     async def undo(self, path: str, *, force: bool = False) -> dict[str, Any]:
         with self._core.active():
             request = self._core.history_request("undo", path=path, force=force)
-            return self._core.history_result(await self._executor.asubmit(request))
+            return self._core.history_result(await self._executor.asubmit(request), path)
 
     async def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
         with self._core.active():
             request = self._core.history_request("rewind", to=checkpoint, force=force)
-            return self._core.history_result(await self._executor.asubmit(request))
+            return self._core.history_result(await self._executor.asubmit(request), checkpoint)
 
     @property
     def confinement(self) -> dict[str, Any]:

@@ -237,3 +237,17 @@ def test_a_shared_pools_sandbox_records_and_undoes(tree: Path) -> None:
         assert sb.history("log.txt")[0]["tool"] == "write_file"
         assert sb.undo("log.txt")["result"]["restored"] == ["log.txt"]
     assert (tree / "log.txt").read_text() == "one\n"
+
+
+def test_undo_and_rewind_are_audited(tree: Path, tmp_path: Path) -> None:
+    import json
+
+    log = tmp_path / "audit.jsonl"
+    with Sandbox(tree, audit=log) as sb:
+        cp = sb.checkpoint()
+        ok(sb, "write_file", path="log.txt", content="x\n")
+        sb.undo("log.txt")
+        sb.rewind(cp)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["tool"], r["ok"], r["path"]) for r in lines[1:]] == [
+        ("undo", True, "log.txt"), ("rewind", True, cp)]

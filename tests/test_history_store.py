@@ -190,3 +190,10 @@ def test_a_store_is_readable_after_a_torn_record(tmp_path: Path) -> None:
         assert list(store.records()) == []
     finally:
         store.close()
+
+
+def test_a_store_that_cannot_be_created_says_what_to_do(workspace: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ValueError, match=r"cannot be created .*enabled = false"):
+        Sandbox(workspace, history=HistoryOptions(path=str(blocker / "history")))

@@ -121,7 +121,10 @@ def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
             with open(meta, "w", encoding="utf-8") as handle:
                 handle.write(workspace + "\n")
     except OSError as exc:
-        raise StoreError(exc) from None
+        raise CorralError(
+            "io_error", f"the history store {path} cannot be created ({exc.strerror}); set "
+            "[history] path to a writable directory outside every root, or enabled = false.",
+        ) from None
     return path
 
 
