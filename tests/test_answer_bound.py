@@ -86,3 +86,13 @@ def test_a_big_honest_answer_full_of_commas_is_served(tmp_path: Path) -> None:
         result = sb.call("read_file", arguments)
     assert result["ok"], result
     assert result["result"]["lines_read"] == 30_000
+
+
+def test_marks_are_counted_wherever_they_are() -> None:
+    """The bound counts each , : [ { byte once, in any mix with other bytes."""
+    payload = b'{"a":[1,2,{"b":3}],"c":"' + b"x" * 300_000 + b'"}'
+    marks = sum(payload.count(mark) for mark in (b",", b":", b"[", b"{"))
+    assert too_many_values(payload, marks) is None
+    assert too_many_values(bytearray(payload), marks) is None
+    # every string taken out, the rest still has `marks` marks: one fewer allowed fails
+    assert too_many_values(payload, marks - 1) is not None

@@ -32,6 +32,9 @@ WIRE_FACTOR = 3
 META_BYTES = 8 * 1024 * 1024  # touched paths and approvals: a few dozen paths of 4 KiB
 # Smaller answers are decoded unchecked: at ~30x they cost a few MiB at most.
 UNCHECKED_BYTES = 256 * 1024
+# Every byte but the marks a non-string JSON value needs (see too_many_values): one
+# translate() keeps only the marks, a third of the time of four count() passes.
+_NOT_MARKS = bytes(byte for byte in range(256) if byte not in b",:[{")
 _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtracking state
 
 
@@ -52,7 +55,7 @@ def too_many_values(payload: bytes | bytearray, max_values: int) -> str | None:
     has two, an escaped quote inside one has a backslash) caps how many there are."""
 
     def marks(data: bytes | bytearray) -> int:
-        return sum(data.count(mark) for mark in (b",", b":", b"[", b"{"))
+        return len(data.translate(None, _NOT_MARKS))
 
     if len(payload) <= UNCHECKED_BYTES or marks(payload) <= max_values:
         return None
