@@ -38,6 +38,8 @@ MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may nee
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 NO_ONE_TO_ASK = " and nothing here can ask for it"  # approval_required: no approve callback
+# undo/rewind left a conflict alone: the Python spelling, which the CLI replaces with its own
+FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
 # read_before_write: the tools whose results tell which version a session read or wrote,
 # and the writers that need one
 SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file")
@@ -51,7 +53,11 @@ Flow = Generator[Step, Any, dict[str, Any]]
 class NoApprover(Exception):
     """Raised by an approve callback when nobody can answer this request (an MCP
     client that cannot be asked): the call fails `approval_required`, as it does
-    with no callback at all."""
+    with no callback at all; `hint` says what would let someone be asked."""
+
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(hint)
+        self.hint = hint
 
 
 def _start_executor(
@@ -197,7 +203,7 @@ class _Core:
                   + ("" if reasons.get(path, "").endswith(".") else ".")
                   for path in result["conflicts"]]
         if result["conflicts"]:
-            lines.append("Pass force=True to restore a conflicting path anyway.")
+            lines.append(FORCE_HINT)
         if "checkpoint" in result:
             lines.append(f"Checkpoint {result['checkpoint']} holds the state before this rewind.")
         response["text"] = "\n".join(lines) or "Nothing to restore."
@@ -255,7 +261,10 @@ class _Core:
             rule = next((need["rule"] for need in needed if need.get("rule")), None)
             why = f" (rule {rule!r})" if rule else ""
             shown = ", ".join(target["shown"] for target in ask["targets"])
-            refusal = yield from self._ask(ask, f"{shown} needs approval{why}", rule)
+            # said only when the callback cannot ask anyone (NoApprover)
+            fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
+                                   "operator's config to run it without asking")
+            refusal = yield from self._ask(ask, f"{shown} needs approval{why}", rule, fix)
             if refusal is not None:
                 return {**refusal, "meta": response.get("meta", {})}
             approved += [need["key"] for need in needed]
@@ -288,9 +297,11 @@ class _Core:
                 "approval_required", f"{what}{NO_ONE_TO_ASK}{fix}.", rule=rule,
             ))
         answer = yield "approve", ask
-        if answer is None:  # the callback raised NoApprover
+        if isinstance(answer, NoApprover):  # the callback could not ask anyone
+            how = f": {answer.hint}" if answer.hint else ""
             return error_result(ask["tool"], CorralError(
-                "approval_required", f"{what} and nobody can be asked to approve it.", rule=rule,
+                "approval_required", f"{what} and nobody can be asked to approve it{how}{fix}.",
+                rule=rule,
             ))
         if answer:
             return None
@@ -439,8 +450,8 @@ class Sandbox:
                         with self._core.waiting():
                             try:
                                 answer = bool(self._core.approve(payload))  # type: ignore[misc]
-                            except NoApprover:
-                                answer = None
+                            except NoApprover as nobody:
+                                answer = nobody
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value
@@ -553,8 +564,8 @@ class AsyncSandbox:
                                 if inspect.isawaitable(answer):
                                     answer = await answer
                                 answer = bool(answer)
-                            except NoApprover:
-                                answer = None
+                            except NoApprover as nobody:
+                                answer = nobody
                     kind, payload = flow.send(answer)
             except StopIteration as done:
                 return done.value

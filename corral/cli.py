@@ -13,6 +13,7 @@ On a terminal the command talks to a person (a call prints the result's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shlex
@@ -24,8 +25,9 @@ from typing import Any, NoReturn
 
 from corral import __version__, cli_history, jsonl_server, mcp_server
 from corral.api import NO_ONE_TO_ASK, Sandbox
-from corral.config import Config
+from corral.config import Config, ConfigError
 from corral.errors import CorralError, did_you_mean
+from corral.history.store import check_location
 from corral.mcp_core import Approve
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
@@ -60,7 +62,7 @@ class UsageError(Exception):
 
 
 
-def effective_config(args: argparse.Namespace) -> Config:
+def loaded_config(args: argparse.Namespace) -> Config:
     """The operator's config (--config, else the user config, else the defaults) for
     the workspace (--workspace, else the config's root, else the current
     directory), narrowed by the workspace's own corral.toml (see corral.trust)."""
@@ -69,6 +71,20 @@ def effective_config(args: argparse.Namespace) -> Config:
     if args.config is not None and not Path(args.config).is_file():
         raise UsageError(f"config file {args.config} does not exist")
     return operator_config(args.workspace, args.config)
+
+
+def check_history(config: Config) -> None:
+    """ConfigError if the history store would lie inside a root (e.g. the home
+    folder as the workspace holds the default store), before anything starts."""
+    if config.history.enabled:
+        check_location(config.history.path, [root.path for root in config.roots])
+
+
+def effective_config(args: argparse.Namespace) -> Config:
+    """loaded_config, checked as far as it can be without starting a sandbox."""
+    config = loaded_config(args)
+    check_history(config)
+    return config
 
 
 def open_sandbox(args: argparse.Namespace, approve: Approve | None = None) -> Sandbox:
@@ -128,8 +144,8 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
             tools = f" for {', '.join(scope)}" if scope else ""
             lines.append(f"  {kind:<18}{rule.name}: {rule.action}{tools} {', '.join(rule.paths)}")
     lines.append(f"  {'default':<18}{policy.default_action}")
-    if policy.hardlinks != "allow":
-        lines.append(f"  {'hardlinks':<18}{policy.hardlinks}")
+    lines.append(f"  {'hardlinks':<18}{policy.hardlinks}")
+    lines.append(f"  {'read_before_write':<18}{policy.read_before_write}")
     if policy.path_regex:
         lines.append(f"  {'path_regex':<18}{', '.join(policy.path_regex)}")
     limits = ", ".join(f"{k} {v}" for k, v in vars(sandbox.limits).items())
@@ -139,21 +155,29 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     kernel = probe()
-    config = effective_config(args)
+    config = loaded_config(args)
+    try:  # a store the sandbox refuses is a finding: report it, probe a worker without it
+        check_history(config)
+        problem = None
+    except ConfigError as exc:
+        problem = f"error: {exc}"
+        config = dataclasses.replace(
+            config, history=dataclasses.replace(config.history, enabled=False))
     with Sandbox.from_config(config) as sandbox:
         worker = sandbox.confinement
         workspace = sandbox.roots[0].path
         policy = policy_lines(sandbox)
         policy_data = sandbox.policy.to_dict()
     missing = missing_layers(kernel, worker)
+    found = problem or verdict(worker, missing)
     if args.json:
         print_json({
-            "verdict": verdict(worker, missing), "kernel": kernel, "worker": worker,
+            "verdict": found, "kernel": kernel, "worker": worker,
             "missing": missing, "config": config.source,
             "workspace_config": config.narrowed_by, "policy": policy_data,
         })
     else:
-        print(verdict(worker, missing))
+        print(found)
         print(f"config: {config.source or 'none (the built-in defaults)'}")
         if config.narrowed_by:
             print(f"narrowed by: {config.narrowed_by} (the workspace's own, untrusted)")
@@ -165,7 +189,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"a worker for {workspace} runs with:")
         for key, value in worker.items():
             print(f"  {key:<16}{describe(value)}")
-    return EXIT_OK if not missing else EXIT_FAILED
+    return EXIT_OK if not missing and problem is None else EXIT_FAILED
 
 
 def ask_on_terminal(request: dict[str, Any]) -> bool:
@@ -266,7 +290,7 @@ def serve_http(args: argparse.Namespace) -> int:
     http_server.parse_address(args.http)  # a bad address fails here, in one line
     tenants = load_tenants(args.tenants)
     for tenant in tenants:  # every tenant's config is checked before anything listens
-        operator_config(tenant.workspace, tenant.config)
+        check_history(operator_config(tenant.workspace, tenant.config))
     http_server.serve(
         args.http, tenants, allowed_origins=args.allow_origin, max_workers=args.max_workers,
         idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
@@ -295,6 +319,8 @@ def server_command(args: argparse.Namespace) -> list[str]:
         if not Path(args.config).is_file():
             raise UsageError(f"config file {args.config} does not exist")
         argv += ["--config", str(Path(args.config).resolve())]
+    # What `serve` would refuse fails here, in one line, not later inside the client.
+    effective_config(argparse.Namespace(**{**vars(args), "workspace": str(workspace)}))
     return argv
 
 

@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from corral.api import Sandbox
+from corral.api import FORCE_HINT, Sandbox
 
 EXIT_OK, EXIT_FAILED = 0, 1
+CLI_FORCE_HINT = "Run again with --force to restore a conflicting path anyway."
 Opener = Callable[[argparse.Namespace], Sandbox]
 
 
@@ -64,6 +65,8 @@ def add_commands(
             with opener(args) as sandbox:
                 method = sandbox.undo if name == "undo" else sandbox.rewind
                 outcome = method(args.target, force=args.force)
+            if "text" in outcome:  # say the flag, not the Python keyword
+                outcome["text"] = outcome["text"].replace(FORCE_HINT, CLI_FORCE_HINT)
             if args.json:
                 print(json.dumps(outcome, indent=2, ensure_ascii=False))
             else:

@@ -95,6 +95,19 @@ class Config:
         return (RootSpec(self.workspace, mode), *self.allowed_paths)
 
 
+SECTIONS = ("workspace", "tools", "rules", "policy", "limits", "sandbox", "audit", "history")
+# The keys of each table section ([[rules]] is an array of tables, checked per rule).
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "workspace": ("root", "read_only", "allowed_paths"),
+    "tools": TOOL_NAMES,
+    "policy": ("default_action", "path_regex", "hardlinks", "read_before_write"),
+    "limits": tuple(f.name for f in fields(Limits)),
+    "sandbox": tuple(f.name for f in fields(SandboxOptions)),
+    "audit": ("path",),
+    "history": tuple(f.name for f in fields(HistoryOptions)),
+}
+
+
 class ConfigError(ValueError):
     """A config that cannot be used; the message names the file and the key."""
 
@@ -183,6 +196,12 @@ def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from None
 
 
+def check_names(source: str, data: dict[str, Any]) -> None:
+    """ConfigError for an unknown section or key of a table section, with a "did you
+    mean"; nothing is resolved (the data may be untrusted)."""
+    _Parser(source).names(data)
+
+
 def parse_config(source: str, data: dict[str, Any]) -> Config:
     """Check the TOML data of the file `source` and build its Config."""
     return _Parser(source).config(data)
@@ -261,17 +280,20 @@ class _Parser:
 
     # -- sections -------------------------------------------------------------
 
-    def config(self, data: dict[str, Any]) -> Config:
-        sections = (
-            "workspace", "tools", "rules", "policy", "limits", "sandbox", "audit", "history"
-        )
+    def names(self, data: dict[str, Any]) -> None:
         for name in data:
-            if name not in sections:
-                hint = did_you_mean(name, sections)
+            if name not in SECTIONS:
+                hint = did_you_mean(name, SECTIONS)
                 raise self.fail(
-                    f"[{name}]", f"unknown section; allowed: {', '.join(sections)}{hint}"
+                    f"[{name}]", f"unknown section; allowed: {', '.join(SECTIONS)}{hint}"
                 )
-        workspace = self.table(data, "workspace", ("root", "read_only", "allowed_paths"))
+        for name, allowed in SECTION_KEYS.items():
+            if isinstance(data.get(name), dict):
+                self.no_unknown(data[name], f"[{name}]", allowed)
+
+    def config(self, data: dict[str, Any]) -> Config:
+        self.names(data)
+        workspace = self.table(data, "workspace", SECTION_KEYS["workspace"])
         root = self.path(workspace.get("root", "."), "[workspace] root")
         read_only = self.boolean(workspace.get("read_only", False), "[workspace] read_only")
         specs = self.allowed_paths(workspace.get("allowed_paths", []))
@@ -308,11 +330,9 @@ class _Parser:
         return specs
 
     def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
-        tools = self.table(data, "tools", TOOL_NAMES)
+        tools = self.table(data, "tools", SECTION_KEYS["tools"])
         modes = {name: self.enum(mode, f"[tools] {name}", ACTIONS) for name, mode in tools.items()}
-        section = self.table(
-            data, "policy", ("default_action", "path_regex", "hardlinks", "read_before_write")
-        )
+        section = self.table(data, "policy", SECTION_KEYS["policy"])
         default = self.enum(section.get("default_action", "allow"), "[policy] default_action",
                             ACTIONS)
         hardlinks = self.enum(section.get("hardlinks", "allow"), "[policy] hardlinks",
@@ -371,7 +391,7 @@ class _Parser:
             raise self.fail(key, str(exc)) from None
 
     def limits(self, data: dict[str, Any]) -> Limits:
-        section = self.table(data, "limits", [f.name for f in fields(Limits)])
+        section = self.table(data, "limits", SECTION_KEYS["limits"])
         values: dict[str, Any] = {}
         for key, value in section.items():
             check = self.positive_number if key == "timeout_s" else self.positive_int
@@ -379,7 +399,7 @@ class _Parser:
         return Limits(**values)
 
     def sandbox(self, data: dict[str, Any]) -> SandboxOptions:
-        section = self.table(data, "sandbox", [f.name for f in fields(SandboxOptions)])
+        section = self.table(data, "sandbox", SECTION_KEYS["sandbox"])
         values: dict[str, Any] = {}
         for key, value in section.items():
             where = f"[sandbox] {key}"
@@ -400,7 +420,7 @@ class _Parser:
         return value
 
     def history(self, data: dict[str, Any]) -> HistoryOptions:
-        section = self.table(data, "history", [f.name for f in fields(HistoryOptions)])
+        section = self.table(data, "history", SECTION_KEYS["history"])
         values: dict[str, Any] = {}
         for key, value in section.items():
             where = f"[history] {key}"
@@ -415,7 +435,7 @@ class _Parser:
         return HistoryOptions(**values)
 
     def audit(self, data: dict[str, Any]) -> str | None:
-        section = self.table(data, "audit", ("path",))
+        section = self.table(data, "audit", SECTION_KEYS["audit"])
         if "path" not in section:
             return None
         return os.path.abspath(self.path(section["path"], "[audit] path"))

@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 from corral.config import ConfigError
 from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
-from corral.mcp_revisions import REVISIONS
+from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
 from corral.pool import Pool
 from corral.sandbox.hub import Cancel, current_cancel
 from corral.stdio import parse_line
@@ -247,6 +247,13 @@ class HttpFace:
                     message.get("id"), INVALID_REQUEST, "unknown or expired session"))
         elif message.get("method") == "initialize" and "id" in message:
             new_id, session = state.open()
+        elif _needs_session(message):
+            # Streamable HTTP, Session Management: a server that requires a session id
+            # SHOULD answer a request without one (other than initialize) 400.
+            raise HttpError(400, f"missing {SESSION_HEADER}", rpc=error_response(
+                message.get("id"), INVALID_REQUEST,
+                f"{message['method']} needs the {SESSION_HEADER} header of an initialized "
+                f"session, or params._meta[{PROTOCOL_VERSION_KEY!r}] (protocol 2026-07-28)"))
         else:
             session = state.shared()
         reply, future = _reply_future()
@@ -349,6 +356,16 @@ def _parse(body: bytes) -> dict[str, Any]:
     return message
 
 
+def _needs_session(message: dict[str, Any]) -> bool:
+    """A handshake-revision request (no protocol version in its _meta) that only an
+    initialized session can serve; ping needs none."""
+    if "id" not in message or message.get("method") in (None, "initialize", "ping"):
+        return False
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return not (isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta)
+
+
 def _headers(scope: Scope) -> dict[str, str]:
     return {name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in scope["headers"]}
@@ -422,6 +439,10 @@ def serve(
     except ImportError:
         raise ConfigError("the HTTP face needs uvicorn: pip install 'corral[http]'") from None
     host, port = parse_address(address)
+    if not _is_loopback(host):
+        print(f"corral: warning: {host} is not a loopback address and this server speaks plain "
+              "HTTP (tokens and files in clear text); put TLS in front of it (a reverse proxy)",
+              file=sys.stderr, flush=True)
     with Pool(max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes)

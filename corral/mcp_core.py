@@ -100,6 +100,12 @@ STATE_TTL_S = ELICITATION_TIMEOUT_S
 # fails the call (the client said it has roots: running unnarrowed would widen).
 ROOTS_TIMEOUT_S = 30.0
 ROOTS_KEY = "corral-roots"  # the inputRequests key of the stateless roots question
+# Why an approval cannot be asked for (NoApprover's hint), and what would let it be.
+NO_ELICITATION = ("this client does not support form elicitation, which is how corral asks; "
+                  "use an MCP client that does")
+NO_REQUESTS = ("this server cannot send requests on this connection (HTTP with a handshake "
+               "protocol revision); use a client that speaks protocol 2026-07-28, which "
+               "asks inside the result")
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -585,12 +591,12 @@ class McpSession:
         """The sandbox's approve callback: ask the user through the client."""
         call: Call | None = getattr(self._local, "call", None)
         if call is None or not (call.revision.elicitation and elicits_forms(call.capabilities)):
-            raise NoApprover
+            raise NoApprover(NO_ELICITATION)
         message = approval_message(request)
         if call.state is not None:
             return self._approve_stateless(call, request, message)
         if not self._can_ask:
-            raise NoApprover
+            raise NoApprover(NO_REQUESTS)
         with self._lock:
             future = None if call.cancelled else self._ask_client(
                 "elicitation/create", call.revision.elicitation_params(message)

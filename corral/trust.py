@@ -24,6 +24,7 @@ from corral.config import (
     CONFIG_NAME,
     Config,
     ConfigError,
+    check_names,
     find_config,
     load_config,
     parse_config,
@@ -96,6 +97,7 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     """`config` with the untrusted corral.toml at `path` applied on top; ConfigError
     naming every key that would widen anything."""
     source, data = read_config(path)
+    check_names(source, data)  # a typo gets "did you mean", not "not allowed here"
     problems, kept = _refused(data)
     # The kept settings get the same checks as any config (types, enums, globs);
     # the refused ones are never looked at (an untrusted root is not even resolved).

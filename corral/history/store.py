@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from corral.config import ConfigError
 from corral.errors import CorralError
 from corral.fs.version import content_version
 
@@ -102,17 +103,27 @@ def default_base() -> str:
     return os.path.join(state_dir(), "corral", "history")
 
 
-def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
-    """Make (0700) and return the store directory of `workspace` under `base`
-    (default: the state directory). Refused inside a root: a tool could reach it."""
+def check_location(base: str | None, roots: list[str]) -> str:
+    """The store's base directory (default: the state directory), real; ConfigError
+    if it overlaps a root, where a tool could reach it. The fix must come from the
+    operator, never from the workspace's own corral.toml."""
     base = os.path.realpath(base or default_base())
     for root in roots:
         if base == root or base.startswith(root.rstrip("/") + "/") or root.startswith(base + "/"):
-            raise CorralError(
-                "invalid_arguments",
+            raise ConfigError(
                 f"the history store {base} overlaps the root {root}, where tools could reach "
-                "it; set [history] path to a directory outside every root.",
+                "it; set [history] path to a directory outside every root, or [history] "
+                "enabled = false, in a config passed with --config (Python: "
+                "Sandbox.from_config, or history=HistoryOptions(...))",
+                key="[history] path",
             )
+    return base
+
+
+def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
+    """Make (0700) and return the store directory of `workspace` under `base`
+    (default: the state directory). Refused inside a root: a tool could reach it."""
+    base = check_location(base, roots)
     path = os.path.join(base, workspace_key(workspace))
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
