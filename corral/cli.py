@@ -433,7 +433,7 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
     )
     http = serve.add_argument_group(
-        "many tenants over HTTP (pip install 'corral[http]')",
+        "many tenants over HTTP (needs uvicorn: pip install '.[http]' in the corral clone)",
         "MCP Streamable HTTP at /mcp in front of one shared pool of workers; each tenant "
         "is reached only by its bearer token (see the HTTP page of the docs)",
     )

@@ -437,7 +437,8 @@ def serve(
     try:
         import uvicorn
     except ImportError:
-        raise ConfigError("the HTTP face needs uvicorn: pip install 'corral[http]'") from None
+        raise ConfigError("the HTTP face needs uvicorn: pip install '.[http]' in the corral "
+                          "clone, or pip install uvicorn") from None
     host, port = parse_address(address)
     if not _is_loopback(host):
         print(f"corral: warning: {host} is not a loopback address and this server speaks plain "

@@ -1,4 +1,4 @@
-"""JSON text in and out, through msgspec when it is installed (`pip install corral[fast]`).
+"""JSON text in and out, through msgspec when it is installed (`pip install '.[fast]'`).
 
 Why: Python's json encodes a 1 MiB read's answer (2.2 MB of JSON) in ~10 ms of
 CPU on a 2-core VM and parses it in ~3 ms, and that answer is encoded twice (the
