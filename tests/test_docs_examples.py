@@ -177,6 +177,7 @@ def test_http_example_runs_and_a_wrong_token_is_what_the_page_says(server: Serve
     assert "401" not in done.stderr  # why the page explains it
     status, headers, body = post(server, {}, token="not-a-token")
     assert (status, body.strip()) == (401, b"a valid bearer token is required")
+    assert headers["www-authenticate"] == 'Bearer realm="corral"'
     assert post(server, {}, token="alice")[0] == 200
 
 
@@ -256,5 +257,6 @@ def test_the_needs_uvicorn_error_says_to_install_from_the_clone(tmp_path: Path) 
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert done.returncode == 2
-    assert done.stderr.startswith("corral: error: the HTTP face needs uvicorn: pip install '.[http]'")
+    assert done.stderr.startswith(
+        "corral: error: the HTTP face needs uvicorn: pip install '.[http]' in the corral clone")
     assert not INSTALL_FROM_A_REGISTRY.search(done.stderr)
