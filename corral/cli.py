@@ -310,17 +310,22 @@ CLIENTS = {  # --client: where the printed block goes
 def server_command(args: argparse.Namespace) -> list[str]:
     """`corral serve` for this workspace, spelled for a client that starts it: the
     running interpreter by absolute path (clients do not inherit a virtualenv's
-    PATH), absolute paths throughout (clients start servers in any directory)."""
-    workspace = Path(args.workspace or ".").resolve()
-    if not workspace.is_dir():
-        raise UsageError(f"workspace {args.workspace} is not a directory")
-    argv = [sys.executable, "-m", "corral", "serve", "--workspace", str(workspace)]
+    PATH), absolute paths throughout (clients start servers in any directory). A
+    --config alone names its own workspace, as it does for `serve`."""
+    argv = [sys.executable, "-m", "corral", "serve"]
+    workspace = None
+    if args.workspace is not None or args.config is None:
+        resolved = Path(args.workspace or ".").resolve()
+        if not resolved.is_dir():
+            raise UsageError(f"workspace {args.workspace} is not a directory")
+        workspace = str(resolved)
+        argv += ["--workspace", workspace]
     if args.config is not None:
         if not Path(args.config).is_file():
             raise UsageError(f"config file {args.config} does not exist")
         argv += ["--config", str(Path(args.config).resolve())]
     # What `serve` would refuse fails here, in one line, not later inside the client.
-    effective_config(argparse.Namespace(**{**vars(args), "workspace": str(workspace)}))
+    effective_config(argparse.Namespace(**{**vars(args), "workspace": workspace}))
     return argv
 
 

@@ -315,6 +315,24 @@ def test_mcp_config_clients(workspace: Path, tmp_path: Path) -> None:
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
 
 
+def test_mcp_config_with_a_config_alone_serves_the_configs_workspace(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """--config without --workspace: the printed server serves the config's own
+    [workspace] root, as `serve --config` does, not the directory mcp-config ran in."""
+    config = operator_config(tmp_path, f'[workspace]\nroot = "{workspace}"\n')
+    done = corral_cmd("mcp-config", "--config", config, cwd=Path("/"))
+    assert done.returncode == 0, done.stderr
+    args = json.loads(done.stdout)["mcpServers"]["corral"]["args"]
+    assert args == ["-m", "corral", "serve", "--config", config]
+    served = subprocess.run(
+        [sys.executable, *args[:-3], "call", "--json", "--config", config,
+         "read_file", '{"path": "hello.txt"}'],
+        capture_output=True, text=True, cwd="/", timeout=TIMEOUT, check=False,
+    )
+    assert json.loads(served.stdout)["result"]["content"] == "hello\nworld\n"
+
+
 # -- doctor -------------------------------------------------------------------------------------
 
 
