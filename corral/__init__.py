@@ -8,9 +8,10 @@ from corral.errors import CorralError
 
 if TYPE_CHECKING:
     from corral.api import AsyncSandbox, Sandbox
+    from corral.config import ConfigError
     from corral.pool import Pool
 
-__all__ = ["AsyncSandbox", "CorralError", "Pool", "Sandbox", "__version__"]
+__all__ = ["AsyncSandbox", "ConfigError", "CorralError", "Pool", "Sandbox", "__version__"]
 
 __version__ = "0.1.0"  # pyproject.toml reads it from here
 
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from corral import api
 
         return getattr(api, name)
+    if name == "ConfigError":
+        from corral.config import ConfigError
+
+        return ConfigError
     if name == "Pool":
         from corral.pool import Pool
 

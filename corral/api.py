@@ -33,6 +33,7 @@ from corral.tools.access import (
 )
 from corral.tools.registry import TOOLS, error_result, lookup, shown_name, validate
 from corral.tools.render import escaped
+from corral.trust import narrowed
 
 MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
@@ -103,15 +104,20 @@ class _Core:
         allowed_paths: Sequence[RootSpec],
         options: SandboxOptions | None,
         history: HistoryOptions | None,
+        trusted: str | None = None,
     ) -> None:
-        self.policy = policy if policy is not None else Policy()
-        self.limits = limits if limits is not None else Limits()
+        policy = policy if policy is not None else Policy()
         options = options if options is not None else SandboxOptions()
         if workers is not None:
             options = dataclasses.replace(options, workers=workers)
-        self.options = options
-        real, others = resolve_roots(workspace, allowed_paths, read_only=self.policy.read_only)
-        self.roots = (RootSpec(real, "ro" if self.policy.read_only else "rw"), *others)
+        real, others = resolve_roots(workspace, allowed_paths, read_only=policy.read_only)
+        # The arguments are the operator's; the workspace's own corral.toml may only
+        # narrow them (ConfigError before anything starts), as on the command line.
+        config = narrowed(Config(
+            real, others, policy, limits if limits is not None else Limits(), options
+        ), trusted)
+        self.policy, self.limits, self.options = config.policy, config.limits, config.sandbox
+        self.roots = config.roots
         self.approve = approve
         self._owns_audit = audit is not None and not isinstance(audit, Audit)
         self.audit = Audit(audit) if self._owns_audit else audit  # type: ignore[arg-type]
@@ -395,14 +401,10 @@ class Sandbox:
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
     ) -> None:
-        try:
-            core = _Core(
-                workspace, policy=policy, limits=limits, workers=workers, approve=approve,
-                audit=audit, allowed_paths=allowed_paths, options=options, history=history,
-            )
-        except CorralError as error:  # the history store cannot be used
-            raise ValueError(error.message) from None
-        self._open(core, _start_executor)
+        self._open(_core(
+            None, workspace, policy=policy, limits=limits, workers=workers, approve=approve,
+            audit=audit, allowed_paths=allowed_paths, options=options, history=history,
+        ), _start_executor)
 
     def _open(self, core: _Core, start: Callable[..., Any]) -> None:
         """Start the executor for `core` (a private pool, or a lane of a shared one)."""
@@ -423,10 +425,10 @@ class Sandbox:
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] | Config, **kwargs: Any) -> Sandbox:
         """A sandbox as corral.toml describes it; keyword arguments win over the file.
-        The file is the operator's and trusted wherever it lies. A Config (e.g.
-        corral.trust.operator_config's, with a workspace's corral.toml applied)
-        is taken as it is."""
-        return cls(**_config_arguments(path, kwargs))
+        The file is the operator's and trusted wherever it lies; the workspace's
+        own corral.toml, if it is another file, narrows it. A Config (e.g.
+        corral.trust.operator_config's, with that file applied) is taken as it is."""
+        return _pooled(_start_executor, *_config_arguments(path, kwargs))
 
     def tools(self) -> list[dict[str, Any]]:
         """Specs of the tools the policy lets a model see."""
@@ -541,7 +543,7 @@ class AsyncSandbox:
     def from_config(
         cls, path: str | os.PathLike[str] | Config, **kwargs: Any
     ) -> AsyncSandbox:
-        return cls(**_config_arguments(path, kwargs))
+        return _pooled_async(Sandbox.from_config(path, **kwargs))
 
     def tools(self) -> list[dict[str, Any]]:
         return self._core.tools()
@@ -614,8 +616,8 @@ class AsyncSandbox:
         await self.aclose()
 
 
-def _pooled(
-    start: Callable[..., Any],
+def _core(
+    trusted: str | None,
     workspace: str | os.PathLike[str],
     *,
     policy: Policy | None = None,
@@ -626,17 +628,25 @@ def _pooled(
     allowed_paths: Sequence[RootSpec] = (),
     options: SandboxOptions | None = None,
     history: HistoryOptions | None = None,
-) -> Sandbox:
-    """A Sandbox (Sandbox's arguments) whose executor `start` makes: corral.Pool's lanes."""
-    sandbox = Sandbox.__new__(Sandbox)
+) -> _Core:
+    """The core for Sandbox's arguments; `trusted`: a corral.toml the operator named
+    (or one already applied), which is not taken for the workspace's own."""
     try:
-        core = _Core(
+        return _Core(
             workspace, policy=policy, limits=limits, workers=workers, approve=approve,
             audit=audit, allowed_paths=allowed_paths, options=options, history=history,
+            trusted=trusted,
         )
     except CorralError as error:  # the history store cannot be used
         raise ValueError(error.message) from None
-    sandbox._open(core, start)
+
+
+def _pooled(
+    start: Callable[..., Any], trusted: str | None, arguments: dict[str, Any]
+) -> Sandbox:
+    """A Sandbox (Sandbox's arguments) whose executor `start` makes: corral.Pool's lanes."""
+    sandbox = Sandbox.__new__(Sandbox)
+    sandbox._open(_core(trusted, **arguments), start)
     return sandbox
 
 
@@ -648,7 +658,8 @@ def _pooled_async(sync: Sandbox) -> AsyncSandbox:
 
 def _config_arguments(
     path: str | os.PathLike[str] | Config, overrides: dict[str, Any]
-) -> dict[str, Any]:
+) -> tuple[str | None, dict[str, Any]]:
+    """(the corral.toml already trusted or applied, Sandbox's arguments)."""
     config = path if isinstance(path, Config) else load_config(path)
     arguments: dict[str, Any] = {
         "workspace": config.workspace,
@@ -660,4 +671,4 @@ def _config_arguments(
         "history": config.history,
     }
     arguments.update(overrides)
-    return arguments
+    return config.narrowed_by or config.source, arguments

@@ -40,7 +40,9 @@ class Pool:
     def sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
         """A Sandbox served by this pool; Sandbox's keyword arguments. `workers`
         caps how many of the pool's workers it may hold at once (default 2)."""
-        sandbox = _pooled(self._start, workspace, **kwargs)
+        return self._add(_pooled(self._start, None, {"workspace": workspace, **kwargs}))
+
+    def _add(self, sandbox: Sandbox) -> Sandbox:
         with self._lock:
             self._sandboxes.add(sandbox)
         return sandbox
@@ -51,7 +53,7 @@ class Pool:
 
     def sandbox_from_config(self, path: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
         """A Sandbox as corral.toml describes it; keyword arguments win over the file."""
-        return self.sandbox(**_config_arguments(path, kwargs))
+        return self._add(_pooled(self._start, *_config_arguments(path, kwargs)))
 
     def async_sandbox_from_config(
         self, path: str | os.PathLike[str], **kwargs: Any

@@ -79,10 +79,17 @@ def operator_config(
             base = with_workspace(base, workspace if workspace is not None else ".")
         if config is None:
             _check_outside_roots(trusted, base)
-    local = find_config(base.workspace)
+    return narrowed(base, trusted)
+
+
+def narrowed(config: Config, trusted: str | None = None) -> Config:
+    """`config` (the operator's) with its workspace's own corral.toml, if any,
+    applied on top as untrusted input; unless that file is `trusted` (the operator
+    named it, or it is already applied). The command line and Sandbox both come here."""
+    local = find_config(config.workspace)
     if local is None or (trusted is not None and _same_file(local, trusted)):
-        return base
-    return narrow(base, local)
+        return config
+    return narrow(config, local)
 
 
 def with_workspace(config: Config, workspace: str | os.PathLike[str]) -> Config:
