@@ -81,9 +81,9 @@ def test_api_examples_run(tmp_path: Path) -> None:
 
 
 def test_api_page_operator_config_applies_the_workspace_config(tmp_path: Path) -> None:
-    """What api.md says: Sandbox(ws) ignores ws/corral.toml, from_config of
-    operator_config(ws) applies it, and from_config(path) serves the file's folder
-    unless workspace= names another."""
+    """What api.md says: Sandbox(ws) and from_config of operator_config(ws) both
+    apply ws/corral.toml, and from_config(path) serves the file's folder unless
+    workspace= names another."""
     from corral.trust import operator_config
 
     ws = tmp_path / "ws"
@@ -91,7 +91,7 @@ def test_api_page_operator_config_applies_the_workspace_config(tmp_path: Path) -
     (ws / "corral.toml").write_text('[tools]\nwrite_file = "supervised"\n')
     write = {"path": "a.txt", "content": "x"}
     with Sandbox(ws) as sb:
-        assert sb.call("write_file", write)["ok"]
+        assert sb.call("write_file", write)["error"]["code"] == "approval_required"
     with Sandbox.from_config(operator_config(ws)) as sb:
         assert sb.call("write_file", write)["error"]["code"] == "approval_required"
     (tmp_path / "op.toml").write_text("")
@@ -100,7 +100,7 @@ def test_api_page_operator_config_applies_the_workspace_config(tmp_path: Path) -
     with Sandbox.from_config(tmp_path / "op.toml", workspace=ws) as sb:
         assert [root.path for root in sb.roots] == [str(ws)]
     page = (DOCS / "api.md").read_text()
-    assert "do **not** read the `corral.toml`" in page and "operator_config(workspace" in page
+    assert "may only narrow them" in page and "operator_config(workspace" in page
 
 
 def test_history_examples_run(tmp_path: Path) -> None:
