@@ -45,6 +45,7 @@ FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
 # and the writers that need one
 SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file")
 SESSION_WRITERS = ("write_file", "edit_file", "append_file")
+HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
 
 Approve = Callable[[dict[str, Any]], Any]
 Step = tuple[str, dict[str, Any]]  # ("submit" | "approve", payload)
@@ -184,13 +185,23 @@ class _Core:
     # -- history -------------------------------------------------------------
 
     def history_store(self) -> History:
+        """The store; checkpoint() without one is the host's mistake, so it raises."""
         if self.history is None:
-            raise RuntimeError("history is off for this Sandbox ([history] enabled = false)")
+            raise CorralError("tool_disabled", f"checkpoint needs history, but {HISTORY_OFF}.")
         return self.history
 
     def history_request(self, op: str, **fields: Any) -> dict[str, Any]:
-        self.history_store()
         return {"history": op, "tool": op if op in ("undo", "rewind") else "history", **fields}
+
+    def restoring(self, op: str, **fields: Any) -> dict[str, Any] | None:
+        """The worker request for undo/rewind, or None with history off."""
+        return self.history_request(op, **fields) if self.history is not None else None
+
+    @staticmethod
+    def history_off(op: str) -> dict[str, Any]:
+        """undo/rewind with history off: an error result, as a disabled tool gives."""
+        return error_result(op, CorralError(
+            "tool_disabled", f"nothing to {op}: {HISTORY_OFF}, so no change was recorded."))
 
     def history_result(self, response: dict[str, Any], target: str) -> dict[str, Any]:
         """The worker's undo/rewind answer in the contract's shape, with its text;
@@ -466,21 +477,27 @@ class Sandbox:
             return self._core.history_store().checkpoint(label)
 
     def history(self, path: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Recorded changes (and checkpoints, without a path), newest first."""
+        """Recorded changes (and checkpoints, without a path), newest first;
+        [] with history off (nothing is recorded)."""
         with self._core.active():
-            return self._core.history_store().entries(path, limit)
+            store = self._core.history
+            return [] if store is None else store.entries(path, limit)
 
     def undo(self, path: str, *, force: bool = False) -> dict[str, Any]:
         """Revert the last recorded change of `path` (in a confined worker)."""
         with self._core.active():
-            request = self._core.history_request("undo", path=path, force=force)
-            return self._core.history_result(self._executor.submit(request), path)
+            request = self._core.restoring("undo", path=path, force=force)
+            response = (self._core.history_off("undo") if request is None
+                        else self._executor.submit(request))
+            return self._core.history_result(response, path)
 
     def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
         """Every path changed since `checkpoint` back to its state then."""
         with self._core.active():
-            request = self._core.history_request("rewind", to=checkpoint, force=force)
-            return self._core.history_result(self._executor.submit(request), checkpoint)
+            request = self._core.restoring("rewind", to=checkpoint, force=force)
+            response = (self._core.history_off("rewind") if request is None
+                        else self._executor.submit(request))
+            return self._core.history_result(response, checkpoint)
 
     @property
     def confinement(self) -> dict[str, Any]:
@@ -580,13 +597,17 @@ class AsyncSandbox:
 
     async def undo(self, path: str, *, force: bool = False) -> dict[str, Any]:
         with self._core.active():
-            request = self._core.history_request("undo", path=path, force=force)
-            return self._core.history_result(await self._executor.asubmit(request), path)
+            request = self._core.restoring("undo", path=path, force=force)
+            response = (self._core.history_off("undo") if request is None
+                        else await self._executor.asubmit(request))
+            return self._core.history_result(response, path)
 
     async def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
         with self._core.active():
-            request = self._core.history_request("rewind", to=checkpoint, force=force)
-            return self._core.history_result(await self._executor.asubmit(request), checkpoint)
+            request = self._core.restoring("rewind", to=checkpoint, force=force)
+            response = (self._core.history_off("rewind") if request is None
+                        else await self._executor.asubmit(request))
+            return self._core.history_result(response, checkpoint)
 
     @property
     def confinement(self) -> dict[str, Any]:

@@ -91,6 +91,17 @@ def open_sandbox(args: argparse.Namespace, approve: Approve | None = None) -> Sa
     return Sandbox.from_config(effective_config(args), approve=approve)
 
 
+def open_history_sandbox(args: argparse.Namespace) -> Sandbox:
+    """open_sandbox for the history commands, which have nothing to work on with
+    history off: say so in one line instead of an empty list or a failed undo."""
+    config = effective_config(args)
+    if not config.history.enabled:
+        raise CorralError(
+            "tool_disabled", f"{args.command}: history is off for this workspace "
+            "([history] enabled = false), so nothing is recorded to list, undo or rewind.")
+    return Sandbox.from_config(config)
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -476,7 +487,7 @@ def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) ->
 
 def add_history(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
     """corral history | checkpoint | undo | rewind (corral/cli_history.py)."""
-    cli_history.add_commands(commands, common, open_sandbox)
+    cli_history.add_commands(commands, common, open_history_sandbox)
 
 
 # One entry per subcommand, in `corral --help` order: a new command is an `add_*`

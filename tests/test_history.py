@@ -12,7 +12,6 @@ from conftest import ok
 from history_helpers import snapshot
 
 from corral import AsyncSandbox, Sandbox
-from corral.config import HistoryOptions
 from corral.policy import Policy, Rule
 
 ENABLE_DELETE = Policy(tool_modes={"delete_file": "allow"})
@@ -163,13 +162,9 @@ def test_undo_and_rewind_obey_the_policy(tree: Path) -> None:
         assert sb.undo("src/app.py")["error"]["code"] == "read_only"
 
 
-def test_unknown_checkpoint_and_history_off(tree: Path) -> None:
+def test_unknown_checkpoint(tree: Path) -> None:
     with Sandbox(tree) as sb:
         assert sb.rewind("nope")["error"]["code"] == "not_found"
-    with Sandbox(tree, history=HistoryOptions(enabled=False)) as sb:
-        ok(sb, "write_file", path="a.txt", content="x")
-        with pytest.raises(RuntimeError, match="history is off"):
-            sb.history()
 
 
 def test_history_survives_the_sandbox(tree: Path) -> None:

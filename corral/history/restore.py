@@ -23,7 +23,6 @@ from corral.policy import Policy, RootSpec
 
 Entry = dict[str, Any]
 Record = dict[str, Any]
-RESTORING_TOOLS = ("undo", "rewind")  # records of these are never what undo() undoes
 
 
 class Restorer:
@@ -237,8 +236,13 @@ def _key_of(roots: Roots, path: str) -> set[tuple[str, str]]:
     root, rel = roots.locate(path)
     keys = {(root.path, posixpath.normpath(rel))}
     for follow in (False, True):
-        with contextlib.suppress(CorralError):
+        try:
             keys.add((root.path, root.resolve(rel, follow=follow)))
+        except CorralError as error:
+            # "../x" names nothing any record could hold: say so, as every tool does
+            # (a final symlink leading out is fine: the link itself may be recorded)
+            if error.code == "outside_workspace" and not follow:
+                raise
     return keys
 
 
@@ -247,11 +251,14 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     keys = _key_of(roots, path)
     undone = set()
     target = None
+    # An undo's record cancels the change it reverted: undo after undo steps further
+    # back. A rewind's records are changes like a tool's: undo after a rewind takes
+    # back the rewind's change of that path (as it was before the rewind).
     for record in store.records():
         if record.get("undoes"):
             undone.add(record["undoes"])
             continue
-        if record["tool"] in RESTORING_TOOLS or record["id"] in undone:
+        if record["id"] in undone:
             continue
         if _keys(record) & keys:
             target = record
