@@ -114,7 +114,8 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
         error = ConfigError(
             "a corral.toml inside the workspace may only narrow the operator's "
             f"configuration; not allowed here: {'; '.join(problems)}. Put such settings in "
-            "a config passed with --config (or the user config)",
+            "a config passed with --config (or the user config; Python: "
+            "Sandbox.from_config or Sandbox's keyword arguments)",
             file=source,
         )
         error.key = problems[0].split(":", 1)[0]
