@@ -111,9 +111,49 @@ class TestReadFile:
         assert "".join(pieces) == (ws / "ten.txt").read_text()
 
     def test_line_longer_than_max_bytes_is_cut(self, sb: Sandbox) -> None:
-        result = ok(sb, "read_file", path="long.txt", max_bytes=100)["result"]
+        response = ok(sb, "read_file", path="long.txt", max_bytes=100)
+        result = response["result"]
         assert result["content"] == "x" * 100
         assert (result["lines_read"], result["next_offset"]) == (1, 2)
+        assert (result["truncated"], result["next_byte_offset"]) == (True, 100)
+        assert "read the rest with offset=1, byte_offset=100" in response["text"]
+
+    @pytest.mark.parametrize("encoding", ["utf-8", "base64"])
+    def test_a_cut_line_is_never_silent_and_pages_in_full(
+        self, sb: Sandbox, ws: Path, encoding: str
+    ) -> None:
+        # One line, no newline: the cut used to come back truncated=false, next_offset=null.
+        (ws / "one-line.txt").write_text("0123456789" * 10)
+        result = ok(sb, "read_file", path="one-line.txt", max_bytes=8, encoding=encoding)["result"]
+        assert result["truncated"] is True
+        assert result["next_offset"] is None
+        assert result["next_byte_offset"] == (8 if encoding == "utf-8" else 6)
+        for name in ("one-line.txt", "long.txt", "ten.txt"):
+            assert _page_all(sb, name, encoding, max_bytes=8) == (ws / name).read_bytes()
+
+    def test_a_cut_ends_on_a_whole_character(self, sb: Sandbox, ws: Path) -> None:
+        (ws / "wide.txt").write_text("é" * 10 + "\nok\n")
+        result = ok(sb, "read_file", path="wide.txt", max_bytes=5)["result"]
+        assert (result["content"], result["next_byte_offset"]) == ("éé", 4)
+        # A budget below one character still moves on by one character.
+        assert ok(sb, "read_file", path="wide.txt", max_bytes=1)["result"]["content"] == "é"
+        assert _page_all(sb, "wide.txt", "utf-8", max_bytes=3) == (ws / "wide.txt").read_bytes()
+
+    def test_byte_offset_must_fall_inside_the_line(self, sb: Sandbox, ws: Path) -> None:
+        (ws / "wide.txt").write_text("é" * 10 + "\nok\n")
+        error = err(sb, "read_file", path="ten.txt", offset=2, byte_offset=7)
+        assert error["code"] == "invalid_arguments"
+        assert "'byte_offset'" in error["message"]
+        error = err(sb, "read_file", path="wide.txt", byte_offset=3)
+        assert (error["code"], "inside a character" in error["message"]) == (
+            "invalid_arguments", True)
+
+    def test_max_read_bytes_cut_is_truncated(self, ws: Path) -> None:
+        (ws / "one-line.txt").write_text("0123456789" * 10)
+        with Sandbox(ws, limits=Limits(max_read_bytes=10)) as small:
+            result = ok(small, "read_file", path="one-line.txt")["result"]
+            assert (result["content"], result["truncated"]) == ("0123456789", True)
+            assert _page_all(small, "one-line.txt", "utf-8") == (ws / "one-line.txt").read_bytes()
 
     def test_empty_file(self, sb: Sandbox) -> None:
         response = ok(sb, "read_file", path="empty.txt")
@@ -237,3 +277,22 @@ class TestReadMultipleFiles:
         assert len(files[1]["content"]) == (4 * MiB - 3072 * 1025) // 1025 * 1024
         assert files[1]["truncated"]
         assert files[2]["error"]["code"] == "too_large"
+
+
+def _page_all(sb: Sandbox, path: str, encoding: str, **extra: int) -> bytes:
+    """Every byte of `path`, paged the way the results say: byte_offset within a cut
+    line, offset to the next line."""
+    pieces, offset, skip = [], 1, 0
+    for _ in range(1000):
+        result = ok(sb, "read_file", path=path, offset=offset, byte_offset=skip,
+                    encoding=encoding, **extra)["result"]
+        content = result["content"]
+        pieces.append(base64.b64decode(content) if encoding == "base64" else content.encode())
+        if "next_byte_offset" in result:
+            offset, skip = result["start_line"], result["next_byte_offset"]
+        elif result["next_offset"] is not None:
+            offset, skip = result["next_offset"], 0
+        else:
+            assert result["truncated"] is False
+            return b"".join(pieces)
+    raise AssertionError(f"{path} did not finish paging")

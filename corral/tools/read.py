@@ -76,8 +76,8 @@ def split_lines(data: bytes) -> list[bytes]:
 class Page:
     start: int  # 1-based line number of the first line returned
     lines: list[bytes]
-    next_offset: int | None  # where to continue, None when the end was reached
-    cut_from: int | None = None  # bytes in the one line cut to the budget (its rest is lost)
+    next_offset: int | None  # the next whole line, None when the end was reached
+    cut_from: int | None = None  # bytes in the one line cut to the budget
 
 
 # What numbering adds to each line of a read's text as JSON: the number, a tab (cat -n),
@@ -86,16 +86,20 @@ LINE_PREFIX = render.NUMBER_WIDTH + 2
 
 
 def page(
-    lines: list[bytes], offset: int, limit: int, budget: int, *, text: bool = True
+    lines: list[bytes], offset: int, limit: int, budget: int, *, text: bool = True,
+    skip: int = 0,
 ) -> Page:
     """Select lines from `offset` (negative: from the end) until `limit` lines or
     the budget. text=True: the budget counts the lines as JSON encodes them
     (render.encoded_size), and their numbered text, which adds LINE_PREFIX bytes a
     line, may take twice it (a file of empty lines must not return 8x its budget);
-    text=False (base64): raw bytes. A first line longer than the budget is cut to it."""
+    text=False (base64): raw bytes. The first line starts `skip` bytes in; if it is
+    longer than the budget it is cut to it."""
     total = len(lines)
     start = max(1, total + offset + 1) if offset < 0 else offset
     chosen = lines[start - 1 : start - 1 + limit]
+    if skip:
+        chosen[0] = chosen[0][skip:]
     measure = render.encoded_size if text else len
     prefix = LINE_PREFIX if text else 0
     cut_from = None
@@ -109,15 +113,19 @@ def page(
                 if count:
                     chosen = chosen[:count]
                 else:
-                    chosen, cut_from = [_cut(line, budget, measure)], len(line)
+                    part = _cut(line, budget, measure, text)
+                    chosen = [part]
+                    cut_from = len(line) if len(part) < len(line) else None
                 break
     end = start - 1 + len(chosen)
     return Page(start, chosen, end + 1 if end < total else None, cut_from)
 
 
-def _cut(line: bytes, budget: int, measure: Callable[[bytes], int]) -> bytes:
+def _cut(line: bytes, budget: int, measure: Callable[[bytes], int], text: bool) -> bytes:
     """The longest start of `line` that measures within the budget (a binary search:
-    the measure only grows with length)."""
+    the measure only grows with length); text ends on a whole UTF-8 character, so the
+    rest starts on one. At least one byte (text: one character) even over a tiny
+    budget, so paging through the line always moves on."""
     low, high = 0, min(len(line), budget)
     while low < high:
         middle = (low + high + 1) // 2
@@ -125,7 +133,48 @@ def _cut(line: bytes, budget: int, measure: Callable[[bytes], int]) -> bytes:
             low = middle
         else:
             high = middle - 1
+    low = max(low, 1)
+    if text:
+        low = _char_start(line, low) or _char_end(line, 0)
     return line[:low]
+
+
+def _char_start(line: bytes, at: int) -> int:
+    """`at`, moved back to the start of the UTF-8 character it falls in."""
+    while 0 < at < len(line) and line[at] & 0xC0 == 0x80:  # a continuation byte
+        at -= 1
+    return at
+
+
+def _char_end(line: bytes, at: int) -> int:
+    """The end of the UTF-8 character starting at `at`."""
+    at += 1
+    while at < len(line) and line[at] & 0xC0 == 0x80:
+        at += 1
+    return at
+
+
+def _byte_offset(args: dict[str, Any], lines: list[bytes]) -> int:
+    """The checked byte_offset: inside line `offset`, text: on a character start."""
+    skip = args.get("byte_offset", 0)  # read_multiple_files has no byte_offset
+    if not skip:
+        return 0
+    offset = args["offset"]
+    number = max(1, len(lines) + offset + 1) if offset < 0 else offset
+    line = lines[number - 1] if number <= len(lines) else b""
+    if skip >= len(line):
+        raise CorralError(
+            "invalid_arguments",
+            f"argument 'byte_offset' ({skip}) must be less than the {len(line)} bytes "
+            f"of line {number}.",
+        )
+    if args["encoding"] == "utf-8" and _char_start(line, skip) != skip:
+        raise CorralError(
+            "invalid_arguments",
+            f"argument 'byte_offset' ({skip}) falls inside a character of line {number}; "
+            "pass the next_byte_offset a read returned.",
+        )
+    return skip
 
 
 def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
@@ -149,8 +198,16 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
     lines = split_lines(data)
     if args["encoding"] == "base64":
         budget = budget // 4 * 3  # the base64 text is what must fit the budget
-    chosen = page(lines, args["offset"], args["limit"], budget, text=args["encoding"] == "utf-8")
+    skip = _byte_offset(args, lines)
+    chosen = page(
+        lines, args["offset"], args["limit"], budget, text=args["encoding"] == "utf-8",
+        skip=skip,
+    )
     raw = b"".join(chosen.lines)
+    # A line cut by the budget: its rest is read with offset=start_line and this
+    # byte_offset; next_offset still names the next whole line, so a pager that
+    # knows only next_offset moves on instead of looping on the cut line.
+    next_byte = skip + len(raw) if chosen.cut_from is not None else None
     result = {
         "path": path,
         "content": (
@@ -162,11 +219,13 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         "total_lines": len(lines),
         "start_line": chosen.start,
         "lines_read": len(chosen.lines),
-        "truncated": chosen.next_offset is not None,
+        "truncated": chosen.next_offset is not None or next_byte is not None,
         "next_offset": chosen.next_offset,
         "size": len(data),
         "version": version,
     }
+    if next_byte is not None:
+        result["next_byte_offset"] = next_byte
     if args["encoding"] == "base64":
         text = (
             f"{path}: {render.size_text(len(raw))} of {render.size_text(len(data))} "
@@ -179,10 +238,12 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         if len(shown) > len(chosen.lines):  # the content ended with a newline
             shown.pop()
         text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset)
-    if chosen.cut_from is not None:
+    if skip:
+        text += f"\n[line {chosen.start} shown from byte {skip}]"
+    if next_byte is not None:
         text += (
-            f"\n[line {chosen.start} was cut at {len(raw)} of {chosen.cut_from} bytes; "
-            "the rest of it needs a larger max_bytes]"
+            f"\n[line {chosen.start} was cut at byte {next_byte} of {skip + chosen.cut_from}; "
+            f"read the rest with offset={chosen.start}, byte_offset={next_byte}]"
         )
     return Outcome(result, text, len(raw))
 
@@ -272,6 +333,7 @@ _READ_RESULT = {
     "lines_read": INTEGER,
     "truncated": BOOLEAN,
     "next_offset": nullable(INTEGER),
+    "next_byte_offset": INTEGER,
     "size": INTEGER,
     "version": STRING,
     "image": shape({"media_type": STRING, "data": STRING}),
@@ -291,7 +353,9 @@ READ_TOOLS = [
             "Read a file from the workspace. Text comes back with cat -n style line numbers "
             "in the text (the raw content is in result.content); use offset and limit to page "
             "through large files, a negative offset reads the end like tail. When truncated is "
-            "true, call again with offset=next_offset. Images (png, jpeg, gif, webp, bmp) come "
+            "true, call again with offset=next_offset; a line longer than max_bytes comes back "
+            "cut, with next_byte_offset: read its rest with offset=start_line and "
+            "byte_offset=next_byte_offset. Images (png, jpeg, gif, webp, bmp) come "
             "back as an image; other binary files fail unless encoding is 'base64'. The result "
             "carries a version you can pass to write_file or edit_file as expected_version."
         ),
@@ -301,6 +365,9 @@ READ_TOOLS = [
                 **_PAGING,
                 "encoding": {"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8",
                              "description": "'base64' returns raw bytes, for binary files."},
+                "byte_offset": {"type": "integer", "minimum": 0, "default": 0,
+                                "description": "Bytes to skip in line `offset`: pass the "
+                                "next_byte_offset of a read that cut that line."},
             },
             ("path",),
         ),
