@@ -278,13 +278,14 @@ class TestFoundPathsAreRootRelative:
 
 
 def test_a_line_cut_to_max_bytes_is_said_so(sb: Sandbox, ws: Path) -> None:
-    """A line longer than max_bytes comes back cut and its rest cannot be paged:
-    the model must be told, not sent on to the next line as if nothing was lost."""
+    """A line longer than max_bytes comes back cut: the model must be told, and how
+    to read the rest, not sent on to the next line as if nothing was lost."""
     (ws / "wide.txt").write_text("w" * 300 + "\nnext\n")
     response = sb.call("read_file", {"path": "wide.txt", "max_bytes": 100})
     assert response["result"]["content"] == "w" * 100
     assert "line 1 was cut at 100 of 301 bytes" in response["text"]
-    assert "max_bytes" in response["text"]
+    assert "read the rest with offset=1, byte_offset=100" in response["text"]
+    assert (response["result"]["truncated"], response["result"]["next_byte_offset"]) == (True, 100)
 
 
 class TestEditLimits:

@@ -116,7 +116,8 @@ class TestReadFile:
         assert result["content"] == "x" * 100
         assert (result["lines_read"], result["next_offset"]) == (1, 2)
         assert (result["truncated"], result["next_byte_offset"]) == (True, 100)
-        assert "read the rest with offset=1, byte_offset=100" in response["text"]
+        hint = "cut at 100 of 2501 bytes; read the rest with offset=1, byte_offset=100"
+        assert hint in response["text"]
 
     @pytest.mark.parametrize("encoding", ["utf-8", "base64"])
     def test_a_cut_line_is_never_silent_and_pages_in_full(

@@ -242,7 +242,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         text += f"\n[line {chosen.start} shown from byte {skip}]"
     if next_byte is not None:
         text += (
-            f"\n[line {chosen.start} was cut at byte {next_byte} of {skip + chosen.cut_from}; "
+            f"\n[line {chosen.start} was cut at {next_byte} of {skip + chosen.cut_from} bytes; "
             f"read the rest with offset={chosen.start}, byte_offset={next_byte}]"
         )
     return Outcome(result, text, len(raw))
