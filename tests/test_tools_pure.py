@@ -12,7 +12,8 @@ from corral.tools.registry import TOOLS, validate
 
 # The contract's argument names (DESIGN.md "Tools"), exactly.
 CONTRACT_ARGUMENTS = {
-    "read_file": {"path", "offset", "limit", "max_bytes", "encoding"},
+    # byte_offset is corral's one addition: it reads the rest of a line cut by max_bytes.
+    "read_file": {"path", "offset", "limit", "max_bytes", "encoding", "byte_offset"},
     "write_file": {"path", "content", "encoding", "expected_version"},
     "edit_file": {"path", "old_string", "new_string", "replace_all", "edits",
                   "expected_version", "dry_run"},
@@ -30,7 +31,8 @@ CONTRACT_ARGUMENTS = {
 }
 
 CONTRACT_DEFAULTS = {
-    "read_file": {"offset": 1, "limit": 2000, "max_bytes": 262144, "encoding": "utf-8"},
+    "read_file": {"offset": 1, "limit": 2000, "max_bytes": 262144, "encoding": "utf-8",
+                  "byte_offset": 0},
     "write_file": {"encoding": "utf-8", "expected_version": None},
     "edit_file": {"replace_all": False, "dry_run": False, "expected_version": None},
     "list_directory": {"path": ".", "recursive": False, "max_entries": 500,
