@@ -148,7 +148,7 @@ class TestValidate:
     def test_fills_defaults_without_touching_given_values(self) -> None:
         args = validate(TOOLS["read_file"], {"path": "a", "limit": 5})
         assert args == {"path": "a", "offset": 1, "limit": 5, "max_bytes": 262144,
-                        "encoding": "utf-8"}
+                        "encoding": "utf-8", "byte_offset": 0}
 
     def test_unknown_argument_is_named(self) -> None:
         assert "'lenght'" in _invalid("read_file", {"path": "a", "lenght": 3})
