@@ -39,8 +39,8 @@ from corral.fs.version import content_version
 from corral.policy import Policy
 from corral.tools.base import Context
 from corral.tools.registry import execute
+from scripts.race_fs import RENAME_EXCHANGE, start_swapper  # the fs-level race's swapper
 
-RENAME_EXCHANGE = 0x02  # swap two names atomically: the TOCTOU window, maximally hot
 SECRET = "RACE-SECRET-OUTSIDE-5d2f"
 OUTSIDE_ONLY = "only-outside-b81e.txt"  # a name no inside directory has: a listing leak
 OUTSIDE_SECRET = (SECRET + " MARK\n") * 37  # 37 lines: a size no inside file has
@@ -119,25 +119,6 @@ def arguments(tool: str, i: int) -> dict[str, Any]:
                       "overwrite": True},
         "delete_file": {"path": f"d/new{(slot + 3) % SLOTS}.txt"},
     }[tool]
-
-
-def start_swapper(ws: Path) -> int:
-    """A process swapping ws/d and ws/swap until killed; returns once it swaps."""
-    ready_r, ready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
-            _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
-            os.write(ready_w, b"!")
-            while True:
-                _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    os.read(ready_r, 1)
-    os.close(ready_r)
-    return pid
 
 
 def stop_swapper(pid: int, ws: Path) -> None:
