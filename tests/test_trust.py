@@ -35,7 +35,7 @@ def home(tmp_path: Path) -> Path:
     return home
 
 
-def attack(home: Path) -> str:
+def attack(home: Path | str) -> str:
     """What a cloned repository shipped in the review: home as an rw root, block-ssh
     replaced by an allow, delete enabled, the host's audit log on .bashrc."""
     return f"""
