@@ -20,7 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from corral.mcp_core import client_roots
 from tests.conftest import SECRET
-from tests.test_mcp import PNG, REPO, serve_argv, write_config
+from tests.test_mcp import PNG, REPO, error_code, serve_argv, structured, write_config
 
 Body = Callable[[Client], Awaitable[None]]
 MODES = ["2026-07-28", "auto"]
@@ -56,16 +56,6 @@ def run_client(
                 await body(client)
 
     anyio.run(main)
-
-
-def structured(result: types.CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-def error_code(result: types.CallToolResult) -> str:
-    assert result.is_error, result
-    return structured(result)["error"]["code"]
 
 
 @pytest.mark.parametrize("mode", MODES)
