@@ -24,12 +24,13 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from corral.tools.base import TOUCHED_FIELDS
+
 # Order of the keys in a record; `record` refuses any other field.
 FIELDS = (
     "tool", "path", "resolved", "root", "decision", "rule", "ok", "error", "bytes",
     "duration_ms", "touched",
 )
-TOUCHED_FIELDS = ("path", "root", "resolved", "decision", "rule")
 
 # A record is JSON, but logs get pasted into shells, `source`d by mistake, shown by
 # `tail` on a terminal. json.dumps with ensure_ascii already writes control and

@@ -64,6 +64,10 @@ class SandboxOptions:
     # "fsync": a write's file and directory reach the disk before it is reported;
     # "none": still atomic (temp file + rename) but a crash may lose recent writes
     durability: str = "fsync"
+    # A caller's thread (and a worker, for its next request) polls for a few hundred
+    # microseconds before sleeping: faster small calls for a little CPU. false: never
+    # (a host counting every cycle, or one core shared by many sandboxes).
+    spin: bool = True
 
 
 @dataclass(frozen=True)
@@ -410,6 +414,8 @@ class _Parser:
                 values[key] = self.enum(value, where, RESOLVERS)
             elif key == "durability":
                 values[key] = self.enum(value, where, DURABILITY)
+            elif key == "spin":
+                values[key] = self.boolean(value, where)
             else:
                 values[key] = self.positive_int(value, where)
         return SandboxOptions(**values)

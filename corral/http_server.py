@@ -48,7 +48,7 @@ from corral.config import ConfigError
 from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
 from corral.pool import Pool
-from corral.sandbox.hub import Cancel, current_cancel
+from corral.sandbox.waiting import Cancel, WaitPolicy
 from corral.stdio import parse_line
 from corral.tenants import Tenant, find_tenant
 from corral.trust import operator_config
@@ -315,15 +315,11 @@ def _handle(
     session: McpSession, message: dict[str, Any], reply: Callable[[dict[str, Any]], None],
     cancel: Cancel,
 ) -> None:
-    """On a tenant's thread: the message, and the call it starts, with `cancel` set
-    for the pool (a cancelled call leaves the queue, or its worker is killed)."""
-    token = current_cancel.set(cancel)
-    try:
-        job = session.handle(message, reply)
-        if job is not None:
-            job()
-    finally:
-        current_cancel.reset(token)
+    """On a tenant's thread: the message, and the call it starts, which `cancel`
+    may give up on (a cancelled call leaves the queue, or its worker is killed)."""
+    job = session.handle(message, reply)
+    if job is not None:
+        job(WaitPolicy(cancel=cancel))
 
 
 def _reply_future() -> tuple[Callable[[dict[str, Any]], None], asyncio.Future[dict[str, Any]]]:

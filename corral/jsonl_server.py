@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
+from corral.sandbox.messages import error_answer
+from corral.sandbox.waiting import WaitPolicy
 from corral.stdio import (
     MAX_LINE_BYTES,
     Job,
@@ -61,12 +63,7 @@ def error_line(line: bytes | None, message: str) -> dict[str, Any]:
     if isinstance(parsed, dict):
         request_id = parsed.get("id")
         tool = parsed.get("tool") if isinstance(parsed.get("tool"), str) else None
-    return {
-        "id": request_id,
-        "ok": False,
-        "tool": tool,
-        "error": {"code": "invalid_arguments", "message": message},
-    }
+    return {"id": request_id, **error_answer(tool, "invalid_arguments", message).public()}
 
 
 def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
@@ -82,6 +79,11 @@ def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
         except ValueError as exc:
             out.write(error_line(line, str(exc)))
             return None
-        return lambda: out.write({"id": request_id, **guarded_call(sandbox.call, tool, arguments)})
+        def job(wait: WaitPolicy) -> None:
+            flow = sandbox.flow(tool, arguments)
+            result = guarded_call(tool, lambda: sandbox.run(flow, wait=wait))
+            out.write({"id": request_id, **result})
+
+        return job
 
     LineServer(read_lines(reader), handle, MAX_CONCURRENT_CALLS).run()

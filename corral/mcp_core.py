@@ -6,10 +6,10 @@ mcp_server; Streamable HTTP mounts the same core).
 
 Interface for a transport face:
 
-    session = McpSession(open_sandbox, send=..., before_wait=..., can_ask=True)
+    session = McpSession(open_sandbox, send=..., can_ask=True)
     job = session.handle(message, reply)  # one decoded JSON-RPC value
     if job is not None:
-        job()                              # on any thread; it calls reply() when done
+        job(wait)                          # on any thread; it calls reply() when done
     ...
     session.close()                        # input over: open questions count as "no"
 
@@ -27,13 +27,17 @@ Interface for a transport face:
   passes `can_ask=False`: its handshake clients are never asked (a supervised
   call fails `approval_required`, client roots are not read). The stateless
   revision needs no way back: it asks inside results (`input_required`).
-- `before_wait()` is called on a job's thread before the job blocks on the
-  client (or on a slow tool call); the stdio face hands reading to another
-  thread there, so the answer can be read.
+- `job(wait)`: the face says how the call waits (sandbox/waiting.py's
+  WaitPolicy): `wait.on_slow()` is called on the job's thread before the job
+  blocks on the client, or once its tool call turns slow (the stdio face hands
+  reading to another thread there, so the answer can be read); `wait.cancel`
+  lets the HTTP face give up on the call when its client goes away.
 - `in_flight` is the number of calls running; `failed` turns true when the
   sandbox could not start (the face stops reading).
 - `open_sandbox(approve)` is called once, on the first message that needs the
-  tools; `approve` is the session's own callback, which asks the client.
+  tools. The session drives each call's CallFlow itself and answers its Approve
+  steps per call (elicitation, or `input_required` on the stateless revision);
+  `approve` only says an approver exists (outside a call it can ask nobody).
 
 Decisions the spec leaves to us:
 - Revisions are per request: a request whose `params._meta` names a protocol
@@ -76,10 +80,11 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import unquote, urlsplit
 
-from corral.api import NoApprover, Sandbox
+from corral.api import Sandbox
+from corral.flow import NoApprover
 from corral.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
@@ -90,7 +95,8 @@ from corral.mcp_revisions import (
     lists_roots,
     negotiate,
 )
-from corral.sandbox.pool import slow_call
+from corral.sandbox.messages import error_answer, host_bug_answer
+from corral.sandbox.waiting import PLAIN, WaitPolicy
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.
@@ -122,7 +128,7 @@ INSTRUCTIONS = (
 
 Approve = Callable[[dict[str, Any]], bool]
 Reply = Callable[[dict[str, Any]], None]
-Job = Callable[[], None]
+Job = Callable[[WaitPolicy], None]
 
 # One key per process: a requestState is good for any session of this server process.
 _STATE_KEY = secrets.token_bytes(32)
@@ -184,7 +190,7 @@ def check_message(message: object) -> dict[str, Any]:
     return message
 
 
-def valid_id(value: object) -> bool:
+def valid_id(value: object) -> TypeGuard[str | int]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
@@ -296,6 +302,12 @@ def call_digest(name: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _outside_a_call(request: dict[str, Any]) -> bool:
+    """The sandbox's own approve callback: every call's Approve steps are answered
+    per call (McpSession._approve), so this one is never asked by the session."""
+    raise NoApprover(NO_ELICITATION)
+
+
 class InputRequired(Exception):
     """A stateless call needs the client's answers first: end this round with them."""
 
@@ -318,6 +330,7 @@ class Call:
     responses: dict[str, Any] = field(default_factory=dict)  # stateless: inputResponses
     cancelled: bool = False
     waiting: Future[dict[str, Any] | None] | None = None  # a question out to the client
+    wait: WaitPolicy = PLAIN  # how the face that runs it waits
 
 
 class McpSession:
@@ -328,12 +341,10 @@ class McpSession:
         open_sandbox: Callable[[Approve], Sandbox],
         *,
         send: Callable[[dict[str, Any]], None],
-        before_wait: Callable[[], None] = lambda: None,
         can_ask: bool = True,
     ) -> None:
         self._open_sandbox = open_sandbox
         self._send = send
-        self._before_wait = before_wait
         self._can_ask = can_ask
         self._sandbox: Sandbox | None = None
         self._tools: list[dict[str, Any]] = []  # specs, as Sandbox.tools() gives them
@@ -344,7 +355,6 @@ class McpSession:
         self._calls: dict[str | int, Call] = {}
         self._replies: dict[str, Future[dict[str, Any] | None]] = {}
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._request_ids = itertools.count(1)
         self._ended = False  # input is over: no question can be answered any more
 
@@ -455,7 +465,7 @@ class McpSession:
             if self.failed:
                 raise ProtocolError(INTERNAL_ERROR, "the sandbox could not start")
             try:
-                self._sandbox = self._open_sandbox(self._approve)
+                self._sandbox = self._open_sandbox(_outside_a_call)
             except Exception as exc:
                 self.failed = True
                 print(f"corral: error: cannot start the sandbox: {exc}", file=sys.stderr)
@@ -511,15 +521,12 @@ class McpSession:
         assert self._sandbox is not None
         return functools.partial(self._run_call, self._sandbox, call)
 
-    def _run_call(self, sandbox: Sandbox, call: Call) -> None:
-        self._local.call = call
-        slow = slow_call.set(self._before_wait)
+    def _run_call(self, sandbox: Sandbox, call: Call, wait: WaitPolicy) -> None:
+        call.wait = wait
         try:
             # A call cancelled while it waited for a thread is not run at all.
             answer = None if call.cancelled else self._answer(sandbox, call)
         finally:
-            slow_call.reset(slow)
-            self._local.call = None
             with self._lock:
                 del self._calls[call.request_id]
         if answer is not None and not call.cancelled:
@@ -531,7 +538,10 @@ class McpSession:
         revision = call.revision
         try:
             within = self._within(call)
-            outcome = sandbox.call(call.name, call.arguments, within=within)
+            outcome = sandbox.run(
+                sandbox.flow(call.name, call.arguments, within=within),
+                approve=functools.partial(self._approve, call), wait=call.wait,
+            )
         except InputRequired as needed:
             assert call.state is not None
             call.state.asked = list(needed.requests)
@@ -540,15 +550,10 @@ class McpSession:
                 needed.requests, call.state.seal(), server_info=SERVER_INFO
             ))
         except ValueError as exc:  # the client's roots could not be read
-            outcome = {"ok": False, "tool": call.name,
-                       "error": {"code": "path_denied", "message": f"{exc}."}}
+            outcome = error_answer(call.name, "path_denied", f"{exc}.").public()
         except Exception as exc:
-            # A host-side bug is reported to the client (and stderr) as an io_error
-            # result instead of a request that never gets an answer.
             traceback.print_exc()
-            message = f"internal error in the corral host: {type(exc).__name__}: {exc}"
-            outcome = {"ok": False, "tool": call.name,
-                       "error": {"code": "io_error", "message": message}}
+            outcome = host_bug_answer(call.name, exc).public()
         if not outcome["ok"] and outcome["error"]["code"] == "unknown_tool":
             return error_response(call.request_id, INVALID_PARAMS, outcome["error"]["message"])
         result = tool_result(outcome, structured=revision.structured)
@@ -587,10 +592,9 @@ class McpSession:
             raise ValueError("the client did not list its roots")
         return client_roots(answer)
 
-    def _approve(self, request: dict[str, Any]) -> bool:
-        """The sandbox's approve callback: ask the user through the client."""
-        call: Call | None = getattr(self._local, "call", None)
-        if call is None or not (call.revision.elicitation and elicits_forms(call.capabilities)):
+    def _approve(self, call: Call, request: dict[str, Any]) -> bool:
+        """An Approve step of `call`'s flow: ask the user through the client."""
+        if not (call.revision.elicitation and elicits_forms(call.capabilities)):
             raise NoApprover(NO_ELICITATION)
         message = approval_message(request)
         if call.state is not None:
@@ -647,7 +651,7 @@ class McpSession:
         if cancellable:
             with self._lock:
                 call.waiting = future
-        self._before_wait()  # the answer must be read while this call waits for it
+        call.wait.on_slow()  # the answer must be read while this call waits for it
         try:
             return future.result(timeout=timeout)
         except TimeoutError:

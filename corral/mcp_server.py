@@ -13,8 +13,9 @@ Concurrency (stdio.LineServer): one thread at a time reads messages; each
 `tools/call` runs on a thread of a pool, so calls overlap across the sandbox's
 workers and a call waiting for the user's answer blocks nobody else. A call
 that arrives with no other call running is run by the reading thread itself
-(no thread hand-off); once it is slow (pool.SLOW_CALL_S) or asks the client, a
-pool thread takes over reading. Writes to stdout are serialised by one lock.
+(no thread hand-off); once it is slow (waiting.SLOW_CALL_S) or asks the client, a
+pool thread takes over reading (LineServer's inline policy, which the JSON-lines
+face shares). Writes to stdout are serialised by one lock.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from corral.mcp_core import (
     ProtocolError,
     error_response,
 )
-from corral.stdio import MAX_LINE_BYTES, Inline, Job, LineServer, LineWriter, parse_line, read_lines
+from corral.stdio import MAX_LINE_BYTES, Job, LineServer, LineWriter, parse_line, read_lines
 
 # Calls served at once: more than the pool's workers, so calls waiting for a
 # user's approval do not starve the rest; beyond this they queue.
@@ -56,9 +57,7 @@ class McpServer:
     ) -> None:
         self._out = LineWriter(writer)
         self._lines = LineServer(read_lines(reader), self._receive, MAX_CONCURRENT_CALLS)
-        self._session = McpSession(
-            open_sandbox, send=self._out.write, before_wait=self._lines.hand_off
-        )
+        self._session = McpSession(open_sandbox, send=self._out.write)
 
     def serve(self) -> bool:
         """Read and answer messages until EOF, then finish the calls in flight and close.
@@ -70,22 +69,17 @@ class McpServer:
             self._session.shut()
         return not self._session.failed
 
-    def _receive(self, line: bytes | None) -> Job | Inline | None:
+    def _receive(self, line: bytes | None) -> Job | None:
         """Answer one message; a tools/call comes back as the job that runs it."""
         try:
             message = decode(line)
         except ProtocolError as exc:
             self._out.write(error_response(None, exc.code, exc.message))
             return None
-        # With no other call running, the reading thread runs the call: until it
-        # turns slow or asks the client, nothing else is there to be read on time.
-        alone = self._session.in_flight == 0
         job = self._session.handle(message, self._out.write)
         if self._session.failed:
             self._lines.stop()
-        if job is None:
-            return None
-        return Inline(job) if alone else job
+        return job
 
 
 def serve(

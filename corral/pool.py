@@ -15,10 +15,12 @@ import functools
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
-from corral.api import AsyncSandbox, Sandbox, _config_arguments, _pooled, _pooled_async
+from corral.api import AsyncSandbox, Sandbox, _BaseSandbox, _config_arguments
 from corral.sandbox.hub import Hub, PooledBroker
+
+S = TypeVar("S", bound=_BaseSandbox)
 
 DEFAULT_MAX_WORKERS = 64
 DEFAULT_IDLE_TIMEOUT_S = 30.0
@@ -35,30 +37,31 @@ class Pool:
         self._hub = Hub(max_workers, idle_timeout_s)
         self._start = functools.partial(PooledBroker, self._hub)
         self._lock = threading.Lock()
-        self._sandboxes: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # closed ones drop out
+        # closed ones drop out
+        self._sandboxes: weakref.WeakSet[_BaseSandbox] = weakref.WeakSet()
 
     def sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
         """A Sandbox served by this pool; Sandbox's keyword arguments. `workers`
         caps how many of the pool's workers it may hold at once (default 2)."""
-        return self._add(_pooled(self._start, None, {"workspace": workspace, **kwargs}))
+        return self._add(Sandbox._made(self._start, None, {"workspace": workspace, **kwargs}))
 
-    def _add(self, sandbox: Sandbox) -> Sandbox:
+    def _add(self, sandbox: S) -> S:
         with self._lock:
             self._sandboxes.add(sandbox)
         return sandbox
 
     def async_sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> AsyncSandbox:
         """An AsyncSandbox served by this pool; cancelling an awaited call cancels it."""
-        return _pooled_async(self.sandbox(workspace, **kwargs))
+        return self._add(AsyncSandbox._made(self._start, None, {"workspace": workspace, **kwargs}))
 
     def sandbox_from_config(self, path: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
         """A Sandbox as corral.toml describes it; keyword arguments win over the file."""
-        return self._add(_pooled(self._start, *_config_arguments(path, kwargs)))
+        return self._add(Sandbox._made(self._start, *_config_arguments(path, kwargs)))
 
     def async_sandbox_from_config(
         self, path: str | os.PathLike[str], **kwargs: Any
     ) -> AsyncSandbox:
-        return _pooled_async(self.sandbox_from_config(path, **kwargs))
+        return self._add(AsyncSandbox._made(self._start, *_config_arguments(path, kwargs)))
 
     def stats(self) -> dict[str, int]:
         """{"sandboxes": open, "workers": alive, "busy_workers": running a call,
@@ -70,7 +73,7 @@ class Pool:
         with self._lock:
             sandboxes = list(self._sandboxes)
         for sandbox in sandboxes:
-            sandbox.close()
+            sandbox._close()
         self._hub.close()
 
     def __enter__(self) -> Pool:

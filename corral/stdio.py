@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import math
 import os
@@ -19,10 +20,11 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from corral import jsonfast
+from corral.sandbox.messages import host_bug_answer
+from corral.sandbox.waiting import WaitPolicy
 
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
 # while a client that never sends a newline cannot grow the host without bound.
@@ -116,39 +118,47 @@ def parse_line(line: bytes) -> Any:
         raise ValueError("JSON nested too deeply") from exc
 
 
-def guarded_call(
-    call: Callable[[str, dict[str, Any]], dict[str, Any]], tool: str, arguments: dict[str, Any]
-) -> dict[str, Any]:
-    """`Sandbox.call`, with a host-side bug reported to the client (and stderr)
-    as an `io_error` result instead of a request that never gets an answer."""
+def guarded_call(tool: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`call()` (a Sandbox call of `tool`), with a host-side bug reported to the
+    client (and stderr) as an `io_error` result instead of a request that never
+    gets an answer."""
     try:
-        return call(tool, arguments)
+        return call()
     except Exception as exc:
         traceback.print_exc()
-        message = f"internal error in the corral host: {type(exc).__name__}: {exc}"
-        return {"ok": False, "tool": tool, "error": {"code": "io_error", "message": message}}
+        return host_bug_answer(tool, exc).public()
 
 
-Job = Callable[[], None]
+Job = Callable[[WaitPolicy], None]  # a call to run; the server says how it waits
 
 
-@dataclass(frozen=True)
-class Inline:
-    """A job the reading thread may run itself (see LineServer)."""
+class _InlineRun:
+    """The on_slow of a job the reading thread runs itself: the first call hands
+    reading to another thread (the job is about to wait on something slow)."""
 
-    job: Job
+    def __init__(self, read_on: Callable[[], object]) -> None:
+        self._read_on = read_on
+        self.handed_off = False
+
+    def __call__(self) -> None:
+        if not self.handed_off:
+            self.handed_off = True
+            self._read_on()
 
 
 class LineServer:
     """Reads lines on the calling thread; runs jobs on up to `max_jobs` threads.
 
     `handle(line)` answers a quick message itself and returns None, or returns a
-    job (a call to run) that runs on a pool thread while reading goes on, so
-    replies and cancellations still arrive while calls run; beyond `max_jobs`
-    running, jobs queue. It may return `Inline(job)` instead: the reading thread
-    runs that job itself, saving the hand-off to a pool thread (~50 us of a
-    ~400 us call here); before the job waits on anything slow it calls
-    `hand_off()`, and reading goes on on a pool thread from then on. (Handing
+    job (a call to run). The inline policy, the same for every line face: a job
+    that arrives while no other job runs is run by the reading thread itself,
+    saving the hand-off to a pool thread (~50 us of a ~400 us call here); its
+    WaitPolicy's `on_slow` hands reading to a pool thread, which the job calls
+    before it waits on anything slow (a worker that does not answer within
+    waiting.SLOW_CALL_S, the client's answer to a question), so replies and
+    cancellations are still read meanwhile. Any other job runs on a pool thread
+    while reading goes on; beyond `max_jobs` running there (plus the inline
+    one), jobs queue. (Handing
     reading to a pool thread for every call, leader/follower, measured no faster:
     the follower's wake-up competes with the call.)
     """
@@ -156,7 +166,7 @@ class LineServer:
     def __init__(
         self,
         lines: Iterator[bytes | None],
-        handle: Callable[[bytes | None], Job | Inline | None],
+        handle: Callable[[bytes | None], Job | None],
         max_jobs: int,
     ) -> None:
         self._lines = lines
@@ -167,7 +177,8 @@ class LineServer:
         self._done = threading.Event()  # the last reader met the end of the input
         self._pool: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
-        self._local = threading.local()  # per thread: in an inline job; handed off
+        self._running = 0  # jobs running or queued
+        self._count = threading.Lock()
 
     def run(self, at_end: Callable[[], None] = lambda: None) -> None:
         """Serve until the input ends or `stop()`; then call `at_end` and wait for
@@ -190,12 +201,17 @@ class LineServer:
                 job = _guarded(self._handle, line)
                 if self._stopped:
                     break
-                if isinstance(job, Inline):
-                    handed_off = self._run_inline(job.job)
+                if job is None:
+                    continue
+                with self._count:
+                    alone = self._running == 0
+                    self._running += 1
+                if alone:
+                    handed_off = self._run_inline(job)
                     if handed_off:
                         return  # a pool thread reads on
-                elif job is not None:
-                    self._pool.submit(_guarded, job)
+                else:
+                    self._pool.submit(self._run, job, WaitPolicy())
         except OSError:
             traceback.print_exc()  # unreadable input (EIO, ...) ends the session like EOF
         finally:
@@ -205,20 +221,17 @@ class LineServer:
 
     def _run_inline(self, job: Job) -> bool:
         """Run `job` on this (the reading) thread; True if it handed reading off."""
-        self._local.inline, self._local.handed_off = True, False
-        try:
-            _guarded(job)
-        finally:
-            self._local.inline = False
-        return bool(self._local.handed_off)
+        assert self._readers is not None
+        inline = _InlineRun(functools.partial(self._readers.submit, self._read))
+        self._run(job, WaitPolicy(on_slow=inline))
+        return inline.handed_off
 
-    def hand_off(self) -> None:
-        """From an inline job, before it waits (a slow call, the client's answer):
-        reading goes on on a pool thread. Anywhere else, or a second time, nothing."""
-        if getattr(self._local, "inline", False) and not self._local.handed_off:
-            self._local.handed_off = True
-            assert self._readers is not None
-            self._readers.submit(self._read)
+    def _run(self, job: Job, wait: WaitPolicy) -> None:
+        try:
+            _guarded(job, wait)
+        finally:
+            with self._count:
+                self._running -= 1
 
     def stop(self) -> None:
         """Read no further (called from `handle`)."""

@@ -33,6 +33,7 @@ from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 from corral.tools.base import Context
 from corral.tools.registry import execute
 
@@ -81,14 +82,14 @@ def bench_reads(workspace: str, calls: int) -> dict[str, float]:
     root.close()
     broker = start_broker(workspace)
     try:
-        assert broker.submit(dict(READ))["ok"]
-        pooled = timed(lambda: broker.submit(dict(READ)), calls)
+        assert broker.submit(CallRequest(**READ)).public()["ok"]
+        pooled = timed(lambda: broker.submit(CallRequest(**READ)).public(), calls)
 
         async def async_calls() -> list[float]:
             samples = []
             for i in range(WARMUP + calls):
                 start = time.perf_counter()
-                await broker.asubmit(dict(READ))
+                await broker.asubmit(CallRequest(**READ))
                 if i >= WARMUP:
                     samples.append(time.perf_counter() - start)
             return samples
@@ -111,7 +112,7 @@ def bench_start(workspace: str, starts: int) -> list[float]:
     for _ in range(starts):
         start = time.perf_counter()
         broker = start_broker(workspace)
-        assert broker.submit(dict(READ))["ok"]
+        assert broker.submit(CallRequest(**READ)).public()["ok"]
         samples.append(time.perf_counter() - start)
         broker.close()
     return samples
@@ -128,7 +129,7 @@ def bench_respawn(workspace: str, respawns: int) -> list[float]:
             start = time.perf_counter()
             pool.replace(worker)
             samples.append(time.perf_counter() - start)
-        assert broker.submit(dict(READ))["ok"]
+        assert broker.submit(CallRequest(**READ)).public()["ok"]
     finally:
         broker.close()
     return samples
@@ -138,7 +139,7 @@ def bench_memory(workspace: str) -> dict[str, float]:
     broker = start_broker(workspace, workers=2)
     try:
         for _ in range(200):
-            broker.submit(dict(READ))
+            broker.submit(CallRequest(**READ)).public()
         pids = broker.pids()
         processes = [psutil.Process(pid) for pid in [pids["zygote"], *pids["workers"]]]
         infos = [p.memory_full_info() for p in processes]

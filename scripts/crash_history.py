@@ -60,7 +60,7 @@ def which(data: bytes) -> int:
 
 def check(sb: Sandbox, workspace: Path) -> int:
     """The invariants after a kill; returns the round the file's content is from."""
-    store = Path(sb._core.history.path)
+    store = Path(sb._history.path)
     pending = [p.name for p in store.iterdir() if p.name.endswith(".pending")]
     assert not pending, f"pending records left: {pending}"
     data = (workspace / TARGET).read_bytes()

@@ -31,6 +31,7 @@ from corral.config import Limits, SandboxOptions
 from corral.fs._atomic import TEMP_PREFIX
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 
 WORKERS = 3
 # The killer pauses this long between kills, so calls also run on settled workers.
@@ -70,7 +71,7 @@ def caller(broker: Broker, thread: int, calls: int, tally: Counter[str], lock: t
         for request in requests_for(thread, i):
             if done >= calls:
                 break
-            answer = broker.submit(request)
+            answer = broker.submit(CallRequest(**request)).public()
             done += 1
             code = "ok" if answer["ok"] else answer["error"]["code"]
             crashed = crashed or code == "worker_crashed"
@@ -132,9 +133,8 @@ def soak(workspace: Path, calls: int, threads: int, kills: int, seed: int) -> di
             raise SoakError(f"unexpected errors: {problems[:5]}")
         if tally["worker_crashed"] > killed[0]:
             raise SoakError(f"{tally['worker_crashed']} crashes from {killed[0]} kills")
-        healed = broker.submit({"tool": "read_file", "arguments": {"path": "t0/log.txt"},
-                                "approved": []})
-        if not healed["ok"] or len(broker.pids()["workers"]) != WORKERS:
+        healed = broker.submit(CallRequest("read_file", {"path": "t0/log.txt"}))
+        if not healed.ok or len(broker.pids()["workers"]) != WORKERS:
             raise SoakError(f"the pool did not heal: {healed}, {broker.pids()}")
         temps = [p for p in workspace.rglob(f"{TEMP_PREFIX}*")]
         if temps:

@@ -25,6 +25,7 @@ ATTACK = r"""
 import json, os, resource, sys
 sys.path.insert(0, sys.argv[1])
 from corral.config import Limits, SandboxOptions
+from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import Pool
 from corral.sandbox.protocol import HEADER, send_bytes
 from tests.test_hardening_pool import EvilZygote
@@ -39,12 +40,12 @@ def boxes(fd, request):
 pool = Pool(EvilZygote(boxes), SandboxOptions(workers=1), Limits())
 pool.start()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-response = pool.call({"id": 1, "tool": "read_file", "arguments": {"path": "x"}, "approved": []})
+response = pool.call(CallRequest("read_file", {"path": "x"}, id=1))
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-second = pool.call({"id": 2, "tool": "read_file", "arguments": {"path": "x"}, "approved": []})
+second = pool.call(CallRequest("read_file", {"path": "x"}, id=2))
 pool.close()
-print(json.dumps({"error": response.get("error"), "grown_mib": grown / 1024,
-                  "next_ok": second["ok"]}))
+print(json.dumps({"error": response.error, "grown_mib": grown / 1024,
+                  "next_ok": second.ok}))
 """
 
 

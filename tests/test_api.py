@@ -215,10 +215,10 @@ class TestLifecycle:
         entered, release = threading.Event(), threading.Event()
         submit = sandbox._executor.submit
 
-        def slow_submit(request: dict[str, Any]) -> dict[str, Any]:
+        def slow_submit(request: Any, *wait: Any) -> Any:
             entered.set()
             release.wait(5)
-            return submit(request)
+            return submit(request, *wait)
 
         sandbox._executor.submit = slow_submit  # type: ignore[method-assign]
         results: list[dict[str, Any]] = []

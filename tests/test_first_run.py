@@ -23,6 +23,7 @@ from corral.cli import main
 from corral.config import ConfigError
 from corral.mcp_core import McpSession
 from corral.policy import Policy
+from corral.sandbox.waiting import PLAIN
 from tests.conftest import SECRET
 from tests.test_http import TOKENS, Server, post, sha256
 from tests.test_mcp import REPO, run_session, structured, write_config
@@ -194,7 +195,7 @@ def session_answer(session: McpSession, message: dict[str, Any]) -> dict[str, An
     answers: list[dict[str, Any]] = []
     job = session.handle(message, answers.append)
     if job is not None:
-        job()
+        job(PLAIN)
     (answer,) = answers
     return answer
 

@@ -24,6 +24,7 @@ from corral import seccomp
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
 
@@ -180,7 +181,7 @@ def test_a_root_worker_still_reads_and_writes_what_root_may(workspace: Path) -> 
     broker = Broker([RootSpec(str(workspace), "rw")], Limits(), policy, SandboxOptions())
     try:
         def call(tool: str, **arguments: Any) -> dict[str, Any]:
-            return broker.submit({"tool": tool, "arguments": arguments, "approved": []})
+            return broker.submit(CallRequest(tool, arguments)).public()
 
         assert call("read_file", path="locked.txt")["ok"]  # CAP_DAC_OVERRIDE kept
         assert call("append_file", path="locked.txt", content="more\n")["ok"]

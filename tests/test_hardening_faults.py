@@ -16,6 +16,7 @@ from corral import AsyncSandbox
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 
 SLOW_LINE = "a" * 40 + "!\n"  # (a+)+$ backtracks through every split of the run
 SLOW = {"tool": "grep", "arguments": {"pattern": "(a+)+$", "path": "slow.txt"}, "approved": []}
@@ -37,7 +38,8 @@ def test_a_zygote_killed_under_a_call_fails_it_at_once_and_halts(workspace: Path
         SandboxOptions(workers=1),
     )
     answers: list[dict[str, Any]] = []
-    caller = threading.Thread(target=lambda: answers.append(broker.submit(dict(SLOW))))
+    slow = CallRequest(**SLOW)
+    caller = threading.Thread(target=lambda: answers.append(broker.submit(slow).public()))
     caller.start()
     busy(broker._pool._idle)
     os.kill(broker.pids()["zygote"], signal.SIGKILL)
@@ -46,7 +48,7 @@ def test_a_zygote_killed_under_a_call_fails_it_at_once_and_halts(workspace: Path
         assert not caller.is_alive()
         # the worker died with its zygote (death signal): a crash, not a timeout
         assert answers[0]["error"]["code"] == "worker_crashed"
-        again = broker.submit(dict(READ))
+        again = broker.submit(CallRequest(**READ)).public()
         assert again["error"]["code"] == "worker_crashed"
         assert "halted" in again["error"]["message"]
     finally:

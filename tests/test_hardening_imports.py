@@ -18,6 +18,7 @@ import pytest
 from corral.config import Limits, SandboxOptions
 from corral.policy import RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 from tests.hardening_calls import CALLS, POLICY, code_of, make_tree
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -79,6 +80,6 @@ def broker(tree: Path) -> Iterator[Broker]:
 
 def test_every_tool_and_error_path_through_a_confined_worker(broker: Broker) -> None:
     pid = broker.pids()["workers"][0]
-    got = [code_of(broker.submit(dict(request))) for request, _ in CALLS]
+    got = [code_of(broker.submit(CallRequest(**request)).public()) for request, _ in CALLS]
     assert got == [expect for _, expect in CALLS]
     assert broker.pids()["workers"] == [pid]  # one worker served them all, none crashed

@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 from corral.config import Limits, SandboxOptions
+from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import MAX_BOOT_KILLS, Pool, SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 
 FRAME_LIMIT = 1 << 20  # small, so an oversize announcement is cheap to make
 LAYERS = {"landlock_abi": 0, "seccomp": False, "no_new_privs": False, "rlimits": False}
-REQUEST = {"tool": "read_file", "arguments": {"path": "x"}, "approved": []}
+REQUEST: dict[str, Any] = {"tool": "read_file", "arguments": {"path": "x"}}
 
 Behaviour = Callable[[int, dict[str, Any]], None]
 
@@ -113,7 +114,7 @@ def make_pool() -> Iterator[Callable[..., Pool]]:
 
 
 def call(pool: Pool, request_id: int = 1) -> dict[str, Any]:
-    return pool.call({**REQUEST, "id": request_id})
+    return pool.call(CallRequest(**REQUEST, id=request_id)).to_wire()
 
 
 def huge_header(fd: int, request: dict[str, Any]) -> None:

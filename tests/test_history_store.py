@@ -32,7 +32,7 @@ def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Pa
     bound = 64 * 1024
     options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=bound)
     with Sandbox(workspace, history=options) as sb:
-        store = Path(sb._core.history.path)
+        store = Path(sb._history.path)
         for round_ in range(40):
             ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)  # 8 KiB
             assert used(store) <= bound
@@ -45,7 +45,7 @@ def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="a.txt", content="a")
-        store = Path(sb._core.history.path)
+        store = Path(sb._history.path)
     old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
     (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
     (store / f"b-{old}-0").write_text("old bytes")
@@ -120,8 +120,8 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with Sandbox(tmp_path / "a") as a, Sandbox(tmp_path / "b") as b:
-        assert a._core.history.path != b._core.history.path
-        assert a._core.history.path.endswith(workspace_key(str(tmp_path / "a")))
+        assert a._history.path != b._history.path
+        assert a._history.path.endswith(workspace_key(str(tmp_path / "a")))
         ok(a, "write_file", path="x.txt", content="a")
         assert b.history() == []
 
@@ -129,7 +129,7 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
 def test_no_tool_reaches_the_store(workspace: Path) -> None:
     with Sandbox(workspace, policy=EVERYTHING) as sb:
         ok(sb, "write_file", path="hello.txt", content="recorded")
-        store = sb._core.history.path
+        store = sb._history.path
         blob = next(p for p in os.listdir(store) if p.startswith("b-"))
         relative = os.path.relpath(store, workspace)
         for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from corral import stdio
+from corral.sandbox.waiting import WaitPolicy
 from tests.conftest import SECRET
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,7 +102,8 @@ def test_oversized_line_is_skipped_to_its_newline(monkeypatch: pytest.MonkeyPatc
 
 
 def test_line_server_bounds_jobs_and_keeps_reading() -> None:
-    """Six blocking jobs on two job slots: two run, four queue, and a quick line read
+    """Six blocking jobs on two job slots: the first runs on the reading thread, which
+    hands reading off; two run, three queue, and a quick line read
     after them is still answered while they block; a buggy job is reported and
     serving goes on; at the end every job has run."""
     release = threading.Event()
@@ -111,7 +113,8 @@ def test_line_server_bounds_jobs_and_keeps_reading() -> None:
     peak: list[int] = []
     released: list[bool] = []
 
-    def job() -> None:
+    def job(wait: WaitPolicy) -> None:
+        wait.on_slow()  # as a call does before it blocks: an inline job hands reading off
         with state:
             running.append(1)
             peak.append(len(running))
@@ -125,7 +128,7 @@ def test_line_server_bounds_jobs_and_keeps_reading() -> None:
             quick_seen.set()
             return None
         if line == b"boom":
-            return lambda: 1 / 0  # type: ignore[return-value]
+            return lambda wait: 1 / 0  # type: ignore[return-value]
         return job
 
     def lines() -> Iterator[bytes]:
@@ -141,7 +144,8 @@ def test_line_server_bounds_jobs_and_keeps_reading() -> None:
     serving.start()
     serving.join(30)
     assert ended == [True] and quick_seen.is_set()
-    assert len(peak) == 7 and max(peak) == 2 and running == []
+    # two on the job slots, and the first on the reading thread (the inline policy)
+    assert len(peak) == 7 and max(peak) == 3 and running == []
     assert released == [True] * 7
 
 

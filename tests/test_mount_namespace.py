@@ -23,6 +23,7 @@ from corral.fs import Root
 from corral.policy import Policy, RootSpec
 from corral.sandbox import probe
 from corral.sandbox.broker import Broker, check_required, summarise
+from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import SandboxError
 
 KERNEL = probe.probe()
@@ -89,11 +90,10 @@ def test_pool_workers_run_in_it_and_report_it(workspace: Path, outside: Path) ->
             assert sorted(os.listdir(view)) == sorted({"proc", str(workspace).split("/")[1]})
             assert not (view / "etc").exists() and not (view / str(outside)[1:]).exists()
             assert (view / str(workspace)[1:] / "hello.txt").is_file()
-        listed = broker.submit({"tool": "list_directory", "arguments": {"path": "."}})
-        assert listed["ok"], listed
-        wrote = broker.submit({"tool": "write_file",
-                               "arguments": {"path": "sub/new.txt", "content": "x"}})
-        assert wrote["ok"], wrote
+        listed = broker.submit(CallRequest("list_directory", {"path": "."}))
+        assert listed.ok, listed
+        wrote = broker.submit(CallRequest("write_file", {"path": "sub/new.txt", "content": "x"}))
+        assert wrote.ok, wrote
         assert (workspace / "sub" / "new.txt").read_text() == "x"
     finally:
         broker.close()

@@ -22,6 +22,7 @@ import pytest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import Answer, CallRequest
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
@@ -49,7 +50,12 @@ def make_broker(workspace: Path) -> Iterator[MakeBroker]:
 
 
 def call(broker: Broker, tool: str, **arguments: Any) -> dict[str, Any]:
-    return broker.submit({"tool": tool, "arguments": arguments, "approved": []})
+    return as_result(broker.submit(CallRequest(tool, arguments)))
+
+
+def as_result(answer: Answer) -> dict[str, Any]:
+    """An answer as the result dict and its meta (the id is the broker's own)."""
+    return {**answer.public(), "meta": answer.meta}
 
 
 def wait_gone(pids: list[int]) -> list[int]:
@@ -222,8 +228,9 @@ def test_asubmit_runs_calls_concurrently_without_blocking_the_loop(
                 await asyncio.sleep(0)
 
         ticking = asyncio.create_task(ticker())
-        request = {"tool": "read_file", "arguments": {"path": "hello.txt"}, "approved": []}
-        results = await asyncio.gather(*(broker.asubmit(request) for _ in range(20)))
+        request = CallRequest("read_file", {"path": "hello.txt"})
+        answers = await asyncio.gather(*(broker.asubmit(request) for _ in range(20)))
+        results = [as_result(answer) for answer in answers]
         ticking.cancel()
         assert ticks > 1  # the loop kept running while workers answered
         return results
@@ -263,6 +270,7 @@ HOST = textwrap.dedent(
     import json, sys, time
     from corral.config import Limits, SandboxOptions
     from corral.policy import Policy, RootSpec
+    from corral.sandbox.messages import CallRequest
     from corral.sandbox.broker import Broker
 
     def start():
@@ -280,8 +288,8 @@ HOST = textwrap.dedent(
         broker = holder[0]
     else:
         broker = start()
-    answer = broker.submit({"tool": "read_file", "arguments": {"path": "hello.txt"}})
-    print(json.dumps(answer["ok"]), flush=True)
+    answer = broker.submit(CallRequest("read_file", {"path": "hello.txt"}))
+    print(json.dumps(answer.ok), flush=True)
     time.sleep(600)
     """
 )

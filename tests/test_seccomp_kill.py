@@ -16,6 +16,7 @@ from test_hardening_pool import FRAME_LIMIT, REQUEST, EvilZygote, honest, honest
 
 from corral import seccomp
 from corral.config import Limits, SandboxOptions
+from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import Pool
 from corral.seccomp.arches import load_arch, native_arch
 
@@ -34,6 +35,10 @@ def _confined_attempt(name: str, *args: int) -> Any:
     return behaviour
 
 
+def call(pool: Pool, request_id: int) -> dict[str, Any]:
+    return pool.call(CallRequest(**REQUEST, id=request_id)).to_wire()
+
+
 def _pool(behaviour: Any) -> Pool:
     options = SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT)
     pool = Pool(EvilZygote(behaviour), options, Limits())  # type: ignore[arg-type]
@@ -46,7 +51,7 @@ def test_a_forbidden_call_kills_the_worker_and_is_logged(caplog) -> None:
     try:
         first = pool.pids()
         with caplog.at_level(logging.WARNING, logger="corral.sandbox.pool"):
-            response = pool.call({**REQUEST, "id": 1})
+            response = call(pool, 1)
         assert response["ok"] is False
         assert response["error"]["code"] == "worker_crashed"
         assert "SIGSYS" in response["error"]["message"]
@@ -54,7 +59,7 @@ def test_a_forbidden_call_kills_the_worker_and_is_logged(caplog) -> None:
         assert len(logged) == 1 and logged[0].levelno == logging.ERROR
         assert str(first[0]) in logged[0].getMessage()
         # healed: a fresh worker serves the next call
-        assert pool.call({**REQUEST, "id": 2}) == honest_answer(2)
+        assert call(pool, 2) == honest_answer(2)
         assert pool.pids() != first
     finally:
         pool.close()
@@ -65,7 +70,7 @@ def test_control_a_refused_call_leaves_the_worker_serving(caplog) -> None:
     try:
         first = pool.pids()
         with caplog.at_level(logging.WARNING, logger="corral.sandbox.pool"):
-            assert pool.call({**REQUEST, "id": 1}) == honest_answer(1)
+            assert call(pool, 1) == honest_answer(1)
         assert pool.pids() == first
         assert not caplog.records
     finally:
@@ -79,7 +84,7 @@ def test_other_crashes_are_logged_too(caplog) -> None:
     pool = _pool(dies)
     try:
         with caplog.at_level(logging.WARNING, logger="corral.sandbox.pool"):
-            assert pool.call({**REQUEST, "id": 1})["error"]["code"] == "worker_crashed"
+            assert call(pool, 1)["error"]["code"] == "worker_crashed"
         assert [r.levelno for r in caplog.records] == [logging.WARNING]
         assert "exit code 3" in caplog.records[0].getMessage()
     finally:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 from corral import stdio
 from corral.sandbox import pool
+from corral.sandbox.waiting import WaitPolicy
 
 
 def serve(lines: Iterator[bytes], handle: Callable) -> list[bool]:
@@ -24,10 +25,11 @@ def serve(lines: Iterator[bytes], handle: Callable) -> list[bool]:
 
 
 def test_inline_job_runs_on_the_reading_thread() -> None:
+    """A job that arrives while no other job runs is run by the reading thread."""
     threads: list[int] = []
 
-    def handle(line: bytes | None) -> stdio.Inline:
-        return stdio.Inline(lambda: threads.append(threading.get_ident()))
+    def handle(line: bytes | None) -> stdio.Job:
+        return lambda wait: threads.append(threading.get_ident())
 
     reader: list[int] = []
 
@@ -40,32 +42,27 @@ def test_inline_job_runs_on_the_reading_thread() -> None:
 
 
 def test_inline_job_that_hands_off_lets_reading_go_on() -> None:
-    """The inline job waits for a line read after it: only a hand-off makes that
-    possible. A second hand-off from the same job, and one from a pool job, do nothing."""
+    """The inline job waits for a line read after it: only its on_slow (the hand-off)
+    makes that possible. A second on_slow from the same job, and the on_slow of a
+    job running on a pool thread, do nothing."""
     later = threading.Event()
     waited: list[bool] = []
-    server: stdio.LineServer
 
-    def blocked() -> None:
-        server.hand_off()
-        server.hand_off()
+    def blocked(wait: WaitPolicy) -> None:
+        wait.on_slow()
+        wait.on_slow()
         waited.append(later.wait(10))
 
-    def handle(line: bytes | None) -> stdio.Job | stdio.Inline | None:
+    def handle(line: bytes | None) -> stdio.Job | None:
         if line == b"later":
             later.set()
             return None
         if line == b"pool":
-            return server.hand_off
-        return stdio.Inline(blocked)
+            return lambda wait: wait.on_slow()
+        return blocked
 
-    server = stdio.LineServer(iter([b"wait", b"pool", b"later"]), handle, max_jobs=2)
-    ended: list[bool] = []
-    serving = threading.Thread(target=server.run, args=(lambda: ended.append(True),), daemon=True)
-    serving.start()
-    serving.join(30)
-    assert not serving.is_alive()
-    assert waited == [True] and ended == [True]
+    assert serve(iter([b"wait", b"pool", b"later"]), handle) == [True]
+    assert waited == [True]
 
 
 def test_inline_job_without_hand_off_holds_reading() -> None:
@@ -73,19 +70,19 @@ def test_inline_job_without_hand_off_holds_reading() -> None:
     (what makes hand-off necessary: it can fail)."""
     order: list[str] = []
 
-    def handle(line: bytes | None) -> stdio.Inline | None:
+    def handle(line: bytes | None) -> stdio.Job | None:
         if line == b"next":
             order.append("read next")
             return None
-        return stdio.Inline(lambda: order.append("job done"))
+        return lambda wait: order.append("job done")
 
     assert serve(iter([b"job", b"next"]), handle) == [True]
     assert order == ["job done", "read next"]
 
 
 def test_slow_call_hook_hears_only_of_a_late_answer() -> None:
-    """The pool tells `slow_call` when no answer started within SLOW_CALL_S; a
-    failing hook does not fail the call."""
+    """The pool tells the wait policy's on_slow when no answer started within
+    SLOW_CALL_S; a failing hook does not fail the call."""
     heard: list[bool] = []
 
     def hook() -> None:
@@ -94,14 +91,9 @@ def test_slow_call_hook_hears_only_of_a_late_answer() -> None:
 
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        token = pool.slow_call.set(hook)
-        try:
-            pool._tell_if_slow(ours.fileno())  # nothing to read: slow
-            theirs.send(b"x")
-            pool._tell_if_slow(ours.fileno())  # an answer is there: not slow
-        finally:
-            pool.slow_call.reset(token)
-        pool._tell_if_slow(ours.fileno())  # no hook set: nothing to tell
+        pool._tell_if_slow(ours.fileno(), hook)  # nothing to read: slow
+        theirs.send(b"x")
+        pool._tell_if_slow(ours.fileno(), hook)  # an answer is there: not slow
     assert heard == [True]
 
 

@@ -24,7 +24,7 @@ from corral import Pool, Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy
-from corral.sandbox.pool import Zygote
+from corral.sandbox.pool import ZygoteHandle
 from corral.sandbox.protocol import read_frame, write_frame
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
@@ -162,7 +162,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
                         held = held_directories(pid)
                     except FileNotFoundError:
                         continue  # evicted meanwhile
-                    own = {str(workspaces[index]), sandboxes[index]._core.history.path}
+                    own = {str(workspaces[index]), sandboxes[index]._history.path}
                     if held - own:  # its root, and its own workspace's history store
                         problems.append(f"worker {pid} of tenant {index} holds {held}")
 
@@ -178,7 +178,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
                 assert not served[i] & served[j], (i, j)
 
 
-class ProbeZygote(Zygote):
+class ProbeZygote(ZygoteHandle):
     """The real zygote, whose confined workers try opening paths instead of serving."""
 
     ENTRY = "from tenant_probe import main; main({fd})"

@@ -11,6 +11,7 @@ import pytest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import zygote_environment
 
 SECRET_VALUE = "sk-test-not-a-real-key-0123456789"
@@ -36,7 +37,7 @@ def test_host_secrets_never_reach_a_worker(workspace: Path, monkeypatch) -> None
             assert "OPENAI_API_KEY" not in environ
             assert "PYTHONSTARTUP" not in environ
             assert environ.get("LC_ALL") == "C.UTF-8"  # the locale does travel
-        assert broker.submit({"tool": "list_directory", "arguments": {"path": "."}})["ok"]
+        assert broker.submit(CallRequest("list_directory", {"path": "."})).ok
     finally:
         broker.close()
 

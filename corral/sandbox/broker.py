@@ -1,9 +1,7 @@
 """The broker: the executor api.py dispatches through. Every tool runs in a
 confined worker; the host only frames requests and results and never opens a
-workspace path itself.
-
-Executor interface (shared with the in-process executor): submit(request) ->
-dict, async asubmit(request) -> dict, close(), confinement -> dict.
+workspace path itself. `Executor` is the interface (Broker here, a shared pool's
+hub.PooledBroker); `Sandbox` holds one and never knows which.
 """
 
 from __future__ import annotations
@@ -15,11 +13,28 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from corral.config import LAYERS, Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
-from corral.sandbox.pool import Pool, SandboxError, Zygote
+from corral.sandbox.messages import Answer, CallRequest, HistoryRequest
+from corral.sandbox.pool import Pool, SandboxError, ZygoteHandle
+from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+
+Submittable = CallRequest | HistoryRequest
+
+
+class Executor(Protocol):
+    """Where a sandbox's calls run."""
+
+    def submit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer: ...
+
+    async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def confinement(self) -> dict[str, Any]: ...
 
 
 class Broker:
@@ -47,7 +62,7 @@ class Broker:
             # on its control channel ending, which happens however the host dies.
             "pdeathsig": threading.current_thread() is threading.main_thread(),
         }
-        self._zygote = Zygote(config)
+        self._zygote = ZygoteHandle(config)
         self._pool = Pool(self._zygote, options, limits)
         try:
             self._pool.start()
@@ -70,20 +85,26 @@ class Broker:
         )
         self._sweeper.start()
 
-    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run one request in a worker; the answer is the registry's result dict."""
+    def submit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
+        """Run one request in a worker; a worker's failure is an error answer."""
         if os.getpid() != self._owner:
             # A forked copy would talk over the same sockets as its parent.
             raise SandboxError("A sandbox cannot be used in a process forked after it started.")
-        response = self._pool.call({**request, "id": next(self._ids)})
-        response.pop("id", None)
-        return response
+        return self._pool.call(request.numbered(next(self._ids)), wait)
 
-    async def asubmit(self, request: dict[str, Any]) -> dict[str, Any]:
-        """submit() on a broker thread, so the event loop never blocks on a worker."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._threads, self.submit, request
+    async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
+        """submit() on a broker thread, so the event loop never blocks on a worker;
+        cancelling the awaiting task cancels the call where the pool can (a shared
+        pool's: a queued call never runs, a running one loses its worker)."""
+        cancel = Cancel()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._threads, self.submit, request, dataclasses.replace(wait, cancel=cancel)
         )
+        try:
+            return await future
+        except asyncio.CancelledError:
+            cancel.cancel()
+            raise
 
     def close(self) -> None:
         """Stop the workers and the zygote; nothing of the sandbox outlives this."""

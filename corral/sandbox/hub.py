@@ -18,7 +18,6 @@ One lock (the hub's) guards every lane's state and the hub's counters.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import os
@@ -27,7 +26,6 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
 from typing import Any
 
 from corral.config import Limits, SandboxOptions
@@ -36,15 +34,15 @@ from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, check_known, check_required, summarise
 from corral.sandbox.pool import (
     RSS_CHECK_EVERY,
+    SWEEP_FAILURES,
     BootKilled,
     Pool,
     SandboxError,
     Worker,
-    WorkerLost,
-    Zygote,
-    _alive,
+    ZygoteHandle,
 )
-from corral.sandbox.protocol import MAX_ROOTS, ProtocolError
+from corral.sandbox.protocol import MAX_ROOTS
+from corral.sandbox.waiting import Cancel
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
@@ -56,33 +54,6 @@ SWEEP_THREADS = 2
 
 class CallCancelled(SandboxError):
     """The caller gave up on a call before a worker took it."""
-
-
-class Cancel:
-    """A caller's handle to give up on its call: a queued call leaves the queue
-    and never runs; a running one has its worker killed (as a timeout does)."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self._hub: Hub | None = None
-        self._ticket: Ticket | None = None
-        self._worker: Worker | None = None
-
-    def cancel(self) -> None:
-        hub = self._hub
-        if hub is None:
-            self.cancelled = True
-            return
-        with hub.lock:
-            self.cancelled = True
-            if self._worker is not None:
-                self._worker.kill()
-            elif self._ticket is not None:
-                self._ticket.ready.notify()
-
-
-# Set by the thread that runs a call on behalf of a caller that may cancel it.
-current_cancel: ContextVar[Cancel | None] = ContextVar("current_cancel", default=None)
 
 
 class Ticket:
@@ -132,18 +103,9 @@ class Lane(Pool):
     def held(self) -> int:
         return len(self._workers) + self._spawning
 
-    def call(self, request: dict[str, Any]) -> dict[str, Any]:
-        if "cleanup" in request:  # a cleanup after a cancelled call is not cancelled
-            token = current_cancel.set(None)
-            try:
-                return super().call(request)
-            finally:
-                current_cancel.reset(token)
-        return super().call(request)
-
-    def checkout(self) -> Worker:
-        """A worker of this lane: an idle one, or a fresh fork, as the hub grants."""
-        cancel = current_cancel.get()
+    def checkout(self, cancel: Cancel | None = None) -> Worker:
+        """A worker of this lane: an idle one, or a fresh fork, as the hub grants;
+        `cancel` (the caller's) may kill it from now on."""
         while True:
             ticket = self.hub.acquire(self, cancel)
             worker = ticket.worker
@@ -158,14 +120,13 @@ class Lane(Pool):
                 continue
             if cancel is not None:
                 with self._cond:
-                    cancel._worker = worker
+                    cancel.worker = worker
                     if cancel.cancelled:
                         worker.kill()  # cancelled while it forked: the call ends at once
             return worker
 
     def checkin(self, worker: Worker) -> None:
         """Back to idle (the hub may hand it on at once), or recycled."""
-        self._detach(worker)
         worker.calls += 1
         if worker.calls >= worker.max_calls or self._rss_over(worker):
             self.murder_worker(worker)
@@ -175,7 +136,6 @@ class Lane(Pool):
 
     def replace(self, worker: Worker) -> int | None:
         """Kill a worker that failed its call; its successor is forked on demand."""
-        self._detach(worker)
         code = self.murder_worker(worker)
         self.hub.done(self)
         return code
@@ -191,13 +151,8 @@ class Lane(Pool):
         except SandboxError:
             return 0
         try:
-            listing = self._exchange(worker, {"id": 1, "find_temps": True})
-            dead = [[index, path] for index, path, pid in listing["temps"] if not _alive(pid)]
-            removed = 0
-            if dead:
-                answer = self._exchange(worker, {"id": 2, "cleanup": {"temps": dead}})
-                removed = int(answer["removed"])
-        except (WorkerLost, TimeoutError, ProtocolError):
+            removed = self._sweep_on(worker)
+        except SWEEP_FAILURES:
             self.replace(worker)
             return 0
         self.checkin(worker)
@@ -271,11 +226,10 @@ class Lane(Pool):
             self.hub.idle.pop(worker, None)
         super()._retire(worker)
 
-    def _detach(self, worker: Worker) -> None:
-        cancel = current_cancel.get()
+    def _detach(self, cancel: Cancel | None) -> None:
         if cancel is not None:
             with self._cond:
-                cancel._worker = None
+                cancel.worker = None
 
     def _rss_over(self, worker: Worker) -> bool:
         return (
@@ -308,7 +262,7 @@ class Hub:
         self.confinement: dict[str, Any] = {}
         self.closed = False
         self._orphans: list[int] = []  # evicted workers whose grant went unused: reap later
-        self.zygote = Zygote({
+        self.zygote = ZygoteHandle({
             "roots": None, "host_pid": os.getpid(),
             # as in broker.Broker: the death signal follows the thread that forked
             "pdeathsig": threading.current_thread() is threading.main_thread(),
@@ -347,7 +301,7 @@ class Hub:
                 lane.in_ring = True
                 self.waiting.append(lane)
             if cancel is not None:
-                cancel._hub, cancel._ticket = self, ticket
+                cancel.lock, cancel.ticket = self._rlock, ticket
             try:
                 self._dispatch()
                 while not ticket.granted:
@@ -366,7 +320,7 @@ class Hub:
                 raise
             finally:
                 if cancel is not None:
-                    cancel._ticket = None
+                    cancel.ticket = None
             return ticket
 
     def release(self, lane: Lane, worker: Worker) -> None:
@@ -527,7 +481,8 @@ class Hub:
 
 class PooledBroker(Broker):
     """broker.Broker's executor interface over a lane of a shared pool: no process
-    of its own until a call needs one. asubmit's caller may cancel its call."""
+    of its own until a call needs one. A call's caller may cancel it (WaitPolicy.cancel,
+    which asubmit sets): the lane honours it (Lane.checkout)."""
 
     def __init__(
         self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
@@ -559,22 +514,3 @@ class PooledBroker(Broker):
         if not self._sweep.cancel():  # not begun: never needed; begun: let it finish
             self._sweep.result()
         self._pool.close()
-
-    async def asubmit(self, request: dict[str, Any]) -> dict[str, Any]:
-        """submit() on a thread; cancelling the awaiting task cancels the call."""
-        cancel = Cancel()
-        future = asyncio.get_running_loop().run_in_executor(
-            self._threads, self._submit_cancellable, request, cancel
-        )
-        try:
-            return await future
-        except asyncio.CancelledError:
-            cancel.cancel()
-            raise
-
-    def _submit_cancellable(self, request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
-        token = current_cancel.set(cancel)
-        try:
-            return self.submit(request)
-        finally:
-            current_cancel.reset(token)

@@ -20,17 +20,31 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.answers import answer_limits, malformed, too_many_values
+from corral.sandbox.answers import answer_limits, too_many_values
+from corral.sandbox.messages import (
+    Answer,
+    BootReport,
+    CallRequest,
+    CleanupRequest,
+    Discard,
+    FindTemps,
+    HistoryRequest,
+    Malformed,
+    RemoveTemps,
+    Spawn,
+    Wait,
+    error_answer,
+    removed_from_wire,
+    temps_from_wire,
+)
 from corral.sandbox.protocol import (
-    CLEANUP_ARGUMENTS,
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
     FrameTooLarge,
@@ -43,6 +57,7 @@ from corral.sandbox.protocol import (
     send_bytes,
     write_frame,
 )
+from corral.sandbox.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
@@ -71,25 +86,32 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 # host. PYTHONPATH is not needed either: the zygote gets the host's sys.path verbatim.
 ZYGOTE_ENVIRONMENT = ("LANG", "PYTHONHOME", "PYTHONUTF8")
 ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
-# A call not answered within this long is slow: `slow_call` (if set) hears of it once.
-SLOW_CALL_S = 0.001
-# A lone call's thread polls (yielding) this long for the answer before it sleeps: a
-# stat or small read answers within it, and a woken thread costs ~3x its own work.
-ANSWER_SPIN_S = 150e-6
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-# Set by a caller that wants to know when its call turns slow (the MCP server runs
-# quick calls on its reading thread and then lets another thread read on).
-slow_call: ContextVar[Callable[[], None] | None] = ContextVar("slow_call", default=None)
+Request = CallRequest | HistoryRequest | CleanupRequest
 
 
 class SandboxError(Exception):
     """The sandbox cannot start, or has halted (failing closed)."""
 
 
+class CallFailed(Exception):
+    """A call the worker could not answer (timeout, crash, halted pool): its code
+    and message become the call's error answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
 class WorkerLost(Exception):
     """A worker's socket ended in the middle of a call."""
+
+
+# What a sweep's exchange may fail with: the sweep then removes nothing.
+SWEEP_FAILURES = (WorkerLost, TimeoutError, ProtocolError, Malformed)
 
 
 class BootKilled(Exception):
@@ -116,18 +138,19 @@ class Worker:
     _process: psutil.Process | None = None
 
     def exchange(
-        self, frame: bytes, request: dict[str, Any], deadline: float, max_bytes: int,
+        self, frame: bytes, deadline: float, max_bytes: int, wait: WaitPolicy,
         spin: bool = False, max_values: int | None = None,
     ) -> dict[str, Any]:
-        """Send one encoded request and read its answer; WorkerLost, TimeoutError.
-        The answer is untrusted: one for another id, or of the wrong shape, loses the
-        worker, and so does one over max_bytes or, before it is decoded, max_values
-        JSON values. spin: poll for the answer up to ANSWER_SPIN_S before blocking."""
+        """Send one encoded request and read its answer frame; WorkerLost, TimeoutError.
+        The answer is untrusted: one over max_bytes or, before it is decoded,
+        max_values JSON values loses the worker (so does one the caller's
+        messages.*.from_wire refuses). spin: poll for the answer first (waiting.py)."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
             if spin:
                 _spin_for_answer(self.sock.fileno())
-            _tell_if_slow(self.sock.fileno())
+            if wait.notifies:
+                _tell_if_slow(self.sock.fileno(), wait.on_slow)
             precheck = None if max_values is None else (
                 lambda payload: too_many_values(payload, max_values)
             )
@@ -140,22 +163,19 @@ class Worker:
             raise WorkerMisbehaved(str(exc)) from None
         if response is None:
             raise WorkerLost("its socket closed")
-        if response.get("id") != request["id"]:
-            raise WorkerMisbehaved("it answered another request")
-        problem = malformed(response, request)
-        if problem:
-            raise WorkerMisbehaved(f"it sent {problem}")
         return response
 
-    def boot(self, max_bytes: int) -> dict[str, Any] | None:
-        """The worker's first frame: its confinement layers (None if it never came)."""
+    def boot(self, max_bytes: int) -> BootReport | None:
+        """The worker's first frame: its confinement layers (None if it never came,
+        or was not a report)."""
         try:
-            report = read_frame(self.sock.fileno(), max_bytes, time.monotonic() + BOOT_TIMEOUT_S)
-            if report is not None and "confinement" in report:
+            wire = read_frame(self.sock.fileno(), max_bytes, time.monotonic() + BOOT_TIMEOUT_S)
+            report = None if wire is None else BootReport.from_wire(wire)
+            if report is not None and report.confinement is not None:
                 self._process = psutil.Process(self.pid)
-                self.layers = report["confinement"]
-                self.roots = report.get("roots")
-        except (ProtocolError, OSError, psutil.Error):
+                self.layers = report.confinement
+                self.roots = [list(root) for root in report.roots]
+        except (ProtocolError, OSError, psutil.Error, Malformed):
             return None
         return report
 
@@ -191,11 +211,8 @@ def _spin_for_answer(fd: int) -> None:
         os.sched_yield()
 
 
-def _tell_if_slow(fd: int) -> None:
-    """Wait up to SLOW_CALL_S for the answer to start, then tell `slow_call`."""
-    hook = slow_call.get()
-    if hook is None:
-        return
+def _tell_if_slow(fd: int, hook: Callable[[], None]) -> None:
+    """Wait up to SLOW_CALL_S for the answer to start, then tell `hook`."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     if not poller.poll(SLOW_CALL_S * 1000):
@@ -203,8 +220,9 @@ def _tell_if_slow(fd: int) -> None:
             hook()
 
 
-class Zygote:
-    """Handle on the zygote process: start it, ask it to fork, ask how a worker ended."""
+class ZygoteHandle:
+    """The host's handle on the zygote process (sandbox/zygote.py's Zygote): start
+    it, ask it to fork, ask how a worker ended."""
 
     # What the exec'd interpreter runs, given the control channel's fd.
     ENTRY = "from corral.sandbox.zygote import main; main({fd})"
@@ -247,12 +265,7 @@ class Zygote:
         """Fork one worker: (pid, socket, pidfd). A shared pool's zygote needs the
         sandbox's `setup` (its start config) and its root fds; `after`: the pid of
         a worker killed to make room, reaped before the fork."""
-        request: dict[str, Any] = {"op": "spawn"}
-        if setup is not None:
-            request["setup"] = setup
-        if after is not None:
-            request["after"] = after
-        message, fds = self._ask(request, max_fds=2, send_fds=root_fds)
+        message, fds = self._ask(Spawn(setup, after), max_fds=2, send_fds=root_fds)
         if message is None or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
@@ -266,7 +279,7 @@ class Zygote:
     def wait(self, pid: int) -> int | None:
         """Exit code of a worker that was killed or ended; None if unknown."""
         try:
-            reply, _ = self._ask({"op": "wait", "pid": pid}, max_fds=0)
+            reply, _ = self._ask(Wait(pid), max_fds=0)
         except SandboxError:
             return None
         return None if reply is None else reply.get("code")
@@ -278,7 +291,7 @@ class Zygote:
                 return
             try:
                 write_frame(
-                    self._sock.fileno(), {"op": "discard", "pid": pid}, CONTROL_FRAME_BYTES,
+                    self._sock.fileno(), Discard(pid).to_wire(), CONTROL_FRAME_BYTES,
                     time.monotonic() + CONTROL_TIMEOUT_S,
                 )
             except (ProtocolError, OSError):
@@ -286,7 +299,7 @@ class Zygote:
                 self._sock.close()
 
     def _ask(
-        self, request: dict[str, Any], max_fds: int, send_fds: Sequence[int] = ()
+        self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int] = ()
     ) -> tuple[dict[str, Any] | None, list[int]]:
         """One request (with `send_fds` attached) and its reply. A channel that fails
         or times out is closed for good: a late reply would otherwise answer the next
@@ -296,7 +309,7 @@ class Zygote:
                 raise SandboxError("The sandbox is closed.")
             deadline = time.monotonic() + CONTROL_TIMEOUT_S
             try:
-                frame = encode(request, CONTROL_FRAME_BYTES)
+                frame = encode(request.to_wire(), CONTROL_FRAME_BYTES)
                 if send_fds:  # the fds ride on the first byte; the rest as any frame
                     frame = frame[socket.send_fds(self._sock, [frame[:1]], list(send_fds)):]
                 send_bytes(self._sock.fileno(), frame, deadline)
@@ -322,7 +335,7 @@ class Zygote:
 class Pool:
     """N confined workers forked by one zygote; one call per worker at a time."""
 
-    def __init__(self, zygote: Zygote, options: SandboxOptions, limits: Limits) -> None:
+    def __init__(self, zygote: ZygoteHandle, options: SandboxOptions, limits: Limits) -> None:
         self.zygote = zygote
         self.options = options
         self.limits = limits
@@ -353,38 +366,58 @@ class Pool:
         with self._cond:
             self._check_usable()
 
-    def call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run one request on an idle worker; failures of the worker become error results."""
+    def call(self, request: CallRequest | HistoryRequest, wait: WaitPolicy = PLAIN) -> Answer:
+        """Run one call on an idle worker; failures of the worker become error answers."""
+        try:
+            return self._run(request, lambda wire: Answer.from_wire(wire, request), wait)
+        except CallFailed as failed:
+            return error_answer(request.tool, failed.code, failed.message, id=request.id)
+
+    def _run(
+        self, request: Request, parse: Callable[[dict[str, Any]], T], wait: WaitPolicy,
+    ) -> T:
+        """`request` on an idle worker, its answer frame made into a T by `parse`
+        (messages.*.from_wire: Malformed loses the worker); CallFailed otherwise."""
         limit = self.options.max_frame_bytes
         try:
-            frame = encode(request, limit)
+            frame = encode(request.to_wire(), limit)
         except ProtocolError as exc:
-            code = "too_large" if isinstance(exc, FrameTooLarge) else "invalid_arguments"
-            return failure(request, code, f"The request cannot be sent: {exc}.")
+            why = "too_large" if isinstance(exc, FrameTooLarge) else "invalid_arguments"
+            raise CallFailed(why, f"The request cannot be sent: {exc}.") from None
         try:
-            worker = self.checkout()
+            worker = self.checkout(wait.cancel)
         except SandboxError as exc:
-            return failure(request, "worker_crashed", str(exc))
+            raise CallFailed("worker_crashed", str(exc)) from None
         timeout = self.limits.timeout_s
+        tool = getattr(request, "tool", None)
         try:
             # only a lone call spins: concurrent ones would take the GIL from each other
             # (an unlocked read: a wrong guess costs a little speed, nothing else)
             alone = len(self._idle) + 1 >= len(self._workers)
-            response = worker.exchange(
-                frame, request, time.monotonic() + timeout, self.answer_bytes, alone,
-                self.answer_values,
-            )
+            spin = wait.spin and self.options.spin and alone
+            try:
+                wire = worker.exchange(
+                    frame, time.monotonic() + timeout, self.answer_bytes, wait, spin,
+                    self.answer_values,
+                )
+                if wire.get("id") != request.id:
+                    raise WorkerMisbehaved("it answered another request")
+                answer = parse(wire)
+            except Malformed as exc:
+                raise WorkerMisbehaved(f"it sent {exc}") from None
+            finally:
+                self._detach(wait.cancel)
         except TimeoutError:
             self.replace(worker)
-            self.clean_after(worker.pid, request)
-            return failure(
-                request, "timeout",
-                f"{request.get('tool')} did not finish within the {timeout:g} second limit; "
+            self.clean_after(worker.pid, request, wait)
+            raise CallFailed(
+                "timeout",
+                f"{tool} did not finish within the {timeout:g} second limit; "
                 "its worker was stopped.",
-            )
+            ) from None
         except WorkerLost as exc:
             code = self.replace(worker)
-            self.clean_after(worker.pid, request)
+            self.clean_after(worker.pid, request, wait)
             what = (
                 f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
                 else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
@@ -395,31 +428,30 @@ class Pool:
                 log.error(
                     "corral: worker %d running %s was killed by SIGSYS: it attempted a "
                     "system call the seccomp profile forbids outright (a compromised "
-                    "worker?); the pool replaced it", worker.pid, request.get("tool"),
+                    "worker?); the pool replaced it", worker.pid, tool,
                 )
             else:
                 log.warning("corral: worker %d running %s %s; the pool replaced it",
-                            worker.pid, request.get("tool"), what)
-            return failure(
-                request, "worker_crashed",
-                f"The worker running {request.get('tool')} {what}; the pool replaced it.",
-            )
+                            worker.pid, tool, what)
+            raise CallFailed(
+                "worker_crashed", f"The worker running {tool} {what}; the pool replaced it.",
+            ) from None
         self.checkin(worker)
-        return response
+        return answer
 
-    def clean_after(self, pid: int, request: dict[str, Any]) -> None:
+    def clean_after(self, pid: int, request: Request, wait: WaitPolicy) -> None:
         """Have a live worker remove the temp files a killed one may have left. A
-        cleanup whose own worker dies is tried again (it writes nothing itself)."""
-        if "cleanup" in request:
+        cleanup whose own worker dies is tried again (it writes nothing itself);
+        it runs even when its call was cancelled."""
+        if not isinstance(request, CallRequest | HistoryRequest):
             return
-        arguments = request.get("arguments") or {}
-        crash = {
-            "pid": pid, "tool": request.get("tool"),
-            "arguments": {k: arguments[k] for k in CLEANUP_ARGUMENTS if k in arguments},
-        }
+        cleanup = CleanupRequest.after(pid, request)
         for _ in range(CLEANUP_ATTEMPTS):
-            if "removed" in self.call({"id": -int(request.get("id") or 0), "cleanup": crash}):
+            try:
+                self._run(cleanup, lambda wire: removed_from_wire(wire, cleanup), wait.quiet())
                 return
+            except CallFailed:
+                continue
 
     def sweep_temps(self) -> int:
         """Remove the temp files of writers that died mid-write unseen by this pool
@@ -437,25 +469,32 @@ class Pool:
             worker.boot(self.options.max_frame_bytes)
             if worker.layers is None or worker.layers != self.confinement:
                 return 0  # not confined as the pool's workers are: it runs nothing
-            listing = self._exchange(worker, {"id": 1, "find_temps": True})
-            dead = [[index, path] for index, path, pid in listing["temps"] if not _alive(pid)]
-            if not dead:
-                return 0
-            return int(self._exchange(worker, {"id": 2, "cleanup": {"temps": dead}})["removed"])
-        except (WorkerLost, TimeoutError, ProtocolError):
+            return self._sweep_on(worker)
+        except SWEEP_FAILURES:
             return 0
         finally:
             worker.kill()
             worker.close()
             self.zygote.wait(pid)
 
-    def _exchange(self, worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
+    def _sweep_on(self, worker: Worker) -> int:
+        """sweep_temps' two requests on `worker` (SWEEP_FAILURES if either fails)."""
+        find = FindTemps(1)
+        listed = temps_from_wire(self._exchange(worker, find), find)
+        dead = tuple((index, path) for index, path, pid in listed if not _alive(pid))
+        if not dead:
+            return 0
+        remove = RemoveTemps(dead, 2)
+        return removed_from_wire(self._exchange(worker, remove), remove)
+
+    def _exchange(self, worker: Worker, request: FindTemps | RemoveTemps) -> dict[str, Any]:
         limit = self.options.max_frame_bytes
         deadline = time.monotonic() + self.limits.timeout_s
-        return worker.exchange(encode(request, limit), request, deadline, limit)
+        return worker.exchange(encode(request.to_wire(), limit), deadline, limit, PLAIN)
 
-    def checkout(self) -> Worker:
-        """Take an idle worker, waiting for one; a worker that died idle is replaced first."""
+    def checkout(self, cancel: Cancel | None = None) -> Worker:
+        """Take an idle worker, waiting for one; a worker that died idle is replaced
+        first. (A private pool's calls are not cancelled: see hub.Lane.)"""
         while True:
             with self._cond:
                 while not self._idle:
@@ -466,6 +505,9 @@ class Pool:
             if worker.looks_alive():
                 return worker
             self.replace(worker)
+
+    def _detach(self, cancel: Cancel | None) -> None:
+        """The call's worker is no longer its cancel handle's to kill (hub.Lane)."""
 
     def checkin(self, worker: Worker) -> None:
         """Back to idle, or recycled (max calls, RSS cap) without failing anyone."""
@@ -573,7 +615,7 @@ class Pool:
         """Read a new worker's report; anything but the pool's confinement halts it."""
         report = worker.boot(self.options.max_frame_bytes)
         if worker.layers is None:
-            confine_error = (report or {}).get("confine_error")
+            confine_error = report.confine_error if report is not None else None
             if confine_error:
                 self.halt(f"a worker could not confine itself: {confine_error}")
             ended_alone = report is None and not worker.looks_alive()
@@ -619,14 +661,6 @@ def zygote_environment(host: Mapping[str, str]) -> dict[str, str]:
     return {
         name: value for name, value in host.items()
         if name in ZYGOTE_ENVIRONMENT or name.startswith(ZYGOTE_ENVIRONMENT_PREFIX)
-    }
-
-
-def failure(request: dict[str, Any], code: str, message: str) -> dict[str, Any]:
-    """An error result in the contract's shape, for failures the worker could not report."""
-    return {
-        "id": request.get("id"), "ok": False, "tool": request.get("tool"),
-        "error": {"code": code, "message": message},
     }
 
 

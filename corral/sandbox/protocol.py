@@ -25,12 +25,6 @@ from corral import jsonfast
 HEADER = struct.Struct(">I")
 # Config and control frames between broker and zygote are small; a policy with many rules fits.
 CONTROL_FRAME_BYTES = 4 * 1024 * 1024
-# A cleanup request {"id", "cleanup": {"pid", "tool", "arguments"}} carries only these
-# arguments of the dead worker's call: where a writing tool puts its temp file.
-# {"id", "cleanup": {"temps": [[root index, path], ...]}} removes those temp files, which
-# {"id", "find_temps": true} -> {"id", "temps": [[root index, path, pid], ...]} listed.
-# Both answer {"id", "removed": count}.
-CLEANUP_ARGUMENTS = ("path", "destination")
 
 # The most roots (workspace + allowed paths) one sandbox of a shared pool may have:
 # their fds travel with each spawn request, and the zygote reads at most this many.

@@ -24,8 +24,19 @@ from corral.history.store import Store
 from corral.policy import Policy
 from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.confine import confine
-from corral.sandbox.protocol import (
+from corral.sandbox.messages import (
     CLEANUP_ARGUMENTS,
+    Answer,
+    BootReport,
+    CallRequest,
+    CleanupRequest,
+    FindTemps,
+    HistoryRequest,
+    RemoveTemps,
+    error_answer,
+    request_from_wire,
+)
+from corral.sandbox.protocol import (
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,
     EXIT_ORPHANED,
@@ -141,12 +152,12 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
         dirs = setup.confined_dirs()
         layers = confine(dirs, keep_fds=[fd, *(d.fd for d in dirs)], limits=setup.limits)
     except Exception as exc:
-        _send(fd, {"confine_error": f"{type(exc).__name__}: {exc}"}, setup)
+        _send(fd, BootReport(confine_error=f"{type(exc).__name__}: {exc}").to_wire(), setup)
         return EXIT_CONFINE_FAILED
     layers["openat2"] = setup.roots.workspace.resolver == "openat2"
     # the roots it holds, so the host can check a worker serves the sandbox it asked for
-    roots = [[root.path, root.mode] for root in setup.roots.all()]
-    _send(fd, {"confinement": layers, "pid": os.getpid(), "roots": roots}, setup)
+    roots = tuple((root.path, root.mode) for root in setup.roots.all())
+    _send(fd, BootReport(layers, os.getpid(), roots).to_wire(), setup)
     return serve(fd, setup)
 
 
@@ -155,7 +166,8 @@ def serve(fd: int, setup: Setup) -> int:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
-        _spin_for_request(poller)
+        if setup.options.spin:
+            _spin_for_request(poller)
         try:
             request = read_sole_frame(fd, setup.options.max_frame_bytes)
         except ProtocolError:
@@ -173,22 +185,22 @@ def _spin_for_request(poller: select.poll) -> None:
         os.sched_yield()
 
 
-def answer(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """One tool call; the registry never raises (it gives each call its own Context)."""
-    if "cleanup" in request:
-        cleanup = request["cleanup"]
-        removed = (
-            remove_temps(cleanup["temps"], setup) if "temps" in cleanup
-            else clean_after(cleanup, setup)
-        )
-        return {"id": request.get("id"), "removed": removed}
-    if "find_temps" in request:
-        return {"id": request.get("id"), "temps": find_temps(setup)}
-    if "history" in request:
-        return {"id": request.get("id"), **history(request, setup)}
-    response = execute(setup.context, request)
+def answer(wire: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """One request's answer, on the wire; the registry never raises (it gives each
+    call its own Context)."""
+    request = request_from_wire(wire)
+    match request:
+        case CleanupRequest():
+            return {"id": request.id, "removed": clean_after(request, setup)}
+        case RemoveTemps():
+            return {"id": request.id, "removed": remove_temps(request.temps, setup)}
+        case FindTemps():
+            return {"id": request.id, "temps": find_temps(setup)}
+        case HistoryRequest():
+            return history(request, setup).to_wire()
+    response = execute(setup.context, wire)
     _say_if_a_root_was_removed(response, setup)
-    response["id"] = request.get("id")
+    response["id"] = request.id
     return response
 
 
@@ -216,19 +228,18 @@ def _say_if_a_root_was_removed(response: dict[str, Any], setup: Setup) -> None:
         )
 
 
-def clean_after(crash: dict[str, Any], setup: Setup) -> int:
+def clean_after(crash: CleanupRequest, setup: Setup) -> int:
     """Remove the temp files a killed worker left in the directories its writing
-    call aimed at (crash: {"pid", "tool", "arguments"}). Best effort: returns how many."""
+    call aimed at. Best effort: returns how many."""
     if setup.store is not None:  # first: a half-done write's old file may be in a temp
         with contextlib.suppress(Exception):
-            restore.settle(_restorer(setup, "settle"), [int(crash["pid"])])
-    tool = TOOLS.get(crash.get("tool"))  # type: ignore[arg-type]
+            restore.settle(_restorer(setup, "settle"), [crash.pid])
+    tool = TOOLS.get(crash.tool) if isinstance(crash.tool, str) else None
     if tool is None or not tool.writes:
         return 0
-    arguments = crash.get("arguments") or {}
     removed = 0
     for name in CLEANUP_ARGUMENTS:
-        path = arguments.get(name)
+        path = crash.arguments.get(name)
         if not isinstance(path, str):
             continue
         with contextlib.suppress(CorralError):
@@ -236,7 +247,7 @@ def clean_after(crash: dict[str, Any], setup: Setup) -> int:
             if root.mode == "rw":  # the temp sits beside the resolved target (a link's too)
                 parent = posixpath.dirname(root.resolve(rel)) or "."
                 removed += root.remove_stale_temps(
-                    parent, dead_pids=[int(crash["pid"])], recursive=False
+                    parent, dead_pids=[crash.pid], recursive=False
                 )
     return removed
 
@@ -257,14 +268,13 @@ def find_temps(setup: Setup) -> list[list[Any]]:
     return found
 
 
-def remove_temps(temps: Any, setup: Setup) -> int:
-    """Remove the named temp files ([root index, path] pairs); any other name is
+def remove_temps(temps: tuple[tuple[int, str], ...], setup: Setup) -> int:
+    """Remove the named temp files ((root index, path) pairs); any other name is
     left alone. Best effort: returns how many."""
     roots = setup.roots.all()
     removed = 0
-    for item in temps if isinstance(temps, list) else ():
-        index, path = item if isinstance(item, list) and len(item) == 2 else (None, None)
-        if not (isinstance(index, int) and 0 <= index < len(roots) and isinstance(path, str)):
+    for index, path in temps:
+        if index >= len(roots):
             continue
         if roots[index].mode == "rw" and temp_owner(posixpath.basename(path)) is not None:
             with contextlib.suppress(CorralError):
@@ -280,34 +290,32 @@ def _restorer(setup: Setup, tool: str) -> restore.Restorer:
     )
 
 
-def history(request: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """undo, rewind or settle ({"history": op, ...}): a result dict, never an exception."""
-    op = request["history"]
-    tool = op if op in ("undo", "rewind") else "history"
+def history(request: HistoryRequest, setup: Setup) -> Answer:
+    """undo, rewind or settle: an answer, never an exception."""
+    op, tool = request.op, request.tool
     try:
         if setup.store is None:
             raise CorralError("invalid_arguments", "history is not enabled for this sandbox.")
         if setup.policy.read_only:
             raise CorralError("read_only", f"this sandbox is read-only: nothing to {op}.")
         if op == "settle":
-            settled = restore.settle(_restorer(setup, "settle"), request.get("pids"))
-            return {"ok": True, "tool": tool, "result": {"settled": settled}, "text": ""}
-        if op == "undo":
+            settled = restore.settle(_restorer(setup, "settle"), list(request.pids))
+            result: dict[str, Any] = {"settled": settled}
+        elif op == "undo" and request.path is not None:
             result = restore.undo(setup.roots, setup.store, setup.policy, setup.limits,
-                                  request["path"], bool(request.get("force")))
-        elif op == "rewind":
+                                  request.path, request.force)
+        elif op == "rewind" and request.to is not None:
             result = restore.rewind(setup.roots, setup.store, setup.policy, setup.limits,
-                                    request["to"], bool(request.get("force")))
+                                    request.to, request.force)
         else:
             raise CorralError("invalid_arguments", f"unknown history operation {op!r}.")
     except CorralError as error:
-        return {"ok": False, "tool": tool, "error": error.to_dict()}
+        return error_answer(tool, error, id=request.id)
     except Exception as error:  # the worker must answer every request
         why = os.strerror(error.errno) if isinstance(error, OSError) and error.errno else (
             type(error).__name__)
-        message = f"{op} failed: {why}."
-        return {"ok": False, "tool": tool, "error": {"code": "io_error", "message": message}}
-    return {"ok": True, "tool": tool, "result": result, "text": ""}
+        return error_answer(tool, "io_error", f"{op} failed: {why}.", id=request.id)
+    return Answer(True, tool, result, "", id=request.id)
 
 
 def _send(
@@ -324,7 +332,7 @@ def _send(
 def _unsendable(request: dict[str, Any], exc: ProtocolError) -> dict[str, Any]:
     """A result that cannot travel becomes an error result, not a dead worker."""
     code = "too_large" if isinstance(exc, FrameTooLarge) else "io_error"
-    return {
-        "id": request.get("id"), "ok": False, "tool": request.get("tool"),
-        "error": {"code": code, "message": f"The result cannot be returned: {exc}."},
-    }
+    sent = request_from_wire(request)
+    tool = sent.tool if isinstance(sent, CallRequest | HistoryRequest) else None
+    return error_answer(tool, code, f"The result cannot be returned: {exc}.",
+                        id=sent.id).to_wire()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from corral.errors import CorralError
 from corral.fs import Root, content_version
 from corral.policy import HARDLINKS_RULE, RootSpec
-from corral.tools.base import Context, Touched
+from corral.tools.base import Context, NeedsApproval, Touched
 
 
 def as_given(ctx: Context, error: CorralError) -> CorralError:
@@ -102,8 +102,7 @@ class PathCheck:
                 # The host asks about this resolved path and sends the call again with
                 # its key approved; a path that resolves differently then asks again.
                 ctx.needs_approval.append(
-                    {"key": key, "root": self.root.path, "resolved": resolved, "path": path,
-                     "rule": decision.rule or ""}
+                    NeedsApproval(key, self.root.path, resolved, path, decision.rule or "")
                 )
                 why = f"the tool {ctx.tool}'s mode" if rule == TOOL_MODE_RULE else _why(rule)
                 raise CorralError(

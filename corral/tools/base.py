@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from corral.config import Limits
@@ -15,7 +15,7 @@ from corral.history.store import Store
 from corral.policy import Policy
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Touched:
     """One path a call touched, for the audit record (never contents)."""
 
@@ -24,6 +24,30 @@ class Touched:
     resolved: str  # root-relative, after resolution
     decision: str
     rule: str | None
+
+    def to_wire(self) -> dict[str, Any]:
+        """As it travels to the host, and as the audit log records it."""
+        return {"path": self.path, "root": self.root, "resolved": self.resolved,
+                "decision": self.decision, "rule": self.rule}
+
+
+TOUCHED_FIELDS = tuple(f.name for f in fields(Touched))
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    """A resolved path a supervised call stopped before acting on: the host asks
+    about it and sends the call again with `key` approved."""
+
+    key: str  # access.approval_key(root, resolved)
+    root: str
+    resolved: str
+    path: str  # as the caller gave it
+    rule: str | None  # the supervised rule; "" or None: the tool's mode
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "root": self.root, "resolved": self.resolved,
+                "path": self.path, "rule": self.rule}
 
 
 @dataclass
@@ -37,7 +61,7 @@ class Context:
     approved: frozenset[str] = frozenset()  # "root\0resolved" keys the host approved
     touched: list[Touched] = field(default_factory=list)
     tool: str = ""  # the tool being run: policy decisions are per tool
-    needs_approval: list[dict[str, str]] = field(default_factory=list)
+    needs_approval: list[NeedsApproval] = field(default_factory=list)
     given: dict[str, str] = field(default_factory=dict)  # root-relative path -> as given
     # The tool's mode is "supervised": every path it touches needs the host's yes,
     # asked once the path is resolved (the host cannot know what a path names).
@@ -83,7 +107,7 @@ class Tool:
         })
 
 
-def annotations(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+def mcp_hints(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
     """MCP tool annotations, spelled as the MCP spec spells them. openWorldHint is
     false: a file tool's world is the workspace (the spec's default is true)."""
     return {

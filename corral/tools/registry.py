@@ -101,10 +101,10 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
         response = error_result(call.tool, as_given(call, error))
     except Exception as error:  # the worker must answer every request
         response = error_result(call.tool, CorralError("io_error", _unexpected(call.tool, error)))
-    response["meta"] = {
-        "touched": [vars(t).copy() for t in call.touched],  # asdict would deep-copy
+    response["meta"] = {  # sandbox/messages.py's Meta, on the wire
+        "touched": [t.to_wire() for t in call.touched],
         "bytes": size,
-        "needs_approval": call.needs_approval,
+        "needs_approval": [n.to_wire() for n in call.needs_approval],
     }
     if call.keep is not None and call.keep.stored:
         response["meta"]["history_bytes"] = call.keep.stored

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from corral.tools.base import STRING, Context, Outcome, Tool, annotations, list_of, obj, shape
+from corral.tools.base import STRING, Context, Outcome, Tool, list_of, mcp_hints, obj, shape
 
 _MODES = {"rw": "read-write", "ro": "read-only"}
 
@@ -41,7 +41,7 @@ ROOT_TOOLS = [
         output_schema=shape({"roots": list_of(shape({
             "path": STRING, "mode": {"type": "string", "enum": ["rw", "ro"]},
         }))}),
-        annotations=annotations(read_only=True, destructive=False, idempotent=True),
+        annotations=mcp_hints(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=list_allowed_directories,
     ),

@@ -1,0 +1,237 @@
+"""CallFlow: one tool call as a resumable sequence of steps, with no I/O of its own.
+
+As in httpx, the steps of a call that decide (tool lookup, tool modes, argument
+validation, the approval rounds) are written once, as a generator that yields
+what it needs done and receives the outcome:
+
+    Submit(request)   run this request in a confined worker; reply with its Answer
+    Approve(request)  ask the host's approver; reply True or False, or NoApprover
+
+and returns the call's result. A driver carries the steps out: `Sandbox.call`
+blocks, `AsyncSandbox.call` awaits, the MCP face turns Approve into an
+elicitation (or a 2026-07-28 `input_required` round), the JSON-lines face has no
+approver (such a call fails `approval_required`). A driver that stops early
+(an exception, a cancelled task) closes the flow.
+
+    flow = sandbox.flow("write_file", {"path": "a.txt", "content": "hi"})
+    with flow:
+        step = flow.step()
+        while step is not None:
+            reply = run(step.request) if isinstance(step, Submit) else ask(step.request)
+            step = flow.step(reply)
+    result = flow.result
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corral.errors import CorralError
+from corral.policy import Policy
+from corral.sandbox.messages import Answer, CallRequest, NeedsApproval, error_answer
+from corral.tools.registry import lookup, shown_name, validate
+from corral.tools.render import escaped
+
+MAX_APPROVAL_ROUNDS = 4  # asks per call: move/copy name two paths, each may need a yes
+NO_ONE_TO_ASK = " and nothing here can ask for it"  # approval_required: no approve callback
+
+
+class NoApprover(Exception):
+    """Raised by an approve callback when nobody can answer this request (an MCP
+    client that cannot be asked): the call fails `approval_required`, as it does
+    with no callback at all; `hint` says what would let someone be asked."""
+
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(hint)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Run `request` in a confined worker; the reply is its `Answer`."""
+
+    request: CallRequest
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Ask the host's approver about `request` (the keys Sandbox documents); the
+    reply is True, False, or the approver's NoApprover."""
+
+    request: dict[str, Any]
+
+
+Step = Submit | Approve
+Steps = Generator[Step, Any, Answer]
+
+
+class CallFlow:
+    """One call's steps (see the module docstring). `step(reply)` resumes it with
+    the reply to the last step and returns the next one, or None once the call is
+    done; its result is then in `result` (the dict Sandbox.call returns)."""
+
+    def __init__(self, steps: Steps, finish: Callable[[Answer], dict[str, Any]]) -> None:
+        self._steps = steps
+        self._finish = finish
+        self._started = False
+        self.result: dict[str, Any] | None = None
+
+    def step(self, reply: Any = None) -> Step | None:
+        try:
+            if self._started:
+                return self._steps.send(reply)
+            self._started = True
+            return next(self._steps)
+        except StopIteration as done:
+            self.result = self._finish(done.value)
+            return None
+
+    def close(self) -> None:
+        """Give up on the call (nothing more runs); safe to call when it is done."""
+        self._steps.close()
+
+    def __enter__(self) -> CallFlow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def drive(
+    flow: CallFlow, submit: Callable[[CallRequest], Answer],
+    approve: Callable[[dict[str, Any]], bool | NoApprover],
+) -> dict[str, Any]:
+    """Carry a flow out with blocking calls; closed on any exception."""
+    with flow:
+        step = flow.step()
+        while step is not None:
+            reply = submit(step.request) if isinstance(step, Submit) else approve(step.request)
+            step = flow.step(reply)
+    assert flow.result is not None
+    return flow.result
+
+
+async def adrive(
+    flow: CallFlow, submit: Callable[[CallRequest], Awaitable[Answer]],
+    approve: Callable[[dict[str, Any]], Awaitable[bool | NoApprover]],
+) -> dict[str, Any]:
+    """drive() with awaits."""
+    with flow:
+        step = flow.step()
+        while step is not None:
+            reply = await (
+                submit(step.request) if isinstance(step, Submit) else approve(step.request)
+            )
+            step = flow.step(reply)
+    assert flow.result is not None
+    return flow.result
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What the steps of one call need to know of its sandbox."""
+
+    policy: Policy
+    workspace: str  # the first root: paths in it are shown root-relative
+    can_ask: bool  # an approver exists: without one a supervised call fails at once
+    seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
+
+    def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
+        """The call's steps; the result is the worker's Answer, or one made here."""
+        try:
+            tool = lookup(name)
+            mode = self.policy.tool_mode(tool.name, writes=tool.writes)
+            if mode == "deny":
+                why = self.policy.disabled_reason(tool.name, writes=tool.writes)
+                raise CorralError("tool_disabled", why)
+            args = validate(tool, arguments)
+        except CorralError as error:
+            return error_answer(shown_name(name), error)
+        if mode == "supervised" and not self.can_ask:
+            return _nobody_to_ask(
+                tool.name, f"the tool {tool.name} needs approval", None,
+                f'; set {tool.name} = "allow" in [tools] to run it without asking',
+            )
+        # A supervised tool, or a path a supervised rule matches: the worker resolves
+        # each path, stops before acting and names what needs a yes; the host asks
+        # about those resolved paths and sends the call again with them approved.
+        approved: list[str] = []
+        rounds = 0
+        while True:
+            rounds += 1
+            answer = yield Submit(CallRequest(
+                tool.name, args, tuple(approved),
+                tuple(within) if within is not None else None, self.seen(tool.name),
+            ))
+            needed = [n for n in answer.meta.needs_approval if n.key not in approved]
+            if not needed or not self.can_ask:
+                return answer
+            ask = self._request(tool.name, args, needed)
+            rule = next((need.rule for need in needed if need.rule), None)
+            why = f" (rule {rule!r})" if rule else ""
+            shown = ", ".join(target["shown"] for target in ask["targets"])
+            # said only when the callback cannot ask anyone (NoApprover)
+            fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
+                                   "operator's config to run it without asking")
+            refusal = yield from self._ask(ask, f"{shown} needs approval{why}", rule, fix)
+            if refusal is not None:
+                return Answer(False, refusal.tool, error=refusal.error, meta=answer.meta)
+            if rounds == MAX_APPROVAL_ROUNDS:
+                return answer
+            approved += [need.key for need in needed]
+
+    def _request(
+        self, tool: str, args: dict[str, Any], needed: list[NeedsApproval]
+    ) -> dict[str, Any]:
+        """What approve() is asked (the keys are documented API): every path as
+        resolved in the worker, root-relative, with its root, as the caller spelled
+        it and a one-line `shown` form; control characters escaped throughout."""
+        targets = [_target(need, self.workspace) for need in needed]
+        return {
+            "tool": tool, "arguments": args,
+            "paths": [target["given"] for target in targets],
+            "resolved": [escaped(posixpath.join(need.root, need.resolved)) for need in needed],
+            "rules": [target["rule"] for target in targets],
+            "targets": targets,
+        }
+
+    def _ask(
+        self, ask: dict[str, Any], what: str, rule: str | None = None, fix: str = ""
+    ) -> Generator[Step, Any, Answer | None]:
+        """None if the host approved; else the error answer to return (naming the
+        path rule that asked for the approval, if one did)."""
+        if not self.can_ask:
+            return _nobody_to_ask(ask["tool"], what, rule, fix)
+        reply = yield Approve(ask)
+        if isinstance(reply, NoApprover):  # the callback could not ask anyone
+            how = f": {reply.hint}" if reply.hint else ""
+            return error_answer(ask["tool"], CorralError(
+                "approval_required", f"{what} and nobody can be asked to approve it{how}{fix}.",
+                rule=rule,
+            ))
+        if reply:
+            return None
+        return error_answer(
+            ask["tool"], CorralError("approval_denied", f"{what}; it was denied.", rule=rule)
+        )
+
+
+def _nobody_to_ask(tool: str, what: str, rule: str | None, fix: str) -> Answer:
+    return error_answer(tool, CorralError(
+        "approval_required", f"{what}{NO_ONE_TO_ASK}{fix}.", rule=rule))
+
+
+def _target(need: NeedsApproval, workspace: str) -> dict[str, Any]:
+    """One path needing approval, as approve() sees it (see CallPlan._request)."""
+    root, path, given = need.root, need.resolved, need.path
+    absolute = posixpath.join(root, path) if path != "." else root
+    shown = path if root == workspace else absolute
+    if posixpath.normpath(given) not in (path, absolute):
+        shown += f" (given as {given})"  # tpl/../deploy.yml through a symlink, say
+    return {
+        "root": escaped(root), "path": escaped(path), "given": escaped(given),
+        "rule": need.rule or None, "shown": escaped(shown),
+    }

@@ -1,0 +1,123 @@
+"""What a sandbox keeps of its calls, from their answers' Meta: one audit line
+each, the versions this session read or wrote (read_before_write), and the bytes
+the history store grew by. The worker's Meta never reaches a caller."""
+
+from __future__ import annotations
+
+import posixpath
+import threading
+import time
+from typing import Any
+
+from corral.audit import Audit
+from corral.history.host import History
+from corral.policy import Policy
+from corral.sandbox.messages import Answer, Meta
+from corral.tools.access import TOOL_MODE_RULE, approval_key
+from corral.tools.registry import TOOLS
+
+PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
+READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
+# read_before_write: the tools whose results tell which version a session read or wrote,
+# and the writers that need one
+SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file")
+SESSION_WRITERS = ("write_file", "edit_file", "append_file")
+# undo/rewind left a conflict alone: the Python spelling, which the CLI replaces with its own
+FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
+
+
+def _paths(arguments: dict[str, Any]) -> list[str]:
+    """The paths a call names, normalised lexically."""
+    named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
+    named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
+    return [posixpath.normpath(p) for p in named]
+
+
+class Ledger:
+    """Thread-safe; one per sandbox."""
+
+    def __init__(self, policy: Policy, audit: Audit | None, history: History | None) -> None:
+        self.policy, self.audit, self.history = policy, audit, history
+        # read_before_write: "root\0resolved" -> the version this session read or wrote
+        self.seen: dict[str, str] = {}
+        self._seen_lock = threading.Lock()
+
+    def seen_for(self, tool: str) -> dict[str, str] | None:
+        """What a write under read_before_write carries: the versions this session knows."""
+        if self.policy.read_before_write != "require" or tool not in SESSION_WRITERS:
+            return None
+        with self._seen_lock:
+            return dict(self.seen)
+
+    def finish(self, answer: Answer, arguments: Any, started: float) -> dict[str, Any]:
+        """The call's result for its caller, once its Meta is accounted for."""
+        response = answer.public()
+        meta = answer.meta
+        if self.history is not None and meta.history_bytes:
+            self.history.stored(meta.history_bytes)
+        if self.policy.read_before_write == "require" and answer.ok:
+            self._remember(answer, meta)
+        if self.audit is not None:
+            error = answer.error or {}
+            fields: dict[str, Any] = {
+                "tool": answer.tool, "ok": answer.ok, "error": error.get("code"),
+                "bytes": meta.bytes,
+                "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            }
+            if meta.touched:
+                fields["touched"] = meta.touched
+            else:
+                given = _paths(arguments) if isinstance(arguments, dict) else []
+                fields["path"] = given[0] if given else None
+                fields["rule"] = error.get("rule")
+                fields.update(self._mode_decision(answer.tool, error.get("code")))
+            self.audit.record(**fields)
+        return response
+
+    def history_result(self, answer: Answer, target: str) -> dict[str, Any]:
+        """An undo/rewind answer in the contract's shape, with its text; one audit
+        line for it (path: the path undone or the id rewound to)."""
+        response = answer.public()
+        if self.audit is not None:
+            error = answer.error or {}
+            self.audit.record(tool=answer.tool, ok=answer.ok, error=error.get("code"),
+                              path=target)
+        if not answer.ok or answer.result is None:
+            return response
+        result = answer.result
+        lines = [f"Restored {path}." for path in result["restored"]]
+        reasons = result.get("reasons") or {}
+        lines += [f"Left {path} alone: {reasons.get(path, 'it changed since')}"
+                  + ("" if reasons.get(path, "").endswith(".") else ".")
+                  for path in result["conflicts"]]
+        if result["conflicts"]:
+            lines.append(FORCE_HINT)
+        if "checkpoint" in result:
+            lines.append(f"Checkpoint {result['checkpoint']} holds the state before this rewind.")
+        response["text"] = "\n".join(lines) or "Nothing to restore."
+        return response
+
+    def _remember(self, answer: Answer, meta: Meta) -> None:
+        """read_before_write: note the versions this session read or wrote."""
+        keys = {t.path: approval_key(t.root, t.resolved) for t in meta.touched}
+        result = answer.result or {}
+        files = result.get("files") if answer.tool == "read_multiple_files" else [result]
+        with self._seen_lock:
+            self.seen.update(meta.seen)
+            if answer.tool not in SESSION_TOOLS:
+                return
+            for found in files or ():
+                if found.get("ok", True) and found.get("version") and found["path"] in keys:
+                    self.seen[keys[found["path"]]] = found["version"]
+
+    def _mode_decision(self, name: str, code: str | None) -> dict[str, str]:
+        """Decision and rule of a call its tool's mode stopped before any path was
+        looked at (a path rule's refusal carries its own, in meta.touched)."""
+        decisions = {"tool_disabled": "deny", "approval_required": "supervised",
+                     "approval_denied": "supervised"}
+        if code not in decisions:
+            return {}
+        tool = TOOLS.get(name)
+        read_only = self.policy.read_only and tool is not None and tool.writes
+        return {"decision": decisions[code],
+                "rule": READ_ONLY_RULE if read_only else TOOL_MODE_RULE}

@@ -1,0 +1,454 @@
+"""The messages between host, zygote and worker: one frozen dataclass each, with
+`to_wire()` (the JSON object a frame carries) and `from_wire()`.
+
+A worker is confined because the code in it may be made to misbehave, so what it
+sends is untrusted: `Answer.from_wire` and `BootReport.from_wire` check every
+field the host reads and raise `Malformed` (the worker is then treated as lost).
+The content itself (file text, listings) is the worker's to give and is not
+copied: a result stays the dict the frame decoded to. Requests come from the
+host, which the worker trusts no more: it checks them again where it acts.
+
+Wire shapes (one JSON object per frame):
+    call     {"id", "tool", "arguments", "approved", "within"?, "seen"?}
+    history  {"id", "history": "undo"|"rewind"|"settle", "tool", ...its fields}
+    cleanup  {"id", "cleanup": {"pid", "tool", "arguments"}}   after a crash
+             {"id", "cleanup": {"temps": [[root index, path], ...]}}
+               both answer {"id", "removed": count}
+             {"id", "find_temps": true} -> {"id", "temps": [[root index, path, pid], ...]}
+    answer   {"id", "ok", "tool", "result"+"text" | "error", "meta"}
+    boot     {"confinement", "pid", "roots"} | {"confine_error"}
+    zygote   {"op": "spawn", "setup"?, "after"?} | {"op": "wait", "pid"} | {"op": "discard", "pid"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from corral.errors import ERROR_CODES, CorralError
+from corral.tools.base import NeedsApproval, Touched
+
+# The arguments of a writing call that name where it puts its temp file: the
+# cleanup after a crash gets only these.
+CLEANUP_ARGUMENTS = ("path", "destination")
+HISTORY_OPS = ("undo", "rewind", "settle")
+
+
+class Malformed(ValueError):
+    """A frame that is not the message it should be (the text says what it is)."""
+
+
+# -- fields ------------------------------------------------------------------
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _strings(entry: Mapping[str, Any], names: tuple[str, ...]) -> bool:
+    return all(isinstance(entry.get(name), str) for name in names)
+
+
+def _optional_string(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _touched(wire: Any) -> Touched:
+    if not (isinstance(wire, dict) and _strings(wire, ("path", "root", "resolved", "decision"))
+            and _optional_string(wire.get("rule"))):
+        raise Malformed("meta.touched entries without their paths")
+    return Touched(wire["path"], wire["root"], wire["resolved"], wire["decision"], wire.get("rule"))
+
+
+def _needs_approval(wire: Any) -> NeedsApproval:
+    if not (isinstance(wire, dict) and _strings(wire, ("key", "root", "resolved", "path"))
+            and _optional_string(wire.get("rule"))):
+        raise Malformed("meta.needs_approval entries without their paths")
+    return NeedsApproval(wire["key"], wire["root"], wire["resolved"], wire["path"],
+                         wire.get("rule"))
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """What a worker tells the host beside the result: never shown to a caller.
+    Its parts are what the tools record (tools/base.py: Touched, NeedsApproval)."""
+
+    touched: tuple[Touched, ...] = ()
+    bytes: int = 0  # file bytes read or written, for the audit log
+    needs_approval: tuple[NeedsApproval, ...] = ()
+    history_bytes: int = 0  # what this call added to the history store
+    seen: Mapping[str, str] = field(default_factory=dict)  # read_before_write versions
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "touched": [t.to_wire() for t in self.touched], "bytes": self.bytes,
+            "needs_approval": [n.to_wire() for n in self.needs_approval],
+        }
+        if self.history_bytes:
+            wire["history_bytes"] = self.history_bytes
+        if self.seen:
+            wire["seen"] = dict(self.seen)
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Meta:
+        if not isinstance(wire, dict):
+            raise Malformed("meta that is not an object")
+        touched, needs = wire.get("touched", []), wire.get("needs_approval", [])
+        if not isinstance(touched, list):
+            raise Malformed("meta.touched entries without their paths")
+        if not isinstance(needs, list):
+            raise Malformed("meta.needs_approval entries without their paths")
+        if not _count(wire.get("bytes", 0)):
+            raise Malformed("meta.bytes that is not a count")
+        if not _count(wire.get("history_bytes", 0)):
+            raise Malformed("meta.history_bytes that is not a count")
+        seen = wire.get("seen", {})
+        if not (isinstance(seen, dict) and all(isinstance(v, str) for v in seen.values())):
+            raise Malformed("meta.seen that is not an object of versions")
+        return cls(
+            tuple(map(_touched, touched)), wire.get("bytes", 0),
+            tuple(map(_needs_approval, needs)), wire.get("history_bytes", 0), seen,
+        )
+
+
+# -- requests (host -> worker) ---------------------------------------------------
+
+
+class _Numbered:
+    """A request the broker numbers as it sends it (the answer repeats the id)."""
+
+    __slots__ = ()
+
+    def numbered(self, id: int) -> Any:
+        return replace(self, id=id)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest(_Numbered):
+    """One tool call. `tool` and `arguments` are the caller's, unchecked: the
+    worker looks the tool up and validates them itself."""
+
+    tool: Any
+    arguments: Any
+    approved: tuple[str, ...] = ()  # NeedsApproval keys the host's approver said yes to
+    within: tuple[str, ...] | None = None  # absolute paths narrowing this call
+    seen: Mapping[str, str] | None = None  # read_before_write: versions this session knows
+    id: int = 0
+
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "id": self.id, "tool": self.tool, "arguments": self.arguments,
+            "approved": list(self.approved),
+        }
+        if self.within is not None:
+            wire["within"] = list(self.within)
+        if self.seen is not None:
+            wire["seen"] = dict(self.seen)
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> CallRequest:
+        within, seen = wire.get("within"), wire.get("seen")
+        return cls(
+            wire.get("tool"), wire.get("arguments", {}),
+            tuple(a for a in wire.get("approved") or () if isinstance(a, str)),
+            tuple(within) if isinstance(within, list) else None,
+            seen if isinstance(seen, dict) else None, _id(wire),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRequest(_Numbered):
+    """undo (path), rewind (to: a checkpoint id) or settle (pids: writers that died)."""
+
+    op: str
+    path: str | None = None
+    to: str | None = None
+    force: bool = False
+    pids: tuple[int, ...] = ()
+    id: int = 0
+
+    @property
+    def tool(self) -> str:
+        """The name its answer and audit line carry."""
+        return self.op if self.op in ("undo", "rewind") else "history"
+
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"id": self.id, "history": self.op, "tool": self.tool}
+        if self.op == "undo":
+            wire.update(path=self.path, force=self.force)
+        elif self.op == "rewind":
+            wire.update(to=self.to, force=self.force)
+        else:
+            wire["pids"] = list(self.pids)
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> HistoryRequest:
+        pids = wire.get("pids")
+        return cls(
+            str(wire["history"]), wire.get("path"), wire.get("to"), bool(wire.get("force")),
+            tuple(p for p in pids if _count(p)) if isinstance(pids, list) else (), _id(wire),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupRequest(_Numbered):
+    """After a worker died mid-call: remove the temp files it may have left where
+    its call (`tool` with the CLEANUP_ARGUMENTS of its arguments) was writing."""
+
+    pid: int
+    tool: Any
+    arguments: Mapping[str, Any]
+    id: int = 0
+
+    @classmethod
+    def after(cls, pid: int, call: CallRequest | HistoryRequest) -> CleanupRequest:
+        arguments = call.arguments if isinstance(call, CallRequest) else {}
+        given = arguments if isinstance(arguments, dict) else {}
+        return cls(pid, call.tool, {k: given[k] for k in CLEANUP_ARGUMENTS if k in given},
+                   -call.id)
+
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "cleanup": {
+            "pid": self.pid, "tool": self.tool, "arguments": dict(self.arguments)}}
+
+
+@dataclass(frozen=True, slots=True)
+class FindTemps(_Numbered):
+    """List every temp file in the writable roots (the start-up sweep)."""
+
+    id: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "find_temps": True}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTemps(_Numbered):
+    """Remove exactly these temp files ([root index, path] pairs)."""
+
+    temps: tuple[tuple[int, str], ...]
+    id: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "cleanup": {"temps": [list(t) for t in self.temps]}}
+
+
+Request = CallRequest | HistoryRequest | CleanupRequest | FindTemps | RemoveTemps
+
+
+def request_from_wire(wire: dict[str, Any]) -> Request:
+    """The request a frame holds (in the worker). Unknown shapes are calls: the
+    registry then answers them with its own error."""
+    cleanup = wire.get("cleanup")
+    if isinstance(cleanup, dict):
+        if "temps" in cleanup:
+            temps = cleanup["temps"] if isinstance(cleanup["temps"], list) else []
+            return RemoveTemps(tuple(
+                (t[0], t[1]) for t in temps
+                if isinstance(t, list) and len(t) == 2 and _count(t[0]) and isinstance(t[1], str)
+            ), _id(wire))
+        arguments = cleanup.get("arguments")
+        return CleanupRequest(
+            int(cleanup.get("pid") or 0), cleanup.get("tool"),
+            arguments if isinstance(arguments, dict) else {}, _id(wire),
+        )
+    if wire.get("find_temps") is True:
+        return FindTemps(_id(wire))
+    if wire.get("history") in HISTORY_OPS:
+        return HistoryRequest.from_wire(wire)
+    return CallRequest.from_wire(wire)
+
+
+def _id(wire: dict[str, Any]) -> int:
+    value = wire.get("id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# -- answers (worker -> host) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A tool's (or undo/rewind's) answer: the contract's result plus Meta.
+    `public()` is what a caller of Sandbox.call gets."""
+
+    ok: bool
+    tool: Any
+    result: dict[str, Any] | None = None
+    text: str | None = None
+    error: dict[str, Any] | None = None  # {"code", "message", "rule"?}
+    meta: Meta = field(default_factory=Meta)
+    id: int | None = None
+
+    def public(self) -> dict[str, Any]:
+        if self.ok:
+            return {"ok": True, "tool": self.tool, "result": self.result, "text": self.text}
+        return {"ok": False, "tool": self.tool, "error": self.error}
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = self.public()
+        wire["meta"] = self.meta.to_wire()
+        wire["id"] = self.id
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any], request: CallRequest | HistoryRequest) -> Answer:
+        """The answer to `request`; Malformed if the frame cannot be one."""
+        if wire.get("id") != request.id:
+            raise Malformed("an answer to another request")
+        tool = request.tool
+        if wire.get("tool") != tool and (isinstance(tool, str) or wire.get("tool") != ""):
+            raise Malformed("an answer for another tool")
+        meta = Meta.from_wire(wire.get("meta", {}))
+        ok = wire.get("ok")
+        if ok is True:
+            result, text = wire.get("result"), wire.get("text")
+            if not isinstance(result, dict) or not isinstance(text, str):
+                raise Malformed("a result without its dict and text")
+            image = result.get("image")
+            if image is not None and not (
+                isinstance(image, dict) and _strings(image, ("media_type", "data"))
+            ):
+                raise Malformed("an image block without media_type and data")
+            return cls(True, wire["tool"], result, text, None, meta, request.id)
+        if ok is False:
+            error = wire.get("error")
+            if not isinstance(error, dict) or error.get("code") not in ERROR_CODES:
+                raise Malformed("an error without a known code")
+            if not isinstance(error.get("message"), str) or not _optional_string(
+                error.get("rule")
+            ):
+                raise Malformed("an error without a message")
+            return cls(False, wire["tool"], None, None, error, meta, request.id)
+        raise Malformed("an answer that is neither ok nor an error")
+
+
+def error_answer(
+    tool: Any, error: CorralError | str, message: str = "", *, meta: Meta | None = None,
+    id: int | None = None,
+) -> Answer:
+    """The one way an error answer is made: from a CorralError, or a code and message."""
+    body = error.to_dict() if isinstance(error, CorralError) else {
+        "code": error, "message": message}
+    return Answer(False, tool, error=body, meta=meta if meta is not None else Meta(), id=id)
+
+
+def host_bug_answer(tool: Any, exc: Exception) -> Answer:
+    """A bug in the host's own code, reported to the caller (the face also prints the
+    traceback) instead of a request that never gets an answer."""
+    return error_answer(
+        tool, "io_error", f"internal error in the corral host: {type(exc).__name__}: {exc}")
+
+
+def removed_from_wire(wire: dict[str, Any], request: CleanupRequest | RemoveTemps) -> int:
+    """How many temp files a cleanup removed; Malformed for anything else."""
+    if wire.get("id") != request.id or not _count(wire.get("removed")):
+        raise Malformed("a cleanup answer without a count")
+    return int(wire["removed"])
+
+
+def temps_from_wire(wire: dict[str, Any], request: FindTemps) -> list[tuple[int, str, int]]:
+    """The temp files a FindTemps listed: (root index, path, writer pid)."""
+    temps = wire.get("temps")
+    if wire.get("id") != request.id or not isinstance(temps, list) or not all(
+        isinstance(t, list) and len(t) == 3 and _count(t[0]) and isinstance(t[1], str)
+        and _count(t[2]) for t in temps
+    ):
+        raise Malformed("a temp listing that is not [root index, path, pid] triples")
+    return [(t[0], t[1], t[2]) for t in temps]
+
+
+# -- a worker's first frame --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BootReport:
+    """A new worker's report: the layers it confined itself with and the roots it
+    holds, or why it could not confine itself."""
+
+    confinement: dict[str, Any] | None = None
+    pid: int | None = None
+    roots: tuple[tuple[str, str], ...] = ()  # (path, mode) of each root it holds
+    confine_error: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        if self.confine_error is not None:
+            return {"confine_error": self.confine_error}
+        return {"confinement": self.confinement, "pid": self.pid,
+                "roots": [list(r) for r in self.roots]}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> BootReport:
+        error = wire.get("confine_error")
+        if error is not None:
+            return cls(confine_error=str(error))
+        layers, roots = wire.get("confinement"), wire.get("roots", [])
+        if not isinstance(layers, dict) or not isinstance(roots, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(p, str) for p in r)
+            for r in roots
+        ):
+            raise Malformed("a report without its layers and roots")
+        pid = wire.get("pid")
+        return cls(layers, pid if _count(pid) else None, tuple((r[0], r[1]) for r in roots))
+
+
+# -- the zygote's control channel ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Fork one worker (reply {"pid"} with fds [socket, pidfd]). A shared pool's
+    zygote needs the sandbox's `setup`; `after`: a killed worker to reap first."""
+
+    setup: dict[str, Any] | None = None
+    after: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"op": "spawn"}
+        if self.setup is not None:
+            wire["setup"] = self.setup
+        if self.after is not None:
+            wire["after"] = self.after
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """How a worker ended (reply {"pid", "code"})."""
+
+    pid: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "wait", "pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    """Reap a killed worker without keeping its code (no reply)."""
+
+    pid: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "discard", "pid": self.pid}
+
+
+ControlOp = Spawn | Wait | Discard
+
+
+def control_from_wire(wire: dict[str, Any]) -> ControlOp | None:
+    """The op a control frame holds; None if it is none (not our broker talking)."""
+    op = wire.get("op")
+    if op == "spawn":
+        after, setup = wire.get("after"), wire.get("setup")
+        return Spawn(setup if isinstance(setup, dict) else None,
+                     after if _count(after) else None)
+    if op in ("wait", "discard") and _count(wire.get("pid")):
+        return Wait(wire["pid"]) if op == "wait" else Discard(wire["pid"])
+    return None
