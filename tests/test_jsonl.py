@@ -134,7 +134,7 @@ def test_line_server_bounds_jobs_and_keeps_reading() -> None:
     def lines() -> Iterator[bytes]:
         yield from [b"slow"] * 6 + [b"quick"]
         with state:
-            assert state.wait_for(lambda: len(running) == 2, timeout=10)
+            assert state.wait_for(lambda: len(running) == 3, timeout=10)
         release.set()
         yield from [b"boom", b"slow"]
 
