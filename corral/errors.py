@@ -7,7 +7,7 @@ names the path as the caller gave it, never the host's absolute path.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 ERROR_CODES = frozenset(
     {
@@ -38,21 +38,58 @@ ERROR_CODES = frozenset(
 
 
 class CorralError(Exception):
-    """A tool failure with a stable code; `rule` names the policy rule that decided it."""
+    """A tool failure with a stable code; `rule` names the policy rule that decided it.
 
-    def __init__(self, code: str, message: str, *, rule: str | None = None) -> None:
+    A file system failure carries its parts: the operation (`op`), the path as the
+    layer that failed knew it (`path`) and why (`reason`); its message is made from
+    them when it is read ("cannot read a.txt: no such file or directory."), so a
+    layer above can put the caller's own spelling in with `given()`. Any other
+    failure is its message."""
+
+    def __init__(
+        self, code: str, message: str = "", *, rule: str | None = None,
+        op: str | None = None, path: str | None = None, reason: str | None = None,
+    ) -> None:
         if code not in ERROR_CODES:
             raise ValueError(f"unknown error code {code!r}")
-        super().__init__(message)
         self.code = code
-        self.message = message
         self.rule = rule
+        self.op, self.path, self.reason = op, path, reason
+        self._message = message
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        if self.op is None or self.path is None:
+            return self._message
+        return f"cannot {self.op} {shown_path(self.path)}: {self.reason}."
+
+    def given(self, spellings: Mapping[str, str]) -> CorralError:
+        """This error naming its path as the caller spelled it (spellings: the
+        path this layer knows -> the caller's), or itself."""
+        if self.path is None or self.path not in spellings:
+            return self
+        return CorralError(self.code, self._message, rule=self.rule, op=self.op,
+                           path=spellings[self.path], reason=self.reason)
 
     def to_dict(self) -> dict[str, str]:
+        """As a result carries it: rendered here, once, at the edge."""
         error = {"code": self.code, "message": self.message}
         if self.rule is not None:
             error["rule"] = self.rule
         return error
+
+
+SHOWN_PATH_CHARS = 200  # an overlong path is cut in messages so one error stays one readable line
+
+
+def shown_path(path: str) -> str:
+    """A path fit for one line of a message: repr() if it holds control characters,
+    cut at SHOWN_PATH_CHARS."""
+    shown = path if path.isprintable() else repr(path)
+    if len(shown) > SHOWN_PATH_CHARS:
+        shown = shown[:SHOWN_PATH_CHARS] + "..."
+    return shown
 
 
 def did_you_mean(word: object, choices: Iterable[str], end: str = "") -> str:

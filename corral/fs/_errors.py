@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from corral.errors import CorralError
 
 PATH_MAX = 4096  # the kernel refuses longer paths (ENAMETOOLONG); refuse them before any syscall
-SHOWN_PATH_CHARS = 200  # an overlong path is cut in messages so one error stays one readable line
 
 _CODES = {
     errno.ELOOP: ("symlink_loop", "too many levels of symbolic links"),
@@ -34,16 +33,9 @@ _CODES = {
 }
 
 
-def show(path: str) -> str:
-    shown = path if path.isprintable() else repr(path)
-    if len(shown) > SHOWN_PATH_CHARS:
-        shown = shown[:SHOWN_PATH_CHARS] + "..."
-    return shown
-
-
-def fail(code: str, op: str, path: str, why: str) -> CorralError:
-    """One sentence: the operation, the caller's path and why ("cannot read a.txt: ...")."""
-    return CorralError(code, f"cannot {op} {show(path)}: {why}.")
+def fail(code: str, op: str, path: str, why: str, *, rule: str | None = None) -> CorralError:
+    """The operation, the caller's path and why ("cannot read a.txt: ...")."""
+    return CorralError(code, rule=rule, op=op, path=path, reason=why)
 
 
 class CrossFilesystem(CorralError):
@@ -51,8 +43,8 @@ class CrossFilesystem(CorralError):
     caller may answer with a copy."""
 
     def __init__(self, op: str, path: str) -> None:
-        why = "the destination is on another file system"
-        super().__init__("io_error", fail("io_error", op, path, why).message)
+        super().__init__(
+            "io_error", op=op, path=path, reason="the destination is on another file system")
 
 
 def from_errno(err: int | None, op: str, path: str) -> CorralError:
@@ -69,19 +61,21 @@ def translated(op: str, path: str) -> Iterator[None]:
         raise from_errno(exc.errno, op, path) from None
 
 
-def check_path(op: str, path: object) -> str:
-    """The caller's path if it can be resolved at all, else invalid_arguments/outside_workspace."""
+def check_path(op: str, path: object, *, absolute: bool = False) -> str:
+    """The caller's path if it can be resolved at all, else invalid_arguments (and,
+    unless `absolute` paths are the caller's to place, outside_workspace for one).
+    The one check of a path's text: every layer that takes a path calls it."""
     if not isinstance(path, str) or not path:
         raise CorralError("invalid_arguments", f"cannot {op}: the path must be a non-empty string.")
     if "\0" in path:
         raise fail("invalid_arguments", op, path, "path contains a NUL byte")
-    try:
+    try:  # as os.fsencode will: a lone surrogate escape names no file
         size = len(path.encode("utf-8", "surrogateescape"))
     except UnicodeEncodeError:
         raise fail("invalid_arguments", op, path, "path is not valid text") from None
     if size >= PATH_MAX:
         why = f"path is {size} bytes, over the {PATH_MAX} byte limit"
         raise fail("invalid_arguments", op, path, why)
-    if path.startswith("/"):
+    if path.startswith("/") and not absolute:
         raise from_errno(errno.EXDEV, op, path)
     return path

@@ -402,10 +402,10 @@ class Root:
                 st = os.fstat(fd)
                 _require_file(st)
                 if single_link is not None and st.st_nlink > 1:
-                    raise CorralError("path_denied", fail(
+                    raise fail(
                         "path_denied", "read", rel, f"the file has {st.st_nlink} hard links and "
-                        "the policy refuses reading a file with more than one",
-                    ).message, rule=single_link)
+                        "the policy refuses reading a file with more than one", rule=single_link,
+                    )
                 if st.st_size > max_file_bytes:
                     raise self._too_large("read", rel, st.st_size, max_file_bytes)
                 chunks, size = [], 0

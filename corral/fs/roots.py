@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import posixpath
 
-from corral.errors import CorralError
-from corral.fs._errors import PATH_MAX, show
+from corral.errors import CorralError, shown_path
+from corral.fs._errors import check_path
 from corral.fs.root import Root
 
 
@@ -26,16 +26,7 @@ class Roots:
         outside_workspace. NUL, "" and len > PATH_MAX (4096) -> invalid_arguments.
         The returned rel may still hold ".." (resolution beneath the root refuses
         escapes)."""
-        if not isinstance(path, str) or not path:
-            raise CorralError("invalid_arguments", "the path must be a non-empty string.")
-        if "\0" in path:
-            raise CorralError("invalid_arguments", f"the path {show(path)} contains a NUL byte.")
-        size = len(path.encode("utf-8", "surrogatepass"))
-        if size >= PATH_MAX:
-            raise CorralError(
-                "invalid_arguments",
-                f"the path {show(path)} is {size} bytes, over the limit of {PATH_MAX} bytes.",
-            )
+        check_path("use", path, absolute=True)
         if not path.startswith("/"):
             return self.workspace, path
         parts = _parts(path)
@@ -47,7 +38,7 @@ class Roots:
                     candidates.append((len(prefix), root, parts[len(prefix):]))
         if not candidates:
             raise CorralError(
-                "outside_workspace", f"{show(path)} is outside the workspace roots."
+                "outside_workspace", f"{shown_path(path)} is outside the workspace roots."
             )
         _, root, rest = max(candidates, key=lambda c: c[0])
         return root, "/".join(rest) or "."

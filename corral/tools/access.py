@@ -19,12 +19,7 @@ from corral.tools.base import Context, NeedsApproval, Touched
 def as_given(ctx: Context, error: CorralError) -> CorralError:
     """The error with the caller's spelling of an absolute path: the fs layer names
     paths relative to their root, the caller named /abs/root/file."""
-    message = error.message
-    for rel, path in ctx.given.items():
-        message = message.replace(f" {rel}:", f" {path}:", 1)
-    if message == error.message:
-        return error
-    return CorralError(error.code, message, rule=error.rule)
+    return error.given(ctx.given)
 
 
 # The rule a path decided by its tool's "supervised" mode is recorded under (audit).
