@@ -22,7 +22,7 @@ from typing import Any
 
 from corral import Sandbox
 from corral.config import HistoryOptions
-from corral.fs import Root
+from corral.fs import Expect, Root
 
 KIB = 1024
 EDIT_FILE_BYTES = 100 * KIB
@@ -57,7 +57,7 @@ def direct(root: Root, tool: str, arguments: dict[str, Any]) -> None:
     else:
         data = root.read_bytes(path, max_file_bytes=1 << 26).decode()
         new = data.replace(arguments["old_string"], arguments["new_string"], 1)
-        root.write_atomic(path, new.encode(), expected_content=data.encode())
+        root.write_atomic(path, new.encode(), expect=Expect(content=data.encode()))
 
 
 def measure(calls: int, gap: float, base: Path) -> dict[str, dict[str, float]]:

@@ -15,7 +15,7 @@ import pytest
 from conftest import SECRET
 
 from corral.errors import CorralError
-from corral.fs import Root, Roots
+from corral.fs import Expect, Root, Roots
 
 RESOLVERS = ["openat2", "walk"]
 BIG = 1 << 20
@@ -37,7 +37,8 @@ OPS = [
     Op("resolve_nofollow", lambda r, p: r.resolve(p, follow=False), False),
     Op("write", lambda r, p: r.write_atomic(p, b"pwned"), True),
     Op("write_exclusive", lambda r, p: r.write_atomic(p, b"pwned", exclusive=True), True),
-    Op("write_versioned", lambda r, p: r.write_atomic(p, b"pwned", expected_version="x"), True),
+    Op("write_versioned",
+       lambda r, p: r.write_atomic(p, b"pwned", expect=Expect(version="x")), True),
     Op("append", lambda r, p: r.append(p, b"pwned", max_file_bytes=BIG), True),
     Op("mkdir", lambda r, p: r.mkdir(p), True),
     Op("unlink", lambda r, p: r.unlink(p), False),

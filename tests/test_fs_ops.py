@@ -16,7 +16,7 @@ import landlock
 import pytest
 
 from corral.errors import CorralError
-from corral.fs import Root, Roots, _resolve, _sys, content_version
+from corral.fs import Expect, MoveGuard, Root, Roots, _resolve, _sys, content_version
 from corral.fs._atomic import STALE_TEMP_AGE, TEMP_PREFIX
 
 BIG = 1 << 20
@@ -224,16 +224,17 @@ def test_write_failure_removes_temp(root: Root, workspace: Path):
 
 def test_expected_version(root: Root, workspace: Path):
     v = content_version(b"hello\nworld\n")
-    assert code(lambda: root.write_atomic("hello.txt", b"x", expected_version="stale")) == (
+    assert code(lambda: root.write_atomic("hello.txt", b"x", expect=Expect(version="stale"))) == (
         "conflict"
     )
-    assert code(lambda: root.write_atomic("missing", b"x", expected_version=v)) == "conflict"
+    assert code(lambda: root.write_atomic("missing", b"x", expect=Expect(version=v))) == "conflict"
     assert not (workspace / "missing").exists()
     (workspace / "hello.txt").chmod(0o600)
-    out = root.write_atomic("hello.txt", b"next", expected_version=v)
+    out = root.write_atomic("hello.txt", b"next", expect=Expect(version=v))
     assert out.version == content_version(b"next")
     assert stat.S_IMODE((workspace / "hello.txt").stat().st_mode) == 0o600
-    assert code(lambda: root.write_atomic("hello.txt", b"x", expected_version=v)) == "conflict"
+    stale = Expect(version=v)
+    assert code(lambda: root.write_atomic("hello.txt", b"x", expect=stale)) == "conflict"
     assert temps(workspace) == []
 
 
@@ -250,7 +251,7 @@ def test_expected_version_race_has_one_winner(root: Root, workspace: Path):
             try:
                 os.read(go_r, 1)  # start together
                 try:
-                    root.write_atomic("hello.txt", b"writer %d" % i, expected_version=v)
+                    root.write_atomic("hello.txt", b"writer %d" % i, expect=Expect(version=v))
                     status = 0
                 except CorralError as exc:
                     status = 1 if exc.code == "conflict" else 2
@@ -375,7 +376,7 @@ def test_rename_between_roots(workspace: Path, tmp_path: Path):
     other.mkdir()
     with Root(str(workspace)) as a, Root(str(other)) as b:
         seen_src, seen_dst = Recorder(), Recorder()
-        a.rename("hello.txt", b, "moved.txt", guard_src=seen_src, guard_dst=seen_dst)
+        a.rename("hello.txt", b, "moved.txt", guard=MoveGuard(seen_src, seen_dst))
         assert (other / "moved.txt").exists() and not (workspace / "hello.txt").exists()
         assert (seen_src.seen, seen_dst.seen) == (["hello.txt"], ["moved.txt"])
     with Root(str(workspace)) as a, Root(str(other), mode="ro") as ro:
@@ -579,7 +580,7 @@ SWAP_OPS = {
     "append": lambda r, g: r.append("sub/f.txt", b"new", max_file_bytes=BIG, guard=g),
     "mkdir": lambda r, g: r.mkdir("sub/f.txt.d", guard=g),
     "unlink": lambda r, g: r.unlink("sub/f.txt", guard=g),
-    "rename": lambda r, g: r.rename("sub/f.txt", r, "sub/g.txt", guard_dst=g),
+    "rename": lambda r, g: r.rename("sub/f.txt", r, "sub/g.txt", guard=MoveGuard(destination=g)),
     "read": lambda r, g: r.read_bytes("sub/f.txt", max_file_bytes=BIG, guard=g),
 }
 
@@ -624,8 +625,10 @@ MISSING_OPS = {
     "mkdir": lambda r, g: r.mkdir("secret/key", guard=g),
     "mkdir_no_parents": lambda r, g: r.mkdir("secret/key", parents=False, guard=g),
     "unlink": lambda r, g: r.unlink("secret/key", guard=g),
-    "rename_src": lambda r, g: r.rename("secret/key", r, "x", guard_src=g),
-    "rename_dst": lambda r, g: r.rename("hello.txt", r, "secret/key", guard_dst=g),
+    "rename_src": lambda r, g: r.rename("secret/key", r, "x", guard=MoveGuard(source=g)),
+    "rename_dst": lambda r, g: r.rename(
+        "hello.txt", r, "secret/key", guard=MoveGuard(destination=g)
+    ),
     "scandir": lambda r, g: r.scandir("secret/key", guard=g),
     "walk": lambda r, g: list(r.walk("secret/key", guard=g)),
 }

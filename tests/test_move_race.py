@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from corral.errors import CorralError
-from corral.fs import Root
+from corral.fs import Expect, MoveGuard, Root
 
 _spec = importlib.util.spec_from_file_location(
     "race_move", Path(__file__).resolve().parent.parent / "scripts" / "race_move.py"
@@ -50,7 +50,7 @@ def test_a_writer_waits_for_the_move_that_is_checking_its_tree(tmp_path: Path) -
     started = threading.Event()
     thread = threading.Thread(target=write)
     try:
-        mover.rename("t", mover, ".aws", guard_moved=check)
+        mover.rename("t", mover, ".aws", guard=MoveGuard(moved=check))
         thread.join()
         assert wrote.is_set()
         assert not (tmp_path / ".aws" / "credentials").exists()
@@ -66,7 +66,7 @@ def test_version_checked_write_in_the_root_holds_no_lock_against_itself(tmp_path
     on the tree lock's own fd (a second flock of the root would wait forever)."""
     with Root(str(tmp_path)) as root:
         first = root.write_atomic("a.txt", b"1")
-        second = root.write_atomic("a.txt", b"2", expected_version=first.version)
-        root.write_atomic("a.txt", b"3", expected_content=b"2")
+        second = root.write_atomic("a.txt", b"2", expect=Expect(version=first.version))
+        root.write_atomic("a.txt", b"3", expect=Expect(content=b"2"))
         assert second.version != first.version
     assert (tmp_path / "a.txt").read_bytes() == b"3"

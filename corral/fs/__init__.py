@@ -1,8 +1,8 @@
 """Root: a directory handle beneath which every path is resolved (hazmat layer)."""
 
-from corral.fs._atomic import TEMP_PREFIX, temp_owner
+from corral.fs._atomic import TEMP_PREFIX, Expect, temp_owner
 from corral.fs._errors import CrossFilesystem
-from corral.fs.root import Entry, FileInfo, Root, WriteOutcome
+from corral.fs.root import Entry, FileInfo, MoveGuard, Root, WriteOutcome
 from corral.fs.roots import Roots
 from corral.fs.version import content_version
 
@@ -10,7 +10,9 @@ __all__ = [
     "TEMP_PREFIX",
     "CrossFilesystem",
     "Entry",
+    "Expect",
     "FileInfo",
+    "MoveGuard",
     "Root",
     "Roots",
     "WriteOutcome",

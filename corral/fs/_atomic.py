@@ -17,6 +17,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 
 from corral.fs import _sys
 from corral.fs.version import chunked_version
@@ -35,6 +36,29 @@ Land = Callable[[int, str, str, int], None]
 
 def rename_into_place(dir_fd: int, tmp: str, name: str, flags: int) -> None:
     _sys.renameat2(dir_fd, tmp, dir_fd, name, flags)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What must be at the target for a write to land, checked under an flock of its
+    directory so that of racing writers expecting the same thing exactly one wins:
+    a `version` (content_version of the current file: a caller that knows it by
+    name), or `content` (the very bytes: a caller that read the file compares what
+    it read, without hashing). Neither: anything (or nothing) may be there."""
+
+    version: str | None = None
+    content: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if self.version is not None and self.content is not None:
+            raise ValueError("expect a version or a content, not both")
+
+    @property
+    def anything(self) -> bool:
+        return self.version is None and self.content is None
+
+
+ANYTHING = Expect()
 
 
 class VersionMismatch(Exception):
@@ -151,38 +175,35 @@ def replace(
     data: bytes,
     *,
     mode: int | None,
-    expected_version: str | None,
+    expect: Expect,
     exclusive: bool,
     current_limit: int | None = None,
-    expected_content: bytes | None = None,
     lock_fd: int | None = None,
     sync: bool = True,
     land: Land = rename_into_place,
 ) -> None:
     """Put `data` at `name` in `dir_fd` (O_PATH), atomically. `mode`: the old
-    file's permission bits, set-id bits dropped (None: new file, umask applies). With
-    expected_version, the check and the rename happen under an flock of the
-    directory, so of racing writers holding the same version exactly one wins; a
-    current file over `current_limit` bytes never holds the expected version.
-    expected_content: the same check against these bytes (no hashing: a caller that
-    read the file compares what it read). lock_fd: an fd of this same directory the
-    caller holds an flock on (Root's tree lock on its root directory): the version
-    lock converts that one, since an flock through a second fd of the same
-    directory would wait for the caller's own lock forever. sync=False: no fsync
-    (still atomic: a reader sees the old or the new bytes, but a crash may lose them).
+    file's permission bits, set-id bits dropped (None: new file, umask applies).
+    `expect`: checked with the rename under the directory's flock (VersionMismatch);
+    a current file over `current_limit` bytes never holds the expected version.
+    lock_fd: an fd of this same directory the caller holds an flock on (Root's
+    tree lock on its root directory): the version lock converts that one, since an
+    flock through a second fd of the same directory would wait for the caller's own
+    lock forever. sync=False: no fsync (still atomic: a reader sees the old or the
+    new bytes, but a crash may lose them).
     land: what puts the temp file in place."""
     dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     lock = dfd if lock_fd is None else lock_fd
     try:
-        if expected_version is not None:
+        if expect.version is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when its fd closes
             current = _current(dir_fd, name, current_limit)
-            if current is None or current[0] != expected_version:
+            if current is None or current[0] != expect.version:
                 raise VersionMismatch
             mode = current[1]
-        elif expected_content is not None:
+        elif expect.content is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when its fd closes
-            mode = _holding(dir_fd, name, expected_content)
+            mode = _holding(dir_fd, name, expect.content)
             if mode is None:
                 raise VersionMismatch
         tmp = temp_name()

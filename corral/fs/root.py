@@ -25,11 +25,37 @@ from typing import NamedTuple, Protocol
 
 from corral.errors import CorralError
 from corral.fs import _atomic, _listing, _resolve, _sys, _treelock
+from corral.fs._atomic import ANYTHING, Expect
 from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
 from corral.fs.version import content_version
 
 Guard = Callable[[str], None] | None
-MovedGuard = Callable[[str, str], None] | None  # (old resolved path, new resolved path)
+
+
+@dataclass(frozen=True)
+class MoveGuard:
+    """The checks of a move, each given a resolved root-relative path: `source` and
+    `destination` on the two paths it names; for a directory, every entry beneath
+    it too, old and new path: `moved(old, new)` if given (one decision per entry),
+    else `source(old)` and `destination(new)`."""
+
+    source: Guard = None
+    destination: Guard = None
+    moved: Callable[[str, str], None] | None = None
+
+    @property
+    def checks(self) -> bool:
+        return not (self.source is None and self.destination is None and self.moved is None)
+
+    def entry(self, old: str, new: str) -> None:
+        if self.moved is not None:
+            self.moved(old, new)
+        else:
+            _guard(self.source, old)
+            _guard(self.destination, new)
+
+
+UNGUARDED = MoveGuard()
 
 _READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_bytes
 # A directory move guards every entry beneath it (each is renamed too); past this
@@ -320,6 +346,28 @@ class Root:
         if self.mode != "rw":
             raise fail("read_only", op, rel, "the root is read-only")
 
+    @contextlib.contextmanager
+    def _at(
+        self, op: str, rel: str, *, follow: bool, guard: Guard, changes: bool = False,
+        named: bool = False, make_parents: bool = False, made: list[str] | None = None,
+    ) -> Iterator[_resolve.Target]:
+        """The prelude of every operation, in its security order: the path's text
+        checked; a change refused in a read-only root; the path resolved beneath the
+        root (missing parents guarded, then made or refused); with `named`, the
+        final name an acting syscall gets checked ("", ".", ".." refused); then the
+        resolved path guarded. OSError inside becomes a CorralError naming `op`
+        and the caller's `rel`."""
+        path = check_path(op, rel)
+        if changes:
+            self._writable(op, rel)
+        with translated(op, rel), self._target(
+            path, follow=follow, make_parents=make_parents, guard=guard, made=made
+        ) as t:
+            if named:
+                t.name()
+            _guard(guard, t.rel)
+            yield t
+
     def resolve(self, rel: str, *, follow: bool = True) -> str:
         """The resolved root-relative path `rel` names (a missing leaf is allowed:
         resolved parent + leaf). Raises outside_workspace, symlink_loop, not_found
@@ -393,9 +441,7 @@ class Root:
         not_a_regular_file (never blocks), size > max_file_bytes -> too_large naming
         both sizes; with `single_link` (a rule name), a file with more than one hard
         link -> path_denied naming that rule (another name of it may be denied)."""
-        path = check_path("read", rel)
-        with translated("read", rel), self._target(path, follow=True, guard=guard) as t:
-            _guard(guard, t.rel)
+        with self._at("read", rel, follow=True, guard=guard) as t:
             _require_file(t.st, t.trailing_slash)
             fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
             try:  # os.read, not a file object: ~3 us less per read
@@ -442,9 +488,7 @@ class Root:
         return (_entry(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
-        path = check_path(op, rel)
-        with self._target(path, follow=True, guard=guard) as t:
-            _guard(guard, t.rel)
+        with self._at(op, rel, follow=True, guard=guard) as t:
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
@@ -458,8 +502,7 @@ class Root:
         rel: str,
         data: bytes,
         *,
-        expected_version: str | None = None,
-        expected_content: bytes | None = None,
+        expect: Expect = ANYTHING,
         exclusive: bool = False,
         make_parents: bool = True,
         mode: int | None = None,
@@ -472,23 +515,19 @@ class Root:
         the directory. A final symlink is written through to its target beneath
         the root (stays a link); a hard-linked file gets a new inode. Temp names
         start with .corral-tmp-<pid>- (see remove_stale_temps).
-        expected_version: under an flock of the parent directory, the current
-        content's version must equal it (missing file -> conflict), else conflict;
-        a current file over max_file_bytes is a conflict without being read whole.
-        expected_content: the same, comparing the current bytes to these (for a
-        caller that read the file: no hash of the current content).
+        expect: under an flock of the parent directory, the current file must hold
+        that version or content (a missing file never does), else conflict; a
+        current file over max_file_bytes is a conflict without being read whole.
         exclusive: fail already_exists if the target exists (copy/move without
         overwrite). mode: the new file's permission bits instead (a moved file keeps
         its own). On any failure the temp file is removed, the target untouched.
         keep: records the replaced file (or its absence) as the new one lands."""
-        path = check_path("write", rel)
-        self._writable("write", rel)
         made: list[str] = []
-        with self._locked() as lock, translated("write", rel), self._target(
-            path, follow=True, make_parents=make_parents, guard=guard, made=made
+        with self._locked() as lock, self._at(
+            "write", rel, follow=True, guard=guard, changes=True, named=True,
+            make_parents=make_parents, made=made,
         ) as t:
             name = t.name()
-            _guard(guard, t.rel)
             st = t.st
             if st is not None or t.trailing_slash:
                 _require_file(st, t.trailing_slash)
@@ -503,9 +542,8 @@ class Root:
             try:
                 with recording as land:
                     _atomic.replace(
-                        t.dir_fd, name, data, mode=mode, expected_version=expected_version,
-                        exclusive=exclusive, current_limit=max_file_bytes,
-                        expected_content=expected_content, land=land,
+                        t.dir_fd, name, data, mode=mode, expect=expect,
+                        exclusive=exclusive, current_limit=max_file_bytes, land=land,
                         lock_fd=lock if "/" not in t.rel else None,  # its directory is the root
                         sync=self.durable,
                     )
@@ -522,14 +560,12 @@ class Root:
         """One O_APPEND write (creates the file and parents if missing); refuses
         nlink > 1 with path_denied; too_large if the result would pass
         max_file_bytes. Returns the new size. keep: records the size before."""
-        path = check_path("append", rel)
-        self._writable("append", rel)
         made: list[str] = []
-        with self._locked(), translated("append", rel), self._target(
-            path, follow=True, make_parents=True, guard=guard, made=made
+        with self._locked(), self._at(
+            "append", rel, follow=True, guard=guard, changes=True, named=True,
+            make_parents=True, made=made,
         ) as t:
             name = t.name()
-            _guard(guard, t.rel)
             if t.st is not None or t.trailing_slash:
                 _require_file(t.st, t.trailing_slash)
             elif len(data) > max_file_bytes:
@@ -566,13 +602,11 @@ class Root:
     ) -> bool:
         """Returns False if it already existed as a directory; already_exists if a
         non-directory is there. keep: records the directories made."""
-        path = check_path("mkdir", rel)
-        self._writable("mkdir", rel)
         made: list[str] = []
-        with self._locked(), translated("mkdir", rel), self._target(
-            path, follow=False, make_parents=parents, guard=guard, made=made
+        with self._locked(), self._at(
+            "mkdir", rel, follow=False, guard=guard, changes=True, make_parents=parents,
+            made=made,
         ) as t:
-            _guard(guard, t.rel)
             if t.leaf is None:
                 return False
             if t.st is None:
@@ -599,11 +633,8 @@ class Root:
     def unlink(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
         """Regular files and symlinks (the link, not its target) only; a directory
         -> is_a_directory. keep: takes the file away into the history store instead."""
-        path = check_path("delete", rel)
-        self._writable("delete", rel)
-        with translated("delete", rel), self._target(path, follow=False, guard=guard) as t:
+        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
             name = t.name()
-            _guard(guard, t.rel)
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if stat.S_ISDIR(t.st.st_mode):
@@ -618,11 +649,8 @@ class Root:
     def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
         """Remove an empty directory (undo of a create_directory); a non-empty one
         fails io_error, anything else not_a_directory."""
-        path = check_path("rmdir", rel)
-        self._writable("rmdir", rel)
-        with translated("rmdir", rel), self._target(path, follow=False, guard=guard) as t:
+        with self._at("rmdir", rel, follow=False, guard=guard, changes=True, named=True) as t:
             name = t.name()
-            _guard(guard, t.rel)
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
@@ -634,48 +662,39 @@ class Root:
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
-        guard_src: Guard = None, guard_dst: Guard = None, guard_moved: MovedGuard = None,
-        keep: Keep | None = None,
+        guard: MoveGuard = UNGUARDED, keep: Keep | None = None,
     ) -> None:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
-        (already_exists); a directory into itself -> invalid_arguments.
-        Moving a directory renames every entry beneath it, so each is guarded
-        too, old and new path: guard_moved(old, new) if given, else guard_src(old)
-        and guard_dst(new); more than MAX_MOVED_ENTRIES -> too_large. An entry
-        another process adds between that walk and the rename is not seen; corral's own
-        calls that add names wait for the tree lock, which a directory move holds
-        exclusively from its walk to its rename."""
-        src_path, dst_path = check_path("move", src), check_path("move", dst)
+        (already_exists); a directory into itself -> invalid_arguments. `guard`
+        checks both paths and, for a directory, every entry beneath it (MoveGuard);
+        more than MAX_MOVED_ENTRIES -> too_large. An entry another process adds
+        between that walk and the rename is not seen; corral's own calls that add
+        names wait for the tree lock, which a directory move holds exclusively
+        from its walk to its rename."""
+        check_path("move", src)
+        check_path("move", dst)
         self._writable("move", src)
         dst_root._writable("move", dst)
         exclusive = False
         while True:
             with self._locked(dst_root, exclusive=exclusive):
                 try:
-                    return self._rename(
-                        src, src_path, dst_root, dst, dst_path, overwrite, exclusive,
-                        guard_src, guard_dst, guard_moved, keep,
-                    )
+                    return self._rename(src, dst_root, dst, overwrite, exclusive, guard, keep)
                 except _DirectoryMove:
                     exclusive = True  # found a directory under the shared lock: again, exclusively
 
     def _rename(
-        self, src: str, src_path: str, dst_root: Root, dst: str, dst_path: str,
-        overwrite: bool, exclusive: bool,
-        guard_src: Guard, guard_dst: Guard, guard_moved: MovedGuard, keep: Keep | None,
+        self, src: str, dst_root: Root, dst: str, overwrite: bool, exclusive: bool,
+        guard: MoveGuard, keep: Keep | None,
     ) -> None:
-        with translated("move", src), self._target(src_path, follow=False, guard=guard_src) as s:
+        with self._at("move", src, follow=False, guard=guard.source, named=True) as s:
             src_name = s.name()
-            _guard(guard_src, s.rel)
             if s.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if stat.S_ISDIR(s.st.st_mode) and not exclusive:
                 raise _DirectoryMove
-            with translated("move", dst), dst_root._target(
-                dst_path, follow=False, guard=guard_dst
-            ) as d:
+            with dst_root._at("move", dst, follow=False, guard=guard.destination, named=True) as d:
                 dst_name = d.name()
-                _guard(guard_dst, d.rel)
                 slash = s.trailing_slash or d.trailing_slash
                 if (slash and not stat.S_ISDIR(s.st.st_mode)) or (
                     d.trailing_slash and d.st is not None and not stat.S_ISDIR(d.st.st_mode)
@@ -685,10 +704,8 @@ class Root:
                     d.rel == s.rel or d.rel.startswith(s.rel + "/")
                 ):
                     raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
-                if stat.S_ISDIR(s.st.st_mode):
-                    self._guard_beneath(
-                        s.dir_fd, src_name, src, s.rel, d.rel, guard_src, guard_dst, guard_moved
-                    )
+                if stat.S_ISDIR(s.st.st_mode) and guard.checks:
+                    self._guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
                 flags = 0 if overwrite else _sys.RENAME_NOREPLACE
                 try:
                     if keep is None:
@@ -705,11 +722,8 @@ class Root:
 
     @staticmethod
     def _guard_beneath(
-        dir_fd: int, name: str, src: str, old: str, new: str,
-        guard_src: Guard, guard_dst: Guard, guard_moved: MovedGuard,
+        dir_fd: int, name: str, src: str, old: str, new: str, guard: MoveGuard
     ) -> None:
-        if guard_src is None and guard_dst is None and guard_moved is None:
-            return
         fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
         walker = _listing.Walk(fd, strict=True)
         try:
@@ -717,11 +731,7 @@ class Root:
                 if count > MAX_MOVED_ENTRIES:
                     why = f"it holds over {MAX_MOVED_ENTRIES} entries, each of which a move checks"
                     raise fail("too_large", "move", src, why)
-                if guard_moved is not None:
-                    guard_moved(_resolve.join(old, path), _resolve.join(new, path))
-                else:
-                    _guard(guard_src, _resolve.join(old, path))
-                    _guard(guard_dst, _resolve.join(new, path))
+                guard.entry(_resolve.join(old, path), _resolve.join(new, path))
         finally:
             walker.close()
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import content_version
+from corral.fs import Expect, content_version
 from corral.tools import render
 from corral.tools.access import content, open_target, require_read
 from corral.tools.base import (
@@ -301,7 +301,7 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     else:
         # The bytes read above guard the write: a change made in between is a conflict.
         version = root.write_atomic(
-            rel, new_data, expected_content=data, make_parents=False,
+            rel, new_data, expect=Expect(content=data), make_parents=False,
             max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
         ).version
     result = {

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import CrossFilesystem, FileInfo
+from corral.fs import CrossFilesystem, FileInfo, MoveGuard
 from corral.tools import render
 from corral.tools.access import content, moved, open_target
 from corral.tools.base import (
@@ -86,8 +86,7 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     try:
         src_root.rename(
             src_rel, dst_root, dst_rel, overwrite=args["overwrite"],
-            guard_src=src_check, guard_dst=dst_check, guard_moved=moved(ctx, src_root, dst_root),
-            keep=ctx.keep,
+            guard=MoveGuard(src_check, dst_check, moved(ctx, src_root, dst_root)), keep=ctx.keep,
         )
     except CrossFilesystem as cross:
         # rename(2) cannot cross file systems (an allowed root may lie on another

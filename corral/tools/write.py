@@ -7,7 +7,7 @@ import binascii
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import Root
+from corral.fs import Expect, Root
 from corral.fs.root import Guard
 from corral.tools import render
 from corral.tools.access import open_target, require_read, session_key
@@ -65,7 +65,7 @@ def write_file(ctx: Context, args: dict[str, Any]) -> Outcome:
         checked = require_read(ctx, root, path, _current_version(ctx, root, rel, check))
         expected = checked if expected is None else expected
     outcome = root.write_atomic(
-        rel, data, expected_version=expected,
+        rel, data, expect=Expect(version=expected),
         max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
     )
     result = {
