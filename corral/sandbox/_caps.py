@@ -5,8 +5,9 @@ bounding and ambient sets go through _prctl."""
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import NamedTuple
+
+from corral._syscall import LIBC, call
 
 _LINUX_CAPABILITY_VERSION_3 = 0x2008_0522
 _WORDS = 2  # version 3: capabilities 0..63
@@ -18,8 +19,6 @@ CAP_FOWNER = 3
 CAP_FSETID = 4
 CAP_SETPCAP = 8
 CAP_SYS_ADMIN = 21
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class _Header(ctypes.Structure):
@@ -45,7 +44,7 @@ class CapSets(NamedTuple):
 def current() -> CapSets:
     header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_Data * _WORDS)()
-    _check(_libc.capget(ctypes.byref(header), data))
+    call(LIBC.capget, ctypes.byref(header), data)
     return CapSets(*(
         sum(getattr(data[word], name) << (32 * word) for word in range(_WORDS))
         for name in CapSets._fields
@@ -58,10 +57,4 @@ def apply(sets: CapSets) -> None:
     for word in range(_WORDS):
         for name, mask in zip(CapSets._fields, sets, strict=True):
             setattr(data[word], name, (mask >> (32 * word)) & 0xFFFF_FFFF)
-    _check(_libc.capset(ctypes.byref(header), data))
-
-
-def _check(result: int) -> None:
-    if result == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    call(LIBC.capset, ctypes.byref(header), data)

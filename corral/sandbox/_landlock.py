@@ -19,6 +19,8 @@ import landlock
 from landlock import plumbing
 from landlock.plumbing import FSAccess, PathBeneathAttr
 
+from corral._syscall import syscall
+
 NET_ABI = 4  # first ABI with handled_access_net
 SCOPE_ABI = 6  # first ABI with scoped
 NET_BIND_TCP = 1 << 0
@@ -72,13 +74,12 @@ def restrict(rules: Iterable[tuple[str, FSAccess]], abi: int) -> None:
         NET_BIND_TCP | NET_CONNECT_TCP if abi >= NET_ABI else 0,
         SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= SCOPE_ABI else 0,
     )
-    libc = plumbing.get_libc()
-    ruleset = _syscall(libc, plumbing.SYSCALL_CREATE_RULESET, ctypes.byref(attr),
-                       ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    ruleset = syscall(plumbing.SYSCALL_CREATE_RULESET, ctypes.byref(attr),
+                      ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
     try:
         for path, rights in rules:
             _allow(ruleset, path, rights)
-        _syscall(libc, plumbing.SYSCALL_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+        syscall(plumbing.SYSCALL_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)
 
@@ -91,12 +92,3 @@ def _allow(ruleset: int, path: str, rights: FSAccess) -> None:
         plumbing.get_add_rule()(ruleset, RULE_PATH_BENEATH, ctypes.byref(attr), 0)
     finally:
         os.close(target)
-
-
-def _syscall(libc: ctypes.CDLL, nr: int, *args: object) -> int:
-    ctypes.set_errno(0)
-    result = libc.syscall(ctypes.c_long(nr), *args)
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(result)

@@ -24,7 +24,8 @@ import fcntl
 import os
 from collections.abc import Sequence
 
-from corral.sandbox import _prctl
+from corral import _prctl
+from corral._syscall import LIBC, call, syscall
 from corral.seccomp.arches import load_arch, native_arch
 
 CLONE_NEWNS = 0x0002_0000
@@ -42,38 +43,27 @@ _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # as corral.fs opens roo
 # errnos meaning "the kernel does not let this process have a namespace"
 _REFUSED = (errno.EPERM, errno.EINVAL, errno.ENOSPC, errno.EUSERS, errno.ENOSYS)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 class Refused(OSError):
     """The kernel does not allow this process a mount namespace."""
 
 
-def _check(result: int) -> None:
-    if result == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
 def _unshare(flags: int) -> None:
-    ctypes.set_errno(0)
-    _check(_libc.unshare(ctypes.c_int(flags)))
+    call(LIBC.unshare, ctypes.c_int(flags))
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int,
            data: bytes | None = None) -> None:
-    ctypes.set_errno(0)
-    _check(_libc.mount(
-        None if source is None else os.fsencode(source), os.fsencode(target),
+    call(
+        LIBC.mount, None if source is None else os.fsencode(source), os.fsencode(target),
         None if fstype is None else fstype.encode(), ctypes.c_ulong(flags), data,
-    ))
+    )
 
 
 def _pivot_root(new_root: str, put_old: str) -> None:
     # glibc has no wrapper; the number comes from the same tables as seccomp's
     nr = load_arch(native_arch() or "x86_64").syscalls["pivot_root"]
-    ctypes.set_errno(0)
-    _check(_libc.syscall(ctypes.c_long(nr), os.fsencode(new_root), os.fsencode(put_old)))
+    syscall(nr, os.fsencode(new_root), os.fsencode(put_old))
 
 
 def unshare_mounts() -> None:
@@ -154,8 +144,7 @@ def _make_mount_point(target: str, inside: list[str]) -> None:
 
 
 def _mount_detach(target: str) -> None:
-    ctypes.set_errno(0)
-    _check(_libc.umount2(os.fsencode(target), ctypes.c_int(MNT_DETACH)))
+    call(LIBC.umount2, os.fsencode(target), ctypes.c_int(MNT_DETACH))
 
 
 def _open_same(path: str, fd: int | None) -> int:

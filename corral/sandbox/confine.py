@@ -18,9 +18,9 @@ import signal
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from corral import seccomp
+from corral import _prctl, seccomp
 from corral.config import Limits
-from corral.sandbox import _caps, _landlock, _mountns, _prctl
+from corral.sandbox import _caps, _landlock, _mountns
 
 # Address space: the interpreter with everything a worker imports (~100 MiB
 # measured), malloc's 128 MiB per-thread arena reservations and thread stacks ...

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from typing import Any
 
-from corral import seccomp
+from corral import _prctl, seccomp
 from corral.fs import _sys as fs_sys
-from corral.sandbox import _landlock, _prctl
+from corral.sandbox import _landlock
 
 # the directory holding this `corral` package: the child imports the same one
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

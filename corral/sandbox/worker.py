@@ -16,13 +16,13 @@ import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} esca
 from dataclasses import dataclass
 from typing import Any
 
+from corral._prctl import set_parent_death_signal
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots, temp_owner
 from corral.history import restore
 from corral.history.store import Store
 from corral.policy import Policy
-from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.confine import confine
 from corral.sandbox.messages import (
     CLEANUP_ARGUMENTS,

@@ -29,8 +29,8 @@ import socket
 import sys
 from typing import Any
 
+from corral._prctl import set_parent_death_signal
 from corral.sandbox import confine, worker
-from corral.sandbox._prctl import set_parent_death_signal
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     MAX_ROOTS,

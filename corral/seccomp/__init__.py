@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from corral._prctl import set_no_new_privs
 from corral.seccomp import _kernel
 from corral.seccomp.arches import native_arch
 from corral.seccomp.bpf import compile_filter, pack
@@ -58,7 +59,7 @@ def install(program: bytes | None = None) -> None:
     if program is None:
         program = compile_native()
     try:
-        _kernel.set_no_new_privs()
+        set_no_new_privs()
         _kernel.load_filter(arch, program)
     except OSError as exc:
         raise SeccompError(f"loading the seccomp filter failed: {exc.strerror}") from exc

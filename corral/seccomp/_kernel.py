@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
-import os
 
+from corral._syscall import prctl, syscall
 from corral.seccomp.arches import load_arch
 
-PR_SET_NO_NEW_PRIVS = 38
-PR_GET_SECCOMP = 21
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SECCOMP_SET_MODE_FILTER = 1
@@ -23,33 +20,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int) -> int:
-    if result == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return result
-
-
 def _seccomp(arch: str, operation: int, flags: int, arg: ctypes.c_void_p | int | None) -> int:
     nr = load_arch(arch).syscalls["seccomp"]
-    ctypes.set_errno(0)
-    return _check(_libc().syscall(ctypes.c_long(nr), ctypes.c_uint(operation),
-                                  ctypes.c_uint(flags), arg))
-
-
-def _prctl(option: int, *args: ctypes.c_ulong | ctypes.c_void_p) -> int:
-    padded = [*args, *(ctypes.c_ulong(0) for _ in range(4 - len(args)))]
-    ctypes.set_errno(0)
-    return _check(_libc().prctl(ctypes.c_int(option), *padded))
-
-
-def set_no_new_privs() -> None:
-    _prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1))
+    return syscall(nr, ctypes.c_uint(operation), ctypes.c_uint(flags), arg)
 
 
 def filters_available(arch: str) -> bool:
@@ -74,7 +47,7 @@ def load_filter(arch: str, program: bytes) -> None:
         if exc.errno != errno.ENOSYS:
             raise
         # kernels before 3.17 have only the prctl form (and no TSYNC)
-        _prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), pointer)
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, pointer)
         return
     if stuck:
         # TSYNC answers with the id of a thread it could not move to the filter

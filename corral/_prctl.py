@@ -1,11 +1,11 @@
 """prctl for confinement: set and read no_new_privs, read the seccomp mode, ask
 for a parent-death signal, shrink the bounding and ambient capability sets.
-Private plumbing (ctypes) for confine.py, probe.py and the zygote and workers."""
+Private plumbing (through corral/_syscall.py) for the sandbox's confine.py, probe.py,
+zygote and workers, and for corral.seccomp."""
 
 from __future__ import annotations
 
-import ctypes
-import os
+from corral._syscall import prctl
 
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
@@ -17,17 +17,9 @@ PR_GET_NO_NEW_PRIVS = 39
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
-    ctypes.set_errno(0)
-    result = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
-                         ctypes.c_ulong(0), ctypes.c_ulong(0))
-    if result == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(result)
+    return int(prctl(option, arg2, arg3))
 
 
 def set_no_new_privs() -> None:
