@@ -92,6 +92,10 @@ def shown_path(path: str) -> str:
     return shown
 
 
+class PolicyError(ValueError):
+    """A policy that cannot be built: bad action, bad glob or regex, a system root."""
+
+
 def did_you_mean(word: object, choices: Iterable[str], end: str = "") -> str:
     """"; did you mean 'x'?" for the choice closest to a misspelt name, else `end`."""
     if not isinstance(word, str):

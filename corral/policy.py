@@ -18,10 +18,14 @@ Dotfiles are not special: `*` matches `.env`.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from corral.errors import PolicyError
+from corral.globs import compile_globs, glob_to_regex
 
 ACTIONS = ("allow", "deny", "supervised")
 ROOT_MODES = ("rw", "ro")
@@ -69,10 +73,6 @@ DECISION_CACHE_SIZE = 4096
 
 
 READ_BEFORE_WRITE = ("off", "require")
-
-
-class PolicyError(ValueError):
-    """A policy that cannot be built: bad action, bad glob or regex, a system root."""
 
 
 @dataclass(frozen=True)
@@ -181,112 +181,6 @@ BUILTIN_RULES: tuple[BuiltinRule, ...] = (
 BUILTIN_NAMES = frozenset(rule.name for rule in BUILTIN_RULES)
 
 
-def _translate_class(body: str) -> str:
-    negate = body.startswith("!")
-    body = body[1:] if negate else body
-    inner = "".join("-" if char == "-" else re.escape(char) for char in body)
-    return f"[^/{inner}]" if negate else f"[{inner}]"
-
-
-_STAR = object()  # a "*" among a component's translated pieces
-
-
-def _component_pieces(component: str) -> list[object]:
-    """Regex pieces of one component, one per glob character or class; runs of
-    "*" become one _STAR."""
-    out: list[object] = []
-    i, n = 0, len(component)
-    while i < n:
-        char = component[i]
-        i += 1
-        if char == "*":
-            if not out or out[-1] is not _STAR:
-                out.append(_STAR)
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            start = i + (1 if component[i:i + 1] == "!" else 0)
-            start += 1 if component[start:start + 1] == "]" else 0
-            end = component.find("]", start)
-            if end < 0:  # an unclosed "[" is a literal, as in fnmatch
-                out.append(re.escape(char))
-                continue
-            out.append(_translate_class(component[i:end]))
-            i = end + 1
-        else:
-            out.append(re.escape(char))
-    return out
-
-
-def _translate_component(component: str) -> str:
-    """As fnmatch does since 3.9: each "*fixed" followed by another "*" takes the
-    first place `fixed` fits, in an atomic group, so "*a*a*a*b" cannot backtrack
-    exponentially (the next "*" absorbs whatever a later place would have left)."""
-    pieces = _component_pieces(component)
-    out: list[str] = []
-    i, n = 0, len(pieces)
-    while i < n and pieces[i] is not _STAR:
-        out.append(str(pieces[i]))
-        i += 1
-    while i < n:
-        i += 1  # the star
-        fixed: list[str] = []
-        while i < n and pieces[i] is not _STAR:
-            fixed.append(str(pieces[i]))
-            i += 1
-        text = "".join(fixed)
-        out.append(f"(?>[^/]*?{text})" if i < n else f"[^/]*{text}")
-    return "".join(out)
-
-
-def glob_to_regex(glob: str) -> str:
-    """Regex source (for fullmatch) of one glob; a leading "/" stays a literal "/".
-
-    Linear-ish on any path: "**/**" is "**", and the components between one "**"
-    and the next are matched atomically at the first place they fit, a whole
-    number of components (the next "**" absorbs what a later place would leave),
-    so "**/a/**/a/**/x" cannot backtrack exponentially on a deep path."""
-    if not glob or "\0" in glob:
-        raise PolicyError(f"invalid glob {glob!r}: it must be a non-empty string without NUL")
-    components: list[str] = []
-    for component in glob.split("/"):
-        if component not in ("", ".") and not (component == "**" and components[-1:] == ["**"]):
-            components.append(component)
-    if ".." in components:
-        raise PolicyError(f"invalid glob {glob!r}: '..' never matches a resolved path")
-    out = "/" if glob.startswith("/") else ""
-    if components == ["**"]:
-        return out + ".*"  # a lone "**" matches everything
-    stars = [index for index, component in enumerate(components) if component == "**"]
-    first = stars[0] if stars else len(components)
-    out += "/".join(_translate_component(c) for c in components[:first])
-    for number, star in enumerate(stars):
-        if star == len(components) - 1:  # "a/**" also matches "a" itself
-            out += "(?:/.*)?"
-            break
-        after = stars[number + 1] if number + 1 < len(stars) else len(components)
-        segment = "/".join(_translate_component(c) for c in components[star + 1:after])
-        out += "/" if star == first and star else ""  # after the prefix; a stretch ends in "/"
-        if after == len(components):  # the last stretch: nothing after it to absorb
-            out += f"(?:.*/)?{segment}"
-        elif after == len(components) - 1:  # followed by a final "**": end on a boundary
-            out += f"(?>(?:.*?/)??{segment}(?![^/]))"
-        else:
-            out += f"(?>(?:.*?/)??{segment}/)"
-    return out
-
-
-def _compile_globs(globs: list[str], *, flags: int = 0) -> re.Pattern[str] | None:
-    """One matcher for several globs; None when there are none."""
-    if not globs:
-        return None
-    source = "|".join(f"(?:{glob_to_regex(glob)})" for glob in globs)
-    try:
-        return re.compile(source, re.DOTALL | flags)
-    except (re.error, RecursionError) as exc:  # a bad class ([z-a]); thousands of classes
-        raise PolicyError(f"invalid glob in {', '.join(map(repr, globs))}: {exc}") from None
-
-
 def _absolute(root: RootSpec, rel: str) -> str:
     if rel == ".":
         return root.path
@@ -329,8 +223,8 @@ def _compile_rule(rule: Rule) -> _Compiled:
             raise PolicyError(
                 f"rule {rule.name!r} access must name {', '.join(ACCESS_KINDS)}; got {kind!r}"
             )
-    relative = _compile_globs([g for g in rule.paths if not g.startswith("/")])
-    absolute = _compile_globs([g for g in rule.paths if g.startswith("/")])
+    relative = compile_globs([g for g in rule.paths if not g.startswith("/")])
+    absolute = compile_globs([g for g in rule.paths if g.startswith("/")])
     tools = None if "*" in rule.tools else frozenset(rule.tools)
     return _Compiled(rule.name, rule.action, tools, frozenset(rule.access), relative, absolute)
 
@@ -444,6 +338,21 @@ def stricter(first: str, second: str) -> str:
     return first if STRICTNESS[first] >= STRICTNESS[second] else second
 
 
+class _Matcher:
+    """A policy compiled for decide(): it runs on every path of every call."""
+
+    def __init__(self, policy: Policy) -> None:
+        replaced = {rule.name for rule in policy.rules}
+        self.rules = tuple(_compile_rule(rule) for rule in policy.rules)
+        self.narrowing = tuple(_compile_rule(rule) for rule in policy.workspace_rules)
+        self.builtins = _BuiltinMatcher(
+            [rule for rule in BUILTIN_RULES if rule.name not in replaced])
+        self.protected = tuple(path.rstrip("/") or "/" for path in policy.protected_paths)
+        self.regexes = compile_path_regex(policy.path_regex)
+        self.default = Decision(policy.default_action, None)
+        self.cache: dict[tuple[str, str, str, bool], Decision] = {}
+
+
 @dataclass(frozen=True)
 class Policy:
     """What tools may run and which paths they may touch; JSON round-trips through
@@ -466,8 +375,8 @@ class Policy:
     read_before_write: str = "off"
 
     def __post_init__(self) -> None:
-        # Normalise lists to tuples so a policy compares equal however it was built, then
-        # compile once: decide() runs on every path of every call.
+        # Normalise lists to tuples so a policy compares equal however it was built (the
+        # frozen dataclass's way to convert a field), then compile once (_matcher).
         for name in ("rules", "workspace_rules"):
             object.__setattr__(self, name, tuple(
                 Rule(r.name, r.action, tuple(r.tools), tuple(r.paths), tuple(r.access))
@@ -495,19 +404,12 @@ class Policy:
                 raise PolicyError(
                     f"workspace rule {rule.name!r} must deny or supervise under a new name"
                 )
-        replaced = {rule.name for rule in self.rules}
-        active = [rule for rule in BUILTIN_RULES if rule.name not in replaced]
-        object.__setattr__(self, "_compiled", tuple(_compile_rule(rule) for rule in self.rules))
-        object.__setattr__(self, "_narrowing", tuple(
-            _compile_rule(rule) for rule in self.workspace_rules
-        ))
-        object.__setattr__(self, "_builtins", _BuiltinMatcher(active))
-        object.__setattr__(self, "_protected", tuple(
-            path.rstrip("/") or "/" for path in self.protected_paths
-        ))
-        object.__setattr__(self, "_regexes", compile_path_regex(self.path_regex))
-        object.__setattr__(self, "_cache", {})
-        object.__setattr__(self, "_default", Decision(self.default_action, None))
+        _ = self._matcher  # compiled now: a bad glob or regex fails here, not in a worker
+
+    @functools.cached_property
+    def _matcher(self) -> _Matcher:
+        # cached_property stores into the instance's __dict__, beside the frozen fields
+        return _Matcher(self)
 
     def protecting(self, *paths: str) -> Policy:
         """This policy with more paths no tool may write, each with everything beneath
@@ -540,7 +442,7 @@ class Policy:
         matching workspace rule then may make it stricter. A write into an "ro"
         root is decided by the caller (read_only error), not here."""
         key = (tool, root.path, rel, write)
-        cache: dict[tuple[str, str, str, bool], Decision] = self._cache  # type: ignore[attr-defined]
+        cache = self._matcher.cache
         decision = cache.get(key)
         if decision is None:
             decision = self._decide(tool, root, rel, write)
@@ -552,7 +454,7 @@ class Policy:
     def _decide(self, tool: str, root: RootSpec, rel: str, write: bool) -> Decision:
         rel = rel or "."
         absolute = _absolute(root, rel)
-        builtin = self._builtins.match(rel, absolute, write)  # type: ignore[attr-defined]
+        builtin = self._matcher.builtins.match(rel, absolute, write)
         if builtin is not None:
             return Decision("deny", builtin)
         # Not overridable, not even by a rule named after PROTECT_RULE: the loaded
@@ -563,7 +465,7 @@ class Policy:
         decision = self._by_rules(tool, kinds, rel, absolute)
         if decision.action == "deny":
             return decision
-        for rule in self._narrowing:  # type: ignore[attr-defined]
+        for rule in self._matcher.narrowing:
             if rule.matches(tool, kinds, rel, absolute):
                 if stricter(rule.action, decision.action) != decision.action:
                     return Decision(rule.action, rule.name)
@@ -571,18 +473,19 @@ class Policy:
         return decision
 
     def _by_rules(self, tool: str, kinds: frozenset[str], rel: str, absolute: str) -> Decision:
-        for rule in self._compiled:  # type: ignore[attr-defined]
+        matcher = self._matcher
+        for rule in matcher.rules:
             if rule.matches(tool, kinds, rel, absolute):
                 return Decision(rule.action, rule.name)
-        regexes: tuple[re.Pattern[str], ...] = self._regexes  # type: ignore[attr-defined]
+        regexes = matcher.regexes
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
             return Decision("deny", PATH_REGEX_RULE)
-        return self._default  # type: ignore[attr-defined,no-any-return]
+        return matcher.default
 
     def _is_protected(self, absolute: str) -> bool:
         return any(
             absolute == path or absolute.startswith(path + "/")
-            for path in self._protected  # type: ignore[attr-defined]
+            for path in self._matcher.protected
         )
 
     def to_dict(self) -> dict[str, Any]:

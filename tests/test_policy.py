@@ -325,7 +325,7 @@ def test_decision_cache_is_bounded_and_consistent() -> None:
         expected = "deny" if str(index).endswith("1") else "allow"
         assert decide(policy, f"f{index}").action == expected
         assert decide(policy, f"f{index}").action == expected
-    assert len(policy._cache) <= DECISION_CACHE_SIZE  # type: ignore[attr-defined]
+    assert len(policy._matcher.cache) <= DECISION_CACHE_SIZE
 
 
 SHORTCUT_NAMES = [
@@ -338,7 +338,7 @@ SHORTCUT_NAMES = [
 def test_the_text_shortcut_never_changes_a_builtin_decision(root: str) -> None:
     fast = Policy()
     slow = Policy()
-    matchers = slow._builtins._matchers  # type: ignore[attr-defined]
+    matchers = slow._matcher.builtins._matchers
     matchers[:] = [(*matcher[:4], None) for matcher in matchers]
     spec = RootSpec(root, "rw")
     denied = 0

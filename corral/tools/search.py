@@ -8,7 +8,8 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.fs import Root
-from corral.policy import PolicyError, RootSpec, glob_to_regex
+from corral.globs import glob_to_regex
+from corral.policy import PolicyError, RootSpec
 from corral.tools import render
 from corral.tools.access import approval_key, content, joined, open_target
 from corral.tools.base import (
