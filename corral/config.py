@@ -44,6 +44,31 @@ RESOLVERS = ("auto", "openat2", "walk")
 DURABILITY = ("fsync", "none")
 
 
+def _positive_int(value: object, name: str) -> None:
+    """Value types check themselves: Limits(max_file_bytes=-5) is refused where it
+    is made, not when a call first trips over it."""
+    field_value = getattr(value, name)
+    if isinstance(field_value, bool) or not isinstance(field_value, int) or field_value < 1:
+        raise ValueError(
+            f"{type(value).__name__}.{name} must be a positive integer, not {field_value!r}")
+
+
+def _positive_number(value: object, name: str) -> None:
+    field_value = getattr(value, name)
+    if isinstance(field_value, bool) or not isinstance(field_value, int | float) or not (
+        field_value > 0 and field_value != float("inf")
+    ):
+        raise ValueError(
+            f"{type(value).__name__}.{name} must be a positive number, not {field_value!r}")
+
+
+def _one_of(value: object, name: str, choices: tuple[str, ...]) -> None:
+    field_value = getattr(value, name)
+    if field_value not in choices:
+        raise ValueError(f"{type(value).__name__}.{name} must be one of "
+                         f"{', '.join(choices)}, not {field_value!r}")
+
+
 @dataclass(frozen=True)
 class Limits:
     max_read_bytes: int = 256 * 1024  # returned per read: what fits a model's context
@@ -51,6 +76,11 @@ class Limits:
     max_file_bytes: int = 64 * 1024 * 1024  # largest file read, edited or grown by append
     max_list_entries: int = 500  # a listing larger than this floods a model's context
     timeout_s: float = 10.0  # per call; the worker is killed and replaced after it
+
+    def __post_init__(self) -> None:
+        for name in ("max_read_bytes", "max_write_bytes", "max_file_bytes", "max_list_entries"):
+            _positive_int(self, name)
+        _positive_number(self, "timeout_s")
 
 
 @dataclass(frozen=True)
@@ -69,6 +99,13 @@ class SandboxOptions:
     # (a host counting every cycle, or one core shared by many sandboxes).
     spin: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("workers", "max_calls_per_worker", "max_worker_rss_mb", "max_frame_bytes"):
+            _positive_int(self, name)
+        _one_of(self, "resolver", RESOLVERS)
+        _one_of(self, "durability", DURABILITY)
+        if not isinstance(self.spin, bool):
+            raise ValueError(f"SandboxOptions.spin must be true or false, not {self.spin!r}")
 
 @dataclass(frozen=True)
 class HistoryOptions:
@@ -78,6 +115,10 @@ class HistoryOptions:
     path: str | None = None  # base directory; None: $XDG_STATE_HOME/corral/history
     max_bytes: int = 256 * 1024 * 1024  # the store's size; the oldest records go first
     max_age_days: float = 14.0  # records older than this go
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "max_bytes")
+        _positive_number(self, "max_age_days")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from corral.config import (
     Config,
     ConfigError,
+    HistoryOptions,
     Limits,
     SandboxOptions,
     find_config,
@@ -312,3 +313,18 @@ hardlinks = "deny"
     assert (second.tools, second.access) == (("stat_file",), ("write", "list"))
     assert config.policy.hardlinks == "deny"
     assert load_config(write(tree, "", f"{WS}/empty.toml")).policy.hardlinks == "allow"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Limits(max_file_bytes=-5),
+    lambda: Limits(timeout_s=0),
+    lambda: Limits(max_read_bytes=True),
+    lambda: SandboxOptions(workers=0),
+    lambda: SandboxOptions(durability="sometimes"),
+    lambda: SandboxOptions(spin="yes"),
+    lambda: HistoryOptions(max_age_days=float("inf")),
+])
+def test_value_types_refuse_what_no_sandbox_can_run_with(make) -> None:
+    """Limits(max_file_bytes=-5, timeout_s=0) used to be taken, and failed later."""
+    with pytest.raises(ValueError, match="must be"):
+        make()

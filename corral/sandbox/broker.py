@@ -47,8 +47,6 @@ class Broker:
         history: str | None = None,
     ) -> None:
         """history: the workspace's history store directory (None: history off)."""
-        if options.workers < 1:
-            raise ValueError(f"a sandbox needs at least 1 worker, not {options.workers}")
         check_known(options.require)
         config = {
             "roots": [[spec.path, spec.mode] for spec in roots],

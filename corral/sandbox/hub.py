@@ -488,8 +488,6 @@ class PooledBroker(Broker):
         self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
         options: SandboxOptions, history: str | None = None,
     ) -> None:
-        if options.workers < 1:
-            raise ValueError(f"a sandbox needs at least 1 worker, not {options.workers}")
         check_known(options.require)
         self._zygote = hub.zygote
         self._pool = lane = hub.open_lane(roots, limits, policy, options, history)
