@@ -104,7 +104,7 @@ def test_listings_count_names_as_json(sb: Sandbox, tool: str) -> None:
 
 
 def test_an_edit_diff_counts_its_json(tmp_path: Path) -> None:
-    from corral.tools.edit import DIFF_MAX_BYTES
+    from corral.tools.diff import DIFF_MAX_BYTES
 
     (tmp_path / "c.txt").write_bytes((b"\x01" * 40 + b"\n") * 30_000)  # 1.2 MB, 7.3 MB as JSON
     limits = Limits(max_write_bytes=8 * 1024 * 1024)

@@ -16,7 +16,7 @@ import pytest
 from corral import Sandbox
 from corral.config import Limits
 from corral.policy import Policy, RootSpec, Rule, glob_to_regex
-from corral.tools.edit import DIFF_MAX_BYTES, unified_diff
+from corral.tools.diff import DIFF_MAX_BYTES, unified_diff
 from corral.tools.search import MAX_MATCHES
 
 AWS_KEY = "AWS-KEY-2b7e"

@@ -6,7 +6,8 @@ import pytest
 
 from corral.errors import CorralError
 from corral.tools import render, schema
-from corral.tools.edit import Edit, apply, unified_diff
+from corral.tools.diff import unified_diff
+from corral.tools.edit import Edit, apply
 from corral.tools.read import image_type, is_binary, page, split_lines
 from corral.tools.registry import TOOLS, validate
 

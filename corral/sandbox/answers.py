@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from corral.config import Limits
-from corral.tools.edit import DIFF_MAX_BYTES
+from corral.tools.diff import DIFF_MAX_BYTES
 from corral.tools.listing import LISTING_BUDGET_FLOOR
 from corral.tools.read import HARD_READ_CEILING, MAX_FILES
 from corral.tools.search import MAX_MATCHES
