@@ -214,6 +214,13 @@ def test_program_is_within_kernel_limits(compiled) -> None:
     assert len(bpf.pack(program)) == 8 * len(program)
 
 
+def test_conditional_jumps_stay_short_as_the_docstring_says(compiled) -> None:
+    """bpf.py's layout: far targets by `ja`; a conditional jump skips a few
+    instructions at most (the prologue's 3, one syscall's argument rules)."""
+    skips = {max(i.jt, i.jf) for i in compiled.program if i.code in (bpf.JEQ_K, bpf.JGE_K)}
+    assert skips <= {0, 1, 3, 5, 7}, skips
+
+
 def _expected(profile: Profile, name: str, args: tuple[int, ...]) -> int:
     for rule in profile.rules_for(name):
         if all(check.matches(args) for check in rule.args):

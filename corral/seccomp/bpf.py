@@ -4,9 +4,12 @@ Layout: check seccomp_data.arch (a foreign ABI is killed: its numbers mean other
 calls), kill x32 numbers on x86_64 (a foreign ABI as well), then a binary search
 over ranges of syscall numbers that share an action. A range ends in a return, or
 jumps to the syscall's argument checks. The search's far targets are reached with
-`ja`, whose offset is 32 bits; conditional jumps (8-bit offsets) only go forward
-within one syscall's argument checks, to the next rule a few instructions on. The
-assembler refuses any offset that does not fit rather than emit a wrong jump.
+`ja`, whose offset is 32 bits. Conditional jumps (8-bit offsets) stay short:
+in the prologue (the x32 check skips 3), in the search (each skips the one `ja`
+after it) and within one syscall's argument checks, to its next rule a few
+instructions on (the shipped worker filter's skip 1, 3, 5 or 7;
+tests/test_seccomp_bpf.py checks the bound). The assembler refuses any offset that
+does not fit rather than emit a wrong jump.
 
 tests/test_seccomp_libseccomp.py (and scripts/diff_seccomp.py, longer) check that
 this compiler and libseccomp give identical verdicts on the same inputs.
