@@ -262,10 +262,11 @@ class HttpFace:
             state.threads, _handle, session, message, reply, cancel
         )
         gone = asyncio.ensure_future(_disconnected(receive))
+        answered: set[asyncio.Future[Any]] = {future, gone}
         try:
-            await asyncio.wait({future, work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({*answered, work}, return_when=asyncio.FIRST_COMPLETED)
             if not future.done() and not gone.done():
-                await asyncio.wait({future, gone}, timeout=0 if work.done() else None,
+                await asyncio.wait(answered, timeout=0 if work.done() else None,
                                    return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
@@ -330,7 +331,10 @@ def _reply_future() -> tuple[Callable[[dict[str, Any]], None], asyncio.Future[di
         if not future.done():
             future.set_result(response)
 
-    return lambda response: loop.call_soon_threadsafe(settle, response), future
+    def reply(response: dict[str, Any]) -> None:
+        loop.call_soon_threadsafe(settle, response)
+
+    return reply, future
 
 
 async def _disconnected(receive: Receive) -> None:

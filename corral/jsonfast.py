@@ -34,7 +34,8 @@ FAST = msgspec is not None
 _STD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 if msgspec is not None:
     _fast_encode: Callable[[Any], bytes] | None = msgspec.json.Encoder().encode
-    _fast_decode: Callable[[bytes], Any] | None = msgspec.json.Decoder().decode
+    _fast_decode: Callable[[bytes | bytearray | memoryview], Any] | None = (
+        msgspec.json.Decoder().decode)
 else:
     _fast_encode = _fast_decode = None
 
@@ -54,7 +55,7 @@ def dumps(value: Any) -> bytes:
     return _STD_ENCODER.encode(value).encode()
 
 
-def loads(data: bytes | memoryview, slow: Callable[[bytes], Any]) -> Any:
+def loads(data: bytes | bytearray | memoryview, slow: Callable[[bytes], Any]) -> Any:
     """The JSON value in `data`, or whatever `slow(bytes(data))` (the caller's
     stdlib decoding, with its own errors) makes of what msgspec refuses."""
     if _fast_decode is not None:

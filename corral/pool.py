@@ -18,6 +18,7 @@ import weakref
 from typing import Any, TypeVar
 
 from corral.api import AsyncSandbox, Sandbox, _BaseSandbox, _config_arguments
+from corral.config import Config
 from corral.sandbox.hub import Hub, PooledBroker
 
 S = TypeVar("S", bound=_BaseSandbox)
@@ -54,12 +55,15 @@ class Pool:
         """An AsyncSandbox served by this pool; cancelling an awaited call cancels it."""
         return self._add(AsyncSandbox._made(self._start, None, {"workspace": workspace, **kwargs}))
 
-    def sandbox_from_config(self, path: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
-        """A Sandbox as corral.toml describes it; keyword arguments win over the file."""
+    def sandbox_from_config(
+        self, path: str | os.PathLike[str] | Config, **kwargs: Any
+    ) -> Sandbox:
+        """A Sandbox as corral.toml describes it (or a Config, as Sandbox.from_config
+        takes it); keyword arguments win over the file."""
         return self._add(Sandbox._made(self._start, *_config_arguments(path, kwargs)))
 
     def async_sandbox_from_config(
-        self, path: str | os.PathLike[str], **kwargs: Any
+        self, path: str | os.PathLike[str] | Config, **kwargs: Any
     ) -> AsyncSandbox:
         return self._add(AsyncSandbox._made(self._start, *_config_arguments(path, kwargs)))
 

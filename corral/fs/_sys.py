@@ -35,7 +35,7 @@ _HOW_SIZE = ctypes.sizeof(_OpenHow)
 _long, _int, _path = ctypes.c_long, ctypes.c_int, ctypes.c_char_p
 # syscall(2) through fixed prototypes: every argument has its C type (no variadic
 # guessing), and glibc's syscall() only moves registers, so this is safe.
-_SYSCALL = ctypes.cast(LIBC.syscall, ctypes.c_void_p).value
+_SYSCALL = ctypes.cast(LIBC.syscall, ctypes.c_void_p).value or 0  # libc has syscall()
 _openat2 = ctypes.CFUNCTYPE(
     _long, _long, _int, _path, ctypes.POINTER(_OpenHow), ctypes.c_size_t, use_errno=True
 )(_SYSCALL)

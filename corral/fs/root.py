@@ -574,7 +574,9 @@ class Root:
             # a file this call creates is recorded before the create, an existing one's
             # size once it is open
             creating = keep is not None and t.st is None
-            with keep.appending(self, t.rel, made, None, data) if creating else _nothing():
+            with keep.appending(self, t.rel, made, None, data) if (
+                keep is not None and creating
+            ) else _nothing():
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
                 try:
                     st = os.fstat(fd)

@@ -76,7 +76,9 @@ class History:
                               "after": None, "checkpoint": info.get("label")})
                 continue
             record = self.store.record(item_id)
-            for entry in (record or {}).get("entries", ()):
+            if record is None:
+                continue
+            for entry in record.get("entries", ()):
                 if wanted is None or entry["path"] == wanted:
                     found.append(_entry(record, entry))
         return found[:limit]

@@ -27,6 +27,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from corral.fs import Root, content_version
@@ -53,6 +54,14 @@ def shown(workspace: str, root: Root, rel: str) -> str:
     if root.path == workspace:
         return rel
     return root.path if rel == "." else f"{root.path}/{rel}"
+
+
+@dataclass
+class _Pending:
+    """A write's record, and the target's lstat it was made for."""
+
+    record: dict[str, Any]
+    st: os.stat_result | None
 
 
 class Keeper:
@@ -117,19 +126,20 @@ class Keeper:
         is, so one journal commit carries both), as `st` says the target is; the
         Land it yields swaps the new file in and the old one into the store."""
         after = {"type": "file", "size": size, "version": version}
-        current = {"record": self._pending(self._replacing(root, rel, made, after, st)), "st": st}
+        current = _Pending(self._pending(self._replacing(root, rel, made, after, st)), st)
 
         def again(now: os.stat_result | None) -> dict[str, Any]:
             """The target changed since it was resolved: record what is there now."""
-            self.store.drop(current["record"]["id"])
-            current["record"] = self._pending(self._replacing(root, rel, made, after, now))
-            current["st"] = now
-            return current["record"]["entries"][0]
+            self.store.drop(current.record["id"])
+            current.record = self._pending(self._replacing(root, rel, made, after, now))
+            current.st = now
+            entry: dict[str, Any] = current.record["entries"][0]
+            return entry
 
         def land(dir_fd: int, tmp: str, name: str, flags: int) -> None:
-            entry = current["record"]["entries"][0]
+            entry = current.record["entries"][0]
             now = _lstat(dir_fd, name)
-            if not _same(now, current["st"]):
+            if not _same(now, current.st):
                 entry = again(now)
             if entry["before"] is None:
                 try:
@@ -146,9 +156,9 @@ class Keeper:
         try:
             yield land
         except BaseException:
-            self.store.drop(current["record"]["id"])
+            self.store.drop(current.record["id"])
             raise
-        self._commit(current["record"])
+        self._commit(current.record)
 
     def _replacing(
         self, root: Root, rel: str, made: list[str], after: dict[str, Any],

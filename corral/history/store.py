@@ -206,9 +206,10 @@ class Store:
         self.remove_blob(blob_name(record_id))
 
     def checkpoint(self, label: str | None) -> str:
-        cp = {"id": new_id(), "time": time.time(), "label": label}
-        self._create(f"{CHECKPOINT}{cp['id']}.json", _dump(cp))
-        return cp["id"]
+        checkpoint = new_id()
+        cp = {"id": checkpoint, "time": time.time(), "label": label}
+        self._create(f"{CHECKPOINT}{checkpoint}.json", _dump(cp))
+        return checkpoint
 
     def stash_copy(self, src_fd: int, blob: str) -> int:
         """Copy what `src_fd` holds (from its start) into a new blob; its size."""

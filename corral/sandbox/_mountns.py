@@ -118,8 +118,8 @@ def enter(roots: Sequence[tuple[str, int | None]]) -> bool:
             _mount(f"{_PROC_FDS}/{opened[path]}", target, None, MS_BIND | MS_REC)
             bound.append(path)
     finally:
-        for fd in opened.values():
-            os.close(fd)
+        for bound_fd in opened.values():
+            os.close(bound_fd)
     os.makedirs(staging + _PROC_FDS)
     _mount(_PROC_FDS, staging + _PROC_FDS, None, MS_BIND)  # /proc/self: this process's own
     _mount(None, staging, None, MS_REMOUNT | MS_RDONLY | _TMPFS)

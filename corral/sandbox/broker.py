@@ -125,7 +125,7 @@ def summarise(layers: dict[str, Any]) -> dict[str, Any]:
     namespace is reported beside them but left out of `level`: it needs root or
     unprivileged user namespaces, which many distributions restrict, and `level`
     describes the layers every supported kernel offers (`require` can demand it)."""
-    report = {
+    report: dict[str, Any] = {
         "landlock_abi": int(layers.get("landlock_abi") or 0),
         "seccomp": bool(layers.get("seccomp")),
         "no_new_privs": bool(layers.get("no_new_privs")),

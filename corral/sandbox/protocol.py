@@ -69,7 +69,7 @@ def encode(message: dict[str, Any], max_bytes: int) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def payload_length(header: bytes, max_bytes: int) -> int:
+def payload_length(header: bytes | bytearray, max_bytes: int) -> int:
     """The payload length a header announces; ProtocolError if it passes max_bytes."""
     if len(header) != HEADER.size:
         raise ProtocolError(f"frame header is {len(header)} bytes, expected {HEADER.size}")

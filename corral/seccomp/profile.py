@@ -135,6 +135,7 @@ def _arg(arg: Any, where: str) -> ArgCheck:
     for field, number in (("value", value), ("valueTwo", value_two)):
         if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= _U64:
             raise ProfileError(f"{where}.{field} must be an unsigned 64-bit integer")
+    assert isinstance(value, int) and isinstance(value_two, int)  # checked just above
     if op == "SCMP_CMP_MASKED_EQ" and value_two & ~value:
         # as documented such a check never holds; libseccomp drops the extra bits
         # and lets it hold: refuse the ambiguity rather than pick one reading

@@ -240,7 +240,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset)
     if skip:
         text += f"\n[line {chosen.start} shown from byte {skip}]"
-    if next_byte is not None:
+    if next_byte is not None and chosen.cut_from is not None:
         text += (
             f"\n[line {chosen.start} was cut at {next_byte} of {skip + chosen.cut_from} bytes; "
             f"read the rest with offset={chosen.start}, byte_offset={next_byte}]"

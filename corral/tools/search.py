@@ -139,8 +139,8 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
             if entry.type != "file" or not wanted(entry.path):
                 continue
             resolved = joined(seen.path, entry.path)
-            data = _read_quietly(ctx, root, resolved, approved_dir)
-            if data is not None and found.search(shown_path(ctx, root, resolved), data):
+            text = _read_quietly(ctx, root, resolved, approved_dir)
+            if text is not None and found.search(shown_path(ctx, root, resolved), text):
                 break
     result = {"pattern": args["pattern"], "path": path, "matches": found.matches,
               "files_searched": found.files, "truncated": found.truncated}
