@@ -77,20 +77,25 @@ class CallFlow:
         self._steps = steps
         self._finish = finish
         self._started = False
+        self._closed = False
         self.result: dict[str, Any] | None = None
 
     def step(self, reply: Any = None) -> Step | None:
+        if self._closed:
+            return None  # given up on: no result, nothing more runs
         try:
             if self._started:
                 return self._steps.send(reply)
             self._started = True
             return next(self._steps)
         except StopIteration as done:
+            self._closed = True
             self.result = self._finish(done.value)
             return None
 
     def close(self) -> None:
         """Give up on the call (nothing more runs); safe to call when it is done."""
+        self._closed = True
         self._steps.close()
 
     def __enter__(self) -> CallFlow:
