@@ -276,6 +276,12 @@ class Sandbox(_BaseSandbox):
         with self._lifecycle.active():
             return drive(flow, lambda request: self._executor.submit(request, wait), approved)
 
+    def submit(self, request: CallRequest, wait: WaitPolicy = PLAIN) -> Answer:
+        """Run one Submit step's request in a confined worker, for a host that steps
+        a CallFlow itself (`run` does this for you)."""
+        with self._lifecycle.active():
+            return self._executor.submit(request, wait)
+
     # -- history: nothing lost ----------------------------------------------------
 
     def checkpoint(self, label: str | None = None) -> str:
@@ -343,6 +349,11 @@ class AsyncSandbox(_BaseSandbox):
 
         with self._lifecycle.active():
             return await adrive(flow, submit, approved)
+
+    async def submit(self, request: CallRequest, wait: WaitPolicy = PLAIN) -> Answer:
+        """Sandbox.submit with an await."""
+        with self._lifecycle.active():
+            return await self._executor.asubmit(request, wait)
 
     async def checkpoint(self, label: str | None = None) -> str:
         return await asyncio.to_thread(self._checkpoint, label)

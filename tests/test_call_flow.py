@@ -34,7 +34,7 @@ def test_a_host_drives_a_supervised_write_step_by_step(ws: Path) -> None:
             while step is not None:
                 kinds.append(type(step).__name__)
                 if isinstance(step, Submit):
-                    reply: object = sb._executor.submit(step.request)
+                    reply: object = sb.submit(step.request)
                     assert isinstance(reply, Answer)
                 else:
                     assert isinstance(step, Approve)
