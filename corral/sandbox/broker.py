@@ -19,7 +19,7 @@ from corral.config import LAYERS, Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.messages import Answer, CallRequest, HistoryRequest
 from corral.sandbox.pool import Pool, SandboxError, ZygoteHandle
-from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+from corral.sandbox.waiting import PLAIN, WaitPolicy
 
 Submittable = CallRequest | HistoryRequest
 
@@ -91,18 +91,12 @@ class Broker:
         return self._pool.call(request.numbered(next(self._ids)), wait)
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
-        """submit() on a broker thread, so the event loop never blocks on a worker;
-        cancelling the awaiting task cancels the call where the pool can (a shared
-        pool's: a queued call never runs, a running one loses its worker)."""
-        cancel = Cancel()
-        future = asyncio.get_running_loop().run_in_executor(
-            self._threads, self.submit, request, dataclasses.replace(wait, cancel=cancel)
+        """submit() on a broker thread, so the event loop never blocks on a worker
+        (a private pool's call runs to its end; a shared pool's can be cancelled:
+        hub.PooledBroker)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self.submit, request, wait
         )
-        try:
-            return await future
-        except asyncio.CancelledError:
-            cancel.cancel()
-            raise
 
     def close(self) -> None:
         """Stop the workers and the zygote; nothing of the sandbox outlives this."""

@@ -18,6 +18,7 @@ One lock (the hub's) guards every lane's state and the hub's counters.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import os
@@ -31,7 +32,8 @@ from typing import Any
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec
-from corral.sandbox.broker import Broker, check_known, check_required, summarise
+from corral.sandbox.broker import Broker, Submittable, check_known, check_required, summarise
+from corral.sandbox.messages import Answer
 from corral.sandbox.pool import (
     RSS_CHECK_EVERY,
     SWEEP_FAILURES,
@@ -42,7 +44,7 @@ from corral.sandbox.pool import (
     ZygoteHandle,
 )
 from corral.sandbox.protocol import MAX_ROOTS
-from corral.sandbox.waiting import Cancel
+from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
@@ -512,3 +514,16 @@ class PooledBroker(Broker):
         if not self._sweep.cancel():  # not begun: never needed; begun: let it finish
             self._sweep.result()
         self._pool.close()
+
+    async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
+        """submit() on a thread; cancelling the awaiting task cancels the call (a
+        queued call never runs, a running one loses its worker: Lane.checkout)."""
+        cancel = Cancel()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._threads, self.submit, request, WaitPolicy(wait.spin, wait.on_slow, cancel)
+        )
+        try:
+            return await future
+        except asyncio.CancelledError:
+            cancel.cancel()
+            raise

@@ -47,15 +47,21 @@ def _count(value: Any) -> bool:
 
 
 def _strings(entry: Mapping[str, Any], names: tuple[str, ...]) -> bool:
-    return all(isinstance(entry.get(name), str) for name in names)
+    for name in names:  # noqa: SIM110 - a loop, not all(generator): every answer passes here
+        if type(entry.get(name)) is not str:
+            return False
+    return True
 
 
 def _optional_string(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
+_TOUCHED_STRINGS = ("path", "root", "resolved", "decision")
+
+
 def _touched(wire: Any) -> Touched:
-    if not (isinstance(wire, dict) and _strings(wire, ("path", "root", "resolved", "decision"))
+    if not (type(wire) is dict and _strings(wire, _TOUCHED_STRINGS)
             and _optional_string(wire.get("rule"))):
         raise Malformed("meta.touched entries without their paths")
     return Touched(wire["path"], wire["root"], wire["resolved"], wire["decision"], wire.get("rule"))
@@ -104,12 +110,15 @@ class Meta:
             raise Malformed("meta.bytes that is not a count")
         if not _count(wire.get("history_bytes", 0)):
             raise Malformed("meta.history_bytes that is not a count")
-        seen = wire.get("seen", {})
-        if not (isinstance(seen, dict) and all(isinstance(v, str) for v in seen.values())):
+        seen = wire.get("seen")
+        if seen is None:
+            seen = {}
+        elif not (type(seen) is dict and all(type(v) is str for v in seen.values())):
             raise Malformed("meta.seen that is not an object of versions")
         return cls(
-            tuple(map(_touched, touched)), wire.get("bytes", 0),
-            tuple(map(_needs_approval, needs)), wire.get("history_bytes", 0), seen,
+            tuple([_touched(t) for t in touched]), wire.get("bytes", 0),
+            tuple([_needs_approval(n) for n in needs]) if needs else (),
+            wire.get("history_bytes", 0), seen,
         )
 
 
@@ -137,6 +146,10 @@ class CallRequest(_Numbered):
     seen: Mapping[str, str] | None = None  # read_before_write: versions this session knows
     id: int = 0
 
+    def numbered(self, id: int) -> CallRequest:
+        # every call passes here: a plain constructor is ~2x faster than replace()
+        return CallRequest(self.tool, self.arguments, self.approved, self.within, self.seen, id)
+
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -151,12 +164,12 @@ class CallRequest(_Numbered):
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> CallRequest:
-        within, seen = wire.get("within"), wire.get("seen")
+        within, seen, approved = wire.get("within"), wire.get("seen"), wire.get("approved")
         return cls(
             wire.get("tool"), wire.get("arguments", {}),
-            tuple(a for a in wire.get("approved") or () if isinstance(a, str)),
-            tuple(within) if isinstance(within, list) else None,
-            seen if isinstance(seen, dict) else None, _id(wire),
+            tuple([a for a in approved if type(a) is str]) if approved else (),
+            tuple(within) if type(within) is list else None,
+            seen if type(seen) is dict else None, _id(wire),
         )
 
 
@@ -246,6 +259,8 @@ Request = CallRequest | HistoryRequest | CleanupRequest | FindTemps | RemoveTemp
 def request_from_wire(wire: dict[str, Any]) -> Request:
     """The request a frame holds (in the worker). Unknown shapes are calls: the
     registry then answers them with its own error."""
+    if "tool" in wire and "history" not in wire and "cleanup" not in wire:
+        return CallRequest.from_wire(wire)  # the common case first
     cleanup = wire.get("cleanup")
     if isinstance(cleanup, dict):
         if "temps" in cleanup:
