@@ -58,10 +58,11 @@ class FrameTruncated(ProtocolError):
     """The stream ended inside a frame: the other end died or closed mid-message."""
 
 
-def encode(message: dict[str, Any], max_bytes: int) -> bytes:
-    """Header + payload for `message`; ProtocolError if the payload passes max_bytes."""
+def encode(message: dict[str, Any], max_bytes: int, *, finite: bool = False) -> bytes:
+    """Header + payload for `message`; ProtocolError if the payload passes max_bytes.
+    finite: as jsonfast.dumps (a worker's answers)."""
     try:
-        payload = jsonfast.dumps(message)
+        payload = jsonfast.dumps(message, finite=finite)
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"message cannot be encoded as JSON: {exc}") from None
     if len(payload) > max_bytes:

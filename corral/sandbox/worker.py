@@ -323,7 +323,7 @@ def _send(
 ) -> None:
     limit = setup.options.max_frame_bytes
     try:
-        frame = encode(message, limit)
+        frame = encode(message, limit, finite=True)  # its floats are stat times
     except ProtocolError as exc:
         frame = encode(_unsendable(request or {}, exc), limit)
     send_bytes(fd, frame)
