@@ -254,6 +254,11 @@ def operations(ws: Path) -> dict[str, Op]:
         names = sorted(line.split("] ", 1)[1] for line in text(result).splitlines())
         expect(names == NAMES, "listing differs")
 
+    def ref_listed_sizes(i: int, result: dict[str, Any]) -> None:
+        lines = [line for line in text(result).splitlines() if line.startswith("[FILE]")]
+        names = sorted(line.split("] ", 1)[1].rsplit(None, 2)[0].strip() for line in lines)
+        expect(names == NAMES, "listing with sizes differs")
+
     def corral_stat(i: int, result: dict[str, Any]) -> None:
         answer = structured(result)
         expect(answer.get("size") == len(SMALL_TEXT) and answer.get("type") == "file", "stat")
@@ -281,6 +286,16 @@ def operations(ws: Path) -> dict[str, Op]:
             lambda i: ("list_directory", {"path": str(ws / "many")}),
             corral_listed,
             ref_listed,
+            lambda i: direct_list(ws / "many"),
+            big=True,
+        ),
+        # the same work on both sides: corral's listing always carries each entry's
+        # size and time (a stat each); the reference's plain list_directory does not
+        "list 1,000 files, with sizes": Op(
+            lambda i: ("list_directory", {"path": "many", "max_entries": LIST_ENTRIES}),
+            lambda i: ("list_directory_with_sizes", {"path": str(ws / "many")}),
+            corral_listed,
+            ref_listed_sizes,
             lambda i: direct_list(ws / "many"),
             big=True,
         ),
