@@ -5,7 +5,7 @@ Why by hand: Python's `os` has no openat2, renameat2, prctl, capget/capset,
 unshare, mount, pivot_root, seccomp or landlock calls, and the few libraries that
 wrap some of them bring more than the one call each needs (the `landlock`
 package is used for its rules; see sandbox/_landlock.py). The domain wrappers
-live beside their callers (fs/_sys.py, sandbox/_prctl.py, _caps.py, _mountns.py,
+live beside their callers (fs/_sys.py, _prctl.py, sandbox/_caps.py, _mountns.py,
 _landlock.py, seccomp/_kernel.py); this module is what they share.
 """
 

@@ -55,11 +55,10 @@ def validate(tool: Tool, arguments: Any) -> dict[str, Any]:
     return schema.validate(tool.input_schema, arguments)
 
 
-def error_result(tool: str, error: CorralError, meta: dict[str, Any] | None = None) -> dict:
-    response: dict[str, Any] = {"ok": False, "tool": tool, "error": error.to_dict()}
-    if meta is not None:
-        response["meta"] = meta
-    return response
+def error_result(tool: str, error: CorralError) -> dict[str, Any]:
+    """A tool's failure as the worker sends it (the host reads it as messages.Answer;
+    meta is added by execute)."""
+    return {"ok": False, "tool": tool, "error": error.to_dict()}
 
 
 def _unexpected(tool: str, error: Exception) -> str:
