@@ -58,34 +58,13 @@ def _open_audit(audit: str | os.PathLike[str] | Audit | None) -> tuple[Audit | N
 class _BaseSandbox:
     """Settings, roots, tools, confinement and lifecycle (see Sandbox's docstring)."""
 
+    # What starts the executor, and the corral.toml already trusted or applied:
+    # from_config and corral.Pool set them on the instance before __init__ (_made).
+    _start: StartExecutor = staticmethod(_start_executor)
+    _trusted: str | None = None
+
     def __init__(
         self,
-        workspace: str | os.PathLike[str],
-        *,
-        policy: Policy | None = None,
-        limits: Limits | None = None,
-        workers: int | None = None,
-        approve: Approve | None = None,
-        audit: str | os.PathLike[str] | Audit | None = None,
-        allowed_paths: Sequence[RootSpec] = (),
-        options: SandboxOptions | None = None,
-        history: HistoryOptions | None = None,
-    ) -> None:
-        self._setup(_start_executor, None, workspace, policy=policy, limits=limits,
-                    workers=workers, approve=approve, audit=audit,
-                    allowed_paths=allowed_paths, options=options, history=history)
-
-    @classmethod
-    def _made(cls: type[S], start: StartExecutor, trusted: str | None,
-              arguments: dict[str, Any]) -> S:
-        """A sandbox whose executor `start` makes (corral.Pool's lanes); `trusted`: a
-        corral.toml the operator named, or one already applied."""
-        sandbox = cls.__new__(cls)
-        sandbox._setup(start, trusted, **arguments)
-        return sandbox
-
-    def _setup(
-        self, start: StartExecutor, trusted: str | None,
         workspace: str | os.PathLike[str],
         *,
         policy: Policy | None = None,
@@ -106,7 +85,7 @@ class _BaseSandbox:
         # narrow them (ConfigError before anything starts), as on the command line.
         config = narrowed(Config(
             real, others, policy, limits if limits is not None else Limits(), options
-        ), trusted)
+        ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
         self._approve = approve
         self._audit, self._owns_audit = _open_audit(audit)
@@ -124,7 +103,7 @@ class _BaseSandbox:
         self._ledger = Ledger(self._policy, self._audit, self._history)
         store = self._history
         try:
-            self._executor = start(
+            self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
                 history=store.path if store is not None else None,
             )
@@ -134,6 +113,16 @@ class _BaseSandbox:
         except BaseException:
             self._close_logs()
             raise
+
+    @classmethod
+    def _made(cls: type[S], start: StartExecutor, trusted: str | None,
+              arguments: dict[str, Any]) -> S:
+        """A sandbox whose executor `start` makes (corral.Pool's lanes); `trusted`: a
+        corral.toml the operator named, or one already applied."""
+        sandbox = cls.__new__(cls)
+        sandbox._start, sandbox._trusted = start, trusted
+        sandbox.__init__(**arguments)  # type: ignore[misc]
+        return sandbox
 
     @classmethod
     def from_config(cls: type[S], path: str | os.PathLike[str] | Config, **kwargs: Any) -> S:
