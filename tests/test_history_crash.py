@@ -4,6 +4,7 @@ short version of scripts/crash_history.py (kill -9 of a worker and of a host).""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import random
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral.config import Limits
+from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
 from corral.history import keeper as keeper_module
 from corral.history import restore
@@ -136,3 +137,40 @@ def test_settle_leaves_a_live_writers_record_alone(tmp_path: Path) -> None:
     assert being_written.exists()
     assert restore.settle(restorer, [os.getpid()]) == 1  # once its writer is dead: dropped
     assert not being_written.exists()
+
+
+def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> None:
+    """A writer killed after swapping its new file in, before the old one went into
+    the store, left the old file in its temp. The sweep of a later sandbox removes
+    dead writers' temps: it must settle their history first (as the cleanup after a
+    crash does), or the old file is gone and the write cannot be undone."""
+    from corral.sandbox import worker
+
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    (workspace / "f.txt").write_bytes(OLD)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child dies with the new file swapped in
+        try:
+            CRASH_POINTS["new file swapped in"]()
+            _change(workspace, store_dir, "write")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert (workspace / "f.txt").read_bytes() == NEW
+    setup = worker.Setup.open({
+        "roots": [[str(workspace), "rw"]], "limits": dataclasses.asdict(Limits()),
+        "policy": Policy().to_dict(), "options": dataclasses.asdict(SandboxOptions()),
+        "history": str(store_dir),
+    })
+    try:
+        temps = worker.find_temps(setup)
+        assert [owner for _, _, owner in temps] == [pid]  # the old file, in the dead one's temp
+        assert worker.remove_temps(tuple((index, path) for index, path, _ in temps), setup) == 0
+        roots, store = setup.roots, Store.open(str(store_dir))
+        outcome = restore.undo(roots, store, Policy(), Limits(), "f.txt", force=False)
+    finally:
+        setup.close()
+    assert outcome["conflicts"] == [], outcome
+    assert (workspace / "f.txt").read_bytes() == OLD

@@ -271,6 +271,12 @@ def find_temps(setup: Setup) -> list[list[Any]]:
 def remove_temps(temps: tuple[tuple[int, str], ...], setup: Setup) -> int:
     """Remove the named temp files ((root index, path) pairs); any other name is
     left alone. Best effort: returns how many."""
+    writers = {temp_owner(posixpath.basename(path)) for _, path in temps}
+    if setup.store is not None and writers - {None}:
+        # first, as clean_after does: a writer killed between swapping its file in and
+        # taking the old one into the store left the old file in its temp
+        with contextlib.suppress(Exception):
+            restore.settle(_restorer(setup, "settle"), sorted(w for w in writers if w))
     roots = setup.roots.all()
     removed = 0
     for index, path in temps:
