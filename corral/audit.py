@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.tools.base import TOUCHED_FIELDS
-
+# What a record says of each path a call touched (tools.base.Touched has these fields).
+TOUCHED_FIELDS = ("path", "root", "resolved", "decision", "rule")
 # Order of the keys in a record; `record` refuses any other field.
 FIELDS = (
     "tool", "path", "resolved", "root", "decision", "rule", "ok", "error", "bytes",

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from corral.audit import TOUCHED_FIELDS
 from corral.errors import ERROR_CODES, CorralError
 from corral.tools.base import NeedsApproval, Touched
 
@@ -62,7 +63,7 @@ def _optional_string(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
-_TOUCHED_STRINGS = ("path", "root", "resolved", "decision")
+_TOUCHED_STRINGS = tuple(name for name in TOUCHED_FIELDS if name != "rule")  # rule may be null
 
 
 def _touched(wire: Any) -> Touched:

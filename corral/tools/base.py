@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.config import Limits
@@ -26,12 +26,10 @@ class Touched:
     rule: str | None
 
     def to_wire(self) -> dict[str, Any]:
-        """As it travels to the host, and as the audit log records it."""
+        """As it travels to the host, and as the audit log records it (its fields are
+        audit.TOUCHED_FIELDS)."""
         return {"path": self.path, "root": self.root, "resolved": self.resolved,
                 "decision": self.decision, "rule": self.rule}
-
-
-TOUCHED_FIELDS = tuple(f.name for f in fields(Touched))
 
 
 @dataclass(frozen=True, slots=True)
