@@ -25,9 +25,11 @@ def cut_line(line: str, limit: int = LINE_CUT) -> str:
     return f"{line[:limit]}... [line cut: {len(line)} chars]"
 
 
-def numbered(lines: list[str], start: int) -> str:
-    """cat -n style: right-aligned line number, a tab, the line (newline stripped)."""
-    lines = [line.rstrip(_EOL) for line in lines]
+def numbered(lines: list[str], start: int, *, bare: bool = False) -> str:
+    """cat -n style: right-aligned line number, a tab, the line (newline stripped;
+    bare: the caller knows no line holds one, so none is looked at)."""
+    if not bare:
+        lines = [line.rstrip(_EOL) for line in lines]
     if max(map(len, lines), default=0) > LINE_CUT:  # rare: only then is each line looked at
         lines = [cut_line(line) for line in lines]
     end = start + len(lines)
@@ -39,14 +41,15 @@ def numbered(lines: list[str], start: int) -> str:
 
 
 def read_text(
-    path: str, lines: list[str], start: int, total: int, next_offset: int | None
+    path: str, lines: list[str], start: int, total: int, next_offset: int | None,
+    *, bare: bool = False,
 ) -> str:
     """What a model sees for a text read: numbered lines plus a paging hint."""
     if total == 0:
         return f"{path} is empty."
     if not lines:
         return f"{path} has {total} lines; none at line {start}."
-    body = numbered(lines, start)
+    body = numbered(lines, start, bare=bare)
     if next_offset is None:
         return body
     end = start + len(lines) - 1
