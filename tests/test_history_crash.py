@@ -76,14 +76,9 @@ def _change(workspace: Path, store_dir: Path, action: str) -> None:
         root.rename("f.txt", root, "g.txt", keep=keep)
 
 
-EXPECTED_NEW = {"write": {"f.txt": NEW}, "append": {"f.txt": OLD + NEW}, "delete": {},
-                "move": {"g.txt": OLD}}
-
-
-@pytest.mark.parametrize("action", ["write", "append", "delete", "move"])
-@pytest.mark.parametrize("point", list(CRASH_POINTS))
-def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point: str) -> None:
-    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+def _crashed_change(workspace: Path, store_dir: Path, point: str, action: str) -> int:
+    """f.txt holding OLD, then `action` on it in a forked child that dies at `point`;
+    returns the dead child's pid."""
     workspace.mkdir()
     store_dir.mkdir()
     (workspace / "f.txt").write_bytes(OLD)
@@ -95,6 +90,18 @@ def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point:
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+    return pid
+
+
+EXPECTED_NEW = {"write": {"f.txt": NEW}, "append": {"f.txt": OLD + NEW}, "delete": {},
+                "move": {"g.txt": OLD}}
+
+
+@pytest.mark.parametrize("action", ["write", "append", "delete", "move"])
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point: str) -> None:
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    pid = _crashed_change(workspace, store_dir, point, action)
     files = {p.name: p.read_bytes() for p in workspace.iterdir() if not p.name.startswith(".")}
     assert files in ({"f.txt": OLD}, EXPECTED_NEW[action])  # old or new, never torn
     root, store = Root(str(workspace)), Store.open(str(store_dir))
@@ -147,17 +154,7 @@ def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> Non
     from corral.sandbox import worker
 
     workspace, store_dir = tmp_path / "ws", tmp_path / "store"
-    workspace.mkdir()
-    store_dir.mkdir()
-    (workspace / "f.txt").write_bytes(OLD)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child dies with the new file swapped in
-        try:
-            CRASH_POINTS["new file swapped in"]()
-            _change(workspace, store_dir, "write")
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+    pid = _crashed_change(workspace, store_dir, "new file swapped in", "write")
     assert (workspace / "f.txt").read_bytes() == NEW
     setup = worker.Setup.open({
         "roots": [[str(workspace), "rw"]], "limits": dataclasses.asdict(Limits()),
