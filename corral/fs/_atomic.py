@@ -53,10 +53,6 @@ class Expect:
         if self.version is not None and self.content is not None:
             raise ValueError("expect a version or a content, not both")
 
-    @property
-    def anything(self) -> bool:
-        return self.version is None and self.content is None
-
 
 ANYTHING = Expect()
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from corral._prctl import set_parent_death_signal
 from corral.sandbox import confine, worker
+from corral.sandbox.messages import Discard, Spawn, Wait, control_from_wire
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     MAX_ROOTS,
@@ -101,20 +102,19 @@ class Zygote:
             request, fds = recv_frame_with_fds(self.control, CONTROL_FRAME_BYTES, MAX_ROOTS)
         except (ProtocolError, ConnectionError):
             return False
-        if request is None:
-            return False
-        if request.get("op") == "spawn" and (self.setup is None) == ("setup" in request):
-            if "after" in request:  # a worker killed to make room: gone before the fork
-                self.wait(int(request["after"]))
-            self.fork_for(request.get("setup"), fds)
-        elif request.get("op") == "discard":
-            self.forget(int(request["pid"]))
-        elif request.get("op") == "wait":
-            pid = int(request["pid"])
-            reply = {"pid": pid, "code": self.wait(pid)}
-            write_frame(self.control.fileno(), reply, CONTROL_FRAME_BYTES)
-        else:
-            return False  # not our broker talking: stop rather than guess
+        op = None if request is None else control_from_wire(request)
+        match op:
+            case Spawn(setup=setup, after=after) if (self.setup is None) == (setup is not None):
+                if after is not None:  # a worker killed to make room: gone before the fork
+                    self.wait(after)
+                self.fork_for(setup, fds)
+            case Discard(pid=pid):
+                self.forget(pid)
+            case Wait(pid=pid):
+                reply = {"pid": pid, "code": self.wait(pid)}
+                write_frame(self.control.fileno(), reply, CONTROL_FRAME_BYTES)
+            case _:
+                return False  # the channel ended, or not our broker talking: stop, never guess
         return True
 
     def fork_for(self, config: dict[str, Any] | None, fds: list[int]) -> None:
