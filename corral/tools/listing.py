@@ -84,15 +84,8 @@ def take(entries: Iterable[Entry], limit: int, budget: int) -> tuple[list[Entry]
     encodes them, and their fields stay within `budget` bytes (listing_budget: a
     listing of 100,000 long names must not return megabytes)."""
     taken: list[Entry] = []
-    size = render.encoded_size
     for entry in entries:
-        path = entry.path
-        # an ASCII name without quotes, backslashes or control characters is its
-        # own size (str.isascii and isprintable run at C speed; most names are so)
-        if path.isascii() and path.isprintable() and '"' not in path and "\\" not in path:
-            budget -= ENTRY_OVERHEAD + len(path)
-        else:
-            budget -= ENTRY_OVERHEAD + size(path.encode("utf-8", "surrogateescape"))
+        budget -= ENTRY_OVERHEAD + render.text_size(entry.path)
         if len(taken) == limit or budget < 0:
             return taken, True
         taken.append(entry)

@@ -92,7 +92,7 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
     for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
         if pattern.fullmatch(entry.path):
             match = shown_path(ctx, root, joined(seen.path, entry.path))
-            budget -= 3 + render.encoded_size(match.encode("utf-8", "surrogateescape"))
+            budget -= 3 + render.text_size(match)
             if len(matches) == limit or budget < 0:
                 truncated = True
                 break
@@ -168,7 +168,7 @@ class Found:
             if self.regex.search(text):
                 shown = render.cut_line(text, GREP_LINE_CUT)
                 match = f"{shown_as}:{number}:{shown}"  # as the text shows it
-                size = render.encoded_size(match.encode("utf-8", "surrogateescape"))
+                size = render.text_size(match)
                 if len(self.matches) == self.cap or size > self.budget:
                     self.truncated = True
                     return True
