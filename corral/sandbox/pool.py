@@ -389,7 +389,7 @@ class Pool:
         except SandboxError as exc:
             raise CallFailed("worker_crashed", str(exc)) from None
         timeout = self.limits.timeout_s
-        tool = getattr(request, "tool", None)
+        tool = request.tool
         try:
             # only a lone call spins: concurrent ones would take the GIL from each other
             # (an unlocked read: a wrong guess costs a little speed, nothing else)

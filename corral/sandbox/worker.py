@@ -231,9 +231,7 @@ def _say_if_a_root_was_removed(response: dict[str, Any], setup: Setup) -> None:
 def clean_after(crash: CleanupRequest, setup: Setup) -> int:
     """Remove the temp files a killed worker left in the directories its writing
     call aimed at. Best effort: returns how many."""
-    if setup.store is not None:  # first: a half-done write's old file may be in a temp
-        with contextlib.suppress(Exception):
-            restore.settle(_restorer(setup, "settle"), [crash.pid])
+    _settle_writers(setup, [crash.pid])
     tool = TOOLS.get(crash.tool) if isinstance(crash.tool, str) else None
     if tool is None or not tool.writes:
         return 0
@@ -271,12 +269,8 @@ def find_temps(setup: Setup) -> list[list[Any]]:
 def remove_temps(temps: tuple[tuple[int, str], ...], setup: Setup) -> int:
     """Remove the named temp files ((root index, path) pairs); any other name is
     left alone. Best effort: returns how many."""
-    writers = {temp_owner(posixpath.basename(path)) for _, path in temps}
-    if setup.store is not None and writers - {None}:
-        # first, as clean_after does: a writer killed between swapping its file in and
-        # taking the old one into the store left the old file in its temp
-        with contextlib.suppress(Exception):
-            restore.settle(_restorer(setup, "settle"), sorted(w for w in writers if w))
+    owners = {temp_owner(posixpath.basename(path)) for _, path in temps}
+    _settle_writers(setup, sorted(pid for pid in owners if pid is not None))
     roots = setup.roots.all()
     removed = 0
     for index, path in temps:
@@ -287,6 +281,15 @@ def remove_temps(temps: tuple[tuple[int, str], ...], setup: Setup) -> int:
                 roots[index].unlink(path)
                 removed += 1
     return removed
+
+
+def _settle_writers(setup: Setup, pids: list[int]) -> None:
+    """Before a dead writer's temp files go: settle its history. A writer killed
+    between swapping its new file in and taking the old one into the store left
+    the old file in its temp, the only copy an undo has. Best effort."""
+    if setup.store is not None and pids:
+        with contextlib.suppress(Exception):
+            restore.settle(_restorer(setup, "settle"), pids)
 
 
 def _restorer(setup: Setup, tool: str) -> restore.Restorer:
