@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from corral import __version__, cli_history, jsonl_server, mcp_server
+from corral._malloc import keep_freed_memory
 from corral.api import NO_ONE_TO_ASK, Sandbox
 from corral.config import Config, ConfigError
 from corral.errors import CorralError, did_you_mean
@@ -264,6 +265,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    keep_freed_memory()  # a server passes megabyte answers on, one after another
     if args.http is not None:
         return serve_http(args)
     if args.tenants is not None:

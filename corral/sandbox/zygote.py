@@ -29,6 +29,7 @@ import socket
 import sys
 from typing import Any
 
+from corral._malloc import keep_freed_memory
 from corral._prctl import set_parent_death_signal
 from corral.sandbox import confine, worker
 from corral.sandbox.messages import Discard, Spawn, Wait, control_from_wire
@@ -47,6 +48,7 @@ from corral.sandbox.protocol import (
 def main(control_fd: int) -> None:
     """Entry point of the exec'd interpreter."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
+    keep_freed_memory()  # for the workers it forks: each answer reuses the last one's pages
     control = socket.socket(fileno=control_fd)
     config = read_frame(control_fd, CONTROL_FRAME_BYTES)
     if config is None:
