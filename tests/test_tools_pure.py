@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral.errors import CorralError
 from corral.tools import render, schema
 from corral.tools.diff import unified_diff
 from corral.tools.edit import Edit, apply
-from corral.tools.read import image_type, is_binary, page, split_lines
+from corral.tools.read import image_type, is_binary, page, split_lines, whole_file_lines
 from corral.tools.registry import TOOLS, validate
 
 # The contract's argument names (DESIGN.md "Tools"), exactly.
@@ -244,35 +246,51 @@ class TestReadHelpers:
         assert split_lines(b"") == []
 
     def test_page_from_start_with_limit(self) -> None:
-        got = page(self.LINES, 2, 2, 1000)
-        assert (got.start, got.lines, got.next_offset) == (2, [b"2\n", b"3\n"], 4)
+        got, raw = page(self.LINES, 2, 2, 1000)
+        assert (got.start, got.count, raw, got.next_offset) == (2, 2, b"2\n3\n", 4)
 
     def test_page_tail(self) -> None:
-        got = page(self.LINES, -2, 2000, 1000)
-        assert (got.start, got.lines, got.next_offset) == (4, [b"4\n", b"5\n"], None)
+        got, raw = page(self.LINES, -2, 2000, 1000)
+        assert (got.start, got.count, raw, got.next_offset) == (4, 2, b"4\n5\n", None)
 
     def test_page_tail_longer_than_file(self) -> None:
-        assert page(self.LINES, -50, 2000, 1000).start == 1
+        assert page(self.LINES, -50, 2000, 1000)[0].start == 1
 
     def test_page_byte_budget_stops_at_whole_lines(self) -> None:
-        got = page(self.LINES, 1, 2000, 5, text=False)  # base64: raw bytes
-        assert (got.lines, got.next_offset) == ([b"1\n", b"2\n"], 3)
+        got, raw = page(self.LINES, 1, 2000, 5, text=False)  # base64: raw bytes
+        assert (got.count, raw, got.next_offset) == (2, b"1\n2\n", 3)
 
     def test_page_budget_counts_json_escapes_and_numbering(self) -> None:
         # "1\n" is 3 bytes in JSON; numbered ("     1\t1\n") 10: two lines take
         # 6 of an 11-byte budget and 20 of the 22 their text may take; three, 30
-        got = page(self.LINES, 1, 2000, 11)
-        assert (got.lines, got.next_offset, got.cut_from) == ([b"1\n", b"2\n"], 3, None)
-        controls = page([b"\x01" * 10 + b"\n"], 1, 10, 13)  # \u0001 is six bytes
-        assert (controls.lines, controls.cut_from) == ([b"\x01\x01"], 11)
+        got, raw = page(self.LINES, 1, 2000, 11)
+        assert (raw, got.next_offset, got.cut_from) == (b"1\n2\n", 3, None)
+        controls, raw = page([b"\x01" * 10 + b"\n"], 1, 10, 13)  # \u0001 is six bytes
+        assert (controls.count, raw, controls.cut_from) == (1, b"\x01\x01", 11)
 
     def test_page_cuts_a_first_line_longer_than_the_budget(self) -> None:
-        got = page([b"abcdefgh\n", b"x\n"], 1, 10, 4)
-        assert (got.lines, got.next_offset) == ([b"abcd"], 2)
+        got, raw = page([b"abcdefgh\n", b"x\n"], 1, 10, 4)
+        assert (got.count, raw, got.next_offset) == (1, b"abcd", 2)
 
     def test_page_past_the_end(self) -> None:
-        got = page(self.LINES, 9, 10, 100)
-        assert (got.lines, got.next_offset) == ([], None)
+        got, raw = page(self.LINES, 9, 10, 100)
+        assert (got.count, raw, got.next_offset) == (0, b"", None)
+
+    @given(
+        data=st.lists(st.sampled_from([b"a", b"\n", b"\x01", b"\xc3\xa9", b"\r", b'"']),
+                      max_size=40).map(b"".join),
+        limit=st.integers(1, 12), budget=st.integers(0, 60),
+    )
+    def test_whole_file_lines_agrees_with_page(self, data: bytes, limit: int, budget: int) -> None:
+        """The whole-file shortcut counts lines without splitting: where it answers,
+        page() returns the whole file with that count (where it does not, page() decides)."""
+        total = whole_file_lines(data, {"offset": 1, "limit": limit}, budget)
+        got, raw = page(split_lines(data), 1, limit, budget)
+        if total is not None:
+            assert (raw, got.next_offset, got.cut_from) == (data, None, None)
+            assert total == got.count == len(split_lines(data))
+        elif len(data) < budget // 8 and len(split_lines(data)) <= limit:
+            raise AssertionError("a small file within the limit is read whole without a split")
 
     @pytest.mark.parametrize(
         ("data", "media_type"),

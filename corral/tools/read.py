@@ -80,7 +80,7 @@ def split_lines(data: bytes) -> list[bytes]:
 @dataclass(frozen=True)
 class Page:
     start: int  # 1-based line number of the first line returned
-    lines: list[bytes]
+    count: int  # lines returned (a cut line counts as one)
     next_offset: int | None  # the next whole line, None when the end was reached
     cut_from: int | None = None  # bytes in the one line cut to the budget
 
@@ -93,9 +93,9 @@ LINE_PREFIX = render.NUMBER_WIDTH + 2
 def page(
     lines: list[bytes], offset: int, limit: int, budget: int, *, text: bool = True,
     skip: int = 0,
-) -> Page:
-    """Select lines from `offset` (negative: from the end) until `limit` lines or
-    the budget. text=True: the budget counts the lines as JSON encodes them
+) -> tuple[Page, bytes]:
+    """The page, and its bytes, of lines from `offset` (negative: from the end) until
+    `limit` lines or the budget. text=True: the budget counts the lines as JSON encodes them
     (render.encoded_size), and their numbered text, which adds LINE_PREFIX bytes a
     line, may take twice it (a file of empty lines must not return 8x its budget);
     text=False (base64): raw bytes. The first line starts `skip` bytes in; if it is
@@ -123,7 +123,22 @@ def page(
                     cut_from = len(line) if len(part) < len(line) else None
                 break
     end = start - 1 + len(chosen)
-    return Page(start, chosen, end + 1 if end < total else None, cut_from)
+    return Page(start, len(chosen), end + 1 if end < total else None, cut_from), b"".join(chosen)
+
+
+def whole_file_lines(data: bytes, args: dict[str, Any], budget: int) -> int | None:
+    """The file's line count when a text read returns all of it, as page() would
+    (from line 1, within the limit and the budget), found without splitting the
+    file into lines; None when page() must choose."""
+    if args["offset"] != 1 or args.get("byte_offset", 0):
+        return None
+    total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    if total > args["limit"]:
+        return None
+    size = render.encoded_size(data)
+    if size > budget or size + LINE_PREFIX * total > 2 * budget:
+        return None
+    return total
 
 
 def _cut(line: bytes, budget: int, measure: Callable[[bytes], int], text: bool) -> bytes:
@@ -202,17 +217,22 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             raise CorralError(
                 "binary_file", f"{path} is a binary file; read it with encoding='base64'."
             )
-    lines = split_lines(data)
-    if args["encoding"] == "base64":
-        budget = budget // 4 * 3  # the base64 text is what must fit the budget
-    skip = _byte_offset(args, lines)
-    chosen = page(
-        lines, args["offset"], args["limit"], budget, text=args["encoding"] == "utf-8",
-        skip=skip,
-    )
-    whole = skip == 0 and chosen.start == 1 and chosen.next_offset is None and (
-        chosen.cut_from is None)
-    raw = data if whole else b"".join(chosen.lines)
+    total = whole_file_lines(data, args, budget) if whole_text is not None else None
+    if total is not None:  # the common read of a whole file: never split into lines
+        chosen, skip, raw = Page(1, total, None), 0, data
+    else:
+        lines = split_lines(data)
+        total = len(lines)
+        if args["encoding"] == "base64":
+            budget = budget // 4 * 3  # the base64 text is what must fit the budget
+        skip = _byte_offset(args, lines)
+        chosen, raw = page(
+            lines, args["offset"], args["limit"], budget, text=args["encoding"] == "utf-8",
+            skip=skip,
+        )
+        if skip == 0 and chosen.start == 1 and chosen.next_offset is None and (
+                chosen.cut_from is None):
+            raw = data  # the same bytes, and whole_text already holds them decoded
     # A line cut by the budget: its rest is read with offset=start_line and this
     # byte_offset; next_offset still names the next whole line, so a pager that
     # knows only next_offset moves on instead of looping on the cut line.
@@ -222,13 +242,13 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         "content": (
             base64.b64encode(raw).decode("ascii")
             if args["encoding"] == "base64"
-            else whole_text if whole and whole_text is not None
+            else whole_text if raw is data and whole_text is not None
             else raw.decode("utf-8", "ignore")  # "ignore" only drops a char split by a cut
         ),
         "encoding": args["encoding"],
-        "total_lines": len(lines),
+        "total_lines": total,
         "start_line": chosen.start,
-        "lines_read": len(chosen.lines),
+        "lines_read": chosen.count,
         "truncated": chosen.next_offset is not None or next_byte is not None,
         "next_offset": chosen.next_offset,
         "size": len(data),
@@ -245,9 +265,9 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             text += f"; continue with offset={chosen.next_offset}"
     else:
         shown = result["content"].split("\n")  # the lines, decoded once
-        if len(shown) > len(chosen.lines):  # the content ended with a newline
+        if len(shown) > chosen.count:  # the content ended with a newline
             shown.pop()
-        text = render.read_text(path, shown, chosen.start, len(lines), chosen.next_offset,
+        text = render.read_text(path, shown, chosen.start, total, chosen.next_offset,
                                 bare="\r" not in result["content"])
     if skip:
         text += f"\n[line {chosen.start} shown from byte {skip}]"

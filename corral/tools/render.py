@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import operator
 
 LINE_CUT = 2000  # chars of one line shown to a model; minified files would flood its context
 NUMBER_WIDTH = 6  # cat -n pads line numbers to six columns
@@ -13,8 +12,9 @@ PREFIXED_LINES = 2000  # a default read's lines: their number prefixes are made 
 # numbers its lines in ~1.5 ms instead of ~5 ms. Past it (~2 MiB of prefixes) each is formatted.
 MAX_PREFIXED_LINES = 32768
 _NUMBERED = f"%{NUMBER_WIDTH}d\t%s"  # %-formatting: the fastest way for lines past those
-_PREFIX = f"%{NUMBER_WIDTH}d\t"
-# Joining ready prefixes numbers 64 lines in ~4 us instead of ~14 us (formatting each).
+# Each prefix carries the newline that ends the line before it: the numbered text is one
+# join of prefixes and lines taken turn about (no string made per line: ~25% faster).
+_PREFIX = f"\n%{NUMBER_WIDTH}d\t"
 _PREFIXES = [_PREFIX % number for number in range(PREFIXED_LINES + 1)]
 
 
@@ -36,7 +36,10 @@ def numbered(lines: list[str], start: int, *, bare: bool = False) -> str:
     if start >= 0 and end <= MAX_PREFIXED_LINES + 1:
         if end > len(_PREFIXES):
             _PREFIXES.extend([_PREFIX % number for number in range(len(_PREFIXES), end)])
-        return "\n".join(map(operator.add, _PREFIXES[start:end], lines))
+        parts = [""] * (2 * len(lines))
+        parts[0::2] = _PREFIXES[start:end]
+        parts[1::2] = lines
+        return "".join(parts)[1:]  # the first line has no line before it
     return "\n".join([_NUMBERED % pair for pair in zip(itertools.count(start), lines)])
 
 
