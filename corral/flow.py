@@ -143,6 +143,7 @@ class CallPlan:
     workspace: str  # the first root: paths in it are shown root-relative
     can_ask: bool  # an approver exists: without one a supervised call fails at once
     seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
+    raw: bool = False  # a large answer's result and text may stay JSON text (CallRequest.raw)
 
     def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
         """The call's steps; the result is the worker's Answer, or one made here."""
@@ -170,6 +171,7 @@ class CallPlan:
             answer = yield Submit(CallRequest(
                 tool.name, args, tuple(approved),
                 tuple(within) if within is not None else None, self.seen(tool.name),
+                raw=self.raw,
             ))
             needed = [n for n in answer.meta.needs_approval if n.key not in approved]
             if not needed or not self.can_ask:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import secrets
 import sys
 import threading
@@ -44,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
+from corral import jsonfast
 from corral.config import ConfigError
 from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
@@ -382,7 +382,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _encode(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return jsonfast.dumps(value)  # strict JSON; a large result passed on as it came
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: dict[str, str]) -> None:

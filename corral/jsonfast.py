@@ -18,10 +18,14 @@ The meaning stays the standard library's, so the two paths never disagree:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from msgspec import Raw
 
 try:
     import msgspec
@@ -30,8 +34,17 @@ except ImportError:  # the optional extra is not installed
 
 FAST = msgspec is not None
 
+
+
+def _raw_as_value(value: Any) -> Any:
+    """The stdlib path's view of a Raw member (raw_members): its decoded value."""
+    if msgspec is not None and isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 # One encoder for every message: json.dumps with options builds one per call (~1 us).
-_STD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_STD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_raw_as_value)
 if msgspec is not None:
     _fast_encode: Callable[[Any], bytes] | None = msgspec.json.Encoder().encode
     _fast_decode: Callable[[bytes | bytearray | memoryview], Any] | None = (
@@ -67,6 +80,34 @@ def loads(data: bytes | bytearray | memoryview, slow: Callable[[bytes], Any]) ->
         except (ValueError, RecursionError, UnicodeDecodeError):
             pass  # msgspec.DecodeError is a ValueError
     return slow(bytes(data))
+
+
+def is_raw(value: Any) -> bool:
+    """Whether `value` is JSON text kept undecoded (raw_members)."""
+    return msgspec is not None and isinstance(value, msgspec.Raw)
+
+
+def raw_members(data: bytes, names: tuple[str, ...]) -> dict[str, Raw] | None:
+    """The members `names` of the JSON object in `data` that it has, each as its JSON
+    text, undecoded (msgspec.Raw, which dumps() writes out as it is): the syntax of
+    the whole is checked, but no value in it is built. Not checked: that the text is
+    UTF-8 (the caller's to check where it matters). None without msgspec, or when
+    msgspec refuses `data` (the caller then decodes it the usual way)."""
+    if msgspec is None:
+        return None
+    try:
+        parts = _members_decoder(names).decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    found = {name: getattr(parts, name) for name in names}
+    return {name: part for name, part in found.items() if part is not msgspec.UNSET}
+
+
+@functools.cache
+def _members_decoder(names: tuple[str, ...]) -> Any:
+    assert msgspec is not None
+    fields = [(name, msgspec.Raw | msgspec.UnsetType, msgspec.UNSET) for name in names]
+    return msgspec.json.Decoder(msgspec.defstruct("Members", fields))
 
 
 def _all_finite(value: Any) -> bool:

@@ -80,7 +80,7 @@ def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
             out.write(error_line(line, str(exc)))
             return None
         def job(wait: WaitPolicy) -> None:
-            flow = sandbox.flow(tool, arguments)
+            flow = sandbox.flow(tool, arguments, raw=True)  # written out as it came
             result = guarded_call(tool, lambda: sandbox.run(flow, wait=wait))
             out.write({"id": request_id, **result})
 

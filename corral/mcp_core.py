@@ -205,9 +205,9 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
         if structured:
             reply["structuredContent"] = {"error": error}
         return reply
-    result = outcome["result"]
+    result = outcome["result"]  # a dict, or JSON text holding no image (Sandbox.flow raw)
     content: list[dict[str, Any]] = [{"type": "text", "text": outcome["text"]}]
-    image = result.get("image")
+    image = result.get("image") if isinstance(result, dict) else None
     if image:
         content.append({"type": "image", "data": image["data"], "mimeType": image["media_type"]})
         result = {key: value for key, value in result.items() if key != "image"}
@@ -539,7 +539,7 @@ class McpSession:
         try:
             within = self._within(call)
             outcome = sandbox.run(
-                sandbox.flow(call.name, call.arguments, within=within),
+                sandbox.flow(call.name, call.arguments, within=within, raw=True),
                 approve=functools.partial(self._approve, call), wait=call.wait,
             )
         except InputRequired as needed:

@@ -166,6 +166,12 @@ def test_sdk_client_calls_every_tool_over_http(server: Server, mode: str) -> Non
         (server.alice / "pic.png").write_bytes(PNG)
         image = await client.call_tool("read_file", {"path": "pic.png"})
         assert any(isinstance(block, types.ImageContent) for block in image.content)
+        # an answer this large passes through the server undecoded (its raw path)
+        big = "".join(f"{n}: caf\u00e9 \"q\" \\ \t\n" for n in range(8_000))
+        (server.alice / "large-read.txt").write_text(big)
+        whole = await use(client, "read_file", {"path": "large-read.txt", "limit": 10_000})
+        assert (whole["content"], whole["truncated"]) == (big, False)
+        assert whole["total_lines"] == 8_000
         assert names == called, names ^ called
         for path in (str(server.bob / "secret.txt"), "../bob/secret.txt"):
             escape = await client.call_tool("read_file", {"path": path})

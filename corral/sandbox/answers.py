@@ -7,8 +7,11 @@ checked once decoded (messages.Answer.from_wire)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from corral import jsonfast
 from corral.config import Limits
+from corral.sandbox.protocol import ProtocolError, decode, decode_value
 from corral.tools.diff import DIFF_MAX_BYTES
 from corral.tools.listing import LISTING_BUDGET_FLOOR
 from corral.tools.read import HARD_READ_CEILING, MAX_FILES
@@ -29,6 +32,54 @@ UNCHECKED_BYTES = 256 * 1024
 # translate() keeps only the marks, a third of the time of four count() passes.
 _NOT_MARKS = bytes(byte for byte in range(256) if byte not in b",:[{")
 _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtracking state
+
+
+# An answer's members (messages.py); a caller that takes raw JSON gets these two of a
+# large answer undecoded when each starts as it must (an object, a string).
+ANSWER_MEMBERS = ("id", "ok", "tool", "result", "text", "error", "meta")
+_PASSED_ON = {"result": b"{", "text": b'"'}
+
+
+def decode_answer(
+    payload: bytes | bytearray, max_values: int, *, raw: bool = False
+) -> dict[str, Any]:
+    """A worker's answer frame, refused (ProtocolError) when it has more values than
+    `max_values` (too_many_values). raw=True: a large answer's `result` and `text`
+    stay JSON text (jsonfast.Raw) for a face that writes them out as they are: the
+    host then neither builds nor re-encodes a megabyte of content. The text passed
+    on is checked to be JSON and UTF-8 (a client's parser must not fail on the line
+    it lands in); a result holding an "image" is decoded, the face takes it apart."""
+    if raw and len(payload) > UNCHECKED_BYTES:
+        members = jsonfast.raw_members(bytes(payload), ANSWER_MEMBERS)
+        if members is not None:
+            return {name: _member(name, bytes(part), part, max_values)
+                    for name, part in members.items()}
+    return decode(_counted(payload, max_values))
+
+
+def _member(name: str, data: bytes, part: Any, max_values: int) -> Any:
+    if data[:1] == _PASSED_ON.get(name) and _utf8(data) and not (
+        name == "result" and b'"image"' in data
+    ):
+        return part
+    return decode_value(_counted(data, max_values))
+
+
+def _utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _counted(payload: bytes | bytearray, max_values: int) -> bytes | bytearray:
+    problem = too_many_values(payload, max_values)
+    if problem is not None:
+        raise ProtocolError(problem)
+    return payload
 
 
 def answer_limits(limits: Limits) -> tuple[int, int]:

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from corral.audit import TOUCHED_FIELDS
 from corral.errors import ERROR_CODES, CorralError
+from corral.jsonfast import is_raw
 from corral.tools.base import NeedsApproval, Touched
+
+if TYPE_CHECKING:
+    from msgspec import Raw
 
 # The arguments of a writing call that name where it puts its temp file: the
 # cleanup after a crash gets only these.
@@ -140,6 +144,9 @@ class CallRequest(NamedTuple):
     within: tuple[str, ...] | None = None  # absolute paths narrowing this call
     seen: Mapping[str, str] | None = None  # read_before_write: versions this session knows
     id: int = 0
+    # Host side only: the caller writes the answer out as JSON, so a large one's result
+    # and text may come back as JSON text (jsonfast.Raw), never decoded in the host.
+    raw: bool = False
 
     def numbered(self, id: int) -> CallRequest:
         return self._replace(id=id)
@@ -284,12 +291,13 @@ def _id(wire: dict[str, Any]) -> int:
 
 class Answer(NamedTuple):
     """A tool's (or undo/rewind's) answer: the contract's result plus Meta.
-    `public()` is what a caller of Sandbox.call gets."""
+    `public()` is what a caller of Sandbox.call gets. result and text are JSON text
+    (jsonfast.Raw) only when the request asked for that (CallRequest.raw)."""
 
     ok: bool
     tool: Any
-    result: dict[str, Any] | None = None
-    text: str | None = None
+    result: dict[str, Any] | Raw | None = None
+    text: str | Raw | None = None
     error: dict[str, Any] | None = None  # {"code", "message", "rule"?}
     meta: Meta = Meta()
     id: int | None = None
@@ -317,9 +325,12 @@ class Answer(NamedTuple):
         ok = wire.get("ok")
         if ok is True:
             result, text = wire.get("result"), wire.get("text")
-            if not isinstance(result, dict) or not isinstance(text, str):
+            if not (isinstance(result, dict) or is_raw(result)) or not (
+                isinstance(text, str) or is_raw(text)
+            ):
                 raise Malformed("a result without its dict and text")
-            image = result.get("image")
+            # raw (asked for by the request): a JSON object that holds no image
+            image = result.get("image") if isinstance(result, dict) else None
             if image is not None and not (
                 isinstance(image, dict) and _strings(image, ("media_type", "data"))
             ):

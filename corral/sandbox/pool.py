@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import psutil
 
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.answers import answer_limits, too_many_values
+from corral.sandbox.answers import answer_limits, decode_answer
 from corral.sandbox.messages import (
     Answer,
     BootReport,
@@ -50,6 +50,7 @@ from corral.sandbox.protocol import (
     FrameTooLarge,
     FrameTruncated,
     ProtocolError,
+    decode,
     encode,
     read_frame,
     read_sole_frame,
@@ -139,22 +140,24 @@ class Worker:
 
     def exchange(
         self, frame: bytes, deadline: float, max_bytes: int, wait: WaitPolicy,
-        spin: bool = False, max_values: int | None = None,
+        spin: bool = False, max_values: int | None = None, raw: bool = False,
     ) -> dict[str, Any]:
         """Send one encoded request and read its answer frame; WorkerLost, TimeoutError.
         The answer is untrusted: one over max_bytes or, before it is decoded,
         max_values JSON values loses the worker (so does one the caller's
-        messages.*.from_wire refuses). spin: poll for the answer first (waiting.py)."""
+        messages.*.from_wire refuses). spin: poll for the answer first (waiting.py).
+        raw: a large answer's result and text may stay JSON text (decode_answer)."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
             if spin:
                 _spin_for_answer(self.sock.fileno())
             if wait.notifies:
                 _tell_if_slow(self.sock.fileno(), wait.on_slow)
-            precheck = None if max_values is None else (
-                lambda payload: too_many_values(payload, max_values)
+            response = read_sole_frame(
+                self.sock.fileno(), max_bytes, deadline,
+                decode if max_values is None else (
+                    lambda payload: decode_answer(payload, max_values, raw=raw)),
             )
-            response = read_sole_frame(self.sock.fileno(), max_bytes, deadline, precheck)
         except (FrameTruncated, OSError) as exc:
             if isinstance(exc, TimeoutError):
                 raise
@@ -398,7 +401,7 @@ class Pool:
             try:
                 wire = worker.exchange(
                     frame, time.monotonic() + timeout, self.answer_bytes, wait, spin,
-                    self.answer_values,
+                    self.answer_values, isinstance(request, CallRequest) and request.raw,
                 )
                 if wire.get("id") != request.id:
                     raise WorkerMisbehaved("it answered another request")

@@ -82,13 +82,18 @@ def payload_length(header: bytes | bytearray, max_bytes: int) -> int:
 
 def decode(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The JSON object in a payload; ProtocolError for anything else."""
-    try:
-        message = jsonfast.loads(payload, _std_decode)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
+    message = decode_value(payload)
     if not isinstance(message, dict):
         raise ProtocolError(f"frame holds a JSON {type(message).__name__}, expected an object")
     return message
+
+
+def decode_value(payload: bytes | bytearray | memoryview) -> Any:
+    """The JSON value in a payload (or in part of one); ProtocolError if it is not JSON."""
+    try:
+        return jsonfast.loads(payload, _std_decode)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
 
 
 def _std_decode(data: bytes) -> Any:
@@ -151,14 +156,14 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None) -> dict[s
 
 def read_sole_frame(
     fd: int, max_bytes: int, deadline: float | None = None,
-    precheck: Callable[[bytes | bytearray], str | None] | None = None,
+    parse: Callable[[bytearray], dict[str, Any]] = decode,
 ) -> dict[str, Any] | None:
     """read_frame for a channel whose peer sends one frame and then waits for an
     answer (a worker and the broker): the first read takes the header and up to
     SOLE_FIRST_READ bytes of payload at once. Bytes past the frame are a
     ProtocolError: the peer sent more than one frame. A deadline is waited on
-    before the first read, not after a read that would block. precheck(payload):
-    a reason to refuse the payload before it is decoded (ProtocolError), or None."""
+    before the first read, not after a read that would block. parse(payload): the
+    message in the payload (default: decode), ProtocolError if there is none."""
     if deadline is not None:
         _wait(fd, select.POLLIN, deadline, at_deadline_ok=True)
     buffer = bytearray(HEADER.size + min(max_bytes, SOLE_FIRST_READ))
@@ -184,10 +189,7 @@ def read_sole_frame(
         rest = _read_exactly(fd, length - got, deadline, eof_ok=False)
         assert rest is not None
         payload += rest
-    problem = precheck(payload) if precheck is not None else None
-    if problem is not None:
-        raise ProtocolError(problem)
-    return decode(payload)
+    return parse(payload)
 
 
 def _read_exactly(fd: int, size: int, deadline: float | None, *, eof_ok: bool) -> bytearray | None:
