@@ -90,6 +90,9 @@ def read_lines(stream: BinaryIO) -> Iterator[bytes | None]:
             yield line
 
 
+LARGE_LINE_BYTES = 64 * 1024
+
+
 class LineWriter:
     """Writes one JSON value per line; safe to call from many threads."""
 
@@ -100,10 +103,13 @@ class LineWriter:
     def write(self, message: Any) -> None:
         # ValueError for NaN and Infinity: not JSON, a strict client's parser would
         # fail on the whole line
-        data = jsonfast.dumps(message) + b"\n"
+        data = jsonfast.dumps(message)
+        # a large line goes out as it is and its newline after it: joining them copies it
+        parts = (data, b"\n") if len(data) > LARGE_LINE_BYTES else (data + b"\n",)
         with self._lock:
             try:
-                self._stream.write(data)
+                for part in parts:
+                    self._stream.write(part)
                 self._stream.flush()
             except (BrokenPipeError, ValueError):
                 pass  # the client is gone (or the stream closed): nobody left to tell

@@ -59,7 +59,7 @@ def decode_answer(
 
 def _member(name: str, data: bytes, part: Any, max_values: int) -> Any:
     if data[:1] == _PASSED_ON.get(name) and _utf8(data) and not (
-        name == "result" and b'"image"' in data
+        name == "result" and jsonfast.raw_members(data, ("image",))  # one more skim, no values
     ):
         return part
     return decode_value(_counted(data, max_values))

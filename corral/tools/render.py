@@ -39,7 +39,9 @@ def numbered(lines: list[str], start: int, *, bare: bool = False) -> str:
         parts = [""] * (2 * len(lines))
         parts[0::2] = _PREFIXES[start:end]
         parts[1::2] = lines
-        return "".join(parts)[1:]  # the first line has no line before it
+        if parts:
+            parts[0] = parts[0][1:]  # the first line has no line before it
+        return "".join(parts)
     return "\n".join([_NUMBERED % pair for pair in zip(itertools.count(start), lines)])
 
 
