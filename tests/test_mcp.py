@@ -133,6 +133,16 @@ def test_call_every_tool(tmp_path: Path, workspace: Path) -> None:
         assert blocks and blocks[0].mime_type == "image/png"
         assert base64.b64decode(blocks[0].data) == PNG
         assert "image" not in structured(image)
+        # answers this large pass through the server undecoded, but for an image's
+        big_png = PNG + b"\0" * 200_000
+        (workspace / "big.png").write_bytes(big_png)
+        image = await session.call_tool("read_file", {"path": "big.png"})
+        blocks = [block for block in image.content if isinstance(block, types.ImageContent)]
+        assert base64.b64decode(blocks[0].data) == big_png and "image" not in structured(image)
+        big = "".join(f"{n}: caf\u00e9 \"q\" \\ \t\n" for n in range(8_000))
+        (workspace / "big.txt").write_text(big)
+        whole = await call(session, "read_file", {"path": "big.txt", "limit": 10_000})
+        assert (whole["content"], whole["truncated"]) == (big, False)
 
     run_session(workspace, body, extra=extra)
     assert called == {
