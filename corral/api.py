@@ -149,15 +149,14 @@ class _BaseSandbox:
         can_ask: whether the driver can answer Approve steps (default: this
         sandbox has an approve callback); if not, a supervised call fails
         approval_required without asking. raw: for a driver that writes the result
-        out as JSON: a large answer's `result` and `text` may come back as JSON
-        text (msgspec.Raw, which msgspec writes out as it is), passed on from the
-        worker without being decoded and encoded again (not under read_before_write,
-        whose bookkeeping reads the result)."""
+        out as JSON: a large text read's `text` and `result["content"]` may come
+        back as JSON text (msgspec.Raw, which msgspec writes out as it is), passed
+        on from the worker without being decoded and encoded again."""
         arguments = {} if arguments is None else arguments
         plan = CallPlan(
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw and self._policy.read_before_write != "require",
+            raw,
         )
         started = time.monotonic()
         return CallFlow(

@@ -143,7 +143,7 @@ class CallPlan:
     workspace: str  # the first root: paths in it are shown root-relative
     can_ask: bool  # an approver exists: without one a supervised call fails at once
     seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
-    raw: bool = False  # a large answer's result and text may stay JSON text (CallRequest.raw)
+    raw: bool = False  # a large read's text and content may stay JSON text (CallRequest.raw)
 
     def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
         """The call's steps; the result is the worker's Answer, or one made here."""

@@ -22,10 +22,7 @@ import functools
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from msgspec import Raw
+from typing import Any
 
 try:
     import msgspec
@@ -37,7 +34,7 @@ FAST = msgspec is not None
 
 
 def _raw_as_value(value: Any) -> Any:
-    """The stdlib path's view of a Raw member (raw_members): its decoded value."""
+    """The stdlib path's view of a RAW member (decode_members): its decoded value."""
     if msgspec is not None and isinstance(value, msgspec.Raw):
         return msgspec.json.decode(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
@@ -83,31 +80,49 @@ def loads(data: bytes | bytearray | memoryview, slow: Callable[[bytes], Any]) ->
 
 
 def is_raw(value: Any) -> bool:
-    """Whether `value` is JSON text kept undecoded (raw_members)."""
+    """Whether `value` is JSON text kept undecoded (decode_members)."""
     return msgspec is not None and isinstance(value, msgspec.Raw)
 
 
-def raw_members(data: bytes, names: tuple[str, ...]) -> dict[str, Raw] | None:
-    """The members `names` of the JSON object in `data` that it has, each as its JSON
-    text, undecoded (msgspec.Raw, which dumps() writes out as it is): the syntax of
-    the whole is checked, but no value in it is built. Not checked: that the text is
-    UTF-8 (the caller's to check where it matters). None without msgspec, or when
-    msgspec refuses `data` (the caller then decodes it the usual way)."""
+RAW = "raw"  # a field type for decode_members: the member's JSON text, undecoded
+OPTIONAL = "optional"
+# A field of decode_members: (name, type) must be there, (name, type, OPTIONAL) may not.
+Field = tuple[str, Any] | tuple[str, Any, str]
+
+
+def decode_members(
+    data: bytes, fields: tuple[Field, ...], *, exact: bool = False
+) -> dict[str, Any] | None:
+    """The members of the JSON object in `data` that `fields` name, decoded to their
+    types (msgspec's checks: an int in range, a str, ...). A RAW member stays JSON
+    text (msgspec.Raw, which dumps() writes out as it is): its syntax is checked, no
+    value in it is built, and the caller checks the rest (its kind, UTF-8). Other
+    members are skipped unbuilt, or refuse the object when `exact`. None without
+    msgspec, or when msgspec refuses `data` (bad JSON, a type, nesting past its
+    depth): the caller then decodes it the usual way. An optional member that is
+    absent is left out."""
     if msgspec is None:
         return None
     try:
-        parts = _members_decoder(names).decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        decoded = _members_decoder(fields, exact).decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    found = {name: getattr(parts, name) for name in names}
-    return {name: part for name, part in found.items() if part is not msgspec.UNSET}
+    found = {field[0]: getattr(decoded, field[0]) for field in fields}
+    return {name: value for name, value in found.items() if value is not msgspec.UNSET}
 
 
 @functools.cache
-def _members_decoder(names: tuple[str, ...]) -> Any:
+def _members_decoder(fields: tuple[Field, ...], exact: bool) -> Any:
     assert msgspec is not None
-    fields = [(name, msgspec.Raw | msgspec.UnsetType, msgspec.UNSET) for name in names]
-    return msgspec.json.Decoder(msgspec.defstruct("Members", fields))
+
+    def typed(field: Field) -> tuple[Any, ...]:
+        kind = msgspec.Raw if field[1] == RAW else field[1]
+        if len(field) == 2:
+            return (field[0], kind)
+        return (field[0], kind | msgspec.UnsetType, msgspec.UNSET)
+
+    shape = msgspec.defstruct("Members", [typed(f) for f in fields], forbid_unknown_fields=exact)
+    return msgspec.json.Decoder(shape)
 
 
 def _all_finite(value: Any) -> bool:

@@ -82,9 +82,9 @@ class Ledger:
             error = answer.error or {}
             self.audit.record(tool=answer.tool, ok=answer.ok, error=error.get("code"),
                               path=target)
-        result = answer.result
-        if not answer.ok or not isinstance(result, dict):  # never raw: history asks for dicts
+        if not answer.ok or answer.result is None:
             return response
+        result = answer.result
         lines = [f"Restored {path}." for path in result["restored"]]
         reasons = result.get("reasons") or {}
         lines += [f"Left {path} alone: {reasons.get(path, 'it changed since')}"
@@ -100,8 +100,7 @@ class Ledger:
     def _remember(self, answer: Answer, meta: Meta) -> None:
         """read_before_write: note the versions this session read or wrote."""
         keys = {t.path: approval_key(t.root, t.resolved) for t in meta.touched}
-        # a dict: Sandbox.flow asks for no raw result under read_before_write
-        result = answer.result if isinstance(answer.result, dict) else {}
+        result = answer.result or {}
         files = result.get("files") if answer.tool == "read_multiple_files" else [result]
         with self._seen_lock:
             self.seen.update(meta.seen)

@@ -205,9 +205,9 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
         if structured:
             reply["structuredContent"] = {"error": error}
         return reply
-    result = outcome["result"]  # a dict, or JSON text holding no image (Sandbox.flow raw)
+    result = outcome["result"]
     content: list[dict[str, Any]] = [{"type": "text", "text": outcome["text"]}]
-    image = result.get("image") if isinstance(result, dict) else None
+    image = result.get("image")
     if image:
         content.append({"type": "image", "data": image["data"], "mimeType": image["media_type"]})
         result = {key: value for key, value in result.items() if key != "image"}

@@ -1,8 +1,8 @@
-"""How big a worker's answer may be before the host decodes it. A worker is
-confined because the code in it may be made to misbehave, so its answers are
-untrusted input: a frame bigger, or of more JSON values, than any call under
-these limits needs is refused undecoded (pool.Worker.exchange); its shape is
-checked once decoded (messages.Answer.from_wire)."""
+"""How big a worker's answer may be before the host decodes it, and what of a large
+read it passes on undecoded. A worker is confined because the code in it may be
+made to misbehave, so its answers are untrusted input: a frame bigger, or of more
+JSON values, than any call under these limits needs is refused undecoded
+(pool.Worker.exchange); its shape is checked once decoded (messages.Answer.from_wire)."""
 
 from __future__ import annotations
 
@@ -34,38 +34,61 @@ _NOT_MARKS = bytes(byte for byte in range(256) if byte not in b",:[{")
 _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtracking state
 
 
-# An answer's members (messages.py); a caller that takes raw JSON gets these two of a
-# large answer undecoded when each starts as it must (an object, a string).
-ANSWER_MEMBERS = ("id", "ok", "tool", "result", "text", "error", "meta")
-_PASSED_ON = {"result": b"{", "text": b'"'}
+# A large read_file answer, as the host passes it on (decode_answer): its members, the
+# result's exact shape (tools/read.py), and the two strings that stay JSON text.
+_ANSWER = tuple((name, jsonfast.RAW, jsonfast.OPTIONAL)
+                for name in ("id", "ok", "tool", "result", "text", "error", "meta"))
+_READ_RESULT = (
+    ("path", str), ("content", jsonfast.RAW), ("encoding", str), ("total_lines", int),
+    ("start_line", int), ("lines_read", int), ("truncated", bool),
+    ("next_offset", int | None), ("size", int), ("version", str),
+    ("next_byte_offset", int, jsonfast.OPTIONAL),
+)
 
 
 def decode_answer(
     payload: bytes | bytearray, max_values: int, *, raw: bool = False
 ) -> dict[str, Any]:
     """A worker's answer frame, refused (ProtocolError) when it has more values than
-    `max_values` (too_many_values). raw=True: a large answer's `result` and `text`
-    stay JSON text (jsonfast.Raw) for a face that writes them out as they are: the
-    host then neither builds nor re-encodes a megabyte of content. The text passed
-    on is checked to be JSON and UTF-8 (a client's parser must not fail on the line
-    it lands in); a result holding an "image" is decoded, the face takes it apart."""
+    `max_values` (too_many_values). raw=True: a large text read keeps its content
+    and text as JSON text (jsonfast.Raw) for a face that writes them out as they
+    are, so the host neither builds nor re-encodes a megabyte of content
+    (read_passed_on); every other answer is decoded."""
     if raw and len(payload) > UNCHECKED_BYTES:
-        members = jsonfast.raw_members(bytes(payload), ANSWER_MEMBERS)
-        if members is not None:
-            return {name: _member(name, bytes(part), part, max_values)
-                    for name, part in members.items()}
+        passed = read_passed_on(bytes(payload), max_values)
+        if passed is not None:
+            return passed
     return decode(_counted(payload, max_values))
 
 
-def _member(name: str, data: bytes, part: Any, max_values: int) -> Any:
-    if data[:1] == _PASSED_ON.get(name) and _utf8(data) and not (
-        name == "result" and jsonfast.raw_members(data, ("image",))  # one more skim, no values
+def read_passed_on(data: bytes, max_values: int) -> dict[str, Any] | None:
+    """A read_file answer whose content and text stay JSON text, or None when it is
+    not one (the caller decodes it whole). What is passed on undecoded is only two
+    JSON strings, valid UTF-8 (a string's syntax leaves no room for a line break,
+    a number or nesting: the client's line stays one JSON value); the result's other
+    fields are checked against their types, and the answer's other members are
+    decoded and counted against `max_values` together, as the whole answer is."""
+    members = jsonfast.decode_members(data, _ANSWER)
+    if members is None or bytes(members.get("tool", b"")) != b'"read_file"':
+        return None
+    text, result = members.pop("text", None), members.pop("result", None)
+    fields = None if result is None else jsonfast.decode_members(
+        bytes(result), _READ_RESULT, exact=True)
+    if text is None or fields is None or not (
+        _json_string(bytes(text)) and _json_string(bytes(fields["content"]))
     ):
-        return part
-    return decode_value(_counted(data, max_values))
+        return None
+    parts = {name: bytes(part) for name, part in members.items()}
+    _counted(b"[" + b",".join(parts.values()) + b"]", max_values)
+    wire = {name: decode_value(part) for name, part in parts.items()}
+    wire.update(result=fields, text=text)
+    return wire
 
 
-def _utf8(data: bytes) -> bool:
+def _json_string(data: bytes) -> bool:
+    """JSON text (already checked as JSON) that is a string, in UTF-8."""
+    if data[:1] != b'"':
+        return False
     if data.isascii():
         return True
     try:

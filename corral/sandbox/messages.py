@@ -144,8 +144,8 @@ class CallRequest(NamedTuple):
     within: tuple[str, ...] | None = None  # absolute paths narrowing this call
     seen: Mapping[str, str] | None = None  # read_before_write: versions this session knows
     id: int = 0
-    # Host side only: the caller writes the answer out as JSON, so a large one's result
-    # and text may come back as JSON text (jsonfast.Raw), never decoded in the host.
+    # Host side only: the caller writes the answer out as JSON, so a large read's text
+    # and content may come back as JSON text (jsonfast.Raw), never decoded in the host.
     raw: bool = False
 
     def numbered(self, id: int) -> CallRequest:
@@ -291,12 +291,12 @@ def _id(wire: dict[str, Any]) -> int:
 
 class Answer(NamedTuple):
     """A tool's (or undo/rewind's) answer: the contract's result plus Meta.
-    `public()` is what a caller of Sandbox.call gets. result and text are JSON text
-    (jsonfast.Raw) only when the request asked for that (CallRequest.raw)."""
+    `public()` is what a caller of Sandbox.call gets. A read's text and content are
+    JSON text (jsonfast.Raw) only when the request asked for that (CallRequest.raw)."""
 
     ok: bool
     tool: Any
-    result: dict[str, Any] | Raw | None = None
+    result: dict[str, Any] | None = None
     text: str | Raw | None = None
     error: dict[str, Any] | None = None  # {"code", "message", "rule"?}
     meta: Meta = Meta()
@@ -325,12 +325,10 @@ class Answer(NamedTuple):
         ok = wire.get("ok")
         if ok is True:
             result, text = wire.get("result"), wire.get("text")
-            if not (isinstance(result, dict) or is_raw(result)) or not (
-                isinstance(text, str) or is_raw(text)
-            ):
+            # text is JSON text (jsonfast.Raw) when the request asked for that
+            if not isinstance(result, dict) or not (isinstance(text, str) or is_raw(text)):
                 raise Malformed("a result without its dict and text")
-            # raw (asked for by the request): a JSON object that holds no image
-            image = result.get("image") if isinstance(result, dict) else None
+            image = result.get("image")
             if image is not None and not (
                 isinstance(image, dict) and _strings(image, ("media_type", "data"))
             ):

@@ -408,6 +408,14 @@ class Pool:
                 answer = parse(wire)
             except Malformed as exc:
                 raise WorkerMisbehaved(f"it sent {exc}") from None
+            except (WorkerLost, TimeoutError):
+                raise
+            except Exception as exc:
+                # reading its answer failed as nothing foresaw: the worker's state is
+                # unknown, and a worker neither replaced nor checked in would jam the pool
+                raise WorkerMisbehaved(
+                    f"its answer could not be read ({type(exc).__name__}: {exc})"
+                ) from exc
             finally:
                 self._detach(wait.cancel)
         except TimeoutError:
