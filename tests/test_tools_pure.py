@@ -7,9 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.errors import CorralError
+from corral.fs import Entry
 from corral.tools import render, schema
 from corral.tools.diff import unified_diff
 from corral.tools.edit import Edit, apply
+from corral.tools.listing import ENTRY_OVERHEAD, hidden, take
 from corral.tools.read import image_type, is_binary, page, split_lines, whole_file_lines
 from corral.tools.registry import TOOLS, validate
 
@@ -352,3 +354,21 @@ class TestEditHelpers:
         diff = unified_diff("f", before, after, unchanged)
         assert diff == unified_diff("f", before, after)
         assert diff.count("\n") < 15  # one hunk: the changed line(s) and 3 of context
+
+
+class TestListingHelpers:
+    @given(
+        names=st.lists(st.text(alphabet='ab"\\\u00e9\x01', min_size=1, max_size=6), max_size=12),
+        limit=st.integers(1, 14), slack=st.integers(-40, 40),
+    )
+    def test_take_of_a_list_is_take_of_its_entries_one_by_one(
+        self, names: list[str], limit: int, slack: int
+    ) -> None:
+        # a budget near what the names take, where an escape's bytes decide
+        budget = ENTRY_OVERHEAD * len(names) + sum(map(len, names)) + slack
+        entries = [Entry(name, "file", 1, 0.0) for name in names]
+        assert take(entries, limit, budget) == take(iter(entries), limit, budget)
+
+    @given(st.text(alphabet="./ab", max_size=12))
+    def test_hidden_is_a_part_starting_with_a_dot(self, path: str) -> None:
+        assert hidden(path) == any(part.startswith(".") for part in path.split("/"))

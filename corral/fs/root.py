@@ -119,14 +119,12 @@ class WriteOutcome:
     version: str  # content_version of the bytes now in the file
 
 
+# One lookup by file type: a listing asks once per entry.
+_KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "other"
+    return _KINDS.get(stat.S_IFMT(mode), "other")
 
 
 _nothing = contextlib.nullcontext

@@ -63,12 +63,12 @@ def visibility(ctx: Context, root: Root) -> Callable[[str], bool]:
     path beneath `root`, built once per listing (it runs for every entry)."""
     spec, decide, tool = RootSpec(root.path, root.mode), ctx.policy.decide, ctx.tool
 
-    def visible(resolved: str) -> bool:
-        return within(ctx, root, resolved) and decide(
-            tool, spec, resolved, write=False
-        ).action != "deny"
+    def allowed(resolved: str) -> bool:
+        return decide(tool, spec, resolved, write=False).action != "deny"
 
-    return visible
+    if ctx.within is None:  # no client roots narrow this call: the policy alone decides
+        return allowed
+    return lambda resolved: within(ctx, root, resolved) and allowed(resolved)
 
 
 class PathCheck:

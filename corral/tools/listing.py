@@ -45,13 +45,14 @@ class Resolved:
 
 
 def hidden(path: str) -> bool:
-    return any(part.startswith(".") for part in path.split("/"))
+    """A name, or a directory on its way, starting with a dot."""
+    return path.startswith(".") or "/." in path
 
 
 def in_flight(path: str) -> bool:
     """A write's temp file, there for the milliseconds before its rename: listing
     it would hand a model a half-written file to read or edit."""
-    return path.rpartition("/")[2].startswith(TEMP_PREFIX)
+    return TEMP_PREFIX in path and path.rpartition("/")[2].startswith(TEMP_PREFIX)
 
 
 def shown(
@@ -61,9 +62,10 @@ def shown(
     is read per entry: a lazy walk runs its guard only when iteration starts."""
     visible = visibility(ctx, root)
     for entry in entries:
-        if in_flight(entry.path) or (not include_hidden and hidden(entry.path)):
+        path = entry.path
+        if in_flight(path) or (not include_hidden and hidden(path)):
             continue
-        if visible(joined(seen.path, entry.path)):
+        if visible(joined(seen.path, path)):
             yield entry
 
 
@@ -83,6 +85,11 @@ def take(entries: Iterable[Entry], limit: int, budget: int) -> tuple[list[Entry]
     """At most `limit` entries, and whether there were more; the names, as JSON
     encodes them, and their fields stay within `budget` bytes (listing_budget: a
     listing of 100,000 long names must not return megabytes)."""
+    if isinstance(entries, list):  # all at hand: most often they fit, measured at once
+        head = entries[:limit]
+        names = "".join([entry.path for entry in head])
+        if ENTRY_OVERHEAD * len(head) + render.text_size(names) <= budget:
+            return head, len(entries) > limit
     taken: list[Entry] = []
     for entry in entries:
         budget -= ENTRY_OVERHEAD + render.text_size(entry.path)
@@ -99,12 +106,12 @@ def list_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     seen = Resolved(check)
     if args["recursive"]:  # a hidden tree (.git, .venv) left out is not walked either
         prune = None if args["include_hidden"] else hidden
-        listed: Iterable[Entry] = root.walk(rel, guard=seen, prune=prune)
+        walked = root.walk(rel, guard=seen, prune=prune)  # lazy: taken only up to the limit
+        listed: Iterable[Entry] = shown(ctx, root, seen, walked, args["include_hidden"])
     else:
-        listed = root.scandir(rel, guard=seen)
-    entries, truncated = take(
-        shown(ctx, root, seen, listed, args["include_hidden"]), limit, listing_budget(ctx)
-    )
+        scanned = root.scandir(rel, guard=seen)
+        listed = list(shown(ctx, root, seen, scanned, args["include_hidden"]))
+    entries, truncated = take(listed, limit, listing_budget(ctx))
     result = {
         "path": path,
         "entries": [
