@@ -105,7 +105,7 @@ def decode_members(
         return None
     try:
         decoded = _members_decoder(fields, exact).decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    except (ValueError, RecursionError):  # DecodeError, ValidationError, bad UTF-8 in a str
         return None
     found = {field[0]: getattr(decoded, field[0]) for field in fields}
     return {name: value for name, value in found.items() if value is not msgspec.UNSET}

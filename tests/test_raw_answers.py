@@ -116,6 +116,15 @@ def test_text_that_is_not_utf8_is_decoded_and_refused() -> None:
         decode_answer(payload, 10_000, raw=True)
 
 
+@pytest.mark.parametrize("bad", [
+    FIELDS.replace(b'"path":"big.txt"', b'"path":"\xff"'), FIELDS + b',"\xff":1',
+])
+def test_bad_utf8_in_a_typed_field_is_a_protocol_error(bad: bytes) -> None:
+    # msgspec's UnicodeDecodeError must not leave decode_answer as itself
+    with pytest.raises(ProtocolError):
+        decode_answer(crafted(b'{"content":' + PAD + b"," + bad + b"}"), 10_000, raw=True)
+
+
 def test_nesting_past_the_parser_depth_is_a_protocol_error() -> None:
     # not a RecursionError, which would leave the pool's worker neither returned nor replaced
     deep = b"[" * 5000 + b"]" * 5000
