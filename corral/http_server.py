@@ -382,7 +382,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _encode(value: dict[str, Any]) -> bytes:
-    return jsonfast.dumps(value)  # strict JSON; a large result passed on as it came
+    return jsonfast.dumps(value, for_client=True)  # strict JSON; a large read as it came
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: dict[str, str]) -> None:

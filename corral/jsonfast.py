@@ -50,12 +50,15 @@ else:
     _fast_encode = _fast_decode = None
 
 
-def dumps(value: Any, *, finite: bool = False) -> bytes:
+def dumps(value: Any, *, finite: bool = False, for_client: bool = False) -> bytes:
     """`value` as compact JSON text in UTF-8; ValueError for NaN or an infinity,
     TypeError for what JSON cannot hold. finite=True: the caller's floats are
     finite by construction (a worker's answer: stat times), so the walk that tells
     a non-finite float from None on the msgspec path is skipped (it cost ~1 ms of
-    a 1,000-entry listing, whose answer holds a null)."""
+    a 1,000-entry listing, whose answer holds a null). for_client=True: text for
+    a client's parser, so a lone surrogate (a file name's undecodable byte, as
+    Python spells it) becomes U+FFFD: strict parsers (the MCP SDK's) refuse a
+    line that escapes one, and would lose the whole response."""
     if _fast_encode is not None:
         try:
             data = _fast_encode(value)
@@ -65,7 +68,26 @@ def dumps(value: Any, *, finite: bool = False) -> bytes:
             # msgspec writes a non-finite float as null: only then is the value walked
             if finite or b"null" not in data or _all_finite(value):
                 return data
+    if for_client:
+        value = _without_lone_surrogates(value)
     return _STD_ENCODER.encode(value).encode()
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """`value` with each str's lone surrogates replaced: a surrogate escape by the
+    U+FFFD its byte decodes to, as a UTF-8 decoder with "replace" shows a bad name
+    (each other lone surrogate by U+FFFD too)."""
+    if isinstance(value, str):
+        try:
+            data = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = value.encode("utf-8", "surrogatepass")
+        return data.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_without_lone_surrogates(item) for item in value]
+    return value
 
 
 def loads(data: bytes | bytearray | memoryview, slow: Callable[[bytes], Any]) -> Any:

@@ -103,7 +103,7 @@ class LineWriter:
     def write(self, message: Any) -> None:
         # ValueError for NaN and Infinity: not JSON, a strict client's parser would
         # fail on the whole line
-        data = jsonfast.dumps(message)
+        data = jsonfast.dumps(message, for_client=True)
         # a large line goes out as it is and its newline after it: joining them copies it
         parts = (data, b"\n") if len(data) > LARGE_LINE_BYTES else (data + b"\n",)
         with self._lock:

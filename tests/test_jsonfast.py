@@ -78,3 +78,14 @@ def test_parsers_refuse_what_they_refused(path: str, text: bytes) -> None:
 def test_the_fast_path_is_taken_when_installed() -> None:
     assert jsonfast.FAST
     assert jsonfast.dumps({"a": "é"}) == '{"a":"é"}'.encode()  # UTF-8, not \\u00e9
+
+
+def test_text_for_a_client_carries_no_lone_surrogate() -> None:
+    # a file name's undecodable byte is a surrogate escape in Python; strict parsers (the
+    # MCP SDK's) refuse a line that escapes one, so what a client gets shows U+FFFD
+    value = {"name": "bad\udcff.txt", "odd": ["\ud800"], "bad\udcfe": 1}
+    line = jsonfast.dumps(value, for_client=True)
+    assert b"\\ud" not in line.lower()
+    assert json.loads(line) == {"name": "bad\ufffd.txt", "odd": ["\ufffd" * 3], "bad\ufffd": 1}
+    # between worker and host the escape stays, so the Python API can name the file
+    assert json.loads(jsonfast.dumps(value)) == value

@@ -447,3 +447,15 @@ def test_high_level_client_falls_back_from_discover(workspace: Path) -> None:
                 assert result.structured_content["content"] == "hello\nworld\n"
 
     anyio.run(main)
+
+
+def test_a_name_that_is_not_utf8_does_not_break_the_session(workspace: Path) -> None:
+    with open(os.path.join(os.fsencode(workspace), b"bad\xff.txt"), "wb") as handle:
+        handle.write(b"y")
+
+    async def body(session: ClientSession) -> None:
+        listing = structured(await session.call_tool("list_directory", {"path": "."}))
+        assert "bad\ufffd.txt" in {entry["name"] for entry in listing["entries"]}
+        assert (await session.call_tool("stat_file", {"path": "hello.txt"})).is_error is False
+
+    run_session(workspace, body)
