@@ -41,6 +41,22 @@ def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Pa
         assert (workspace / "big.txt").read_text() == "0038" * 2048
 
 
+def test_a_full_store_is_not_read_through_after_every_change(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=400 * 1024)
+    scans = []
+    usage = Store.usage
+    monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
+    with Sandbox(workspace, history=options) as sb:
+        for round_ in range(100):  # 8 KiB each: the bound is passed at about the 50th
+            ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
+        assert used(Path(sb._history.path)) <= options.max_bytes
+    # evicting down to 90% leaves room for four more changes before the next eviction
+    # (evicting just under the bound read the store after each of the last ~50)
+    assert len(scans) <= 1 + 50 // 3
+
+
 def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -> None:
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
