@@ -493,10 +493,13 @@ def main() -> int:
         ws.mkdir()
         make_workspace(ws)
         limits = f"[limits]\nmax_list_entries = 5000\nmax_read_bytes = {4 * MIB}\n"
+        # each server's history store in the run's own directory, gone with it
         config = Path(tmp, "corral.toml")
-        config.write_text(limits)
+        config.write_text(limits + f'[history]\npath = "{tmp}/history"\n')
         nosync_config = Path(tmp, "corral-none.toml")
-        nosync_config.write_text(limits + '[sandbox]\ndurability = "none"\n')
+        nosync_config.write_text(
+            limits + f'[history]\npath = "{tmp}/history-none"\n[sandbox]\ndurability = "none"\n'
+        )
         corral = corral_server(ws, config)
         nosync = corral_server(ws, nosync_config) if durability_option() else None
         ref = StdioClient(["node", str(ref_entry), str(ws)], ws)
