@@ -32,7 +32,6 @@ except ImportError:  # the optional extra is not installed
 FAST = msgspec is not None
 
 
-
 def _raw_as_value(value: Any) -> Any:
     """The stdlib path's view of a RAW member (decode_members): its decoded value."""
     if msgspec is not None and isinstance(value, msgspec.Raw):

@@ -108,8 +108,8 @@ def page(
     measure = render.encoded_size if text else len
     prefix = LINE_PREFIX if text else 0
     cut_from = None
-    size = measure(b"".join(chosen))
-    if size > budget or size + prefix * len(chosen) > 2 * budget:
+    joined = b"".join(chosen)
+    if not _fits(measure(joined), len(chosen), budget, prefix):
         used = numbered = 0  # rare: walk to the last whole line that fits
         for count, line in enumerate(chosen):
             size = measure(line)
@@ -122,8 +122,9 @@ def page(
                     chosen = [part]
                     cut_from = len(line) if len(part) < len(line) else None
                 break
+        joined = b"".join(chosen)
     end = start - 1 + len(chosen)
-    return Page(start, len(chosen), end + 1 if end < total else None, cut_from), b"".join(chosen)
+    return Page(start, len(chosen), end + 1 if end < total else None, cut_from), joined
 
 
 def whole_file_lines(data: bytes, args: dict[str, Any], budget: int) -> int | None:
@@ -135,10 +136,13 @@ def whole_file_lines(data: bytes, args: dict[str, Any], budget: int) -> int | No
     total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     if total > args["limit"]:
         return None
-    size = render.encoded_size(data)
-    if size > budget or size + LINE_PREFIX * total > 2 * budget:
-        return None
-    return total
+    return total if _fits(render.encoded_size(data), total, budget, LINE_PREFIX) else None
+
+
+def _fits(size: int, count: int, budget: int, prefix: int) -> bool:
+    """Whether `count` whole lines of `size` bytes fit a read's budget: the content
+    within it, and its numbered text (`prefix` bytes more a line) within twice it."""
+    return size <= budget and size + prefix * count <= 2 * budget
 
 
 def _cut(line: bytes, budget: int, measure: Callable[[bytes], int], text: bool) -> bytes:
@@ -230,9 +234,6 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             lines, args["offset"], args["limit"], budget, text=args["encoding"] == "utf-8",
             skip=skip,
         )
-        if skip == 0 and chosen.start == 1 and chosen.next_offset is None and (
-                chosen.cut_from is None):
-            raw = data  # the same bytes, and whole_text already holds them decoded
     # A line cut by the budget: its rest is read with offset=start_line and this
     # byte_offset; next_offset still names the next whole line, so a pager that
     # knows only next_offset moves on instead of looping on the cut line.
