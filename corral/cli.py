@@ -244,6 +244,8 @@ def cmd_call(args: argparse.Namespace) -> int:
         arguments = json.loads(text)
     except ValueError as exc:
         raise UsageError(f"ARGUMENTS is not valid JSON: {exc}") from exc
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise UsageError("ARGUMENTS is not valid JSON: nested too deeply") from None
     if not isinstance(arguments, dict):
         raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "README.md"}\'')
     with open_sandbox(args, approver(args)) as sandbox:
@@ -451,7 +453,7 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
     )
     http = serve.add_argument_group(
-        "many tenants over HTTP (needs uvicorn: pip install '.[http]' in the corral clone)",
+        "many tenants over HTTP (needs uvicorn: pip install uvicorn, or corral's http extra)",
         "MCP Streamable HTTP at /mcp in front of one shared pool of workers; each tenant "
         "is reached only by its bearer token (see the HTTP page of the docs)",
     )
