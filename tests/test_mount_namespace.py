@@ -131,6 +131,26 @@ def test_pool_workers_run_in_it_and_report_it(workspace: Path, outside: Path) ->
         broker.close()
 
 
+def _mount_options(pid: int) -> dict[str, str]:
+    """Mount point -> per-mount options (rw/ro, ...) in process `pid`'s namespace."""
+    with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as mountinfo:
+        return {line.split()[4]: line.split()[5] for line in mountinfo}
+
+
+def test_pool_workers_bind_a_read_only_root_read_only(workspace: Path, outside: Path) -> None:
+    broker = Broker([RootSpec(str(workspace), "rw"), RootSpec(str(outside), "ro")], Limits(),
+                    Policy(), SandboxOptions(require=("mount_namespace",)))
+    try:
+        for pid in broker.pids()["workers"]:
+            options = _mount_options(pid)
+            assert options[str(outside)].split(",")[0] == "ro"
+            assert options[str(workspace)].split(",")[0] == "rw"
+        wrote = broker.submit(CallRequest("write_file", {"path": "new.txt", "content": "x"}))
+        assert wrote.ok, wrote
+    finally:
+        broker.close()
+
+
 def test_require_fails_closed_without_it() -> None:
     report = summarise({"landlock_abi": 7, "seccomp": True, "no_new_privs": True,
                         "openat2": True, "rlimits": True, "mount_namespace": False})
