@@ -36,14 +36,15 @@ CLONE_NEWNS = 0x0002_0000
 CLONE_NEWUSER = 0x1000_0000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x4_0000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x20_0000
 MNT_DETACH = 0x2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 # The flags a remount must repeat: a user namespace may not clear them (statvfs's
-# bit -> mount(2)'s bit; only relatime differs).
+# bit -> mount(2)'s bit; only relatime's differ).
 _KEPT_FLAGS = {
     os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC,
-    os.ST_NOATIME: 0x400, os.ST_NODIRATIME: 0x800, os.ST_RELATIME: 0x20_0000,
+    os.ST_NOATIME: MS_NOATIME, os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
 }
 # Where the new root is assembled before pivot_root: any directory of the host's
 # tree serves, since the tmpfs on it lives only in the worker's namespace, unless a
