@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from corral import Sandbox
-from corral.config import SandboxOptions
+from corral.config import Limits, SandboxOptions
+from corral.policy import Policy, RootSpec
+from corral.sandbox.broker import Broker
+from corral.sandbox.messages import CallRequest
 
 BUSY_THREADS = 4
 BUSY_CALLS = 200  # each; the busy threads stop after these whatever happens
@@ -47,3 +51,25 @@ def test_a_call_is_served_after_the_calls_queued_before_it(workspace: Path, work
     # FIFO: the busy calls queued ahead of it and those in flight, at most one per
     # thread and worker, plus the few answered while it was being queued
     assert overtaken <= BUSY_THREADS + workers + 2, overtaken
+
+
+@pytest.mark.parametrize("stop", ["halt", "close"])
+def test_a_call_waiting_in_line_fails_when_the_pool_stops(workspace: Path, stop: str) -> None:
+    broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), SandboxOptions(workers=1))
+    pool = broker._pool
+    held = pool.checkout()  # the only worker: the next call waits in line
+    answers: list[Any] = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(broker.submit(CallRequest("stat_file", {"path": "."}))))
+    try:
+        waiting.start()
+        while not pool._waiting:
+            threading.Event().wait(0.001)
+        pool.halt("stopped by the test") if stop == "halt" else pool.close()
+        waiting.join(30)
+        assert not waiting.is_alive()
+        assert answers[0].ok is False and answers[0].error["code"] == "worker_crashed"
+        pool.checkin(held)  # handed to nobody: the pool has stopped
+        assert pool._idle == [] and not pool._waiting
+    finally:
+        broker.close()

@@ -543,18 +543,21 @@ class Pool:
                 waiter.ready.wait()
                 if waiter.worker is None:
                     self._check_usable()
+            self._check_usable()  # halted or closed since it was handed one
         except BaseException:
             if waiter.worker is None:
                 self._waiting.remove(waiter)
-            else:  # handed one as it gave up (an interrupt): the next call takes it
+            else:  # the next call's, or retired if the pool stopped
                 self._give(waiter.worker)
             raise
         return waiter.worker
 
     def _give(self, worker: Worker) -> None:
-        """An idle worker to the call waiting longest, else to the idle list; caller
-        holds the lock."""
-        if self._waiting:
+        """An idle worker to the call waiting longest, else to the idle list (retired
+        if the pool is closed or halted); caller holds the lock."""
+        if self._closed or self._halted:
+            self._retire(worker)
+        elif self._waiting:
             waiter = self._waiting.popleft()
             waiter.worker = worker
             waiter.ready.notify()
@@ -574,9 +577,6 @@ class Pool:
             self.replace(worker)
             return
         with self._cond:
-            if self._closed or self._halted:
-                self._retire(worker)
-                return
             self._give(worker)
 
     def replace(self, worker: Worker) -> int | None:
@@ -613,9 +613,6 @@ class Pool:
                 with self._cond:
                     self._spawning -= 1
             with self._cond:
-                if self._closed or self._halted:
-                    self._retire(fresh)
-                    return
                 self._give(fresh)
 
     def murder_worker(self, worker: Worker) -> int | None:
