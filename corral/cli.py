@@ -453,7 +453,8 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
     )
     http = serve.add_argument_group(
-        "many tenants over HTTP (needs uvicorn: pip install uvicorn, or corral's http extra)",
+        "many tenants over HTTP (needs uvicorn: pip install uvicorn, or pip install '.[http]' "
+        "in corral's source directory)",
         "MCP Streamable HTTP at /mcp in front of one shared pool of workers; each tenant "
         "is reached only by its bearer token (see the HTTP page of the docs)",
     )
