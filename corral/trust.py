@@ -28,7 +28,7 @@ from corral.config import (
     find_config,
     load_config,
     parse_config,
-    read_config,
+    read_workspace_config,
     resolve_roots,
 )
 from corral.policy import BUILTIN_NAMES, STRICTNESS, stricter
@@ -103,7 +103,7 @@ def with_workspace(config: Config, workspace: str | os.PathLike[str]) -> Config:
 def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     """`config` with the untrusted corral.toml at `path` applied on top; ConfigError
     naming every key that would widen anything."""
-    source, data = read_config(path)
+    source, data = read_workspace_config(path)
     check_names(source, data)  # a typo gets "did you mean", not "not allowed here"
     problems, kept = _refused(data)
     # The kept settings get the same checks as any config (types, enums, globs);
