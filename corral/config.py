@@ -12,9 +12,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from corral.errors import did_you_mean
 from corral.policy import (
@@ -28,12 +29,20 @@ from corral.policy import (
     RootSpec,
     Rule,
     check_root,
+    check_rule,
+    compile_path_regex,
 )
+
+T = TypeVar("T")
 
 CONFIG_NAME = "corral.toml"
 # A workspace's corral.toml is read by the unconfined host at every session start: a
 # real one is a few hundred bytes, and nothing larger is read at all.
 WORKSPACE_CONFIG_MAX_BYTES = 64 * 1024
+# What a workspace config may add to the operator's policy: every path of every
+# call is checked against its rules, and the shared zygote compiles them.
+WORKSPACE_MAX_RULES = 64
+WORKSPACE_MAX_GLOBS_PER_RULE = 16
 
 # The tool names of the contract (DESIGN.md "Tools"); [tools] and rules' `tools`
 # are checked against them so a typo cannot leave a tool silently enabled.
@@ -451,7 +460,7 @@ class _Parser:
                               HARDLINK_MODES)
         regexes = self.strings(section.get("path_regex", []), "[policy] path_regex")
         for index, pattern in enumerate(regexes):
-            self.check(lambda p=pattern: Policy(path_regex=(p,)), f"[policy] path_regex[{index}]")
+            self.check(partial(compile_path_regex, (pattern,)), f"[policy] path_regex[{index}]")
         rules = self.rules(data.get("rules", []))
         read_first = self.enum(section.get("read_before_write", "off"),
                                "[policy] read_before_write", READ_BEFORE_WRITE)
@@ -463,6 +472,7 @@ class _Parser:
 
     def rules(self, value: Any) -> tuple[Rule, ...]:
         rules: list[Rule] = []
+        names: set[str] = set()
         for index, item in enumerate(self.array(value, "[[rules]]")):
             where = f"[[rules]] #{index + 1}"
             if not isinstance(item, dict):
@@ -474,8 +484,9 @@ class _Parser:
                                     "and paths (tools defaults to [\"*\"] unless access is set)")
             name = self.string(item["name"], f"{where} name")
             where = f"[[rules]] {name!r}"
-            if any(rule.name == name for rule in rules):
+            if name in names:
                 raise self.fail(f"{where} name", "repeated; rule names must be unique")
+            names.add(name)
             action = self.enum(item["action"], f"{where} action", ACTIONS)
             access = tuple(
                 self.enum(kind, f"{where} access[{i}]", ACCESS_KINDS)
@@ -492,11 +503,11 @@ class _Parser:
             if not paths:
                 raise self.fail(f"{where} paths", "empty; a rule needs at least one glob")
             rule = Rule(name, action, tools, paths, access)
-            self.check(lambda r=rule: Policy(rules=(r,)), f"{where} paths")
+            self.check(partial(check_rule, rule), f"{where} paths")
             rules.append(rule)
         return tuple(rules)
 
-    def check(self, build: Any, key: str) -> Policy:
+    def check(self, build: Callable[[], T], key: str) -> T:
         try:
             return build()
         except PolicyError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -210,6 +211,11 @@ def _check_action(value: object, what: str) -> None:
         raise PolicyError(f"{what} must be one of {', '.join(ACTIONS)}; got {value!r}")
 
 
+def check_rule(rule: Rule) -> None:
+    """PolicyError if `rule` cannot be used (a bad action, glob or kind of access)."""
+    _compile_rule(rule)
+
+
 def _compile_rule(rule: Rule) -> _Compiled:
     if not rule.name:
         raise PolicyError("a rule needs a non-empty name")
@@ -257,6 +263,13 @@ def _needed_text(globs: list[str]) -> re.Pattern[str] | None:
             return None
         pieces.append(re.escape(longest.lower()))
     return re.compile("|".join(pieces))
+
+
+@functools.lru_cache(maxsize=64)
+def _builtin_matcher(replaced: frozenset[str]) -> _BuiltinMatcher:
+    """The built-ins but those `replaced`, compiled once per process: every policy
+    (one per rule a config check builds, one per sandbox) shares it."""
+    return _BuiltinMatcher([rule for rule in BUILTIN_RULES if rule.name not in replaced])
 
 
 class _BuiltinMatcher:
@@ -342,11 +355,10 @@ class _Matcher:
     """A policy compiled for decide(): it runs on every path of every call."""
 
     def __init__(self, policy: Policy) -> None:
-        replaced = {rule.name for rule in policy.rules}
+        replaced = BUILTIN_NAMES.intersection(rule.name for rule in policy.rules)
         self.rules = tuple(_compile_rule(rule) for rule in policy.rules)
         self.narrowing = tuple(_compile_rule(rule) for rule in policy.workspace_rules)
-        self.builtins = _BuiltinMatcher(
-            [rule for rule in BUILTIN_RULES if rule.name not in replaced])
+        self.builtins = _builtin_matcher(replaced)
         self.protected = tuple(path.rstrip("/") or "/" for path in policy.protected_paths)
         self.regexes = compile_path_regex(policy.path_regex)
         self.default = Decision(policy.default_action, None)
@@ -395,8 +407,8 @@ class Policy:
             raise PolicyError(
                 f"read_before_write must be 'off' or 'require', not {self.read_before_write!r}"
             )
-        names = [rule.name for rule in (*self.rules, *self.workspace_rules)]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
+        names = Counter(rule.name for rule in (*self.rules, *self.workspace_rules))
+        duplicates = sorted(name for name, count in names.items() if count > 1)
         if duplicates:
             raise PolicyError(f"rule names must be unique; repeated: {', '.join(duplicates)}")
         for rule in self.workspace_rules:

@@ -22,6 +22,8 @@ from typing import Any
 
 from corral.config import (
     CONFIG_NAME,
+    WORKSPACE_MAX_GLOBS_PER_RULE,
+    WORKSPACE_MAX_RULES,
     Config,
     ConfigError,
     check_names,
@@ -105,6 +107,7 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     naming every key that would widen anything."""
     source, data = read_workspace_config(path)
     check_names(source, data)  # a typo gets "did you mean", not "not allowed here"
+    _check_bounds(source, data)
     problems, kept = _refused(data)
     # The kept settings get the same checks as any config (types, enums, globs);
     # the refused ones are never looked at (an untrusted root is not even resolved).
@@ -121,6 +124,23 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
         error.key = problems[0].split(":", 1)[0]
         raise error
     return _merged(config, local, kept)
+
+
+def _check_bounds(source: str, data: dict[str, Any]) -> None:
+    """ConfigError for more rules, or more globs in a rule, than a workspace config
+    may add (counted before anything is parsed or compiled)."""
+    rules = data.get("rules")
+    if not isinstance(rules, list):
+        return  # not an array: parse_config says so
+    if len(rules) > WORKSPACE_MAX_RULES:
+        raise ConfigError(f"a workspace config may add at most {WORKSPACE_MAX_RULES} rules; "
+                          f"this one has {len(rules)}", file=source, key="[[rules]]")
+    for index, rule in enumerate(rules):
+        paths = rule.get("paths") if isinstance(rule, dict) else None
+        if isinstance(paths, list) and len(paths) > WORKSPACE_MAX_GLOBS_PER_RULE:
+            raise ConfigError(
+                f"a workspace rule may have at most {WORKSPACE_MAX_GLOBS_PER_RULE} globs; "
+                f"this one has {len(paths)}", file=source, key=f"[[rules]] #{index + 1} paths")
 
 
 def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:

@@ -13,6 +13,7 @@ import select
 import signal
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,10 +82,14 @@ class Setup:
         return cls._build(config, options, opened)
 
     @classmethod
-    def adopt(cls, config: dict[str, Any], fds: list[int]) -> Setup:
+    def adopt(
+        cls, config: dict[str, Any], fds: list[int],
+        build_policy: Callable[[dict[str, Any]], Policy] = Policy.from_dict,
+    ) -> Setup:
         """The same from root fds the host opened and sent (a shared pool's zygote
-        holds no roots of its own: each spawn brings its sandbox's). Takes the fds:
-        they are closed on failure, and by close() afterwards."""
+        holds no roots of its own: each spawn brings its sandbox's), the policy
+        from `build_policy` (the zygote's keeps what it built). Takes the fds: they
+        are closed on failure, and by close() afterwards."""
         opened: list[Root] = []
         try:
             if len(fds) != len(config["roots"]) or not fds:
@@ -94,7 +99,7 @@ class Setup:
                 opened.append(Root.from_fd(
                     fd, path, mode=mode, resolver=options.resolver, durable=_durable(options)
                 ))
-            return cls._build(config, options, opened)
+            return cls._build(config, options, opened, build_policy)
         except BaseException:
             for fd in fds[len(opened):]:
                 os.close(fd)
@@ -103,10 +108,13 @@ class Setup:
             raise
 
     @classmethod
-    def _build(cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root]) -> Setup:
+    def _build(
+        cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root],
+        build_policy: Callable[[dict[str, Any]], Policy] = Policy.from_dict,
+    ) -> Setup:
         roots = Roots(opened[0], opened[1:])
         limits = Limits(**config["limits"])
-        policy = Policy.from_dict(config["policy"])
+        policy = build_policy(config["policy"])
         store = Store.open(config["history"]) if config.get("history") else None
         context = Context(roots, limits, policy, history=store)
         return cls(roots, limits, policy, options, context, store)

@@ -22,6 +22,8 @@ Run as: python -c "from corral.sandbox.zygote import main; main(FD)".
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import selectors
 import signal
@@ -31,6 +33,7 @@ from typing import Any
 
 from corral._malloc import keep_freed_memory
 from corral._prctl import set_parent_death_signal
+from corral.policy import Policy
 from corral.sandbox import confine, worker
 from corral.sandbox.messages import Discard, Spawn, Wait, control_from_wire
 from corral.sandbox.protocol import (
@@ -43,6 +46,10 @@ from corral.sandbox.protocol import (
     widen_socket,
     write_frame,
 )
+
+# A shared pool's zygote keeps the compiled policies of this many sandboxes (a
+# policy is a few hundred KiB at most under the workspace config's bounds).
+POLICY_CACHE_SIZE = 64
 
 
 def main(control_fd: int) -> None:
@@ -128,7 +135,7 @@ class Zygote:
             self.fork_one(self.setup)  # type: ignore[arg-type]
             return
         try:
-            setup = worker.Setup.adopt(config, fds)
+            setup = worker.Setup.adopt(config, fds, compiled)
         except Exception as exc:
             write_frame(self.control.fileno(), {"error": str(exc)}, CONTROL_FRAME_BYTES)
             return
@@ -228,3 +235,14 @@ class Zygote:
             while os.read(self.wake_r, 4096):
                 pass
 
+
+
+def compiled(policy: dict[str, Any]) -> Policy:
+    """The policy a shared pool's spawn carries, built and compiled at the first fork
+    for it and kept: a fork for one sandbox never pays for another's rules."""
+    return _compiled(json.dumps(policy))
+
+
+@functools.lru_cache(maxsize=POLICY_CACHE_SIZE)
+def _compiled(wire: str) -> Policy:
+    return Policy.from_dict(json.loads(wire))
