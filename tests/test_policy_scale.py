@@ -5,6 +5,7 @@ tenant's corral.toml must not stall the host or the shared zygote for others."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -114,7 +115,7 @@ def spawn_setup(root: Path, rules: int) -> dict[str, Any]:
     rule_list = tuple(policy.Rule(f"r{i}", "deny", ("*",), (f"d{i}/**",)) for i in range(rules))
     return {
         "roots": [[str(root), "rw"]], "limits": dataclasses.asdict(Limits()),
-        "policy": policy.Policy(rules=rule_list).to_dict(),
+        "policy_json": json.dumps(policy.Policy(rules=rule_list).to_dict()),
         "options": dataclasses.asdict(SandboxOptions()), "history": None,
     }
 

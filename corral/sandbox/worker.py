@@ -79,17 +79,17 @@ class Setup:
             Root(path, mode=mode, resolver=options.resolver, durable=_durable(options))
             for path, mode in config["roots"]
         ]
-        return cls._build(config, options, opened)
+        return cls._build(config, options, opened, Policy.from_dict(config["policy"]))
 
     @classmethod
     def adopt(
-        cls, config: dict[str, Any], fds: list[int],
-        build_policy: Callable[[dict[str, Any]], Policy] = Policy.from_dict,
+        cls, config: dict[str, Any], fds: list[int], policies: Callable[[str], Policy]
     ) -> Setup:
         """The same from root fds the host opened and sent (a shared pool's zygote
-        holds no roots of its own: each spawn brings its sandbox's), the policy
-        from `build_policy` (the zygote's keeps what it built). Takes the fds: they
-        are closed on failure, and by close() afterwards."""
+        holds no roots of its own: each spawn brings its sandbox's), and the policy
+        `policies` makes of config["policy_json"], the policy as JSON text (the
+        zygote's keeps what it built). Takes the fds: they are closed on failure,
+        and by close() afterwards."""
         opened: list[Root] = []
         try:
             if len(fds) != len(config["roots"]) or not fds:
@@ -99,7 +99,7 @@ class Setup:
                 opened.append(Root.from_fd(
                     fd, path, mode=mode, resolver=options.resolver, durable=_durable(options)
                 ))
-            return cls._build(config, options, opened, build_policy)
+            return cls._build(config, options, opened, policies(config["policy_json"]))
         except BaseException:
             for fd in fds[len(opened):]:
                 os.close(fd)
@@ -109,12 +109,10 @@ class Setup:
 
     @classmethod
     def _build(
-        cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root],
-        build_policy: Callable[[dict[str, Any]], Policy] = Policy.from_dict,
+        cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root], policy: Policy
     ) -> Setup:
         roots = Roots(opened[0], opened[1:])
         limits = Limits(**config["limits"])
-        policy = build_policy(config["policy"])
         store = Store.open(config["history"]) if config.get("history") else None
         context = Context(roots, limits, policy, history=store)
         return cls(roots, limits, policy, options, context, store)

@@ -6,8 +6,9 @@ for it travel back to the broker over SCM_RIGHTS.
 Control channel (a Unix socket pair with the broker, frames of protocol.py):
 the first frame is the start config (its "roots" null for a shared pool's
 zygote, which opens no roots: each spawn then carries {"setup": the sandbox's
-config} with its root fds attached, which the zygote closes once the worker is
-forked, so no worker ever holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
+config, its policy as JSON text, compiled once per sandbox} with its root fds
+attached, which the zygote closes once the worker is forked, so no worker ever
+holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
 [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
 as os.waitstatus_to_exitcode gives it, None if unknown); a shared pool also
 sends {"op": "discard", "pid"} (no reply: a killed worker whose code nobody
@@ -237,12 +238,9 @@ class Zygote:
 
 
 
-def compiled(policy: dict[str, Any]) -> Policy:
-    """The policy a shared pool's spawn carries, built and compiled at the first fork
-    for it and kept: a fork for one sandbox never pays for another's rules."""
-    return _compiled(json.dumps(policy))
-
-
 @functools.lru_cache(maxsize=POLICY_CACHE_SIZE)
-def _compiled(wire: str) -> Policy:
-    return Policy.from_dict(json.loads(wire))
+def compiled(text: str) -> Policy:
+    """The policy a shared pool's spawn carries as JSON text, decoded, built and
+    compiled at the first fork for it and kept: a fork for one sandbox never pays
+    for another's rules (a lookup hashes the text: a millisecond per MiB)."""
+    return Policy.from_dict(json.loads(text))
