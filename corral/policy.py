@@ -466,33 +466,74 @@ class Policy:
     def _decide(self, tool: str, root: RootSpec, rel: str, write: bool) -> Decision:
         rel = rel or "."
         absolute = _absolute(root, rel)
-        builtin = self._matcher.builtins.match(rel, absolute, write)
+        kinds = access_kinds(tool, write=write)
+        _, decision = self._ranked(tool, kinds, rel, absolute, write)
+        if decision.action == "deny":
+            return decision
+        narrowing = self._narrowing(tool, kinds, rel, absolute)
+        if narrowing is not None:
+            rule = narrowing[1]
+            if stricter(rule.action, decision.action) != decision.action:
+                return Decision(rule.action, rule.name)
+        return decision
+
+    def on_the_way(
+        self, tool: str, root: RootSpec, rel: str, target: str, *, write: bool
+    ) -> Decision | None:
+        """The deny that refuses `rel`, a name on the way to `target` that is missing
+        (a write creates it) or is not a directory; None if nothing does.
+
+        The target's rule decides: `rel` is refused only by a deny that comes before
+        that rule (a built-in, a protected path, an earlier rule; the whitelist
+        before default_action), or by a workspace rule before the first one that
+        matches the target. So a write and the directories it creates are decided
+        as one, and a denied name answers the same whether it exists or not."""
+        rel, target = rel or ".", target or "."
+        kinds = access_kinds(tool, write=write)
+        here, there = _absolute(root, rel), _absolute(root, target)
+        rank, decision = self._ranked(tool, kinds, rel, here, write)
+        target_rank, target_decision = self._ranked(tool, kinds, target, there, write)
+        if decision.action == "deny" and rank < target_rank:
+            return decision
+        if target_decision.action == "deny":
+            return None  # the target's own check refuses it, and names it
+        mine = self._narrowing(tool, kinds, rel, here)
+        theirs = self._narrowing(tool, kinds, target, there)
+        if mine is not None and mine[1].action == "deny" and (
+            theirs is None or mine[0] < theirs[0]
+        ):
+            return Decision("deny", mine[1].name)
+        return None
+
+    def _ranked(
+        self, tool: str, kinds: frozenset[str], rel: str, absolute: str, write: bool
+    ) -> tuple[int, Decision]:
+        """The operator's decision for one path, and the place of what decided it in
+        the order: built-ins, protected paths, rules, the whitelist, default_action."""
+        matcher = self._matcher
+        builtin = matcher.builtins.match(rel, absolute, write)
         if builtin is not None:
-            return Decision("deny", builtin)
+            return -2, Decision("deny", builtin)
         # Not overridable, not even by a rule named after PROTECT_RULE: the loaded
         # config, the audit log and the history store are the operator's.
         if write and self._is_protected(absolute):
-            return Decision("deny", PROTECT_RULE)
-        kinds = access_kinds(tool, write=write)
-        decision = self._by_rules(tool, kinds, rel, absolute)
-        if decision.action == "deny":
-            return decision
-        for rule in self._matcher.narrowing:
+            return -1, Decision("deny", PROTECT_RULE)
+        for index, rule in enumerate(matcher.rules):
             if rule.matches(tool, kinds, rel, absolute):
-                if stricter(rule.action, decision.action) != decision.action:
-                    return Decision(rule.action, rule.name)
-                break
-        return decision
-
-    def _by_rules(self, tool: str, kinds: frozenset[str], rel: str, absolute: str) -> Decision:
-        matcher = self._matcher
-        for rule in matcher.rules:
-            if rule.matches(tool, kinds, rel, absolute):
-                return Decision(rule.action, rule.name)
+                return index, Decision(rule.action, rule.name)
         regexes = matcher.regexes
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
-            return Decision("deny", PATH_REGEX_RULE)
-        return matcher.default
+            return len(matcher.rules), Decision("deny", PATH_REGEX_RULE)
+        return len(matcher.rules) + 1, matcher.default
+
+    def _narrowing(
+        self, tool: str, kinds: frozenset[str], rel: str, absolute: str
+    ) -> tuple[int, _Compiled] | None:
+        """The first workspace rule that matches the path, and its place."""
+        for index, rule in enumerate(self._matcher.narrowing):
+            if rule.matches(tool, kinds, rel, absolute):
+                return index, rule
+        return None
 
     def _is_protected(self, absolute: str) -> bool:
         return any(
