@@ -71,6 +71,9 @@ _UNKNOWN_ACCESS = (_READ | _LIST, _READ | _WRITE)
 
 # Bounded so a long session over many paths cannot grow the cache without limit.
 DECISION_CACHE_SIZE = 4096
+# Compiled rules kept per process: a config's rules are compiled once, however many
+# policies are built of them (a config check, the narrowed policy, each session).
+RULE_CACHE_SIZE = 1024
 
 
 READ_BEFORE_WRITE = ("off", "require")
@@ -213,9 +216,11 @@ def _check_action(value: object, what: str) -> None:
 
 def check_rule(rule: Rule) -> None:
     """PolicyError if `rule` cannot be used (a bad action, glob or kind of access)."""
-    _compile_rule(rule)
+    _compile_rule(Rule(rule.name, rule.action, tuple(rule.tools), tuple(rule.paths),
+                       tuple(rule.access)))
 
 
+@functools.lru_cache(maxsize=RULE_CACHE_SIZE)
 def _compile_rule(rule: Rule) -> _Compiled:
     if not rule.name:
         raise PolicyError("a rule needs a non-empty name")
