@@ -108,7 +108,7 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     source, data = read_workspace_config(path)
     check_names(source, data)  # a typo gets "did you mean", not "not allowed here"
     _check_bounds(source, data)
-    problems, kept = _refused(data)
+    problems, kept = _refused(data, config.workspace, os.path.dirname(source))
     # The kept settings get the same checks as any config (types, enums, globs);
     # the refused ones are never looked at (an untrusted root is not even resolved).
     local = parse_config(source, kept)
@@ -143,11 +143,15 @@ def _check_bounds(source: str, data: dict[str, Any]) -> None:
                 f"this one has {len(paths)}", file=source, key=f"[[rules]] #{index + 1} paths")
 
 
-def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """("key: why" for each setting a workspace may never make, the data without them)."""
+def _refused(
+    data: dict[str, Any], workspace: str, base: str
+) -> tuple[list[str], dict[str, Any]]:
+    """("key: why" for each setting a workspace may never make, the data without them).
+    `[workspace] root` is compared as written (relative to `base`, the file's
+    directory) and never resolved: the host does not look at a path it names."""
     problems: list[str] = []
     kept: dict[str, Any] = {}
-    allowed_keys = {"workspace": ("root", "read_only"), "sandbox": ("require", "durability"),
+    allowed_keys = {"workspace": ("read_only",), "sandbox": ("require", "durability"),
                     "policy": tuple(POLICY_ORDER)}
     for name, value in data.items():
         if name not in NARROWING_SECTIONS:
@@ -158,7 +162,11 @@ def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
             continue
         kept[name] = {}
         for key, item in value.items():
-            if key in allowed_keys[name]:
+            if name == "workspace" and key == "root":
+                if not _names(item, base, workspace):
+                    problems.append("[workspace] root: only the workspace itself ('.') may be "
+                                    "named here")
+            elif key in allowed_keys[name]:
                 kept[name][key] = item
             elif name == "workspace" and key == "allowed_paths":
                 if item != []:
@@ -168,12 +176,17 @@ def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     return problems, kept
 
 
+def _names(root: object, base: str, workspace: str) -> bool:
+    """Whether `root`, as written in a file in `base`, names `workspace` (lexically)."""
+    if not isinstance(root, str) or not root or "\0" in root:
+        return False
+    return os.path.normpath(os.path.join(base, os.path.expanduser(root))) == workspace
+
+
 def _looser(data: dict[str, Any], local: Config, base: Config) -> list[str]:
     """"key: why" for each value of the workspace file looser than the operator's."""
     problems = []
     workspace = data.get("workspace", {})
-    if "root" in workspace and local.workspace != base.workspace:
-        problems.append(f"[workspace] root: {local.workspace} is not the workspace")
     if workspace.get("read_only") is False and base.policy.read_only:
         problems.append("[workspace] read_only = false: the operator's config sets true")
     for name in data.get("tools", {}):

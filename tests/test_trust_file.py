@@ -109,3 +109,25 @@ def test_a_link_to_the_operators_own_file_is_that_file(ws: Path, tmp_path: Path)
     operator.write_text(f'[workspace]\nroot = "{ws}"\n[tools]\ndelete_file = "allow"\n')
     (ws / "corral.toml").symlink_to(operator)
     assert operator_config(config=operator).policy.tool_modes["delete_file"] == "allow"
+
+
+@pytest.mark.parametrize("root", ["/srv", "/no/such/dir", "elsewhere", "../other"])
+def test_a_workspace_root_elsewhere_is_refused_unresolved(
+    ws: Path, tmp_path: Path, root: str
+) -> None:
+    """The host never looks at a path the workspace config names (an existence
+    oracle, a symlink's target quoted back): root may only name the workspace."""
+    hidden = tmp_path / "hidden-target-4e1f"
+    hidden.mkdir()
+    (ws / "elsewhere").symlink_to(hidden)
+    (ws / "corral.toml").write_text(f'[workspace]\nroot = "{root}"\n')
+    error = refusal(ws)
+    assert error.key == "[workspace] root"
+    assert "hidden-target" not in str(error) and root not in str(error)
+    assert str(error).count("[workspace] root: only the workspace itself") == 1
+
+
+@pytest.mark.parametrize("root", [".", "./", "{ws}", "../ws/sub/.."])
+def test_a_workspace_root_naming_the_workspace_is_accepted(ws: Path, root: str) -> None:
+    (ws / "corral.toml").write_text(f'[workspace]\nroot = "{root.format(ws=ws)}"\n')
+    assert operator_config(ws).workspace == str(ws)
