@@ -259,6 +259,9 @@ def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("invalid TOML: arrays or tables nested too deeply",
+                          file=source) from None
 
 
 def read_workspace_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
@@ -303,6 +306,9 @@ def read_workspace_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, 
         raise ConfigError("invalid TOML: the file is not UTF-8 text", file=source) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("invalid TOML: arrays or tables nested too deeply",
+                          file=source) from None
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

@@ -131,3 +131,9 @@ def test_a_workspace_root_elsewhere_is_refused_unresolved(
 def test_a_workspace_root_naming_the_workspace_is_accepted(ws: Path, root: str) -> None:
     (ws / "corral.toml").write_text(f'[workspace]\nroot = "{root.format(ws=ws)}"\n')
     assert operator_config(ws).workspace == str(ws)
+
+
+@pytest.mark.parametrize("text", ["x = " + "[" * 30000, "x = " + "{a=" * 15000])
+def test_a_config_nested_too_deep_is_a_config_error(ws: Path, text: str) -> None:
+    (ws / "corral.toml").write_text(text)
+    assert "nested too deeply" in str(refusal(ws))
