@@ -237,7 +237,6 @@ class Zygote:
                 pass
 
 
-
 @functools.lru_cache(maxsize=POLICY_CACHE_SIZE)
 def compiled(text: str) -> Policy:
     """The policy a shared pool's spawn carries as JSON text, decoded, built and
