@@ -6,7 +6,10 @@ as `.env`. Order for one path: the built-in deny rules, then the user rules
 (first match wins), the `path_regex` whitelist, then `default_action`. Built-ins
 come first so that only a user rule carrying a built-in's *name* can override it
 (it replaces that built-in and takes its place among the user rules): a broad
-`allow **` rule must not unblock ~/.ssh by accident.
+`allow **` rule must not unblock ~/.ssh by accident. A name on the way to a path
+that is missing (a write creates it) or not a directory is decided with that
+path: only a deny that comes before the path's own decision refuses it
+(Policy.on_the_way).
 
 Glob syntax (rule `paths`): `*` and `?` stay within one path component, `[...]`
 is a character class, `**` is any number of whole components (zero included, so
