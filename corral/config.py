@@ -9,10 +9,13 @@ look at the file system before the sandbox exists).
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from corral.errors import did_you_mean
 from corral.policy import (
@@ -26,9 +29,20 @@ from corral.policy import (
     RootSpec,
     Rule,
     check_root,
+    check_rule,
+    compile_path_regex,
 )
 
+T = TypeVar("T")
+
 CONFIG_NAME = "corral.toml"
+# A workspace's corral.toml is read by the unconfined host at every session start: a
+# real one is a few hundred bytes, and nothing larger is read at all.
+WORKSPACE_CONFIG_MAX_BYTES = 64 * 1024
+# What a workspace config may add to the operator's policy: every path of every
+# call is checked against its rules, and the shared zygote compiles them.
+WORKSPACE_MAX_RULES = 64
+WORKSPACE_MAX_GLOBS_PER_RULE = 16
 
 # The tool names of the contract (DESIGN.md "Tools"); [tools] and rules' `tools`
 # are checked against them so a typo cannot leave a tool silently enabled.
@@ -164,9 +178,15 @@ class ConfigError(ValueError):
 
 
 def find_config(workspace: str | os.PathLike[str]) -> str | None:
-    """The workspace's own corral.toml, if it has one (the workspace only, no parents)."""
+    """The workspace's own corral.toml, if it has one (the workspace only, no parents):
+    anything of that name but a directory, a symlink included (whatever it points
+    at: read_workspace_config refuses it, so its target is never looked at)."""
     candidate = os.path.join(os.fspath(workspace), CONFIG_NAME)
-    return candidate if os.path.isfile(candidate) else None
+    try:
+        mode = os.lstat(candidate).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else candidate
 
 
 def resolve_roots(
@@ -239,6 +259,68 @@ def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("invalid TOML: arrays or tables nested too deeply",
+                          file=source) from None
+
+
+def read_workspace_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """(absolute path, TOML data) of a workspace's own, untrusted corral.toml: only a
+    regular file with no other name (a symlink or a hard link could name a file
+    outside the workspace, such as another tenant's config), of at most
+    WORKSPACE_CONFIG_MAX_BYTES. A refusal says why, never what the file holds."""
+    import tomllib
+
+    source = os.path.abspath(os.fspath(path))
+    # O_NOFOLLOW: the last name is never followed; O_NONBLOCK: a FIFO cannot hang us
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    copy = "; put a copy of the file there, or name the file with --config"
+    try:
+        fd = os.open(source, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError("a workspace config must be a regular file in the workspace, "
+                              f"not a symbolic link (it may point anywhere){copy}",
+                              file=source) from None
+        raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("a workspace config must be a regular file; this is not a "
+                              "regular file", file=source)
+        if info.st_nlink != 1:
+            raise ConfigError("a workspace config must be a file of its own, not a hard link "
+                              f"(its other name may lie anywhere){copy}", file=source)
+        content = _read_at_most(fd, WORKSPACE_CONFIG_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
+    finally:
+        os.close(fd)
+    if len(content) > WORKSPACE_CONFIG_MAX_BYTES:
+        raise ConfigError(f"a workspace config may hold at most {WORKSPACE_CONFIG_MAX_BYTES} "
+                          "bytes; this one holds more (a larger config is the operator's: "
+                          "name it with --config)", file=source)
+    try:
+        return source, tomllib.loads(content.decode())
+    except UnicodeDecodeError:
+        raise ConfigError("invalid TOML: the file is not UTF-8 text", file=source) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("invalid TOML: arrays or tables nested too deeply",
+                          file=source) from None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def check_names(source: str, data: dict[str, Any]) -> None:
@@ -384,7 +466,7 @@ class _Parser:
                               HARDLINK_MODES)
         regexes = self.strings(section.get("path_regex", []), "[policy] path_regex")
         for index, pattern in enumerate(regexes):
-            self.check(lambda p=pattern: Policy(path_regex=(p,)), f"[policy] path_regex[{index}]")
+            self.check(partial(compile_path_regex, (pattern,)), f"[policy] path_regex[{index}]")
         rules = self.rules(data.get("rules", []))
         read_first = self.enum(section.get("read_before_write", "off"),
                                "[policy] read_before_write", READ_BEFORE_WRITE)
@@ -396,6 +478,7 @@ class _Parser:
 
     def rules(self, value: Any) -> tuple[Rule, ...]:
         rules: list[Rule] = []
+        names: set[str] = set()
         for index, item in enumerate(self.array(value, "[[rules]]")):
             where = f"[[rules]] #{index + 1}"
             if not isinstance(item, dict):
@@ -407,8 +490,9 @@ class _Parser:
                                     "and paths (tools defaults to [\"*\"] unless access is set)")
             name = self.string(item["name"], f"{where} name")
             where = f"[[rules]] {name!r}"
-            if any(rule.name == name for rule in rules):
+            if name in names:
                 raise self.fail(f"{where} name", "repeated; rule names must be unique")
+            names.add(name)
             action = self.enum(item["action"], f"{where} action", ACTIONS)
             access = tuple(
                 self.enum(kind, f"{where} access[{i}]", ACCESS_KINDS)
@@ -425,11 +509,11 @@ class _Parser:
             if not paths:
                 raise self.fail(f"{where} paths", "empty; a rule needs at least one glob")
             rule = Rule(name, action, tools, paths, access)
-            self.check(lambda r=rule: Policy(rules=(r,)), f"{where} paths")
+            self.check(partial(check_rule, rule), f"{where} paths")
             rules.append(rule)
         return tuple(rules)
 
-    def check(self, build: Any, key: str) -> Policy:
+    def check(self, build: Callable[[], T], key: str) -> T:
         try:
             return build()
         except PolicyError as exc:

@@ -199,7 +199,8 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
     if not outcome["ok"]:
         error = outcome["error"]
         text = f"{error['code']}: {error['message']}"
-        if error.get("rule"):
+        # most refusals already say "... by policy rule 'x'": name the rule once
+        if error.get("rule") and f"'{error['rule']}'" not in error["message"]:
             text += f" (rule {error['rule']})"
         reply: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
         if structured:

@@ -22,13 +22,15 @@ from typing import Any
 
 from corral.config import (
     CONFIG_NAME,
+    WORKSPACE_MAX_GLOBS_PER_RULE,
+    WORKSPACE_MAX_RULES,
     Config,
     ConfigError,
     check_names,
     find_config,
     load_config,
     parse_config,
-    read_config,
+    read_workspace_config,
     resolve_roots,
 )
 from corral.policy import BUILTIN_NAMES, STRICTNESS, stricter
@@ -103,9 +105,10 @@ def with_workspace(config: Config, workspace: str | os.PathLike[str]) -> Config:
 def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     """`config` with the untrusted corral.toml at `path` applied on top; ConfigError
     naming every key that would widen anything."""
-    source, data = read_config(path)
+    source, data = read_workspace_config(path)
     check_names(source, data)  # a typo gets "did you mean", not "not allowed here"
-    problems, kept = _refused(data)
+    _check_bounds(source, data)
+    problems, kept = _refused(data, config.workspace, os.path.dirname(source))
     # The kept settings get the same checks as any config (types, enums, globs);
     # the refused ones are never looked at (an untrusted root is not even resolved).
     local = parse_config(source, kept)
@@ -123,11 +126,32 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     return _merged(config, local, kept)
 
 
-def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """("key: why" for each setting a workspace may never make, the data without them)."""
+def _check_bounds(source: str, data: dict[str, Any]) -> None:
+    """ConfigError for more rules, or more globs in a rule, than a workspace config
+    may add (counted before anything is parsed or compiled)."""
+    rules = data.get("rules")
+    if not isinstance(rules, list):
+        return  # not an array: parse_config says so
+    if len(rules) > WORKSPACE_MAX_RULES:
+        raise ConfigError(f"a workspace config may add at most {WORKSPACE_MAX_RULES} rules; "
+                          f"this one has {len(rules)}", file=source, key="[[rules]]")
+    for index, rule in enumerate(rules):
+        paths = rule.get("paths") if isinstance(rule, dict) else None
+        if isinstance(paths, list) and len(paths) > WORKSPACE_MAX_GLOBS_PER_RULE:
+            raise ConfigError(
+                f"a workspace rule may have at most {WORKSPACE_MAX_GLOBS_PER_RULE} globs; "
+                f"this one has {len(paths)}", file=source, key=f"[[rules]] #{index + 1} paths")
+
+
+def _refused(
+    data: dict[str, Any], workspace: str, base: str
+) -> tuple[list[str], dict[str, Any]]:
+    """("key: why" for each setting a workspace may never make, the data without them).
+    `[workspace] root` is compared as written (relative to `base`, the file's
+    directory) and never resolved: the host does not look at a path it names."""
     problems: list[str] = []
     kept: dict[str, Any] = {}
-    allowed_keys = {"workspace": ("root", "read_only"), "sandbox": ("require", "durability"),
+    allowed_keys = {"workspace": ("read_only",), "sandbox": ("require", "durability"),
                     "policy": tuple(POLICY_ORDER)}
     for name, value in data.items():
         if name not in NARROWING_SECTIONS:
@@ -138,7 +162,11 @@ def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
             continue
         kept[name] = {}
         for key, item in value.items():
-            if key in allowed_keys[name]:
+            if name == "workspace" and key == "root":
+                if not _names(item, base, workspace):
+                    problems.append("[workspace] root: only the workspace itself ('.') may be "
+                                    "named here")
+            elif key in allowed_keys[name]:
                 kept[name][key] = item
             elif name == "workspace" and key == "allowed_paths":
                 if item != []:
@@ -148,12 +176,17 @@ def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     return problems, kept
 
 
+def _names(root: object, base: str, workspace: str) -> bool:
+    """Whether `root`, as written in a file in `base`, names `workspace` (lexically)."""
+    if not isinstance(root, str) or not root or "\0" in root:
+        return False
+    return os.path.normpath(os.path.join(base, os.path.expanduser(root))) == workspace
+
+
 def _looser(data: dict[str, Any], local: Config, base: Config) -> list[str]:
     """"key: why" for each value of the workspace file looser than the operator's."""
     problems = []
     workspace = data.get("workspace", {})
-    if "root" in workspace and local.workspace != base.workspace:
-        problems.append(f"[workspace] root: {local.workspace} is not the workspace")
     if workspace.get("read_only") is False and base.policy.read_only:
         problems.append("[workspace] read_only = false: the operator's config sets true")
     for name in data.get("tools", {}):

@@ -324,13 +324,16 @@ class Root:
         else:
             return
         names = [] if base == "." else base.split("/")
+        on_the_way = []
         for name in parts[depth:]:
             if name == "..":
                 if names:
                     names.pop()
                 continue
             names.append(name)
-            through("/".join(names))
+            on_the_way.append("/".join(names))
+        for name in on_the_way:  # each decided with the path it leads to (the last)
+            through(name, on_the_way[-1])
 
     def _locked(
         self, *others: Root, exclusive: bool = False
