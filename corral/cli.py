@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from corral import __version__, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
 from corral.api import NO_ONE_TO_ASK, Sandbox
-from corral.config import Config, ConfigError
+from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, did_you_mean
 from corral.history.store import check_location
 from corral.mcp_core import Approve
@@ -103,6 +103,13 @@ def open_history_sandbox(args: argparse.Namespace) -> Sandbox:
     return Sandbox.from_config(config)
 
 
+def said_on_the_command_line(remedy: Remedy) -> str:
+    """A config error's fix in this face's words: its flags, not Python's calls."""
+    if remedy.where == "name_file":
+        return "To trust the file, name it with --config FILE"
+    return f"Set {', '.join(remedy.keys)} in a config passed with --config (or the user config)"
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -172,7 +179,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         check_history(config)
         problem = None
     except ConfigError as exc:
-        problem = f"error: {exc}"
+        problem = f"error: {exc.spelled(said_on_the_command_line)}"
         config = dataclasses.replace(
             config, history=dataclasses.replace(config.history, enabled=False))
     with Sandbox.from_config(config) as sandbox:
@@ -286,7 +293,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # so a bad command line or config fails here, in one line, before the protocol starts.
     config = effective_config(args)
     served = mcp_server.serve(
-        lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams()
+        lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams(),
+        said_on_the_command_line,
     )
     return EXIT_OK if served else EXIT_FAILED
 
@@ -535,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except ConfigError as exc:
+        print(f"corral: error: {exc.spelled(said_on_the_command_line)}", file=sys.stderr)
+        return EXIT_USAGE
     except (UsageError, CorralError, OSError, ValueError) as exc:
         print(f"corral: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -149,8 +149,10 @@ class Remedy:
     keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.where not in ("operator", "name_file"):
-            raise ValueError(f"Remedy.where must be 'operator' or 'name_file', not {self.where!r}")
+        if self.where not in ("operator", "name_file") or (self.where == "operator") != bool(
+                self.keys):
+            raise ValueError(f"Remedy({self.where!r}, {self.keys!r}): 'operator' names the keys "
+                             "to set, 'name_file' none")
 
 
 def any_face(remedy: Remedy) -> str:

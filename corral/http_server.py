@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from corral import jsonfast
-from corral.config import ConfigError
+from corral.config import ConfigError, Remedy
 from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
 from corral.pool import Pool
@@ -79,6 +79,16 @@ class HttpError(Exception):
         self.rpc = rpc  # a JSON-RPC error to send as the body, instead of plain text
 
 
+def said_to_a_tenant(remedy: Remedy) -> str:
+    """A config error's fix, said to a tenant's client: its settings are changed in
+    the tenant's config that the tenants file names, not on a command line."""
+    if remedy.where == "name_file":
+        return ("To trust the file, name it as the tenant's config (`config` in its "
+                "entry of the tenants file)")
+    return (f"Set {', '.join(remedy.keys)} in the tenant's own config (`config` in its entry "
+            "of the tenants file)")
+
+
 class TenantState:
     """A tenant's sessions and call threads; sandboxes come from the shared pool."""
 
@@ -98,7 +108,8 @@ class TenantState:
             config = operator_config(self.tenant.workspace, self.tenant.config)
             return self.pool.sandbox_from_config(config, approve=approve)
 
-        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False)
+        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False,
+                          say_remedy=said_to_a_tenant)
 
     def open(self) -> tuple[str, McpSession]:
         session = self.new_session()
