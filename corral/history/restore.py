@@ -16,8 +16,8 @@ import posixpath
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import TEMP_PREFIX, Root, Roots, content_version
-from corral.history.keeper import Keeper
+from corral.fs import TEMP_PREFIX, MoveGuard, Root, Roots, content_version
+from corral.history.keeper import Keeper, shown
 from corral.history.store import Store, id_pid, is_id
 from corral.policy import Policy, RootSpec
 
@@ -72,16 +72,33 @@ class Restorer:
     def check(self, record: Record, tool: str) -> None:
         """path_denied unless the policy lets `tool` write every path of the record."""
         for entry in record["entries"]:
-            spec = RootSpec(entry["root"], self.root(entry["root"]).mode)
-            if spec.mode != "rw":
+            root = self.root(entry["root"])
+            if root.mode != "rw":
                 raise CorralError("read_only", f"{entry['path']} lies in a read-only root.")
             for rel in (entry["rel"], *entry.get("made", ())):
-                decision = self.policy.decide(tool, spec, rel, write=True)
-                if decision.action == "deny":
-                    raise CorralError(
-                        "path_denied", f"{entry['path']} is denied by the policy.",
-                        rule=decision.rule,
-                    )
+                self._allowed(tool, root, rel)
+
+    def _allowed(self, tool: str, root: Root, rel: str) -> None:
+        """path_denied, naming the path and the rule, if the policy denies `tool`
+        writing `rel` (supervised is allowed: undo is the host's, not the model's)."""
+        decision = self.policy.decide(tool, RootSpec(root.path, root.mode), rel, write=True)
+        if decision.action == "deny":
+            path = shown(self.keeper.workspace, root, rel)
+            raise CorralError(
+                "path_denied", f"{path} is denied by the policy (rule {decision.rule}).",
+                rule=decision.rule,
+            )
+
+    def _moving(self, tool: str, src: Root, dst: Root) -> MoveGuard:
+        """Moving a directory back decides every entry beneath it at its old and its
+        new name, as move_file does (Root.rename walks it under the tree lock): what
+        was written into it since must not land at a name no tool may write."""
+
+        def entry(old: str, new: str) -> None:
+            self._allowed(tool, src, old)
+            self._allowed(tool, dst, new)
+
+        return MoveGuard(moved=entry)
 
     # -- reverting ------------------------------------------------------------
 
@@ -89,7 +106,7 @@ class Restorer:
         """Put every path of `record` back to its `before` state."""
         entries = record["entries"]
         if entries and entries[0]["kind"] == "move_from":
-            self._unmove(entries[0], entries[1])
+            self._unmove(entries[0], entries[1], record["tool"])
             return
         for entry in reversed(entries):
             self._put(entry, entry["before"])
@@ -132,10 +149,11 @@ class Restorer:
             with contextlib.suppress(CorralError):
                 root.rmdir(made, keep=self.keeper)
 
-    def _unmove(self, source: Entry, destination: Entry) -> None:
+    def _unmove(self, source: Entry, destination: Entry, tool: str) -> None:
         src_root, dst_root = self.root(source["root"]), self.root(destination["root"])
         if src_root.info(source["rel"]) is None:
-            dst_root.rename(destination["rel"], src_root, source["rel"], keep=self.keeper)
+            dst_root.rename(destination["rel"], src_root, source["rel"], keep=self.keeper,
+                            guard=self._moving(tool, dst_root, src_root))
         elif destination["before"] is None:
             raise CorralError("already_exists", f"{source['path']} exists again.")
         if destination["before"] is not None:
