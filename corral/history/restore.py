@@ -15,7 +15,7 @@ import os
 import posixpath
 from typing import Any
 
-from corral.errors import CorralError
+from corral.errors import CorralError, shown_path
 from corral.fs import TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
 from corral.history.store import Store, id_pid, is_id
@@ -282,7 +282,9 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
             target = record
             break
     if target is None:
-        raise CorralError("not_found", f"there is no recorded change of {path} to undo.")
+        raise CorralError(
+            "not_found", f"there is no recorded change of {shown_path(path)} to undo."
+        )
     restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target["id"])
     reasons: dict[str, str] = {}
     restored, conflicts = _revert_one(restorer, target, force, reasons)
