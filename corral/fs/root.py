@@ -521,7 +521,7 @@ class Root:
         its own). On any failure the temp file is removed, the target untouched.
         keep: records the replaced file (or its absence) as the new one lands."""
         made: list[str] = []
-        with self._locked() as lock, self._at(
+        with self._unmaking(made), self._locked() as lock, self._at(
             "write", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=make_parents, made=made,
         ) as t:
@@ -551,6 +551,25 @@ class Root:
                 ) from None
             return WriteOutcome(created=st is None, version=version)
 
+    @contextlib.contextmanager
+    def _unmaking(self, made: list[str]) -> Iterator[None]:
+        """A write or append that fails removes the directories it made on its way
+        (`made`, filled as it resolves), deepest first and only while empty: a failed
+        call leaves no trace. Under the tree lock exclusively, so no call of corral's
+        is between resolving a path through one of them and acting in it."""
+        try:
+            yield
+        except BaseException:
+            if made:
+                with self._locked(exclusive=True):
+                    for directory in reversed(made):
+                        try:
+                            with self._target(directory, follow=False) as t:
+                                os.rmdir(t.name(), dir_fd=t.dir_fd)
+                        except (OSError, CorralError):
+                            break  # not empty (or gone): the ones above it are not either
+            raise
+
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
         keep: Keep | None = None,
@@ -559,7 +578,7 @@ class Root:
         nlink > 1 with path_denied; too_large if the result would pass
         max_file_bytes. Returns the new size. keep: records the size before."""
         made: list[str] = []
-        with self._locked(), self._at(
+        with self._unmaking(made), self._locked(), self._at(
             "append", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=True, made=made,
         ) as t:
