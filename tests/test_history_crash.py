@@ -171,3 +171,75 @@ def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> Non
         setup.close()
     assert outcome["conflicts"] == [], outcome
     assert (workspace / "f.txt").read_bytes() == OLD
+
+
+def _die_mid_append() -> None:
+    """The append's write lands part-way, then the process dies (a kill -9 inside a
+    big write(2): the kernel stops between pages)."""
+    from corral.fs import _atomic
+
+    def torn(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 3])
+        os._exit(9)
+
+    _atomic.append_whole = torn  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_a_torn_append_is_cut_back_when_settled(tmp_path: Path, exists: bool) -> None:
+    """A writer killed inside its append left part of it: settling cuts the file
+    back to what it held (removes a file the append created, and the directories it
+    made), so history and tree agree and nothing half-written stays."""
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    target = workspace / "log.txt" if exists else workspace / "new" / "log.txt"
+    if exists:
+        target.write_bytes(OLD)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - dies inside the append
+        try:
+            _die_mid_append()
+            root = Root(str(workspace))
+            keep = Keeper(Store.open(str(store_dir)), root.path, "append_file")
+            root.append(str(target.relative_to(workspace)), NEW * 1000, max_file_bytes=1 << 20,
+                        keep=keep)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert target.exists() and target.stat().st_size not in (0, len(OLD))  # torn
+    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+    assert restore.settle(restorer, [pid]) == 1
+    assert store.listing().pending == [] and store.listing().records == []
+    if exists:
+        assert target.read_bytes() == OLD
+    else:
+        assert list(workspace.iterdir()) == []
+
+
+def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path) -> None:
+    """Cutting back would take a later append's bytes too: the torn one stays, and
+    its record goes (an undo of it would be a conflict)."""
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    (workspace / "log.txt").write_bytes(OLD)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - dies inside the append
+        try:
+            _die_mid_append()
+            root = Root(str(workspace))
+            keep = Keeper(Store.open(str(store_dir)), root.path, "append_file")
+            root.append("log.txt", NEW * 1000, max_file_bytes=1 << 20, keep=keep)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    root.append("log.txt", b"later\n", max_file_bytes=1 << 20,
+                keep=Keeper(store, root.path, "append_file"))
+    torn = (workspace / "log.txt").read_bytes()
+    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+    restore.settle(restorer, [pid])
+    assert (workspace / "log.txt").read_bytes() == torn
+    assert len(store.listing().records) == 1  # the later append's

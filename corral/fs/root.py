@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 from collections.abc import Callable, Collection, Iterator
@@ -128,6 +129,17 @@ def _kind(mode: int) -> str:
 
 
 _nothing = contextlib.nullcontext
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _same_file(a: os.stat_result, b: os.stat_result | None) -> bool:
+    return b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _guard(guard: Guard, rel: str) -> None:
@@ -596,6 +608,9 @@ class Root:
             ) else _nothing():
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
                 try:
+                    # appends of one file, and cutting a torn one back, go one at a time:
+                    # the size recorded before is the size this append starts at
+                    fcntl.flock(fd, fcntl.LOCK_EX)
                     st = os.fstat(fd)
                     _require_file(st)
                     if st.st_nlink > 1:
@@ -615,6 +630,34 @@ class Root:
                     return os.fstat(fd).st_size
                 finally:
                     os.close(fd)
+
+    def cut_back(self, rel: str, size: int | None, still: Callable[[], bool]) -> bool:
+        """Undo a torn append (its writer was killed inside it): the regular file
+        `rel` back to `size` bytes, or removed when the append created it (None).
+        Under the lock appends hold, and only if it is bigger than that and
+        `still()` (asked under the lock: no later change of it was recorded).
+        Returns whether it cut."""
+        with self._locked(), self._at(
+            "cut", rel, follow=False, guard=None, changes=True, named=True
+        ) as t:
+            name = t.name()
+            if t.st is None or not stat.S_ISREG(t.st.st_mode):
+                return False
+            fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=t.dir_fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                if st.st_nlink != 1 or st.st_size <= (size or 0) or not still():
+                    return False
+                os.ftruncate(fd, size or 0)
+                if size is None and _same_file(st, _lstat_at(t.dir_fd, name)):
+                    os.unlink(name, dir_fd=t.dir_fd)
+                if self.durable:
+                    os.fsync(fd)
+                return True
+            finally:
+                os.close(fd)
 
     def mkdir(
         self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep | None = None

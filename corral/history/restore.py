@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+from collections.abc import Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
@@ -142,12 +143,13 @@ class Restorer:
             root.rmdir(rel, keep=keep)
         root.write_atomic(rel, data, mode=state.get("mode"), keep=keep)
 
-    def _unmake(self, entry: Entry) -> None:
-        """Remove the directories the change made on its way, deepest first, if empty."""
+    def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
+        """Remove the directories the change made on its way, deepest first, if empty
+        (`recorded`: as changes of their own; not when the change itself never landed)."""
         root = self.root(entry["root"])
         for made in reversed(entry.get("made") or ()):
             with contextlib.suppress(CorralError):
-                root.rmdir(made, keep=self.keeper)
+                root.rmdir(made, keep=self.keeper if recorded else None)
 
     def _unmove(self, source: Entry, destination: Entry, tool: str) -> None:
         src_root, dst_root = self.root(source["root"]), self.root(destination["root"])
@@ -158,6 +160,32 @@ class Restorer:
             raise CorralError("already_exists", f"{source['path']} exists again.")
         if destination["before"] is not None:
             self._put(destination, destination["before"])
+
+    def _cut_back(self, entry: Entry, record_id: str) -> None:
+        """An append its writer was killed inside left part of its bytes: cut the file
+        back to its size before (remove it, and the directories made for it, if the
+        append created it), unless a later change of it was recorded (cutting would
+        take that change's bytes too: then the torn part stays, a conflict to undo)."""
+        root, rel = self.root(entry["root"]), entry["rel"]
+        size = None if entry["before"] is None else entry["before"]["size"]
+
+        def untouched_since() -> bool:
+            return not any(
+                (e["root"], e["rel"]) == (entry["root"], rel)
+                for record in self._records_after(record_id) for e in record["entries"]
+            )
+
+        if root.cut_back(rel, size, untouched_since) and size is None:
+            self._unmake(entry, recorded=False)
+
+    def _records_after(self, record_id: str) -> Iterator[Record]:
+        """Every record (committed or pending) written after `record_id`."""
+        listing = self.store.listing()
+        for pending, ids in ((False, listing.records), (True, listing.pending)):
+            for later in ids:
+                if later > record_id and (record := self.store.record(
+                        later, pending=pending)) is not None:
+                    yield record
 
     @staticmethod
     def _temp_of(root: Root, rel: str, pid: int) -> str | None:
@@ -182,9 +210,15 @@ class Restorer:
 
     # -- settle -------------------------------------------------------------
 
-    def landed(self, entry: Entry, pid: int) -> bool:
-        """Did the change of a pending entry land (its writer, `pid`, died mid-call)?"""
-        kind, before = entry["kind"], entry["before"]
+    def landed(self, entry: Entry, record_id: str) -> bool:
+        """Did the change of a pending entry land (its writer died mid-call)? A torn
+        append is cut back first: it did not land."""
+        kind, before, pid = entry["kind"], entry["before"], id_pid(record_id)
+        if kind == "append":
+            if self.matches(entry, entry["after"]):
+                return True
+            self._cut_back(entry, record_id)
+            return False
         if kind in ("replace", "remove") and before is not None:
             if _exists(self.store, before.get("blob")):
                 return True
@@ -227,7 +261,7 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             settled += 1
             continue
         try:
-            landed = all(restorer.landed(e, id_pid(record_id)) for e in record["entries"])
+            landed = all(restorer.landed(e, record_id) for e in record["entries"])
         except CorralError:
             landed = True  # cannot tell: keep it; an undo will call it a conflict
         if landed:
