@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
 from corral.fs import TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
-from corral.history.store import Store, id_pid, is_id
+from corral.history.store import Store, id_pid, is_id, new_id
 from corral.policy import Policy, RootSpec
 
 Entry = dict[str, Any]
@@ -156,8 +157,9 @@ class Restorer:
         if src_root.info(source["rel"]) is None:
             dst_root.rename(destination["rel"], src_root, source["rel"], keep=self.keeper,
                             guard=self._moving(tool, dst_root, src_root))
-        elif destination["before"] is None:
+        elif destination["before"] is None and dst_root.info(destination["rel"]) is not None:
             raise CorralError("already_exists", f"{source['path']} exists again.")
+        # (else moved back already, by an undo a kill cut short: it passed the checks)
         if destination["before"] is not None:
             self._put(destination, destination["before"])
 
@@ -188,15 +190,30 @@ class Restorer:
                     yield record
 
     @staticmethod
-    def _temp_of(root: Root, rel: str, pid: int) -> str | None:
-        """The temp file a writer `pid` left beside `rel` (an atomic write swapped in,
-        the old file not yet taken into the store), if there is one."""
+    def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
+        """The temp files a writer `pid` left beside `rel` (e.g. an atomic write
+        swapped in, the old file not yet taken into the store)."""
         parent = posixpath.dirname(rel) or "."
         prefix = f"{TEMP_PREFIX}{pid}-"
-        for entry in root.scandir(parent):
-            if entry.path.startswith(prefix) and entry.type == "file":
-                return posixpath.join(parent, entry.path) if parent != "." else entry.path
-        return None
+        try:
+            found = root.scandir(parent)
+        except CorralError:  # the directory is gone: so are they
+            return []
+        return [posixpath.join(parent, entry.path) if parent != "." else entry.path
+                for entry in found if entry.path.startswith(prefix) and entry.type == "file"]
+
+    def _temp_of(self, root: Root, rel: str, pid: int) -> str | None:
+        temps = self._temps_of(root, rel, pid)
+        return temps[0] if temps else None
+
+    def forget_temps(self, record: Record, pid: int) -> None:
+        """Remove the temp files the dead writer `pid` of `record` left beside its
+        paths, once the record is settled: any writer's, undo's and rewind's too."""
+        for entry in record["entries"]:
+            with contextlib.suppress(CorralError):
+                root = self.root(entry["root"])
+                for temp in self._temps_of(root, entry["rel"], pid):
+                    root.unlink(temp)
 
     def _blob(self, blob: str) -> bytes:
         fd = self.store.open_blob(blob)
@@ -219,16 +236,21 @@ class Restorer:
                 return True
             self._cut_back(entry, record_id)
             return False
-        if kind in ("replace", "remove") and before is not None:
-            if _exists(self.store, before.get("blob")):
-                return True
-            if kind == "remove":
-                return self.matches(entry, None)
+        # Where the store is on another mount the old file is copied into its blob
+        # before the change: a blob, even a whole one, does not say the change
+        # landed. The tree does.
+        if kind == "remove":
+            return self.matches(entry, None)
+        if kind == "replace" and before is not None:
+            if not self.matches(entry, entry["after"]):
+                return False
             root = self.root(entry["root"])
             temp = self._temp_of(root, entry["rel"], pid)
-            if temp is None or not self.matches(entry, entry["after"]):
-                return False
-            # swapped in, the old file not yet taken: take it now (a copy)
+            if temp is None:
+                return _exists(self.store, before.get("blob"))
+            # swapped in, the old file (left in the temp) not yet wholly taken: take it
+            # now, over a copy the kill cut short
+            self.store.remove_blob(before["blob"])
             self.store.stash_bytes(before["blob"], root.read_bytes(
                 temp, max_file_bytes=self.max_file_bytes))
             root.unlink(temp)
@@ -268,6 +290,7 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             restorer.store.commit(record_id)
         else:
             restorer.store.drop(record_id)
+        restorer.forget_temps(record, id_pid(record_id))
         settled += 1
     return settled
 
@@ -302,13 +325,22 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
          force: bool) -> dict[str, Any]:
     keys = _key_of(roots, path)
     undone = set()
+    # the changes of an undo killed before it finished, by the change it was undoing:
+    # (root, rel) -> its newest entry there
+    begun: dict[str, dict[tuple[str, str], Entry]] = {}
     target = None
-    # An undo's record cancels the change it reverted: undo after undo steps further
-    # back. A rewind's records are changes like a tool's: undo after a rewind takes
-    # back the rewind's change of that path (as it was before the rewind).
+    # An undo cancels the change it reverted once it has finished (its last record
+    # says so: DONE): undo after undo steps further back. A rewind's records are
+    # changes like a tool's: undo after a rewind takes back the rewind's change of
+    # that path (as it was before the rewind).
     for record in store.records():
         if record.get("undoes"):
-            undone.add(record["undoes"])
+            if record.get(DONE) or not record["entries"]:  # (no DONE: written before it)
+                undone.add(record["undoes"])
+            elif record["undoes"] not in undone:
+                steps = begun.setdefault(record["undoes"], {})
+                for entry in record["entries"]:
+                    steps.setdefault((entry["root"], entry["rel"]), entry)
             continue
         if record["id"] in undone:
             continue
@@ -320,10 +352,27 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
             "not_found", f"there is no recorded change of {shown_path(path)} to undo."
         )
     restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target["id"])
+    # resuming an undo a kill cut short: a path it already put back is as it left it
+    resumed = {key for key, step in begun.get(target["id"], {}).items()
+               if restorer.matches(step, step["after"])}
     reasons: dict[str, str] = {}
-    restored, conflicts = _revert_one(restorer, target, force, reasons)
+    restored, conflicts = _revert_one(restorer, target, force, reasons, resumed)
+    if restored and not conflicts:
+        _finished(store, target["id"])
     return {"restored": restored, "conflicts": conflicts, "undone": target["id"],
             "reasons": reasons, "records": restorer.keeper.ids}
+
+
+DONE = "done"
+
+
+def _finished(store: Store, undone: str) -> None:
+    """The undo of `undone` is whole: a record without entries says so. Until it is
+    written, undo of the same path resumes that undo instead of stepping back."""
+    record_id = new_id()
+    store.write_pending({"id": record_id, "time": time.time(), "tool": "undo",
+                         "pid": os.getpid(), "entries": [], "undoes": undone, DONE: True})
+    store.commit(record_id)
 
 
 def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
