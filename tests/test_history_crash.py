@@ -5,6 +5,7 @@ short version of scripts/crash_history.py (kill -9 of a worker and of a host).""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
 import os
 import random
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from history_helpers import snapshot
 
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
@@ -243,3 +245,78 @@ def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path) -> None
     restore.settle(restorer, [pid])
     assert (workspace / "log.txt").read_bytes() == torn
     assert len(store.listing().records) == 1  # the later append's
+
+
+def _fs_calls_die_at(n: int, exdev: bool) -> None:
+    """In a forked child: the n-th of the file-system calls a restore makes kills
+    the process; with `exdev`, the store is another mount (as in a worker's mount
+    namespace): a rename into it fails EXDEV, so what is kept is copied."""
+    count = [0]
+    for module, name in ((os, "rename"), (os, "unlink"), (os, "rmdir"), (os, "mkdir"),
+                         (os, "write"), (os, "open"), (keeper_module, "renameat2")):
+        real = getattr(module, name)
+
+        def dying(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                os._exit(9)
+            return _real(*args, **kwargs)
+
+        setattr(module, name, dying)
+    if exdev:
+        counted = os.rename
+
+        def rename(src: str, dst: str, *, src_dir_fd: int | None = None,
+                   dst_dir_fd: int | None = None) -> None:
+            if src_dir_fd != dst_dir_fd:
+                raise OSError(errno.EXDEV, "another mount")
+            counted(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+        os.rename = rename  # type: ignore[assignment]
+
+
+def _restore_scene(base: Path) -> tuple[Root, Store, str, dict[str, Any]]:
+    """A tree, a checkpoint, changes of every kind after it; and the tree as it was."""
+    workspace, store_dir = base / "ws", base / "store"
+    (workspace / "d").mkdir(parents=True)
+    store_dir.mkdir()
+    (workspace / "a.txt").write_bytes(OLD)
+    (workspace / "log.txt").write_bytes(OLD)
+    (workspace / "gone.txt").write_bytes(OLD)
+    (workspace / "d" / "x.txt").write_bytes(OLD)
+    root, store = Root(str(workspace), durable=False), Store.open(str(store_dir))
+    at_checkpoint = snapshot(workspace)
+    cp = store.checkpoint(None)
+    root.write_atomic("a.txt", NEW, keep=Keeper(store, root.path, "write_file"))
+    root.write_atomic("new/deep/n.txt", NEW, keep=Keeper(store, root.path, "write_file"))
+    root.append("log.txt", NEW, max_file_bytes=1 << 20, keep=Keeper(store, root.path, "append"))
+    root.rename("d", root, "e", keep=Keeper(store, root.path, "move_file"))
+    root.unlink("gone.txt", keep=Keeper(store, root.path, "delete_file"))
+    return root, store, cp, at_checkpoint
+
+
+@pytest.mark.parametrize("exdev", [False, True])
+def test_a_rewind_killed_at_any_step_then_run_again_gives_the_checkpoint(
+    tmp_path: Path, exdev: bool
+) -> None:
+    """Killed at the n-th file-system call, for every n until one run finishes: once
+    settled, no temp file is left, and the same rewind again gives the checkpoint."""
+    for n in range(1, 500):
+        base = tmp_path / str(n)
+        root, store, cp, at_checkpoint = _restore_scene(base)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - dies at the n-th call, or finishes
+            _fs_calls_die_at(n, exdev)
+            restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"), [pid])
+        tree = snapshot(base / "ws")
+        assert [p for p in tree if ".corral-tmp-" in p] == [], n
+        if os.waitstatus_to_exitcode(status) == 0:
+            break
+        again = restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
+        assert again["conflicts"] == [], (n, again)
+        assert snapshot(base / "ws") == at_checkpoint, n
+    else:
+        pytest.fail("the rewind never finished")
