@@ -106,6 +106,10 @@ class Restorer:
 
     def revert(self, record: Record) -> None:
         """Put every path of `record` back to its `before` state."""
+        for part in record.get("parts", ()):  # several undone as one (_joined)
+            self.revert(part)
+        if "parts" in record:
+            return
         entries = record["entries"]
         if entries and entries[0]["kind"] == "move_from":
             self._unmove(entries[0], entries[1], record["tool"])
@@ -333,7 +337,8 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     # says so: DONE): undo after undo steps further back. A rewind's records are
     # changes like a tool's: undo after a rewind takes back the rewind's change of
     # that path (as it was before the rewind).
-    for record in store.records():
+    records = list(store.records())
+    for record in records:
         if record.get("undoes"):
             if record.get(DONE) or not record["entries"]:  # (no DONE: written before it)
                 undone.add(record["undoes"])
@@ -351,19 +356,33 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
         raise CorralError(
             "not_found", f"there is no recorded change of {shown_path(path)} to undo."
         )
+    # a change recorded as several (a move between roots: a copy, then a delete) is
+    # undone whole, newest first
+    whole = [r for r in records if r.get("group") == target["group"] and r["id"] not in undone
+             and not r.get("undoes")] if target.get("group") else [target]
     restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target["id"])
     # resuming an undo a kill cut short: a path it already put back is as it left it
     resumed = {key for key, step in begun.get(target["id"], {}).items()
                if restorer.matches(step, step["after"])}
     reasons: dict[str, str] = {}
-    restored, conflicts = _revert_one(restorer, target, force, reasons, resumed)
+    restored, conflicts = _revert_one(restorer, _joined(whole), force, reasons, resumed)
     if restored and not conflicts:
-        _finished(store, target["id"])
+        for record in whole:
+            _finished(store, record["id"])
     return {"restored": restored, "conflicts": conflicts, "undone": target["id"],
             "reasons": reasons, "records": restorer.keeper.ids}
 
 
 DONE = "done"
+
+
+def _joined(records: list[Record]) -> Record:
+    """Records undone as one: checked together, reverted newest first (`records`
+    is newest first)."""
+    if len(records) == 1:
+        return records[0]
+    return {**records[-1], "entries": [e for r in reversed(records) for e in r["entries"]],
+            "parts": records}
 
 
 def _finished(store: Store, undone: str) -> None:
