@@ -138,6 +138,15 @@ def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
+def _has_entries(dir_fd: int, name: str) -> bool:
+    fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as found:
+            return next(found, None) is not None
+    finally:
+        os.close(fd)
+
+
 def _same_file(a: os.stat_result, b: os.stat_result | None) -> bool:
     return b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
@@ -711,7 +720,11 @@ class Root:
     def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
         """Remove an empty directory (undo of a create_directory); a non-empty one
         fails io_error, anything else not_a_directory."""
-        with self._at("rmdir", rel, follow=False, guard=guard, changes=True, named=True) as t:
+        # with keep, exclusively: the keeper renames the directory away (into the store)
+        # and no call of corral's may add a name in it between the check and that
+        with self._locked(exclusive=True) if keep is not None else _nothing(), self._at(
+            "rmdir", rel, follow=False, guard=guard, changes=True, named=True
+        ) as t:
             name = t.name()
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
@@ -719,8 +732,10 @@ class Root:
                 raise OSError(errno.ENOTDIR, "not a directory")
             if keep is None:
                 os.rmdir(name, dir_fd=t.dir_fd)
-            else:
-                keep.remove(self, t.rel, t.dir_fd, name, t.st)
+                return
+            if _has_entries(t.dir_fd, name):  # a rename would take them along
+                raise OSError(errno.ENOTEMPTY, "not empty")
+            keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
