@@ -294,7 +294,8 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             restorer.store.commit(record_id)
         else:
             restorer.store.drop(record_id)
-        restorer.forget_temps(record, id_pid(record_id))
+        if pids is not None:  # its writer is known dead: nothing writes those temps now
+            restorer.forget_temps(record, id_pid(record_id))
         settled += 1
     return settled
 
@@ -340,7 +341,7 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     records = list(store.records())
     for record in records:
         if record.get("undoes"):
-            if record.get(DONE) or not record["entries"]:  # (no DONE: written before it)
+            if record.get(DONE):
                 undone.add(record["undoes"])
             elif record["undoes"] not in undone:
                 steps = begun.setdefault(record["undoes"], {})
