@@ -338,8 +338,10 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     # says so: DONE): undo after undo steps further back. A rewind's records are
     # changes like a tool's: undo after a rewind takes back the rewind's change of
     # that path (as it was before the rewind).
-    records = list(store.records())
+    seen: list[Record] = []
+    records = store.records()
     for record in records:
+        seen.append(record)
         if record.get("undoes"):
             if record.get(DONE):
                 undone.add(record["undoes"])
@@ -357,10 +359,7 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
         raise CorralError(
             "not_found", f"there is no recorded change of {shown_path(path)} to undo."
         )
-    # a change recorded as several (a move between roots: a copy, then a delete) is
-    # undone whole, newest first
-    whole = [r for r in records if r.get("group") == target["group"] and r["id"] not in undone
-             and not r.get("undoes")] if target.get("group") else [target]
+    whole = _group_of(target, seen, records, undone)
     restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target["id"])
     # resuming an undo a kill cut short: a path it already put back is as it left it
     resumed = {key for key, step in begun.get(target["id"], {}).items()
@@ -375,6 +374,22 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
 
 
 DONE = "done"
+
+
+def _group_of(target: Record, seen: list[Record], older: Iterator[Record],
+              undone: set[str]) -> list[Record]:
+    """A change recorded as several (a move between roots: a copy, then a delete) is
+    undone whole: the records of `target`'s group not undone yet, newest first. Their
+    ids all follow the group's own; `older` goes on from where the search stopped."""
+    group = target.get("group")
+    if group is None:
+        return [target]
+    for record in older:
+        if record["id"] < group:
+            break
+        seen.append(record)
+    return [r for r in seen if r.get("group") == group and r["id"] not in undone
+            and not r.get("undoes")]
 
 
 def _joined(records: list[Record]) -> Record:
