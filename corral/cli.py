@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from corral import __version__, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
-from corral.api import NO_ONE_TO_ASK, Sandbox
+from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, did_you_mean
 from corral.history.store import check_location
@@ -75,10 +75,15 @@ def loaded_config(args: argparse.Namespace) -> Config:
 
 
 def check_history(config: Config) -> None:
-    """ConfigError if the history store would lie inside a root (e.g. the home
-    folder as the workspace holds the default store), before anything starts."""
-    if config.history.enabled:
+    """ConfigError if the store the operator named would lie inside a root, before
+    anything starts (the default store there turns history off: see api.py)."""
+    if config.history.enabled and config.history.path is not None:
         check_location(config.history.path, [root.path for root in config.roots])
+
+
+def history_off(config: Config) -> str | None:
+    """Why history will be off for this config: the default store inside a root."""
+    return default_store_inside(config.history, [root.path for root in config.roots])
 
 
 def effective_config(args: argparse.Namespace) -> Config:
@@ -100,6 +105,8 @@ def open_history_sandbox(args: argparse.Namespace) -> Sandbox:
         raise CorralError(
             "tool_disabled", f"{args.command}: history is off for this workspace "
             "([history] enabled = false), so nothing is recorded to list, undo or rewind.")
+    if (why := history_off(config)) is not None:
+        raise CorralError("tool_disabled", f"{args.command}: {why}.")
     return Sandbox.from_config(config)
 
 
@@ -175,14 +182,17 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
 def cmd_doctor(args: argparse.Namespace) -> int:
     kernel = probe()
     config = loaded_config(args)
+    history = history_off(config)  # said here, not warned again by the sandbox
     try:  # a store the sandbox refuses is a finding: report it, probe a worker without it
         check_history(config)
         problem = None
     except ConfigError as exc:
-        problem = f"error: {exc.spelled(said_on_the_command_line)}"
+        problem = history = f"error: {exc.spelled(said_on_the_command_line)}"
+    if history is not None:
         config = dataclasses.replace(
             config, history=dataclasses.replace(config.history, enabled=False))
     with Sandbox.from_config(config) as sandbox:
+        history = history or sandbox.history_off or "on"
         worker = sandbox.confinement
         workspace = sandbox.roots[0].path
         policy = policy_lines(sandbox)
@@ -194,12 +204,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "verdict": found, "kernel": kernel, "worker": worker,
             "missing": missing, "config": config.source,
             "workspace_config": config.narrowed_by, "policy": policy_data,
+            "history": history,
         })
     else:
         print(found)
         print(f"config: {config.source or 'none (the built-in defaults)'}")
         if config.narrowed_by:
             print(f"narrowed by: {config.narrowed_by} (the workspace's own, untrusted)")
+        print(f"history: {history}")
         print("policy in effect:")
         print("\n".join(policy))
         print("the kernel offers:")
