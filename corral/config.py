@@ -4,7 +4,8 @@ Strict: an unknown section or key, a wrong type, a bad enum value, an invalid
 glob or regex, a missing or system root all raise ConfigError naming the file,
 the key and what is allowed. Relative paths are taken from the directory of the
 config file. Roots are resolved to real paths here (the one place allowed to
-look at the file system before the sandbox exists).
+look at the file system before the sandbox exists). What each key is, its
+default and how it is checked come from the key table, corral.config_keys.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ WORKSPACE_CONFIG_MAX_BYTES = 64 * 1024
 # call is checked against its rules, and the shared zygote compiles them.
 WORKSPACE_MAX_RULES = 64
 WORKSPACE_MAX_GLOBS_PER_RULE = 16
+
 
 def _check_fields(value: object, section: str) -> None:
     """Value types check themselves, by the key table: Limits(max_file_bytes=-5) is
