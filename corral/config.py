@@ -131,6 +131,8 @@ class Config:
     source: str | None = None  # the operator's file this came from
     narrowed_by: str | None = None  # the workspace's own corral.toml, applied on top
     history: HistoryOptions = field(default_factory=HistoryOptions)
+    audit_key_file: str | None = None  # absolute; None: the chain is plain SHA-256
+    audit_max_bytes: int | None = None  # None: the log is never rotated
 
     @property
     def roots(self) -> tuple[RootSpec, ...]:
@@ -436,7 +438,8 @@ class _Parser:
         root, read_only, specs = workspace["root"], workspace["read_only"], workspace[
             "allowed_paths"]
         real, others = resolve_roots(root, specs, read_only=read_only, source=self.source)
-        audit_path = self.audit(data)
+        audit = self.section(data, "audit")
+        audit_path = audit.get("path")
         # No tool may rewrite the policy it runs under or the log of what it did.
         protected = tuple(os.path.realpath(p) for p in (self.source, audit_path) if p)
         return Config(
@@ -448,6 +451,8 @@ class _Parser:
             audit_path=audit_path,
             source=self.source,
             history=HistoryOptions(**self.section(data, "history")),
+            audit_key_file=audit.get("key_file"),
+            audit_max_bytes=audit.get("max_bytes"),
         )
 
     def section(self, data: dict[str, Any], name: str, defaults: bool = False) -> dict[str, Any]:
@@ -554,7 +559,3 @@ class _Parser:
         if not isinstance(value, list):
             raise self.fail(key, f"expected an array, got {_type_name(value)}")
         return value
-
-    def audit(self, data: dict[str, Any]) -> str | None:
-        path: str | None = self.section(data, "audit").get("path")
-        return path
