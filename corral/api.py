@@ -18,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from corral.audit import Audit, AuditSettings
+from corral.audit import Audit
 from corral.config import (
+    AuditOptions,
     Config,
     ConfigError,
     HistoryOptions,
@@ -89,7 +90,7 @@ def _start_executor(
     return Broker(roots, limits, policy, options, history)
 
 
-def _open_audit(audit: str | os.PathLike[str] | Audit | AuditSettings | None,
+def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
                 roots: Sequence[str]) -> tuple[Audit | None, bool]:
     """(the audit log, whether this sandbox owns it and closes it). Its key must lie
     outside every root: a worker may read anything in one."""
@@ -97,7 +98,9 @@ def _open_audit(audit: str | os.PathLike[str] | Audit | AuditSettings | None,
         return None, False
     if isinstance(audit, Audit):
         opened, owned = audit, False
-    elif isinstance(audit, AuditSettings):
+    elif isinstance(audit, AuditOptions):
+        if audit.path is None:
+            return None, False
         opened = Audit(audit.path, key_file=audit.key_file, max_bytes=audit.max_bytes)
         owned = True
     else:
@@ -129,7 +132,7 @@ class _BaseSandbox:
         limits: Limits | None = None,
         workers: int | None = None,
         approve: Approve | None = None,
-        audit: str | os.PathLike[str] | Audit | AuditSettings | None = None,
+        audit: str | os.PathLike[str] | Audit | AuditOptions | None = None,
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
@@ -460,7 +463,7 @@ def _config_arguments(
         "limits": config.limits,
         "options": config.sandbox,
         "allowed_paths": config.allowed_paths,
-        "audit": AuditSettings(config.audit_path, config.audit_key_file, config.audit_max_bytes)
+        "audit": AuditOptions(config.audit_path, config.audit_key_file, config.audit_max_bytes)
         if config.audit_path else None,
         "history": config.history,
     }

@@ -38,7 +38,6 @@ import stat
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,15 +69,6 @@ TAIL_CHUNK = 64 * 1024
 
 class AuditError(RuntimeError):
     """The audit log cannot be opened or written; names the file and the reason."""
-
-
-@dataclass(frozen=True)
-class AuditSettings:
-    """What to open: Sandbox(audit=AuditSettings(...)) opens it and closes it."""
-
-    path: str
-    key_file: str | None = None  # HMAC-SHA256 key; None: plain SHA-256
-    max_bytes: int | None = None  # rotate past this size; None: never
 
 
 class Chain:

@@ -61,6 +61,8 @@ def _check_fields(value: object, section: str) -> None:
     refused where it is made, not when a call first trips over it."""
     for key in section_keys(section):
         field_value = getattr(value, key.name)
+        if field_value is None and key.default is None:  # "none": the setting is off
+            continue
         what = f"{type(value).__name__}.{key.name}"
         if key.kind == "int" and (isinstance(field_value, bool) or not isinstance(
                 field_value, int) or field_value < 1):
@@ -118,6 +120,19 @@ class HistoryOptions:
 
     def __post_init__(self) -> None:
         _check_fields(self, "history")
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """[audit]: the tamper-evident log; Sandbox(audit=AuditOptions(...)) opens it
+    and closes it. Each field's default and meaning: config_keys.KEYS."""
+
+    path: str | None = default("audit", "path")
+    key_file: str | None = default("audit", "key_file")
+    max_bytes: int | None = default("audit", "max_bytes")
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "audit")
 
 
 @dataclass(frozen=True)
