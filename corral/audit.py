@@ -65,10 +65,18 @@ MAX_KEY_BYTES = 4096
 # open the log because it lies inside a root) must not hang every call.
 LOCK_WAIT_S = 10.0
 TAIL_CHUNK = 64 * 1024
+# The longest last line a writer reads back. corral's records are far shorter; a
+# longer tail was put there by something else (a process that can write the file),
+# and reading it whole at each record would let that make every call slow.
+MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
 class AuditError(RuntimeError):
     """The audit log cannot be opened or written; names the file and the reason."""
+
+
+class LineTooLong(Exception):
+    """The end of a log has a line longer than MAX_LINE_BYTES."""
 
 
 class Chain:
@@ -130,6 +138,8 @@ def last_line(fd: int, size: int) -> tuple[bytes | None, bytes]:
     bytes after the last newline: a line a crash left half-written, or b"")."""
     end, chunk = size, b""
     while end > 0:
+        if len(chunk) > MAX_LINE_BYTES:
+            raise LineTooLong(len(chunk))
         start = max(0, end - TAIL_CHUNK)
         chunk = os.pread(fd, end - start, start) + chunk
         end = start
@@ -139,6 +149,8 @@ def last_line(fd: int, size: int) -> tuple[bytes | None, bytes]:
         torn = chunk[cut + 1:]
         before = chunk.rfind(b"\n", 0, cut)
         while before < 0 and end > 0:  # the last whole line starts in an earlier chunk
+            if len(chunk) > MAX_LINE_BYTES:
+                raise LineTooLong(len(chunk))
             start = max(0, end - TAIL_CHUNK)
             grown = os.pread(fd, end - start, start)
             chunk, cut, end = grown + chunk, cut + len(grown), start
@@ -280,7 +292,8 @@ class Audit:
             self._reopen()
 
     def _rotated_away(self, fd: int) -> bool:
-        """Whether another writer rotated this file: it now lies at the newest PATH.N."""
+        """Whether another writer rotated this file: it now lies at a PATH.N (any N:
+        the file may have rotated again while this writer waited for its lock)."""
         mine = os.fstat(fd)
         try:
             there = os.stat(self.path, follow_symlinks=False)
@@ -288,11 +301,12 @@ class Audit:
                 return False
         except FileNotFoundError:
             pass
-        names = rotated(self.path)
-        if not names:
-            return False
-        newest = os.stat(names[-1], follow_symlinks=False)
-        return (newest.st_dev, newest.st_ino) == (mine.st_dev, mine.st_ino)
+        for name in reversed(rotated(self.path)):
+            with contextlib.suppress(FileNotFoundError):
+                other = os.stat(name, follow_symlinks=False)
+                if (other.st_dev, other.st_ino) == (mine.st_dev, mine.st_ino):
+                    return True
+        return False
 
     def _reopen(self) -> None:
         assert self._fd is not None
@@ -317,6 +331,10 @@ class Audit:
             return self._tail(fd, size)
         except OSError as exc:
             raise AuditError(f"cannot read audit log {self.path}: {exc.strerror}") from None
+        except LineTooLong as exc:
+            raise AuditError(f"cannot write audit log {self.path}: its last line is over "
+                             f"{exc.args[0]} bytes, not a record corral wrote; move the file "
+                             "aside and check it with corral audit verify") from None
 
     def _tail(self, fd: int, size: int) -> tuple[str, bytes]:
         """(prev for the next record, a half-written line at the end or b"")."""
