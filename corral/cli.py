@@ -542,27 +542,24 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def add_audit(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
     audit = commands.add_parser(
-        "audit", help="check the audit log's chain",
-        description="Work with the tamper-evident audit log ([audit] in corral.toml).",
+        "audit", parents=common, help="check the audit log's chain",
+        description="verify: check that every record's prev matches the line before it, "
+        "across the rotated files PATH.1, PATH.2, ... and PATH. Prints `ok N records` and "
+        "the chain's head (exit 0), or `broken: FILE:LINE: why` for the first broken line "
+        "(exit 1).",
     )
-    actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
-    verify = actions.add_parser(
-        "verify", parents=common, help="check the chain of a log and its rotated files",
-        description="Check that every record's prev matches the line before it, across the "
-        "rotated files PATH.1, PATH.2, ... and PATH. Prints `ok N records` and the chain's "
-        "head (exit 0), or `broken: FILE:LINE: why` for the first broken line (exit 1).",
-    )
-    verify.add_argument("path", metavar="PATH", nargs="?",
-                        help="the log (default: [audit] path of the config); a rotated "
-                        "file PATH.N alone is checked alone")
-    verify.add_argument("--key", metavar="FILE",
-                        help="the HMAC key file (default: [audit] key_file of the config)")
-    verify.add_argument("--head", metavar="DIGEST",
-                        help="a head printed before: it must still be in the chain (records "
-                        "removed from the end are found only this way)")
-    verify.add_argument("--continues", action="store_true",
-                        help="the oldest file continues a chain whose earlier files are gone")
-    verify.set_defaults(run=cmd_audit_verify)
+    audit.add_argument("action", choices=["verify"], help="what to do (verify)")
+    audit.add_argument("path", metavar="PATH", nargs="?",
+                       help="the log (default: [audit] path of the config); a rotated "
+                       "file PATH.N alone is checked alone")
+    audit.add_argument("--key", metavar="FILE",
+                       help="the HMAC key file (default: [audit] key_file of the config)")
+    audit.add_argument("--head", metavar="DIGEST",
+                       help="a head printed before: it must still be in the chain (records "
+                       "removed from the end are found only this way)")
+    audit.add_argument("--continues", action="store_true",
+                       help="the oldest file continues a chain whose earlier files are gone")
+    audit.set_defaults(run=cmd_audit_verify)
 
 
 def add_history(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
