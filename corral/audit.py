@@ -251,8 +251,10 @@ class Audit:
                 size = os.fstat(fd).st_size
                 prev, torn = self._read_tail(fd, size)
                 # A torn line is closed in its own file first: a rotated file ends whole.
+                # the line: body, ',"prev":"', a digest, '"}' and a newline
+                length = len(body) + len(self.chain.genesis) + 12
                 if self.max_bytes is not None and not torn and size > 0 and (
-                        size + len(body) > self.max_bytes):
+                        size + length > self.max_bytes):
                     fd = self._rotate(fd)
                     size = os.fstat(fd).st_size
                     prev, torn = self._read_tail(fd, size)

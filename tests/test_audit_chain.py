@@ -119,6 +119,7 @@ def test_rotation_carries_the_chain_across_files(tmp_path: Path) -> None:
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len(names) > 3 and names[0] == "log.jsonl"
     assert all(p.stat().st_size <= 1200 for p in tmp_path.iterdir())
+    assert all(p.stat().st_size > 1200 - 300 for p in tmp_path.iterdir() if p != log)
     verdict = check(log)
     assert verdict.ok and verdict.records == 30
     # the newest rotated file's last line is what the live file's first record chains

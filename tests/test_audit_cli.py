@@ -104,14 +104,14 @@ def test_the_config_keys_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path
     key.chmod(0o600)
     config = tmp_path / "corral.toml"
     config.write_text(f'[workspace]\nroot = "{workspace}"\n[audit]\npath = "logs/audit.jsonl"\n'
-                      f'key_file = "{key}"\nmax_bytes = 1500\n')
+                      f'key_file = "{key}"\nmax_bytes = 1000\n')
     (tmp_path / "logs").mkdir()
-    for n in range(8):
+    for n in range(4):
         assert run(capsys, "call", "--config", str(config), "--json", "write_file",
                    f'{{"path": "f{n}.txt", "content": "x"}}')[0] == 0
     assert (tmp_path / "logs" / "audit.jsonl.1").exists()
     code, out, _ = run(capsys, "audit", "verify", "--config", str(config))
-    assert code == 0 and out.startswith("ok 8 records\nhead hmac-sha256:")
+    assert code == 0 and out.startswith("ok 4 records\nhead hmac-sha256:")
     code, out, _ = run(capsys, "audit", "verify", str(tmp_path / "logs" / "audit.jsonl"))
     assert code == 1 and "pass the key file" in out  # a PATH given: no key from the config
 
