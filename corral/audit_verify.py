@@ -47,14 +47,12 @@ def log_set(path: str) -> list[str]:
 
 
 def _lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, line without newline, whether a newline ended it)."""
+    """(line number, line without newline, whether a newline ended it), read as a
+    stream: a log can be larger than memory."""
     with open(path, "rb") as file:
-        data = file.read()
-    parts = data.split(b"\n")
-    for number, line in enumerate(parts[:-1], 1):
-        yield number, line, True
-    if parts[-1]:
-        yield len(parts), parts[-1], False
+        for number, line in enumerate(file, 1):
+            whole = line.endswith(b"\n")
+            yield number, line[:-1] if whole else line, whole
 
 
 def _parse(line: bytes) -> dict[str, object] | None:
@@ -75,7 +73,7 @@ def verify(paths: Sequence[str], key: bytes | None = None, head: str | None = No
     a chain whose earlier files are gone; its first prev is taken as given."""
     chain, verdict = Chain(key), Verdict()
     expected: str | None = None if continues else chain.genesis
-    seen: set[str] = set()
+    head_seen = head is None
     fragment: tuple[str, bytes] | None = None  # (where, bytes) of a line left half-written
 
     def broken(where: str, why: str) -> Verdict:
@@ -110,13 +108,13 @@ def verify(paths: Sequence[str], key: bytes | None = None, head: str | None = No
             if expected is not None and prev != expected:
                 return broken(where, _mismatch(chain, str(prev), expected, previous))
             expected = chain.digest(line)
-            seen.add(expected)
+            head_seen = head_seen or expected == head
             verdict.records += 1
             previous = where
     if fragment is not None:
         return broken(fragment[0], "not a record")
     verdict.head = expected if verdict.records else None
-    if head is not None and head not in seen:
+    if not head_seen:
         return broken(paths[-1], f"no record has the head {head}: records were removed "
                       "from the end (or the head is from another log or key)")
     return verdict
