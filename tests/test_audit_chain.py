@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -257,25 +258,34 @@ def _threads(log: Path, threads: int, per_thread: int, max_bytes: int | None) ->
 
 
 WRITER = """
-import sys
+import os, sys, time
 sys.path.insert(0, sys.argv[4])
 from pathlib import Path
 from tests.test_audit_chain import _threads
-_threads(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), 4000)
+log = Path(sys.argv[1])
+(log.parent / f"ready{os.getpid()}").touch()
+while not (log.parent / "go").exists():  # every writer starts at once
+    time.sleep(0.001)
+_threads(log, int(sys.argv[2]), int(sys.argv[3]), 4000)
 """
 
 
 def test_many_writers_in_threads_and_processes_keep_one_chain(tmp_path: Path) -> None:
-    log = tmp_path / "log.jsonl"
+    log = tmp_path / "logs" / "log.jsonl"
+    log.parent.mkdir()
     root = str(Path(__file__).resolve().parent.parent)
-    processes = [subprocess.Popen([sys.executable, "-c", WRITER, str(log), "4", "50", root])
-                 for _ in range(3)]
-    _threads(log, 6, 50, 4000)
+    processes = [subprocess.Popen([sys.executable, "-c", WRITER, str(log), "3", "100", root])
+                 for _ in range(4)]
+    while len(list(log.parent.glob("ready*"))) < len(processes):
+        assert all(process.poll() is None for process in processes)
+        time.sleep(0.01)
+    (log.parent / "go").touch()
+    _threads(log, 6, 100, 4000)
     for process in processes:
         assert process.wait(timeout=120) == 0
     verdict = check(log)
     assert verdict.ok, verdict.broken
-    assert verdict.records == 6 * 50 + 3 * 4 * 50
+    assert verdict.records == 6 * 100 + 4 * 3 * 100
     paths = [json.loads(line)["path"] for name in log_set(str(log))
              for line in Path(name).read_bytes().splitlines()]
     assert len(set(paths)) == verdict.records
