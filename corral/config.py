@@ -455,6 +455,7 @@ class _Parser:
         real, others = resolve_roots(root, specs, read_only=read_only, source=self.source)
         audit = self.section(data, "audit")
         audit_path = audit.get("path")
+        self.check_audit(audit, [real, *(spec.path for spec in others)])
         # No tool may rewrite the policy it runs under or the log of what it did.
         protected = tuple(os.path.realpath(p) for p in (self.source, audit_path) if p)
         return Config(
@@ -469,6 +470,24 @@ class _Parser:
             audit_key_file=audit.get("key_file"),
             audit_max_bytes=audit.get("max_bytes"),
         )
+
+    def check_audit(self, audit: dict[str, Any], roots: list[str]) -> None:
+        """The key and the rotation need a log, and the key must lie outside every
+        root (a worker can read anything inside one). api.py checks the key again
+        for a Sandbox made in Python."""
+        for name in ("key_file", "max_bytes"):
+            if name in audit and audit.get("path") is None:
+                raise self.fail(f"[audit] {name}", "set without [audit] path: there is no "
+                                "log to chain or rotate")
+        key = audit.get("key_file")
+        if key is None:
+            return
+        real_key = os.path.realpath(key)
+        for root in roots:
+            real_root = os.path.realpath(root)
+            if os.path.commonpath((real_key, real_root)) == real_root:
+                raise self.fail("[audit] key_file", f"{key} lies inside the root {root}, "
+                                "where a worker could read it; keep the key outside every root")
 
     def section(self, data: dict[str, Any], name: str, defaults: bool = False) -> dict[str, Any]:
         """The keys the section sets (every key of it with `defaults`), each parsed as

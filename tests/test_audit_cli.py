@@ -122,7 +122,25 @@ def test_the_command_line_entry_point(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "corral", "audit", "verify", str(log)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("ok 3 records\n")
-    log.write_bytes(log.read_bytes().replace(b"f1", b"f9"))
+    log.write_bytes(log.read_bytes().replace(b'"path":"f1"', b'"path":"f9"'))
     done = subprocess.run([sys.executable, "-m", "corral", "audit", "verify", str(log)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stdout.startswith(f"broken: {log}:3: ")
+
+
+@pytest.mark.parametrize(("audit", "key", "message"), [
+    ('key_file = "{key}"', "[audit] key_file", "set without [audit] path"),
+    ("max_bytes = 1000", "[audit] max_bytes", "set without [audit] path"),
+    ('path = "log.jsonl"\nkey_file = "{inside}"', "[audit] key_file", "lies inside the root"),
+])
+def test_a_config_whose_audit_keys_cannot_work_is_refused(
+    tmp_path: Path, workspace: Path, audit: str, key: str, message: str,
+) -> None:
+    from corral.config import ConfigError, load_config
+
+    config = tmp_path / "corral.toml"
+    text = audit.format(key=tmp_path / "audit.key", inside=workspace / "audit.key")
+    config.write_text(f'[workspace]\nroot = "{workspace}"\n[audit]\n{text}\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert caught.value.key == key and message in str(caught.value)
