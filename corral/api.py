@@ -95,8 +95,10 @@ class _BaseSandbox:
         self._lifecycle = Lifecycle()
         history = history if history is not None else HistoryOptions()
         try:
-            self._history = History(history, real, [r.path for r in self._roots]) if (
-                history.enabled) else None
+            self._history = History(
+                history, real, [r.path for r in self._roots],
+                writable=[r.path for r in self._roots if r.mode == "rw"],
+            ) if history.enabled else None
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
@@ -105,11 +107,13 @@ class _BaseSandbox:
         try:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
-                history=store.path if store is not None else None,
+                history=store.work_path if store is not None else None,
             )
             if store is not None and (dead := store.dead_writers()):
                 # a host or worker killed mid-call: make the history agree with the tree
                 self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
+            if store is not None:
+                store.sweep()  # what the settle, or a dead host, left done
         except BaseException:
             self._close_logs()
             raise
@@ -178,6 +182,7 @@ class _BaseSandbox:
         if self._history is None:
             return error_answer(op, CorralError(
                 "tool_disabled", f"nothing to {op}: {HISTORY_OFF}, so no change was recorded."))
+        self._history.sweep()  # a settled crash's records first: they may be the newest
         return HistoryRequest(op, **fields)
 
     def _checkpoint(self, label: str | None) -> str:

@@ -53,6 +53,9 @@ class Ledger:
         """The call's result for its caller, once its Meta is accounted for."""
         response = answer.public()
         meta = answer.meta
+        if self.history is not None and meta.history_ids:
+            since = time.time() - (time.monotonic() - started)  # the call's start, wall clock
+            self.history.promote(meta.history_ids, answer.tool, since)
         if self.history is not None and meta.history_bytes:
             self.history.stored(meta.history_bytes)
         if self.policy.read_before_write == "require" and answer.ok:
@@ -78,6 +81,8 @@ class Ledger:
         """An undo/rewind answer in the contract's shape, with its text; one audit
         line for it (path: the path undone or the id rewound to)."""
         response = answer.public()
+        if self.history is not None and answer.meta.history_ids:
+            self.history.promote(answer.meta.history_ids, answer.tool, None)
         if self.audit is not None:
             error = answer.error or {}
             self.audit.record(tool=answer.tool, ok=answer.ok, error=error.get("code"),

@@ -145,7 +145,7 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
 def test_no_tool_reaches_the_store(workspace: Path) -> None:
     with Sandbox(workspace, policy=EVERYTHING) as sb:
         ok(sb, "write_file", path="hello.txt", content="recorded")
-        store = sb._history.path
+        store = sb._history.work_path
         blob = next(p for p in os.listdir(store) if p.startswith("b-"))
         relative = os.path.relpath(store, workspace)
         for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):

@@ -11,7 +11,6 @@ than corral since, and it is a conflict left alone unless `force`.
 from __future__ import annotations
 
 import contextlib
-import os
 import posixpath
 from typing import Any
 
@@ -118,7 +117,7 @@ class Restorer:
                 "path_denied", f"{entry['path']} was a symlink, which corral cannot create."
             )
         if "blob" in state:
-            data = self._blob(state["blob"])
+            data = self.store.read_blob(state)  # checked against the record's size and hash
         else:  # an append: the file as it was is the start of what is there
             data = root.read_bytes(rel, max_file_bytes=self.max_file_bytes)[: state["size"]]
         if info is not None and info.type == "dir":
@@ -152,23 +151,13 @@ class Restorer:
                 return posixpath.join(parent, entry.path) if parent != "." else entry.path
         return None
 
-    def _blob(self, blob: str) -> bytes:
-        fd = self.store.open_blob(blob)
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
-
     # -- settle -------------------------------------------------------------
 
     def landed(self, entry: Entry, pid: int) -> bool:
         """Did the change of a pending entry land (its writer, `pid`, died mid-call)?"""
         kind, before = entry["kind"], entry["before"]
         if kind in ("replace", "remove") and before is not None:
-            if _exists(self.store, before.get("blob")):
+            if self.store.has_blob(before):  # there, and whole
                 return True
             if kind == "remove":
                 return self.matches(entry, None)
@@ -186,21 +175,11 @@ class Restorer:
         return self.matches(entry, entry["after"])
 
 
-def _exists(store: Store, blob: str | None) -> bool:
-    if blob is None:
-        return False
-    try:
-        os.stat(blob, dir_fd=store.fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def settle(restorer: Restorer, pids: list[int] | None) -> int:
     """Commit or forget the pending records of dead writers (`pids`; None: every
     pending record). Returns how many were settled."""
     settled = 0
-    for record_id in restorer.store.listing().pending:
+    for record_id in restorer.store.orphans():  # pending, their writer gone
         if pids is not None and id_pid(record_id) not in pids:
             continue  # a live writer's: it may be writing that very record now
         record = restorer.store.record(record_id, pending=True)
