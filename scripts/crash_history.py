@@ -60,8 +60,9 @@ def which(data: bytes) -> int:
 
 def check(sb: Sandbox, workspace: Path) -> int:
     """The invariants after a kill; returns the round the file's content is from."""
-    store = Path(sb._history.path)
-    pending = [p.name for p in store.iterdir() if p.name.endswith(".pending")]
+    sb.history(limit=1)  # the host commits what the settle left done
+    work = Path(sb._history.work_path or "")
+    pending = [p.name for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
     assert not pending, f"pending records left: {pending}"
     data = (workspace / TARGET).read_bytes()
     round_ = which(data)

@@ -295,6 +295,9 @@ class Store:
         return offset
 
     def stash_bytes(self, blob: str, data: bytes) -> None:
+        """A settle keeps a dead writer's old file: a copy that writer cut short goes
+        first (settles are serialised, so no one else is writing it)."""
+        self.remove_blob(blob)
         self._create(blob, data)
 
     def remove_blob(self, blob: str) -> None:
