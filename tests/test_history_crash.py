@@ -5,6 +5,7 @@ short version of scripts/crash_history.py (kill -9 of a worker and of a host).""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import importlib.util
 import os
@@ -54,7 +55,28 @@ def _die_creating(self: Store, record: dict[str, Any]) -> None:
     os._exit(9)  # the record's file exists, empty: torn
 
 
+def _copy_half_and_die(self: Store, src_fd: int, blob: str) -> int:
+    """The old file copied into the store (as across mounts), cut short by a kill."""
+    fd = os.open(blob, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=self.fd)
+    os.write(fd, os.pread(src_fd, len(OLD) // 2, 0))
+    os._exit(9)
+
+
+def _copies_across_mounts() -> None:
+    """Renames into the store fail as across mounts (EXDEV): the old file is copied."""
+    real = os.rename
+
+    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if str(dst).startswith("b-"):
+            raise OSError(errno.EXDEV, "cross-device")
+        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    keeper_module.os.rename = rename  # type: ignore[assignment]
+    Store.stash_copy = _copy_half_and_die  # type: ignore[method-assign]
+
+
 CRASH_POINTS: dict[str, Callable[[], None]] = {
+    "old file half copied": _copies_across_mounts,
     "record torn": lambda: setattr(Store, "write_pending", _die_creating),
     "record written": lambda: _die_after(Store, "write_pending"),
     "new file swapped in": lambda: _die_after(keeper_module, "renameat2"),
