@@ -309,6 +309,7 @@ def test_the_cli_prints_no_traceback_for_a_malformed_record(workspace: Path) -> 
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
+    assert "skipped" in shown.stderr  # reported, once
     assert "hello.txt" in shown.stdout
 
 

@@ -51,6 +51,7 @@ def public(state: State | None) -> dict[str, Any] | None:
 
 
 EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
+REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
 
 
 class History:
@@ -68,7 +69,7 @@ class History:
         self._lock = threading.Lock()
         self.work_path: str | None = None
         self.work = ""
-        self.refused: dict[str, str] = {}  # store files refused or skipped, and why
+        self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
         home = _open_dir(self.path)
         try:
             self._lock_fd = os.open(LOCK, _LOCK_FLAGS, 0o600, dir_fd=home)
@@ -121,7 +122,7 @@ class History:
             return
         expect = promote.Expect(self.writable, tool, since)
         with self._locked():
-            self.refused.update(promote.promote(self.store, self.work, ids, expect))
+            self._refused(promote.promote(self.store, self.work, ids, expect))
 
     def sweep(self) -> None:
         """Commit the done records nobody promoted (a settle's, a dead host's)."""
@@ -130,8 +131,13 @@ class History:
         with self._locked():
             ids = promote.done(self.store)
             if ids:
-                self.refused.update(promote.promote(
+                self._refused(promote.promote(
                     self.store, self.work, ids, promote.Expect(self.writable)))
+
+    def _refused(self, refused: dict[str, str]) -> None:
+        self.refused.update(refused)
+        for name in list(self.refused)[:-REFUSED_KEPT]:
+            del self.refused[name]
 
     def stored(self, size: int) -> None:
         """A call put `size` bytes into the store: once it is over its bound, evict down

@@ -609,11 +609,14 @@ def hash_blob(dir_fd: int, name: str, size: int | None) -> str | None:
 
 
 _reported: set[str] = set()
+REPORTED_KEPT = 10_000  # names already reported; a worker can make many, so it is bounded
 
 
 def skipped(name: str, why: object) -> None:
     """A store file that is not a valid record: skipped, and said once per name."""
     if name not in _reported:
+        if len(_reported) >= REPORTED_KEPT:
+            _reported.clear()
         _reported.add(name)
         log.warning("corral: history: skipped %s in the store: %s", name, why)
 
