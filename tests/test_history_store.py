@@ -25,7 +25,8 @@ EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
 
 
 def used(store: Path) -> int:
-    return sum(p.stat().st_size for p in store.iterdir() if p.is_file())
+    """What the store holds: its records and the kept copies in its work directories."""
+    return sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
 
 
 def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Path) -> None:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import posixpath
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history import promote
+from corral.history.promote import Expect
 from corral.history.records import Checkpoint, Entry, Record, State, dump
 from corral.history.store import (
     CHECKPOINT,
@@ -36,6 +39,7 @@ from corral.history.store import (
 )
 
 DAY_S = 86_400.0
+log = logging.getLogger("corral")
 PUBLIC_STATE = ("type", "size", "mode", "version")  # what history() shows of a state
 _LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -70,6 +74,10 @@ class History:
         self.work_path: str | None = None
         self.work = ""
         self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
+        # Committing a call's records writes a file in the store (~0.2-2 ms on a busy
+        # disk, and a hash of the kept copy), off the call's path: one thread, in order;
+        # whatever reads the history waits for it first (flush).
+        self._later = ThreadPoolExecutor(1, thread_name_prefix="corral-history")
         home = _open_dir(self.path)
         try:
             self._lock_fd = os.open(LOCK, _LOCK_FLAGS, 0o600, dir_fd=home)
@@ -88,6 +96,7 @@ class History:
             self._usage = self.store.evict(options.max_bytes, options.max_age_days * DAY_S)
 
     def close(self) -> None:
+        self._later.shutdown(wait=True)  # every answered call's records committed first
         self.store.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -117,22 +126,33 @@ class History:
                 self.store.release()
 
     def promote(self, ids: Sequence[str], tool: str, since: float | None) -> None:
-        """A call's answer named these records: commit those that check out."""
+        """A call's answer named these records: commit those that check out, soon."""
         if self.work_path is None or not ids:
             return
-        expect = promote.Expect(self.writable, tool, since)
-        with self._locked():
-            self._refused(promote.promote(self.store, self.work, ids, expect))
+        self._later.submit(self._promote, tuple(ids), Expect(self.writable, tool, since))
+
+    def _promote(self, ids: tuple[str, ...], expect: Expect) -> None:
+        try:
+            with self._locked():
+                self._refused(promote.promote(self.store, self.work, ids, expect))
+        except OSError as exc:  # left done in the work directory: the next sweep commits it
+            log.warning("corral: history: committing records failed (%s)", exc.strerror)
+
+    def flush(self) -> None:
+        """Wait until every record promote() was given is committed or refused."""
+        self._later.submit(lambda: None).result()
 
     def sweep(self) -> None:
-        """Commit the done records nobody promoted (a settle's, a dead host's)."""
+        """Commit what was promoted, then the done records nobody promoted (a
+        settle's, a dead host's)."""
         if self.work_path is None:
             return
+        self.flush()
         with self._locked():
             ids = promote.done(self.store)
             if ids:
                 self._refused(promote.promote(
-                    self.store, self.work, ids, promote.Expect(self.writable)))
+                    self.store, self.work, ids, Expect(self.writable)))
 
     def _refused(self, refused: dict[str, str]) -> None:
         self.refused.update(refused)

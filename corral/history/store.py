@@ -471,19 +471,23 @@ class Store:
         (in any work directory), oldest first. Pending and done records are not counted."""
         sizes: dict[str, int] = {}
         total = 0
-        for _where, name, size in self._kept():
+        for _where, name, size in self._kept(set()):
             key = name[2:2 + ID_WIDTH]
             sizes[key] = sizes.get(key, 0) + size
             total += size
         return total, sorted(sizes.items())
 
-    def _kept(self) -> Iterator[tuple[str, str, int]]:
-        """(work directory or "", name, bytes) of every evictable file of the store."""
+    def _kept(self, writing: set[str]) -> Iterator[tuple[str, str, int]]:
+        """(work directory or "", name, bytes) of every file of the store that a record
+        or checkpoint holds; adds to `writing` the ids of the records not yet committed
+        (their blobs are among those yielded, but are no one's to evict)."""
         for where, fd in self._dirs():
             try:
                 with os.scandir(fd) as entries:
                     for entry in entries:
                         name = entry.name
+                        if where and name.endswith((PENDING, DONE)):
+                            writing.add(name[2:2 + ID_WIDTH])
                         if not name.startswith((RECORD, CHECKPOINT, BLOB)) or (
                             where and not name.startswith(BLOB)
                         ):
@@ -510,13 +514,14 @@ class Store:
         files: dict[str, list[tuple[str, str]]] = {}
         sizes: dict[str, int] = {}
         total = 0
-        for where, name, size in self._kept():
+        writing: set[str] = set()
+        for where, name, size in self._kept(writing):
             key = name[2:2 + ID_WIDTH]
             files.setdefault(key, []).append((where, name))
             sizes[key] = sizes.get(key, 0) + size
             total += size
         horizon = time.time() - max_age_s
-        ids = sorted(sizes)
+        ids = sorted(set(sizes) - writing)
         for record_id in ids[: max(0, len(ids) - keep_newest)]:
             if total <= max_bytes and (not is_id(record_id) or id_time(record_id) >= horizon):
                 break
