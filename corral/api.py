@@ -109,11 +109,7 @@ class _BaseSandbox:
                 self._roots, self._limits, self._policy, self._options,
                 history=store.work_path if store is not None else None,
             )
-            if store is not None and (dead := store.dead_writers()):
-                # a host or worker killed mid-call: make the history agree with the tree
-                self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
-            if store is not None:
-                store.sweep()  # what the settle, or a dead host, left done
+            self._settle()
         except BaseException:
             self._close_logs()
             raise
@@ -182,8 +178,19 @@ class _BaseSandbox:
         if self._history is None:
             return error_answer(op, CorralError(
                 "tool_disabled", f"nothing to {op}: {HISTORY_OFF}, so no change was recorded."))
-        self._history.sweep()  # a settled crash's records first: they may be the newest
+        self._settle()  # a crash's records first: they may be the newest
         return HistoryRequest(op, **fields)
+
+    def _settle(self) -> None:
+        """Make the history agree with the tree: a worker settles the records of writers
+        killed mid-call (a host's, whose workers may outlive it by a moment, or a
+        worker the pool lost), then the host commits what is done. Blocks on a
+        worker only when there is such a record, which is rare."""
+        if self._history is None:
+            return
+        if dead := self._history.dead_writers():
+            self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
+        self._history.sweep()
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
@@ -191,6 +198,7 @@ class _BaseSandbox:
 
     def _entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
         with self._lifecycle.active():
+            self._settle()
             return [] if self._history is None else self._history.entries(path, limit)
 
     # -- settings ---------------------------------------------------------------

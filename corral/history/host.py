@@ -184,9 +184,9 @@ class History:
     # -- what it shows --------------------------------------------------------------
 
     def entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
-        """Newest first: one entry per path a change touched, and the checkpoints.
-        A store file that is not a valid record is skipped (and logged)."""
-        self.sweep()
+        """Newest first: one entry per path a change touched, and the checkpoints (as
+        committed: the caller sweeps first). A store file that is not a valid record
+        is skipped (and logged)."""
         wanted = None if path is None else self._normal(path)
         listing = self.store.listing()
         checkpoints = set() if wanted is not None else set(listing.checkpoints)
