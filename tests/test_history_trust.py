@@ -24,7 +24,7 @@ from conftest import ok
 
 from corral import Sandbox
 from corral.api import _start_executor
-from corral.config import SandboxOptions
+from corral.config import HistoryOptions, SandboxOptions
 from corral.fs import Root, content_version
 from corral.history.keeper import Keeper
 from corral.history.store import Store, StoreError, new_id
@@ -411,3 +411,36 @@ def test_a_pending_record_under_a_live_pid_but_no_lock_is_settled(
     sb = start().sb
     assert not (work / f"r-{record_id}.pending").exists()  # it did not land: dropped
     assert sb.history() == []
+
+
+def _commit_and_die(workspace: str, path: str) -> None:  # pragma: no cover - the child
+    """A host committing a done record, killed half-way through writing it."""
+    from corral.history import host, store
+
+    def half(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 2])
+        os._exit(9)
+
+    store._write_all = half  # type: ignore[assignment]
+    history = host.History(HistoryOptions(path=path), workspace, [workspace],
+                           writable=[workspace])
+    history.sweep()
+    os._exit(0)
+
+
+def test_a_host_killed_committing_a_record_loses_nothing(start: Any, workspace: Path) -> None:
+    started = start()
+    options_path, work = str(started.home.parent), started.history
+    started.sb.close()
+    keep = Keeper(Store.open(work), str(workspace), "write_file")
+    Root(str(workspace)).write_atomic("hello.txt", b"landed\n", keep=keep)  # done, not committed
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover
+        _commit_and_die(str(workspace), options_path)
+    os.waitpid(pid, 0)
+    assert [p.name for p in started.home.iterdir() if p.name.startswith("r-")] == []
+    sb = start(history=HistoryOptions(path=options_path)).sb
+    [entry] = sb.history()
+    assert entry["after"]["version"] == content_version(b"landed\n")
+    assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
+    assert (workspace / "hello.txt").read_text() == "hello\nworld\n"

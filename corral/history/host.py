@@ -34,8 +34,9 @@ from corral.history.store import (
     make_work,
     new_id,
     prepare,
+    publish,
+    remove_temps,
     work_name,
-    write_new,
 )
 
 DAY_S = 86_400.0
@@ -93,6 +94,7 @@ class History:
             raise StoreError(exc) from None
         self.store = Store(work, home)
         with self._locked():
+            remove_temps(home)
             self._usage = self.store.evict(options.max_bytes, options.max_age_days * DAY_S)
 
     def close(self) -> None:
@@ -175,7 +177,7 @@ class History:
         checkpoint = Checkpoint(new_id(), time.time(), label)
         with self._locked():
             try:
-                write_new(self.store.home, f"{CHECKPOINT}{checkpoint.id}{COMMITTED}",
+                publish(self.store.home, f"{CHECKPOINT}{checkpoint.id}{COMMITTED}",
                           dump(checkpoint))
             except OSError as exc:
                 raise StoreError(exc) from None

@@ -34,9 +34,9 @@ from corral.history.store import (
     id_pid,
     id_time,
     is_id,
+    publish,
     read_small,
     skipped,
-    write_new,
 )
 
 # Workers and host read one clock; this much slack covers a step of it (NTP) between
@@ -82,7 +82,7 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
                 skipped(name, why)
                 _drop(store, item, name)
                 continue
-            write_new(store.home, f"{prefix}{item}{COMMITTED}", value)
+            publish(store.home, f"{prefix}{item}{COMMITTED}", value)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=store.fd)
     return refused

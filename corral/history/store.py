@@ -5,6 +5,7 @@
       lock                the host's flock: promoting, settling, evicting, one at a time
       r-<id>.json         a committed record (records.py), written by the host only
       c-<id>.json         a checkpoint, likewise
+      t-...               one of those two being written (renamed into place once whole)
       w-<roots>/          the work directory of the sandboxes that may write exactly
                           these roots (a hash of their paths): their workers write here
         r-<id>.pending    a record written before its change lands, flocked by its writer
@@ -45,6 +46,7 @@ from typing import Any
 
 from corral.config import ConfigError
 from corral.errors import CorralError
+from corral.fs._sys import RENAME_NOREPLACE, renameat2
 from corral.fs.version import chunked_version, content_version
 from corral.history.records import (
     ID_WIDTH,
@@ -59,6 +61,7 @@ from corral.history.records import (
 )
 
 RECORD, PENDING, DONE, CHECKPOINT, BLOB, WORK = "r-", ".pending", ".done", "c-", "b-", "w-"
+TEMP = "t-"  # a committed record or checkpoint being written by the host
 COMMITTED = ".json"
 META, LOCK = "workspace", "lock"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -563,13 +566,29 @@ def _write_new(dir_fd: int, name: str, data: bytes) -> None:
     os.close(fd)
 
 
-def write_new(dir_fd: int, name: str, data: bytes) -> bool:
-    """_write_new; False if the name exists (left as it is)."""
+def publish(dir_fd: int, name: str, data: bytes) -> bool:
+    """A new file `name` holding `data`, whole or not at all: written under a temp
+    name, then renamed in without replacing (a host killed mid-write leaves only the
+    temp, which `remove_temps` clears). False if `name` exists (left as it is).
+    The caller holds the store's lock, so no other host writes the same temp."""
+    temp = f"{TEMP}{name}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp, dir_fd=dir_fd)
+    _write_new(dir_fd, temp, data)
     try:
-        _write_new(dir_fd, name, data)
+        renameat2(dir_fd, temp, dir_fd, name, RENAME_NOREPLACE)
     except FileExistsError:
+        os.unlink(temp, dir_fd=dir_fd)
         return False
     return True
+
+
+def remove_temps(dir_fd: int) -> None:
+    """What hosts killed in `publish` left (the caller holds the store's lock)."""
+    for name in _names(dir_fd):
+        if name.startswith(TEMP):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
 
 
 def read_small(dir_fd: int, name: str) -> bytes | None:
