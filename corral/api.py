@@ -309,8 +309,9 @@ class Sandbox(_BaseSandbox):
 
     def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
+            since = time.time()  # what it records is checked to be no older
             answer = request if isinstance(request, Answer) else self._executor.submit(request)
-            return self._ledger.history_result(answer, target)
+            return self._ledger.history_result(answer, target, since)
 
     def close(self) -> None:
         self._close()
@@ -376,9 +377,10 @@ class AsyncSandbox(_BaseSandbox):
 
     async def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
+            since = time.time()
             answer = request if isinstance(request, Answer) else (
                 await self._executor.asubmit(request))
-            return self._ledger.history_result(answer, target)
+            return self._ledger.history_result(answer, target, since)
 
     async def aclose(self) -> None:
         # Waiting for running calls blocks; do it off the event loop they run on.
