@@ -65,8 +65,7 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
     `keep_fds` must include the roots' fds and the worker's pipe; stdin, stdout and
     stderr not in it are pointed at /dev/null. Returns the layers applied."""
     _check_single_threaded()
-    writable = any(_mode(root) == "rw" for root in roots)
-    program = _compile_seccomp(writable) if seccomp.supported() else None
+    program = _compile_seccomp() if seccomp.supported() else None
     abi = _landlock.abi_version()
     rules = [_rule(root, abi) for root in roots]
     _close_fds(set(keep_fds))
@@ -89,20 +88,15 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
 
 def prepare() -> None:
     """Do once, in the zygote, what every confine() would otherwise repeat: compile
-    the seccomp profiles (with a writable root, and without) and ask for the
-    Landlock ABI (all cached per process)."""
+    the seccomp profile and ask for the Landlock ABI (both cached per process)."""
     if seccomp.supported():
-        seccomp.compile_native(writable=True)
-        seccomp.compile_native(writable=False)
+        seccomp.compile_native()
     _landlock.abi_version()
 
 
-def _compile_seccomp(writable: bool) -> bytes:
-    """The worker profile; with no writable root, one refusing every change of mode
-    or owner (Landlock governs none; without the mount namespace nothing else would
-    stop an fchmod in a read-only root)."""
+def _compile_seccomp() -> bytes:
     try:
-        return seccomp.compile_native(writable=writable)
+        return seccomp.compile_native()
     except (seccomp.ProfileError, seccomp.SeccompError) as exc:
         raise ConfinementError(f"the seccomp profile does not compile: {exc}") from exc
 
@@ -113,10 +107,6 @@ def _check_single_threaded() -> None:
     threads = len(os.listdir(_PROC_TASKS))
     if threads != 1:
         raise ConfinementError(f"confine() needs a single-threaded process; this one has {threads}")
-
-
-def _mode(root: tuple[str, str] | RootLike) -> str:
-    return root[1] if isinstance(root, tuple) else root.mode
 
 
 def _rule(root: tuple[str, str] | RootLike, abi: int) -> tuple[str, _landlock.FSAccess]:
@@ -177,16 +167,11 @@ def _enter_mount_namespace(roots: RootList) -> bool:
     """Best effort: False where the kernel allows no namespace (not root, and no
     unprivileged user namespaces); a namespace begun and not finished fails closed."""
     # a directory known only by its fd (the history store) is bound at its real path
-    bound: list[tuple[str, int | None]] = []
-    read_only: set[str] = set()
-    for root in roots:
-        path, fd = ((root[0], None) if isinstance(root, tuple)
-                    else (root.path or os.readlink(f"{_PROC_FDS}/{root.fd}"), root.fd))
-        bound.append((path, fd))
-        if _mode(root) == "ro":
-            read_only.add(path)
+    bound = [(root[0], None) if isinstance(root, tuple)
+             else (root.path or os.readlink(f"{_PROC_FDS}/{root.fd}"), root.fd)
+             for root in roots]
     try:
-        return _mountns.enter(bound, read_only)
+        return _mountns.enter(bound)
     except OSError as exc:
         raise ConfinementError(f"building the mount namespace failed: {exc}") from exc
 
