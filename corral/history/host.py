@@ -165,13 +165,17 @@ class History:
         """A call put `size` bytes into the store: once it is over its bound, evict down
         to EVICT_TO of it. Eviction reads the whole store; evicting only back under
         the bound made every later write read it again (~3-5 ms a call on a full
-        store of ~1,000 changes), now one write in many does."""
-        with self._locked():
+        store of ~1,000 changes), now one write in many does. The records being
+        committed go in first: eviction leaves a record it cannot see whole alone."""
+        with self._lock:
             self._usage += size
-            if self._usage > self.options.max_bytes:
-                self._usage = self.store.evict(
-                    int(self.options.max_bytes * EVICT_TO), self.options.max_age_days * DAY_S
-                )
+            if self._usage <= self.options.max_bytes:
+                return
+        self.flush()
+        with self._locked():
+            self._usage = self.store.evict(
+                int(self.options.max_bytes * EVICT_TO), self.options.max_age_days * DAY_S
+            )
 
     def checkpoint(self, label: str | None) -> str:
         checkpoint = Checkpoint(new_id(), time.time(), label)

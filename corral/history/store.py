@@ -41,7 +41,7 @@ import stat
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.config import ConfigError
@@ -177,6 +177,17 @@ def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
 def make_work(home_fd: int, name: str) -> None:
     with contextlib.suppress(FileExistsError):
         os.mkdir(name, 0o700, dir_fd=home_fd)
+
+
+@dataclass
+class Usage:
+    """The store's bytes: in all, by record or checkpoint id, and where each id's
+    files are ((work directory or "", name)); `writing`: ids not yet committed."""
+
+    total: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)
+    files: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    writing: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -469,16 +480,16 @@ class Store:
 
     # -- bounds (the host) ------------------------------------------------------
 
-    def usage(self) -> tuple[int, list[tuple[str, int]]]:
-        """Total bytes, and (id, bytes) of every record and checkpoint with its blobs
-        (in any work directory), oldest first. Pending and done records are not counted."""
-        sizes: dict[str, int] = {}
-        total = 0
-        for _where, name, size in self._kept(set()):
+    def usage(self) -> Usage:
+        """What every record and checkpoint holds, with its blobs (in any work
+        directory): one read through the store."""
+        usage = Usage()
+        for where, name, size in self._kept(usage.writing):
             key = name[2:2 + ID_WIDTH]
-            sizes[key] = sizes.get(key, 0) + size
-            total += size
-        return total, sorted(sizes.items())
+            usage.files.setdefault(key, []).append((where, name))
+            usage.sizes[key] = usage.sizes.get(key, 0) + size
+            usage.total += size
+        return usage
 
     def _kept(self, writing: set[str]) -> Iterator[tuple[str, str, int]]:
         """(work directory or "", name, bytes) of every file of the store that a record
@@ -514,24 +525,17 @@ class Store:
         is within max_bytes and nothing is older than max_age_s; the newest
         `keep_newest` stay whatever their size (the last change stays undoable).
         Returns the bytes now held."""
-        files: dict[str, list[tuple[str, str]]] = {}
-        sizes: dict[str, int] = {}
-        total = 0
-        writing: set[str] = set()
-        for where, name, size in self._kept(writing):
-            key = name[2:2 + ID_WIDTH]
-            files.setdefault(key, []).append((where, name))
-            sizes[key] = sizes.get(key, 0) + size
-            total += size
+        usage = self.usage()
+        total = usage.total
         horizon = time.time() - max_age_s
-        ids = sorted(set(sizes) - writing)
+        ids = sorted(set(usage.sizes) - usage.writing)
         for record_id in ids[: max(0, len(ids) - keep_newest)]:
             if total <= max_bytes and (not is_id(record_id) or id_time(record_id) >= horizon):
                 break
-            for where, name in files[record_id]:
+            for where, name in usage.files[record_id]:
                 with contextlib.suppress(OSError):
                     self._remove(where, name)
-            total -= sizes[record_id]
+            total -= usage.sizes[record_id]
         return total
 
     def _remove(self, where: str, name: str) -> None:
