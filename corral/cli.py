@@ -496,7 +496,6 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
         return value
 
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
 
 

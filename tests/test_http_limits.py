@@ -298,3 +298,14 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.startswith("corral: error: ") and result.stderr.count("\n") == 1, (
         result.stderr)
     assert f"127.0.0.1:{port}" in result.stderr and "in use" in result.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--max-connections", "0"),
+                                         ("--max-tenant-requests", "-1"),
+                                         ("--read-timeout", "nan")])
+def test_a_limit_must_be_positive(flag: str, value: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--http", "127.0.0.1:0", "--tenants", "t.toml", flag, value])
+    assert exited.value.code == 2
+    assert f"{flag}: expected a positive number, not '{value}'" in capsys.readouterr().err
