@@ -311,7 +311,7 @@ def serve_http(args: argparse.Namespace) -> int:
         args.http, tenants, allowed_origins=args.allow_origin, max_workers=args.max_workers,
         idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
         max_connections=args.max_connections, max_tenant_requests=args.max_tenant_requests,
-        read_timeout_s=args.read_timeout, protected=server_files(args.tenants, tenants),
+        client_timeout_s=args.client_timeout, protected=server_files(args.tenants, tenants),
         ready=http_server.announce,
     )
     return EXIT_OK
@@ -479,9 +479,10 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
     http.add_argument("--max-tenant-requests", type=positive(int), default=16, metavar="N",
                       help="requests of one tenant in progress at once; past it, 429 "
                       "(default 16)")
-    http.add_argument("--read-timeout", type=positive(float), default=30.0, metavar="SECONDS",
+    http.add_argument("--client-timeout", type=positive(float), default=30.0, metavar="SECONDS",
                       help="a request's headers, then its body, must each arrive within this "
-                      "long, else 408 (default 30)")
+                      "long, else 408; a client that leaves its answer unread this long is "
+                      "cut off (default 30)")
     serve.set_defaults(run=cmd_serve)
 
 

@@ -1,5 +1,5 @@
-"""The HTTP face's guard on connections: a cap on how many are open, and a deadline
-for each request's headers.
+"""The HTTP face's guard on connections: a cap on how many are open, a deadline
+for each request's headers, and one for a client to take what is written to it.
 
 uvicorn has neither. Its keep-alive timer runs only between requests (the first
 byte of the next one stops it), and `limit_concurrency` answers 503 only to a
@@ -9,10 +9,15 @@ with limit_concurrency=50 and timeout_keep_alive=2, limited to 256 open files,
 were all still open 10 s later, the server logged EMFILE on every accept and a
 real request timed out.
 
+Nor does it bound a client that stops reading: an answer it does not take stays
+in the connection's buffer, and closing waits for the buffer to drain, for ever.
+
 What this adds, as a subclass of the HTTP/1.1 protocol class uvicorn would use
 (h11, or httptools when installed; uvicorn takes a class as `http=`):
 - a connection waiting for a request's headers (a new one, or one kept alive
-  after a response) is answered 408 and closed after `header_timeout_s`;
+  after a response) is answered 408 and closed after `timeout_s`;
+- a connection whose buffer stays full (its client is not reading) for
+  `timeout_s` is aborted (asyncio tells the protocol when it fills and drains);
 - past `max_connections`, a new connection closes the one that has waited
   longest for its headers (a request in progress is never cut off), or, when
   none is waiting, is answered 503 with Retry-After and closed.
@@ -40,7 +45,7 @@ BUSY = _answer("503 Service Unavailable", "too many connections; try again short
 TIMED_OUT = _answer("408 Request Timeout", "the request's headers did not arrive in time")
 
 
-def guarded(base: type[Any], *, max_connections: int, header_timeout_s: float) -> type[Any]:
+def guarded(base: type[Any], *, max_connections: int, timeout_s: float) -> type[Any]:
     """`base` (uvicorn's HTTP protocol class) with the cap and the header deadline."""
     # Connections waiting for a request's headers, the longest waiting first, each
     # with its deadline. Touched on the event loop's thread only.
@@ -49,7 +54,7 @@ def guarded(base: type[Any], *, max_connections: int, header_timeout_s: float) -
     def wait(connection: Any) -> None:
         stop(connection)
         waiting[connection] = asyncio.get_running_loop().call_later(
-            header_timeout_s, expire, connection)
+            timeout_s, expire, connection)
 
     def stop(connection: Any) -> None:
         deadline = waiting.pop(connection, None)
@@ -63,6 +68,7 @@ def guarded(base: type[Any], *, max_connections: int, header_timeout_s: float) -
 
     class Guarded(base):
         _cycle: Any = None
+        _stalled: asyncio.TimerHandle | None = None  # the deadline to drain a full buffer
 
         # uvicorn's protocols (h11 and httptools alike) set `cycle` to the request's
         # cycle as soon as its headers are in: the one place that says so for both.
@@ -93,8 +99,23 @@ def guarded(base: type[Any], *, max_connections: int, header_timeout_s: float) -
                 wait(self)  # first: a pipelined request it goes on to read ends the wait
             super().on_response_complete()
 
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._stalled = asyncio.get_running_loop().call_later(
+                timeout_s, self.transport.abort)
+
+        def resume_writing(self) -> None:
+            self._unstall()
+            super().resume_writing()
+
+        def _unstall(self) -> None:
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
         def connection_lost(self, exc: Exception | None) -> None:
             stop(self)
+            self._unstall()
             super().connection_lost(exc)
 
     return Guarded

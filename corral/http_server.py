@@ -19,7 +19,7 @@ come in a fixed order:
    their body, waiting for a call thread or running; else 429, before the body
    is read, so one tenant's flood holds a bounded amount of memory);
 5. the body is JSON, one JSON-RPC message, at most max_body_bytes, arriving
-   within read_timeout_s (else 415, 413, 408 or 400).
+   within client_timeout_s (else 415, 413, 408 or 400).
 
 Sessions: an `initialize` opens a session of the tenant's (its own Sandbox from
 the pool, so a session's read-before-write and approvals are its own) and
@@ -83,8 +83,9 @@ MAX_TENANT_REQUESTS = 2 * CALL_THREADS_PER_TENANT
 MAX_CONNECTIONS = 512
 ACCEPT_BURST = 128  # connections accepted at a time
 LISTEN_QUEUE = 2048  # connections the kernel holds until they are accepted
-# A request's headers, and then its body, must each arrive within this long.
-READ_TIMEOUT_S = 30.0
+# A request's headers, and then its body, must each arrive within this long; a
+# client that leaves its answer unread this long is cut off (http_guard).
+CLIENT_TIMEOUT_S = 30.0
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 
@@ -185,7 +186,7 @@ class HttpFace:
     def __init__(
         self, pool: Pool, tenants: list[Tenant], *, allowed_origins: list[str],
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
-        max_tenant_requests: int = MAX_TENANT_REQUESTS, read_timeout_s: float = READ_TIMEOUT_S,
+        max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
         protected: tuple[str, ...] = (),
     ) -> None:
         self.pool = pool
@@ -198,7 +199,7 @@ class HttpFace:
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
         self.loopback_only = loopback_only
         self.max_body_bytes = max_body_bytes
-        self.read_timeout_s = read_timeout_s
+        self.client_timeout_s = client_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -324,14 +325,22 @@ class HttpFace:
         receive: Receive, send: Send, new_id: str | None, client_id: Any,
     ) -> None:
         """Hand `message` to a call thread of the tenant's and answer; the request
-        counts against the tenant's bound until that is over, even if its client
-        has gone."""
+        counts against the tenant's bound until it is answered, or, if its client
+        has gone, until its call is over."""
         reply, future = _reply_future()
         cancel = Cancel()
         work = asyncio.get_running_loop().run_in_executor(
             state.threads, _handle, session, message, reply, cancel
         )
-        work.add_done_callback(lambda _work: _release(state))
+        counted = True
+
+        def release(_work: object = None) -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                state.in_progress -= 1
+
+        work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
         answered: set[asyncio.Future[Any]] = {future, gone}
         try:
@@ -346,8 +355,11 @@ class HttpFace:
             answer = future.result()
             if client_id is not None:
                 answer = {**answer, "id": client_id}
-            await _respond(send, 200, _encode(answer), {
-                "content-type": "application/json", **extra})
+            try:
+                await _respond(send, 200, _encode(answer), {
+                    "content-type": "application/json", **extra})
+            finally:
+                release()
             return
         if gone.done() and not gone.cancelled():
             # the client went away: its call is cancelled (queued: never runs; running:
@@ -370,7 +382,7 @@ class HttpFace:
         chunks: list[bytes] = []
         size = 0
         try:
-            async with asyncio.timeout(self.read_timeout_s):  # the whole body, not each part
+            async with asyncio.timeout(self.client_timeout_s):  # the whole body, not each part
                 while True:
                     event = await receive()
                     if event["type"] == "http.disconnect":
@@ -384,16 +396,12 @@ class HttpFace:
                     if not event.get("more_body"):
                         return b"".join(chunks)
         except TimeoutError:
-            raise HttpError(408, f"the body did not arrive within {self.read_timeout_s:g} s",
+            raise HttpError(408, f"the body did not arrive within {self.client_timeout_s:g} s",
                             {"connection": "close"}) from None
 
     def close(self) -> None:
         for state in self.states.values():
             state.close()
-
-
-def _release(state: TenantState) -> None:
-    state.in_progress -= 1
 
 
 def _handle(
@@ -516,7 +524,7 @@ def serve(
     address: str, tenants: list[Tenant], *, allowed_origins: list[str],
     max_workers: int, idle_timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
-    read_timeout_s: float = READ_TIMEOUT_S, protected: tuple[str, ...] = (),
+    client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
@@ -536,13 +544,13 @@ def serve(
                                           idle_timeout_s=idle_timeout_s) as pool:
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
-                        max_tenant_requests=max_tenant_requests, read_timeout_s=read_timeout_s,
+                        max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
                         protected=protected)
         config = uvicorn.Config(
             face, host=host, port=port, lifespan="on", log_level="warning",
             access_log=False, server_header=False, timeout_graceful_shutdown=5,
             http=guarded(AutoHTTPProtocol, max_connections=max_connections,
-                         header_timeout_s=read_timeout_s),
+                         timeout_s=client_timeout_s),
             # asyncio accepts up to `backlog` connections at a time before the guard sees
             # any of them: kept small, so a burst cannot run the process out of files
             # (_run lengthens the listen queue, which asyncio sets to the same number)

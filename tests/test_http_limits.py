@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from corral import cli, http_server
@@ -27,6 +28,9 @@ from tests.test_mcp import REPO
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
 LORIS = 200  # half-sent requests, more than the strict server's file limit allows
+# Answers a client asks for at once and never reads: far more than the socket's
+# buffers hold (4 MiB at most), each read a whole max_read_bytes (256 KiB)
+PIPELINED = 40
 
 
 def start(top: Path, *flags: str, env: dict[str, str] | None = None,
@@ -74,7 +78,7 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     alice.mkdir()
     (alice / "hello.txt").write_text("hello\n")
     (top / "tenants.toml").write_text(tenant("alice", "workspace", alice))
-    process = start(top, "--read-timeout", "1", "--max-connections", "8", max_files=128)
+    process = start(top, "--client-timeout", "1", "--max-connections", "8", max_files=128)
     try:
         yield serving(process, top, alice, alice)
     finally:
@@ -170,6 +174,28 @@ def test_a_body_that_never_arrives_is_answered_408(strict: Server) -> None:
     assert not (strict.alice / "late.txt").exists()
 
 
+def test_a_client_that_never_takes_its_answers_is_cut_off(strict: Server) -> None:
+    (strict.alice / "big.txt").write_text(("z" * 99 + "\n") * 5_000)
+    request = json.dumps(call("read_file", {"path": "big.txt", "limit": 5_000})).encode()
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(SETTLE_S)
+        sock.connect(("127.0.0.1", strict.port))
+        sock.sendall(PIPELINED * (  # HTTP/1.1 pipelining: request after request, no reading
+            b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"authorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(request), request)
+        ))
+        mine = sock.getsockname()[1]
+        server = psutil.Process(strict.process.pid)
+        deadline = time.monotonic() + SETTLE_S
+        while any(c.raddr and c.raddr.port == mine for c in server.net_connections("tcp")):
+            assert time.monotonic() < deadline, "the server still holds the connection"
+            time.sleep(0.05)
+    status, _, body = post(strict, call("stat_file", {"path": "hello.txt"}))
+    assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+
+
 def test_past_the_connection_cap_a_new_connection_is_answered_503(bounded: Server) -> None:
     busy = []
     try:
@@ -211,14 +237,13 @@ def test_a_tenant_past_its_bound_is_answered_429_while_others_are_served(
 
 
 def test_stateless_clients_each_number_their_requests_from_1(bounded: Server) -> None:
-    answers: list[dict[str, object]] = []
+    answers: list[tuple[int, int, bytes]] = []
 
-    def client(tenant_name: str) -> None:
+    def client(tenant_name: str) -> None:  # one request at a time, as a client would
         for request_id in range(1, 21):
             request = call("list_directory", {}, request_id=request_id)
             status, _, body = post(bounded, request, token=tenant_name)
-            assert status == 200
-            answers.append(json.loads(body) | {"sent": request_id})
+            answers.append((request_id, status, body))
 
     clients = [threading.Thread(target=client, args=(name,))
                for name in ("alice", "alice", "alice", "bob", "bob", "bob")]
@@ -227,9 +252,10 @@ def test_stateless_clients_each_number_their_requests_from_1(bounded: Server) ->
     for thread in clients:
         thread.join()
     assert len(answers) == 120
-    for answer in answers:
-        assert "error" not in answer, answer
-        assert answer["id"] == answer["sent"]
+    for sent, status, body in answers:
+        answer = json.loads(body)
+        assert status == 200 and "error" not in answer, answer
+        assert answer["id"] == sent
 
 
 def test_a_websocket_upgrade_is_answered_like_any_request(bounded: Server) -> None:
@@ -302,7 +328,7 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("flag, value", [("--max-connections", "0"),
                                          ("--max-tenant-requests", "-1"),
-                                         ("--read-timeout", "nan")])
+                                         ("--client-timeout", "nan")])
 def test_a_limit_must_be_positive(flag: str, value: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
