@@ -1,7 +1,7 @@
 """The HTTP face's guard on connections: a cap on how many are open, a deadline
 for each request's headers, and one for a client to take what is written to it.
 
-uvicorn has neither. Its keep-alive timer runs only between requests (the first
+uvicorn has none of them. Its keep-alive timer runs only between requests (the first
 byte of the next one stops it), and `limit_concurrency` answers 503 only to a
 request whose headers have arrived. So connections that never finish their
 headers are held for ever: on a 2-core Linux VM, 300 of them against uvicorn
@@ -23,6 +23,12 @@ What this adds, as a subclass of the HTTP/1.1 protocol class uvicorn would use
   none is waiting, is answered 503 with Retry-After and closed.
 So half-sent requests push out only each other, and a real request, whose
 headers arrive at once, gets in.
+
+Not covered here: a body that never arrives (the application's read has its own
+deadline), a tenant's flood of complete requests (the application bounds each
+tenant's requests in progress), and floods a single process cannot absorb
+(bandwidth, connection attempts faster than it accepts): those are for a
+firewall or a proxy in front.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ TIMED_OUT = _answer("408 Request Timeout", "the request's headers did not arrive
 
 
 def guarded(base: type[Any], *, max_connections: int, timeout_s: float) -> type[Any]:
-    """`base` (uvicorn's HTTP protocol class) with the cap and the header deadline."""
+    """`base` (uvicorn's HTTP protocol class) with the cap and the two deadlines."""
     # Connections waiting for a request's headers, the longest waiting first, each
     # with its deadline. Touched on the event loop's thread only.
     waiting: dict[Any, asyncio.TimerHandle] = {}

@@ -291,7 +291,7 @@ def test_no_tenant_writes_the_servers_own_files(bounded: Server) -> None:
     assert (bounded.bob / "alice.toml").read_text() == before
 
 
-@pytest.mark.parametrize("place", ["workspace", "config"])
+@pytest.mark.parametrize("place", ["workspace", "config", "link"])
 def test_a_tenants_file_inside_a_tenants_root_is_refused(
     tmp_path: Path, place: str, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -299,9 +299,12 @@ def test_a_tenants_file_inside_a_tenants_root_is_refused(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (tmp_path / "bob.toml").write_text(f'[workspace]\nroot = "{workspace}"\n')
-    where = workspace if place == "workspace" else tmp_path / "bob.toml"
+    where = tmp_path / "bob.toml" if place == "config" else workspace
     tenants = workspace / "tenants.toml"
-    tenants.write_text(tenant("bob", place, where))
+    tenants.write_text(tenant("bob", "config" if place == "config" else "workspace", where))
+    if place == "link":  # named from outside the root, it is still the file inside
+        (tmp_path / "tenants.toml").symlink_to(tenants)
+        tenants = tmp_path / "tenants.toml"
     monkeypatch.setattr(http_server, "serve", lambda *a, **k: pytest.fail("it served"))
     assert cli.main(["serve", "--http", "127.0.0.1:0", "--tenants", str(tenants)]) == 2
     error = capsys.readouterr().err
