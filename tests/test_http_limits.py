@@ -267,6 +267,22 @@ def test_stateless_clients_each_number_their_requests_from_1(bounded: Server) ->
         assert answer["id"] == sent
 
 
+@pytest.mark.parametrize("request_id, code", [
+    ("http-1", None), (0, None), (True, -32600), (1.5, -32600), (None, -32600), ([1], -32600),
+])
+def test_a_stateless_answer_carries_the_id_its_client_sent(
+    bounded: Server, request_id: object, code: int | None,
+) -> None:
+    request = call("stat_file", {"path": "hello.txt"}) | {"id": request_id}
+    status, _, body = post(bounded, request, token="bob")
+    answer = json.loads(body)
+    assert status == 200
+    if code is None:
+        assert answer["id"] == request_id and "result" in answer, answer
+    else:
+        assert answer["id"] is None and answer["error"]["code"] == code, answer
+
+
 def test_a_websocket_upgrade_is_answered_like_any_request(bounded: Server) -> None:
     upgrade = (b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: Upgrade\r\n"
                b"upgrade: websocket\r\nsec-websocket-version: 13\r\n"
