@@ -351,8 +351,11 @@ class HttpFace:
         finally:
             gone.cancel()
         if future.done():
-            extra = {SESSION_HEADER: new_id} if new_id else {}
             answer = future.result()
+            if new_id and "error" in answer:  # a failed initialize opens no session
+                state.end(new_id)
+                new_id = None
+            extra = {SESSION_HEADER: new_id} if new_id else {}
             if client_id is not None:
                 answer = {**answer, "id": client_id}
             try:
@@ -567,14 +570,28 @@ def serve(
 
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here rather than by uvicorn so that an address in
-    use is one ConfigError (uvicorn logs it and exits)."""
+    use is one ConfigError (uvicorn logs it and exits). Made as asyncio makes its
+    own, down to the protocol number: asyncio sets TCP_NODELAY only on connections
+    of a socket whose protocol is TCP, and without it every answer waited 40 ms
+    for a delayed acknowledgement."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, port), family=family, backlog=2048)
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+        sock = socket.socket(family, kind, proto)
     except OSError as exc:
-        shown = f"[{host}]" if ":" in host else host
-        raise ConfigError(f"cannot listen on {shown}:{port}: "
+        raise ConfigError(f"cannot listen on {shown}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_QUEUE)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {shown}: "
                           f"{(exc.strerror or str(exc)).lower()}") from None
+    return sock
 
 
 async def _run(

@@ -7,6 +7,7 @@ config, and no tenant writes the server's own files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import resource
@@ -283,6 +284,13 @@ def test_a_stateless_answer_carries_the_id_its_client_sent(
         assert answer["id"] is None and answer["error"]["code"] == code, answer
 
 
+def test_a_failed_initialize_opens_no_session(bounded: Server) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    status, headers, body = post(bounded, initialize, token="bob")
+    assert status == 200 and json.loads(body)["error"]["code"] == -32602
+    assert "mcp-session-id" not in headers  # nor does it push out one of the tenant's
+
+
 def test_a_websocket_upgrade_is_answered_like_any_request(bounded: Server) -> None:
     upgrade = (b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: Upgrade\r\n"
                b"upgrade: websocket\r\nsec-websocket-version: 13\r\n"
@@ -363,3 +371,26 @@ def test_a_limit_must_be_positive(flag: str, value: str,
         cli.main(["serve", "--http", "127.0.0.1:0", "--tenants", "t.toml", flag, value])
     assert exited.value.code == 2
     assert f"{flag}: expected a positive number, not '{value}'" in capsys.readouterr().err
+
+
+def test_connections_are_accepted_with_tcp_nodelay() -> None:
+    """Each answer goes out at once: without TCP_NODELAY (which asyncio sets only on
+    connections of a socket made for TCP) it waited 40 ms for a delayed ack."""
+    async def accept_one() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        with http_server.listen("127.0.0.1", 0) as sock:
+            server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+            async with server:
+                _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+                nodelay = await asyncio.wait_for(accepted, SETTLE_S)
+                writer.close()
+        return nodelay
+
+    assert asyncio.run(accept_one())
