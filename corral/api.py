@@ -11,16 +11,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from corral.audit import Audit
-from corral.config import Config, HistoryOptions, Limits, SandboxOptions, load_config, resolve_roots
+from corral.config import (
+    Config,
+    ConfigError,
+    HistoryOptions,
+    Limits,
+    SandboxOptions,
+    load_config,
+    resolve_roots,
+)
 from corral.errors import CorralError
 from corral.flow import NO_ONE_TO_ASK, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.history.host import History
+from corral.history.store import check_location, default_base
 from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
 from corral.policy import Policy, RootSpec
@@ -33,11 +44,41 @@ from corral.trust import narrowed
 __all__ = ["FORCE_HINT", "NO_ONE_TO_ASK", "Approve", "AsyncSandbox", "NoApprover", "Sandbox"]
 
 HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
+log = logging.getLogger("corral")
+_warned: set[str] = set()  # workspaces whose default-store warning this process logged
+_warned_lock = threading.Lock()
+
+
+def default_store_inside(options: HistoryOptions, roots: Sequence[str]) -> str | None:
+    """Why history is off when the *default* store lies inside a root (a home folder
+    as the workspace holds ~/.local/state): a first run works, without history,
+    rather than fail. None otherwise; a store the operator named inside a root
+    stays a ConfigError (History refuses it)."""
+    if not options.enabled or options.path is not None:
+        return None
+    try:
+        check_location(None, list(roots))
+    except ConfigError:
+        return (
+            f"history is off: the default history store {os.path.realpath(default_base())} "
+            "lies inside a root of this sandbox, where tools could reach it; to record "
+            "changes, set [history] path to a directory outside every root in a config "
+            "passed with --config (Python: history=HistoryOptions(path=...))"
+        )
+    return None
 
 Approve = Callable[[dict[str, Any]], Any]
 # What starts a sandbox's executor: a private pool (Broker), or a lane of a shared one.
 StartExecutor = Callable[..., Executor]
 S = TypeVar("S", bound="_BaseSandbox")
+
+
+def _warn_once(workspace: str, why: str) -> None:
+    with _warned_lock:
+        if workspace in _warned:
+            return
+        _warned.add(workspace)
+    log.warning("corral: %s", why)
 
 
 def _start_executor(
@@ -94,9 +135,15 @@ class _BaseSandbox:
             self._policy = self._policy.protecting(os.path.realpath(self._audit.path))
         self._lifecycle = Lifecycle()
         history = history if history is not None else HistoryOptions()
+        root_paths = [r.path for r in self._roots]
+        self._history_off = default_store_inside(history, root_paths)
+        if self._history_off is not None:
+            _warn_once(real, self._history_off)
+            history = dataclasses.replace(history, enabled=False)
+        elif not history.enabled:
+            self._history_off = HISTORY_OFF
         try:
-            self._history = History(history, real, [r.path for r in self._roots]) if (
-                history.enabled) else None
+            self._history = History(history, real, root_paths) if history.enabled else None
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
@@ -169,7 +216,8 @@ class _BaseSandbox:
     def _history_store(self) -> History:
         """The store; checkpoint() without one is the host's mistake, so it raises."""
         if self._history is None:
-            raise CorralError("tool_disabled", f"checkpoint needs history, but {HISTORY_OFF}.")
+            raise CorralError(
+                "tool_disabled", f"checkpoint needs history, but {self._history_off}.")
         return self._history
 
     def _restoring(self, op: str, **fields: Any) -> HistoryRequest | Answer:
@@ -177,7 +225,8 @@ class _BaseSandbox:
         a disabled tool gives."""
         if self._history is None:
             return error_answer(op, CorralError(
-                "tool_disabled", f"nothing to {op}: {HISTORY_OFF}, so no change was recorded."))
+                "tool_disabled",
+                f"nothing to {op}: {self._history_off}, so no change was recorded."))
         return HistoryRequest(op, **fields)
 
     def _checkpoint(self, label: str | None) -> str:
@@ -197,6 +246,11 @@ class _BaseSandbox:
     @property
     def roots(self) -> tuple[RootSpec, ...]:
         return self._roots
+
+    @property
+    def history_off(self) -> str | None:
+        """None while changes are recorded; else why history is off."""
+        return self._history_off
 
     @property
     def policy(self) -> Policy:

@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 
 from corral import __version__, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
-from corral.api import NO_ONE_TO_ASK, Sandbox
-from corral.config import Config, ConfigError
+from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside
+from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, did_you_mean
 from corral.history.store import check_location
 from corral.mcp_core import Approve
@@ -75,10 +75,15 @@ def loaded_config(args: argparse.Namespace) -> Config:
 
 
 def check_history(config: Config) -> None:
-    """ConfigError if the history store would lie inside a root (e.g. the home
-    folder as the workspace holds the default store), before anything starts."""
-    if config.history.enabled:
+    """ConfigError if the store the operator named would lie inside a root, before
+    anything starts (the default store there turns history off: see api.py)."""
+    if config.history.enabled and config.history.path is not None:
         check_location(config.history.path, [root.path for root in config.roots])
+
+
+def history_off(config: Config) -> str | None:
+    """Why history will be off for this config: the default store inside a root."""
+    return default_store_inside(config.history, [root.path for root in config.roots])
 
 
 def effective_config(args: argparse.Namespace) -> Config:
@@ -100,7 +105,16 @@ def open_history_sandbox(args: argparse.Namespace) -> Sandbox:
         raise CorralError(
             "tool_disabled", f"{args.command}: history is off for this workspace "
             "([history] enabled = false), so nothing is recorded to list, undo or rewind.")
+    if (why := history_off(config)) is not None:
+        raise CorralError("tool_disabled", f"{args.command}: {why}.")
     return Sandbox.from_config(config)
+
+
+def said_on_the_command_line(remedy: Remedy) -> str:
+    """A config error's fix in this face's words: its flags, not Python's calls."""
+    if remedy.where == "name_file":
+        return "To trust the file, name it with --config FILE"
+    return f"Set {', '.join(remedy.keys)} in a config passed with --config (or the user config)"
 
 
 def print_json(value: Any) -> None:
@@ -168,14 +182,17 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
 def cmd_doctor(args: argparse.Namespace) -> int:
     kernel = probe()
     config = loaded_config(args)
+    history = history_off(config)  # said here, not warned again by the sandbox
     try:  # a store the sandbox refuses is a finding: report it, probe a worker without it
         check_history(config)
         problem = None
     except ConfigError as exc:
-        problem = f"error: {exc}"
+        problem = history = f"error: {exc.spelled(said_on_the_command_line)}"
+    if history is not None:
         config = dataclasses.replace(
             config, history=dataclasses.replace(config.history, enabled=False))
     with Sandbox.from_config(config) as sandbox:
+        history = history or sandbox.history_off or "on"
         worker = sandbox.confinement
         workspace = sandbox.roots[0].path
         policy = policy_lines(sandbox)
@@ -187,12 +204,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "verdict": found, "kernel": kernel, "worker": worker,
             "missing": missing, "config": config.source,
             "workspace_config": config.narrowed_by, "policy": policy_data,
+            "history": history,
         })
     else:
         print(found)
         print(f"config: {config.source or 'none (the built-in defaults)'}")
         if config.narrowed_by:
             print(f"narrowed by: {config.narrowed_by} (the workspace's own, untrusted)")
+        print(f"history: {history}")
         print("policy in effect:")
         print("\n".join(policy))
         print("the kernel offers:")
@@ -244,6 +263,8 @@ def cmd_call(args: argparse.Namespace) -> int:
         arguments = json.loads(text)
     except ValueError as exc:
         raise UsageError(f"ARGUMENTS is not valid JSON: {exc}") from exc
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise UsageError("ARGUMENTS is not valid JSON: nested too deeply") from None
     if not isinstance(arguments, dict):
         raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "README.md"}\'')
     with open_sandbox(args, approver(args)) as sandbox:
@@ -284,7 +305,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # so a bad command line or config fails here, in one line, before the protocol starts.
     config = effective_config(args)
     served = mcp_server.serve(
-        lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams()
+        lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams(),
+        said_on_the_command_line,
     )
     return EXIT_OK if served else EXIT_FAILED
 
@@ -456,7 +478,8 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
     )
     http = serve.add_argument_group(
-        "many tenants over HTTP (needs uvicorn: pip install '.[http]' in the corral clone)",
+        "many tenants over HTTP (needs uvicorn: pip install uvicorn, or pip install '.[http]' "
+        "in corral's source directory)",
         "MCP Streamable HTTP at /mcp in front of one shared pool of workers; each tenant "
         "is reached only by its bearer token (see the HTTP page of the docs)",
     )
@@ -561,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except ConfigError as exc:
+        print(f"corral: error: {exc.spelled(said_on_the_command_line)}", file=sys.stderr)
+        return EXIT_USAGE
     except (UsageError, CorralError, OSError, ValueError) as exc:
         print(f"corral: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

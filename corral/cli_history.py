@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.api import FORCE_HINT, Sandbox
+from corral.tools.render import escaped
 
 EXIT_OK, EXIT_FAILED = 0, 1
 CLI_FORCE_HINT = "Run again with --force to restore a conflicting path anyway."
@@ -29,15 +30,34 @@ def _state(state: dict[str, Any] | None) -> str:
 
 
 def history_line(entry: dict[str, Any]) -> str:
+    """One line of the listing; every name escaped (a file name or label holding
+    terminal escapes must not erase or fake lines of what a person reviews)."""
     if entry["action"] == "checkpoint":
-        label = f" {entry['checkpoint']}" if entry.get("checkpoint") else ""
+        label = f" {escaped(entry['checkpoint'])}" if entry.get("checkpoint") else ""
         return f"{entry['id']}  {_when(entry['time'])}  checkpoint{label}"
-    where = entry["path"]
+    where = escaped(entry["path"])
     if "destination" in entry:
-        where += f" -> {entry['destination']}"
+        where += f" -> {escaped(entry['destination'])}"
     change = f"{_state(entry['before'])} -> {_state(entry['after'])}"
-    return (f"{entry['id']}  {_when(entry['time'])}  {entry['tool']:<16} {entry['action']:<7}"
-            f" {where}  ({change})")
+    return (f"{entry['id']}  {_when(entry['time'])}  {escaped(entry['tool']):<16} "
+            f"{entry['action']:<7} {where}  ({change})")
+
+
+def shown_json(value: Any) -> str:
+    """JSON for a terminal: json's own escapes stop at the C0 controls, so DEL, C1
+    controls (a CSI), bidi overrides and lone surrogates are written as \\u escapes
+    too (valid inside a JSON string, the only place they can occur; a reader
+    decodes the same text)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return "".join(c if c.isprintable() or c == "\n" else _json_escape(c) for c in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a JSON string spells it as a UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def add_commands(
@@ -49,7 +69,7 @@ def add_commands(
         with opener(args) as sandbox:
             entries = sandbox.history(args.path, limit=args.limit)
         if args.json:
-            print(json.dumps(entries, indent=2, ensure_ascii=False))
+            print(shown_json(entries))
         else:
             for entry in entries:
                 print(history_line(entry))
@@ -68,10 +88,10 @@ def add_commands(
             if "text" in outcome:  # say the flag, not the Python keyword
                 outcome["text"] = outcome["text"].replace(FORCE_HINT, CLI_FORCE_HINT)
             if args.json:
-                print(json.dumps(outcome, indent=2, ensure_ascii=False))
-            else:
+                print(shown_json(outcome))
+            else:  # the text is escaped where it is made; an error message may not be
                 print(outcome["text"] if outcome["ok"] else
-                      f"corral: {name} failed: {outcome['error']['message']}")
+                      f"corral: {name} failed: {escaped(outcome['error']['message'])}")
             return EXIT_OK if outcome["ok"] and not outcome["result"]["conflicts"] else EXIT_FAILED
         return run
 

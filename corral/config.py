@@ -4,121 +4,120 @@ Strict: an unknown section or key, a wrong type, a bad enum value, an invalid
 glob or regex, a missing or system root all raise ConfigError naming the file,
 the key and what is allowed. Relative paths are taken from the directory of the
 config file. Roots are resolved to real paths here (the one place allowed to
-look at the file system before the sandbox exists).
+look at the file system before the sandbox exists). What each key is, its
+default and how it is checked come from the key table, corral.config_keys.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
-from typing import Any
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
 
+from corral.config_keys import (
+    BY_PLACE,
+    SECTION_KEYS,
+    SECTIONS,
+    TOOL_NAMES,
+    Key,
+    default,
+    section_keys,
+)
+from corral.config_keys import DURABILITY as DURABILITY  # re-exported: corral.config names
+from corral.config_keys import LAYERS as LAYERS
+from corral.config_keys import RESOLVERS as RESOLVERS
 from corral.errors import did_you_mean
 from corral.policy import (
     ACCESS_KINDS,
     ACTIONS,
-    HARDLINK_MODES,
-    READ_BEFORE_WRITE,
     ROOT_MODES,
     Policy,
     PolicyError,
     RootSpec,
     Rule,
     check_root,
+    check_rule,
+    compile_path_regex,
 )
+
+T = TypeVar("T")
 
 CONFIG_NAME = "corral.toml"
-
-# The tool names of the contract (DESIGN.md "Tools"); [tools] and rules' `tools`
-# are checked against them so a typo cannot leave a tool silently enabled.
-TOOL_NAMES = (
-    "read_file", "write_file", "edit_file", "read_multiple_files", "append_file",
-    "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
-    "delete_file", "search_files", "grep", "list_allowed_directories",
-)
-LAYERS = (  # what require names
-    "landlock", "seccomp", "openat2", "no_new_privs", "rlimits", "mount_namespace",
-)
-RESOLVERS = ("auto", "openat2", "walk")
-DURABILITY = ("fsync", "none")
+# A workspace's corral.toml is read by the unconfined host at every session start: a
+# real one is a few hundred bytes, and nothing larger is read at all.
+WORKSPACE_CONFIG_MAX_BYTES = 64 * 1024
+# What a workspace config may add to the operator's policy: every path of every
+# call is checked against its rules, and the shared zygote compiles them.
+WORKSPACE_MAX_RULES = 64
+WORKSPACE_MAX_GLOBS_PER_RULE = 16
 
 
-def _positive_int(value: object, name: str) -> None:
-    """Value types check themselves: Limits(max_file_bytes=-5) is refused where it
-    is made, not when a call first trips over it."""
-    field_value = getattr(value, name)
-    if isinstance(field_value, bool) or not isinstance(field_value, int) or field_value < 1:
-        raise ValueError(
-            f"{type(value).__name__}.{name} must be a positive integer, not {field_value!r}")
-
-
-def _positive_number(value: object, name: str) -> None:
-    field_value = getattr(value, name)
-    if isinstance(field_value, bool) or not isinstance(field_value, int | float) or not (
-        field_value > 0 and field_value != float("inf")
-    ):
-        raise ValueError(
-            f"{type(value).__name__}.{name} must be a positive number, not {field_value!r}")
-
-
-def _one_of(value: object, name: str, choices: tuple[str, ...]) -> None:
-    field_value = getattr(value, name)
-    if field_value not in choices:
-        raise ValueError(f"{type(value).__name__}.{name} must be one of "
-                         f"{', '.join(choices)}, not {field_value!r}")
+def _check_fields(value: object, section: str) -> None:
+    """Value types check themselves, by the key table: Limits(max_file_bytes=-5) is
+    refused where it is made, not when a call first trips over it."""
+    for key in section_keys(section):
+        field_value = getattr(value, key.name)
+        what = f"{type(value).__name__}.{key.name}"
+        if key.kind == "int" and (isinstance(field_value, bool) or not isinstance(
+                field_value, int) or field_value < 1):
+            raise ValueError(f"{what} must be a positive integer, not {field_value!r}")
+        if key.kind == "number" and (isinstance(field_value, bool) or not isinstance(
+                field_value, int | float) or not (0 < field_value < float("inf"))):
+            raise ValueError(f"{what} must be a positive number, not {field_value!r}")
+        if key.kind == "choice" and field_value not in key.choices:
+            raise ValueError(f"{what} must be one of {', '.join(key.choices)}, "
+                             f"not {field_value!r}")
+        if key.kind == "bool" and not isinstance(field_value, bool):
+            raise ValueError(f"{what} must be true or false, not {field_value!r}")
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_read_bytes: int = 256 * 1024  # returned per read: what fits a model's context
-    max_write_bytes: int = 1024 * 1024  # per write or append, and the bytes one edit puts in
-    max_file_bytes: int = 64 * 1024 * 1024  # largest file read, edited or grown by append
-    max_list_entries: int = 500  # a listing larger than this floods a model's context
-    timeout_s: float = 10.0  # per call; the worker is killed and replaced after it
+    """[limits]; each field's default and meaning: config_keys.KEYS."""
+
+    max_read_bytes: int = default("limits", "max_read_bytes")
+    max_write_bytes: int = default("limits", "max_write_bytes")
+    max_file_bytes: int = default("limits", "max_file_bytes")
+    max_list_entries: int = default("limits", "max_list_entries")
+    timeout_s: float = default("limits", "timeout_s")
 
     def __post_init__(self) -> None:
-        for name in ("max_read_bytes", "max_write_bytes", "max_file_bytes", "max_list_entries"):
-            _positive_int(self, name)
-        _positive_number(self, "timeout_s")
+        _check_fields(self, "limits")
 
 
 @dataclass(frozen=True)
 class SandboxOptions:
-    workers: int = 2
-    require: tuple[str, ...] = ()  # layers that must be active: "landlock", "seccomp", ...
-    max_calls_per_worker: int = 10_000  # recycle after this many calls
-    max_worker_rss_mb: int = 256  # recycle when RSS passes this
-    max_frame_bytes: int = 64 * 1024 * 1024
-    resolver: str = "auto"  # "openat2" | "walk": forces a resolver (tests run both)
-    # "fsync": a write's file and directory reach the disk before it is reported;
-    # "none": still atomic (temp file + rename) but a crash may lose recent writes
-    durability: str = "fsync"
-    # A caller's thread (and a worker, for its next request) polls for a few hundred
-    # microseconds before sleeping: faster small calls for a little CPU. false: never
-    # (a host counting every cycle, or one core shared by many sandboxes).
-    spin: bool = True
+    """[sandbox]; each field's default and meaning: config_keys.KEYS."""
+
+    workers: int = default("sandbox", "workers")
+    require: tuple[str, ...] = default("sandbox", "require")
+    max_calls_per_worker: int = default("sandbox", "max_calls_per_worker")
+    max_worker_rss_mb: int = default("sandbox", "max_worker_rss_mb")
+    max_frame_bytes: int = default("sandbox", "max_frame_bytes")
+    resolver: str = default("sandbox", "resolver")
+    durability: str = default("sandbox", "durability")
+    spin: bool = default("sandbox", "spin")
 
     def __post_init__(self) -> None:
-        for name in ("workers", "max_calls_per_worker", "max_worker_rss_mb", "max_frame_bytes"):
-            _positive_int(self, name)
-        _one_of(self, "resolver", RESOLVERS)
-        _one_of(self, "durability", DURABILITY)
-        if not isinstance(self.spin, bool):
-            raise ValueError(f"SandboxOptions.spin must be true or false, not {self.spin!r}")
+        _check_fields(self, "sandbox")
+
 
 @dataclass(frozen=True)
 class HistoryOptions:
-    """[history]: what every changing call replaced, kept so it can be undone."""
+    """[history]: what every changing call replaced, kept so it can be undone; each
+    field's default and meaning: config_keys.KEYS."""
 
-    enabled: bool = True
-    path: str | None = None  # base directory; None: $XDG_STATE_HOME/corral/history
-    max_bytes: int = 256 * 1024 * 1024  # the store's size; the oldest records go first
-    max_age_days: float = 14.0  # records older than this go
+    enabled: bool = default("history", "enabled")
+    path: str | None = default("history", "path")
+    max_bytes: int = default("history", "max_bytes")
+    max_age_days: float = default("history", "max_age_days")
 
     def __post_init__(self) -> None:
-        _positive_int(self, "max_bytes")
-        _positive_number(self, "max_age_days")
+        _check_fields(self, "history")
 
 
 @dataclass(frozen=True)
@@ -140,33 +139,65 @@ class Config:
         return (RootSpec(self.workspace, mode), *self.allowed_paths)
 
 
-SECTIONS = ("workspace", "tools", "rules", "policy", "limits", "sandbox", "audit", "history")
-# The keys of each table section ([[rules]] is an array of tables, checked per rule).
-SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "workspace": ("root", "read_only", "allowed_paths"),
-    "tools": TOOL_NAMES,
-    "policy": ("default_action", "path_regex", "hardlinks", "read_before_write"),
-    "limits": tuple(f.name for f in fields(Limits)),
-    "sandbox": tuple(f.name for f in fields(SandboxOptions)),
-    "audit": ("path",),
-    "history": tuple(f.name for f in fields(HistoryOptions)),
-}
+@dataclass(frozen=True)
+class Remedy:
+    """What fixes a ConfigError, as data, so each face can say it in its own words
+    (the command line names --config, Python Sandbox.from_config, the HTTP face
+    the tenants file) without rewriting the message. `keys`: settings that belong
+    in the operator's config (where = "operator"); or the file itself may be named
+    as the operator's config (where = "name_file")."""
+
+    where: str  # "operator" | "name_file"
+    keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.where not in ("operator", "name_file") or (self.where == "operator") != bool(
+                self.keys):
+            raise ValueError(f"Remedy({self.where!r}, {self.keys!r}): 'operator' names the keys "
+                             "to set, 'name_file' none")
+
+
+def any_face(remedy: Remedy) -> str:
+    """A remedy as the library says it when it cannot know the face: both the
+    command line's and Python's spelling."""
+    if remedy.where == "name_file":
+        return ("To trust the file, name it as the operator's config: --config FILE "
+                "(Python: Sandbox.from_config(FILE))")
+    return ("Put such settings in a config passed with --config (or the user config; Python: "
+            "Sandbox.from_config or Sandbox's keyword arguments)")
 
 
 class ConfigError(ValueError):
-    """A config that cannot be used; the message names the file and the key."""
+    """A config that cannot be used; the message names the file and the key, then
+    says what fixes it: `remedy`, spelled by the face that shows it (`spelled`)."""
 
-    def __init__(self, message: str, *, file: str | None = None, key: str | None = None) -> None:
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None,
+                 remedy: Remedy | None = None) -> None:
         self.file = file
         self.key = key
         self.problem = message
-        super().__init__(": ".join(part for part in (file, key, message) if part))
+        self.remedy = remedy
+        self._where = tuple(part for part in (file, key) if part)  # as the message names it
+        super().__init__(self.spelled(any_face))
+
+    def spelled(self, say: Callable[[Remedy], str]) -> str:
+        """The message, its remedy said by `say` (a face's own words)."""
+        problem = self.problem
+        if self.remedy is not None:
+            problem = f"{problem.rstrip('.')}. {say(self.remedy)}"
+        return ": ".join((*self._where, problem))
 
 
 def find_config(workspace: str | os.PathLike[str]) -> str | None:
-    """The workspace's own corral.toml, if it has one (the workspace only, no parents)."""
+    """The workspace's own corral.toml, if it has one (the workspace only, no parents):
+    anything of that name but a directory, a symlink included (whatever it points
+    at: read_workspace_config refuses it, so its target is never looked at)."""
     candidate = os.path.join(os.fspath(workspace), CONFIG_NAME)
-    return candidate if os.path.isfile(candidate) else None
+    try:
+        mode = os.lstat(candidate).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else candidate
 
 
 def resolve_roots(
@@ -239,6 +270,69 @@ def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("invalid TOML: arrays or tables nested too deeply",
+                          file=source) from None
+
+
+def read_workspace_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """(absolute path, TOML data) of a workspace's own, untrusted corral.toml: only a
+    regular file with no other name (a symlink or a hard link could name a file
+    outside the workspace, such as another tenant's config), of at most
+    WORKSPACE_CONFIG_MAX_BYTES. A refusal says why, never what the file holds."""
+    import tomllib
+
+    source = os.path.abspath(os.fspath(path))
+    # O_NOFOLLOW: the last name is never followed; O_NONBLOCK: a FIFO cannot hang us
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    name_file = Remedy("name_file")
+    try:
+        fd = os.open(source, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError("a workspace config must be a regular file in the workspace, "
+                              "not a symbolic link (it may point anywhere); put a copy of the "
+                              "file there", file=source, remedy=name_file) from None
+        raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("a workspace config must be a regular file; this is not a "
+                              "regular file", file=source)
+        if info.st_nlink != 1:
+            raise ConfigError("a workspace config must be a file of its own, not a hard link "
+                              "(its other name may lie anywhere); put a copy of the file there",
+                              file=source, remedy=name_file)
+        content = _read_at_most(fd, WORKSPACE_CONFIG_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror}", file=source) from None
+    finally:
+        os.close(fd)
+    if len(content) > WORKSPACE_CONFIG_MAX_BYTES:
+        raise ConfigError(f"a workspace config may hold at most {WORKSPACE_CONFIG_MAX_BYTES} "
+                          "bytes; this one holds more (a larger config is the operator's)",
+                          file=source, remedy=name_file)
+    try:
+        return source, tomllib.loads(content.decode())
+    except UnicodeDecodeError:
+        raise ConfigError("invalid TOML: the file is not UTF-8 text", file=source) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("invalid TOML: arrays or tables nested too deeply",
+                          file=source) from None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def check_names(source: str, data: dict[str, Any]) -> None:
@@ -338,10 +432,9 @@ class _Parser:
 
     def config(self, data: dict[str, Any]) -> Config:
         self.names(data)
-        workspace = self.table(data, "workspace", SECTION_KEYS["workspace"])
-        root = self.path(workspace.get("root", "."), "[workspace] root")
-        read_only = self.boolean(workspace.get("read_only", False), "[workspace] read_only")
-        specs = self.allowed_paths(workspace.get("allowed_paths", []))
+        workspace = self.section(data, "workspace", defaults=True)
+        root, read_only, specs = workspace["root"], workspace["read_only"], workspace[
+            "allowed_paths"]
         real, others = resolve_roots(root, specs, read_only=read_only, source=self.source)
         audit_path = self.audit(data)
         # No tool may rewrite the policy it runs under or the log of what it did.
@@ -350,12 +443,41 @@ class _Parser:
             workspace=real,
             allowed_paths=others,
             policy=self.policy(data, read_only, protected),
-            limits=self.limits(data),
-            sandbox=self.sandbox(data),
+            limits=Limits(**self.section(data, "limits")),
+            sandbox=SandboxOptions(**self.section(data, "sandbox")),
             audit_path=audit_path,
             source=self.source,
-            history=self.history(data),
+            history=HistoryOptions(**self.section(data, "history")),
         )
+
+    def section(self, data: dict[str, Any], name: str, defaults: bool = False) -> dict[str, Any]:
+        """The keys the section sets (every key of it with `defaults`), each parsed as
+        the key table says."""
+        section = self.table(data, name, SECTION_KEYS[name])
+        keys = section_keys(name) if defaults else [BY_PLACE[name, key] for key in section]
+        return {key.name: self.value(key, section.get(key.name, key.default)) for key in keys}
+
+    def value(self, key: Key, value: Any) -> Any:
+        where = key.where
+        if key.kind == "int":
+            return self.positive_int(value, where)
+        if key.kind == "number":
+            return self.positive_number(value, where)
+        if key.kind == "bool":
+            return self.boolean(value, where)
+        if key.kind == "choice":
+            return self.enum(value, where, key.choices)
+        if key.kind == "choices":
+            return tuple(self.enum(item, f"{where}[{i}]", key.choices)
+                         for i, item in enumerate(self.array(value, where)))
+        if key.kind == "path":
+            return os.path.abspath(self.path(value, where))
+        if key.kind == "regexes":
+            regexes = self.strings(value, where)
+            for index, pattern in enumerate(regexes):
+                self.check(partial(compile_path_regex, (pattern,)), f"{where}[{index}]")
+            return regexes
+        return self.allowed_paths(value)  # "roots"
 
     def allowed_paths(self, value: Any) -> list[RootSpec]:
         key = "[workspace] allowed_paths"
@@ -375,27 +497,19 @@ class _Parser:
         return specs
 
     def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
-        tools = self.table(data, "tools", SECTION_KEYS["tools"])
-        modes = {name: self.enum(mode, f"[tools] {name}", ACTIONS) for name, mode in tools.items()}
-        section = self.table(data, "policy", SECTION_KEYS["policy"])
-        default = self.enum(section.get("default_action", "allow"), "[policy] default_action",
-                            ACTIONS)
-        hardlinks = self.enum(section.get("hardlinks", "allow"), "[policy] hardlinks",
-                              HARDLINK_MODES)
-        regexes = self.strings(section.get("path_regex", []), "[policy] path_regex")
-        for index, pattern in enumerate(regexes):
-            self.check(lambda p=pattern: Policy(path_regex=(p,)), f"[policy] path_regex[{index}]")
+        modes = self.section(data, "tools")
+        section = self.section(data, "policy", defaults=True)
         rules = self.rules(data.get("rules", []))
-        read_first = self.enum(section.get("read_before_write", "off"),
-                               "[policy] read_before_write", READ_BEFORE_WRITE)
         return self.check(
-            lambda: Policy(modes, rules, default, regexes, read_only, protected,
-                           hardlinks=hardlinks, read_before_write=read_first),
+            lambda: Policy(modes, rules, section["default_action"], section["path_regex"],
+                           read_only, protected, hardlinks=section["hardlinks"],
+                           read_before_write=section["read_before_write"]),
             "[[rules]]",
         )
 
     def rules(self, value: Any) -> tuple[Rule, ...]:
         rules: list[Rule] = []
+        names: set[str] = set()
         for index, item in enumerate(self.array(value, "[[rules]]")):
             where = f"[[rules]] #{index + 1}"
             if not isinstance(item, dict):
@@ -407,8 +521,9 @@ class _Parser:
                                     "and paths (tools defaults to [\"*\"] unless access is set)")
             name = self.string(item["name"], f"{where} name")
             where = f"[[rules]] {name!r}"
-            if any(rule.name == name for rule in rules):
+            if name in names:
                 raise self.fail(f"{where} name", "repeated; rule names must be unique")
+            names.add(name)
             action = self.enum(item["action"], f"{where} action", ACTIONS)
             access = tuple(
                 self.enum(kind, f"{where} access[{i}]", ACCESS_KINDS)
@@ -425,64 +540,21 @@ class _Parser:
             if not paths:
                 raise self.fail(f"{where} paths", "empty; a rule needs at least one glob")
             rule = Rule(name, action, tools, paths, access)
-            self.check(lambda r=rule: Policy(rules=(r,)), f"{where} paths")
+            self.check(partial(check_rule, rule), f"{where} paths")
             rules.append(rule)
         return tuple(rules)
 
-    def check(self, build: Any, key: str) -> Policy:
+    def check(self, build: Callable[[], T], key: str) -> T:
         try:
             return build()
         except PolicyError as exc:
             raise self.fail(key, str(exc)) from None
-
-    def limits(self, data: dict[str, Any]) -> Limits:
-        section = self.table(data, "limits", SECTION_KEYS["limits"])
-        values: dict[str, Any] = {}
-        for key, value in section.items():
-            check = self.positive_number if key == "timeout_s" else self.positive_int
-            values[key] = check(value, f"[limits] {key}")
-        return Limits(**values)
-
-    def sandbox(self, data: dict[str, Any]) -> SandboxOptions:
-        section = self.table(data, "sandbox", SECTION_KEYS["sandbox"])
-        values: dict[str, Any] = {}
-        for key, value in section.items():
-            where = f"[sandbox] {key}"
-            if key == "require":
-                values[key] = tuple(self.enum(layer, f"{where}[{i}]", LAYERS)
-                                    for i, layer in enumerate(self.array(value, where)))
-            elif key == "resolver":
-                values[key] = self.enum(value, where, RESOLVERS)
-            elif key == "durability":
-                values[key] = self.enum(value, where, DURABILITY)
-            elif key == "spin":
-                values[key] = self.boolean(value, where)
-            else:
-                values[key] = self.positive_int(value, where)
-        return SandboxOptions(**values)
 
     def array(self, value: Any, key: str) -> list[Any]:
         if not isinstance(value, list):
             raise self.fail(key, f"expected an array, got {_type_name(value)}")
         return value
 
-    def history(self, data: dict[str, Any]) -> HistoryOptions:
-        section = self.table(data, "history", SECTION_KEYS["history"])
-        values: dict[str, Any] = {}
-        for key, value in section.items():
-            where = f"[history] {key}"
-            if key == "enabled":
-                values[key] = self.boolean(value, where)
-            elif key == "path":
-                values[key] = os.path.abspath(self.path(value, where))
-            elif key == "max_age_days":
-                values[key] = self.positive_number(value, where)
-            else:
-                values[key] = self.positive_int(value, where)
-        return HistoryOptions(**values)
-
     def audit(self, data: dict[str, Any]) -> str | None:
-        section = self.table(data, "audit", SECTION_KEYS["audit"])
-        if "path" not in section:
-            return None
-        return os.path.abspath(self.path(section["path"], "[audit] path"))
+        path: str | None = self.section(data, "audit").get("path")
+        return path

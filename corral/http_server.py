@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from corral import jsonfast
-from corral.config import ConfigError
+from corral.config import ConfigError, Remedy
 from corral.http_guard import RETRY_AFTER_S, guarded
 from corral.mcp_core import (
     INVALID_REQUEST,
@@ -104,6 +104,16 @@ class HttpError(Exception):
         self.rpc = rpc  # a JSON-RPC error to send as the body, instead of plain text
 
 
+def said_to_a_tenant(remedy: Remedy) -> str:
+    """A config error's fix, said to a tenant's client: its settings are changed in
+    the tenant's config that the tenants file names, not on a command line."""
+    if remedy.where == "name_file":
+        return ("To trust the file, name it as the tenant's config (`config` in its "
+                "entry of the tenants file)")
+    return (f"Set {', '.join(remedy.keys)} in the tenant's own config (`config` in its entry "
+            "of the tenants file)")
+
+
 class TenantState:
     """A tenant's sessions and call threads; sandboxes come from the shared pool."""
 
@@ -130,7 +140,8 @@ class TenantState:
             return self.pool.sandbox_from_config(
                 config, approve=approve, policy=config.policy.protecting(*self.protected))
 
-        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False)
+        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False,
+                          say_remedy=said_to_a_tenant)
 
     def open(self) -> tuple[str, McpSession]:
         session = self.new_session()

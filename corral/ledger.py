@@ -15,6 +15,7 @@ from corral.policy import Policy
 from corral.sandbox.messages import Answer, Meta
 from corral.tools.access import TOOL_MODE_RULE, approval_key
 from corral.tools.registry import TOOLS
+from corral.tools.render import escaped
 
 PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
@@ -85,9 +86,10 @@ class Ledger:
         if not answer.ok or answer.result is None:
             return response
         result = answer.result
-        lines = [f"Restored {path}." for path in result["restored"]]
+        # names escaped, as approvals are: the text is shown to a person
+        lines = [f"Restored {escaped(path)}." for path in result["restored"]]
         reasons = result.get("reasons") or {}
-        lines += [f"Left {path} alone: {reasons.get(path, 'it changed since')}"
+        lines += [f"Left {escaped(path)} alone: {escaped(reasons.get(path, 'it changed since'))}"
                   + ("" if reasons.get(path, "").endswith(".") else ".")
                   for path in result["conflicts"]]
         if result["conflicts"]:

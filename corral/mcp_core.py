@@ -84,6 +84,7 @@ from typing import Any, TypeGuard
 from urllib.parse import unquote, urlsplit
 
 from corral.api import Sandbox
+from corral.config import ConfigError, Remedy, any_face
 from corral.flow import NoApprover
 from corral.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
@@ -199,7 +200,8 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
     if not outcome["ok"]:
         error = outcome["error"]
         text = f"{error['code']}: {error['message']}"
-        if error.get("rule"):
+        # most refusals already say "... by policy rule 'x'": name the rule once
+        if error.get("rule") and f"'{error['rule']}'" not in error["message"]:
             text += f" (rule {error['rule']})"
         reply: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
         if structured:
@@ -342,8 +344,10 @@ class McpSession:
         *,
         send: Callable[[dict[str, Any]], None],
         can_ask: bool = True,
+        say_remedy: Callable[[Remedy], str] = any_face,
     ) -> None:
         self._open_sandbox = open_sandbox
+        self._say_remedy = say_remedy  # how the face serving this session says a config's fix
         self._send = send
         self._can_ask = can_ask
         self._sandbox: Sandbox | None = None
@@ -468,8 +472,9 @@ class McpSession:
                 self._sandbox = self._open_sandbox(_outside_a_call)
             except Exception as exc:
                 self.failed = True
-                print(f"corral: error: cannot start the sandbox: {exc}", file=sys.stderr)
-                raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {exc}") from exc
+                why = exc.spelled(self._say_remedy) if isinstance(exc, ConfigError) else exc
+                print(f"corral: error: cannot start the sandbox: {why}", file=sys.stderr)
+                raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {why}") from exc
             self._tools = self._sandbox.tools()
 
     def _notification(self, method: str, params: object) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
+from corral.config import Remedy, any_face
 from corral.mcp_core import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -53,11 +54,12 @@ class McpServer:
     """Serves one client on a pair of byte streams until the input ends."""
 
     def __init__(
-        self, open_sandbox: Callable[[Approve], Sandbox], reader: BinaryIO, writer: BinaryIO
+        self, open_sandbox: Callable[[Approve], Sandbox], reader: BinaryIO, writer: BinaryIO,
+        say_remedy: Callable[[Remedy], str] = any_face,
     ) -> None:
         self._out = LineWriter(writer)
         self._lines = LineServer(read_lines(reader), self._receive, MAX_CONCURRENT_CALLS)
-        self._session = McpSession(open_sandbox, send=self._out.write)
+        self._session = McpSession(open_sandbox, send=self._out.write, say_remedy=say_remedy)
 
     def serve(self) -> bool:
         """Read and answer messages until EOF, then finish the calls in flight and close.
@@ -83,9 +85,10 @@ class McpServer:
 
 
 def serve(
-    open_sandbox: Callable[[Approve], Sandbox], reader: BinaryIO, writer: BinaryIO
+    open_sandbox: Callable[[Approve], Sandbox], reader: BinaryIO, writer: BinaryIO,
+    say_remedy: Callable[[Remedy], str] = any_face,
 ) -> bool:
     """Run an MCP server on the given streams until the client closes its end.
     `open_sandbox(approve)` is called on the first message that needs the tools;
-    False if it failed."""
-    return McpServer(open_sandbox, reader, writer).serve()
+    False if it failed (a config error's fix said by `say_remedy`)."""
+    return McpServer(open_sandbox, reader, writer, say_remedy).serve()

@@ -6,7 +6,10 @@ as `.env`. Order for one path: the built-in deny rules, then the user rules
 (first match wins), the `path_regex` whitelist, then `default_action`. Built-ins
 come first so that only a user rule carrying a built-in's *name* can override it
 (it replaces that built-in and takes its place among the user rules): a broad
-`allow **` rule must not unblock ~/.ssh by accident.
+`allow **` rule must not unblock ~/.ssh by accident. A name on the way to a path
+that is missing (a write creates it) or not a directory is decided with that
+path: only a deny that comes before the path's own decision refuses it
+(Policy.on_the_way).
 
 Glob syntax (rule `paths`): `*` and `?` stay within one path component, `[...]`
 is a character class, `**` is any number of whole components (zero included, so
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -70,6 +74,9 @@ _UNKNOWN_ACCESS = (_READ | _LIST, _READ | _WRITE)
 
 # Bounded so a long session over many paths cannot grow the cache without limit.
 DECISION_CACHE_SIZE = 4096
+# Compiled rules kept per process: a config's rules are compiled once, however many
+# policies are built of them (a config check, the narrowed policy, each session).
+RULE_CACHE_SIZE = 1024
 
 
 READ_BEFORE_WRITE = ("off", "require")
@@ -210,6 +217,13 @@ def _check_action(value: object, what: str) -> None:
         raise PolicyError(f"{what} must be one of {', '.join(ACTIONS)}; got {value!r}")
 
 
+def check_rule(rule: Rule) -> None:
+    """PolicyError if `rule` cannot be used (a bad action, glob or kind of access)."""
+    _compile_rule(Rule(rule.name, rule.action, tuple(rule.tools), tuple(rule.paths),
+                       tuple(rule.access)))
+
+
+@functools.lru_cache(maxsize=RULE_CACHE_SIZE)
 def _compile_rule(rule: Rule) -> _Compiled:
     if not rule.name:
         raise PolicyError("a rule needs a non-empty name")
@@ -257,6 +271,13 @@ def _needed_text(globs: list[str]) -> re.Pattern[str] | None:
             return None
         pieces.append(re.escape(longest.lower()))
     return re.compile("|".join(pieces))
+
+
+@functools.lru_cache(maxsize=64)
+def _builtin_matcher(replaced: frozenset[str]) -> _BuiltinMatcher:
+    """The built-ins but those `replaced`, compiled once per process: every policy
+    (one per rule a config check builds, one per sandbox) shares it."""
+    return _BuiltinMatcher([rule for rule in BUILTIN_RULES if rule.name not in replaced])
 
 
 class _BuiltinMatcher:
@@ -342,11 +363,10 @@ class _Matcher:
     """A policy compiled for decide(): it runs on every path of every call."""
 
     def __init__(self, policy: Policy) -> None:
-        replaced = {rule.name for rule in policy.rules}
+        replaced = BUILTIN_NAMES.intersection(rule.name for rule in policy.rules)
         self.rules = tuple(_compile_rule(rule) for rule in policy.rules)
         self.narrowing = tuple(_compile_rule(rule) for rule in policy.workspace_rules)
-        self.builtins = _BuiltinMatcher(
-            [rule for rule in BUILTIN_RULES if rule.name not in replaced])
+        self.builtins = _builtin_matcher(replaced)
         self.protected = tuple(path.rstrip("/") or "/" for path in policy.protected_paths)
         self.regexes = compile_path_regex(policy.path_regex)
         self.default = Decision(policy.default_action, None)
@@ -395,8 +415,8 @@ class Policy:
             raise PolicyError(
                 f"read_before_write must be 'off' or 'require', not {self.read_before_write!r}"
             )
-        names = [rule.name for rule in (*self.rules, *self.workspace_rules)]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
+        names = Counter(rule.name for rule in (*self.rules, *self.workspace_rules))
+        duplicates = sorted(name for name, count in names.items() if count > 1)
         if duplicates:
             raise PolicyError(f"rule names must be unique; repeated: {', '.join(duplicates)}")
         for rule in self.workspace_rules:
@@ -454,33 +474,74 @@ class Policy:
     def _decide(self, tool: str, root: RootSpec, rel: str, write: bool) -> Decision:
         rel = rel or "."
         absolute = _absolute(root, rel)
-        builtin = self._matcher.builtins.match(rel, absolute, write)
+        kinds = access_kinds(tool, write=write)
+        _, decision = self._ranked(tool, kinds, rel, absolute, write)
+        if decision.action == "deny":
+            return decision
+        narrowing = self._narrowing(tool, kinds, rel, absolute)
+        if narrowing is not None:
+            rule = narrowing[1]
+            if stricter(rule.action, decision.action) != decision.action:
+                return Decision(rule.action, rule.name)
+        return decision
+
+    def on_the_way(
+        self, tool: str, root: RootSpec, rel: str, target: str, *, write: bool
+    ) -> Decision | None:
+        """The deny that refuses `rel`, a name on the way to `target` that is missing
+        (a write creates it) or is not a directory; None if nothing does.
+
+        The target's rule decides: `rel` is refused only by a deny that comes before
+        that rule (a built-in, a protected path, an earlier rule; the whitelist
+        before default_action), or by a workspace rule before the first one that
+        matches the target. So a write and the directories it creates are decided
+        as one, and a denied name answers the same whether it exists or not."""
+        rel, target = rel or ".", target or "."
+        kinds = access_kinds(tool, write=write)
+        here, there = _absolute(root, rel), _absolute(root, target)
+        rank, decision = self._ranked(tool, kinds, rel, here, write)
+        target_rank, target_decision = self._ranked(tool, kinds, target, there, write)
+        if decision.action == "deny" and rank < target_rank:
+            return decision
+        if target_decision.action == "deny":
+            return None  # the target's own check refuses it, and names it
+        mine = self._narrowing(tool, kinds, rel, here)
+        theirs = self._narrowing(tool, kinds, target, there)
+        if mine is not None and mine[1].action == "deny" and (
+            theirs is None or mine[0] < theirs[0]
+        ):
+            return Decision("deny", mine[1].name)
+        return None
+
+    def _ranked(
+        self, tool: str, kinds: frozenset[str], rel: str, absolute: str, write: bool
+    ) -> tuple[int, Decision]:
+        """The operator's decision for one path, and the place of what decided it in
+        the order: built-ins, protected paths, rules, the whitelist, default_action."""
+        matcher = self._matcher
+        builtin = matcher.builtins.match(rel, absolute, write)
         if builtin is not None:
-            return Decision("deny", builtin)
+            return -2, Decision("deny", builtin)
         # Not overridable, not even by a rule named after PROTECT_RULE: the loaded
         # config, the audit log and the history store are the operator's.
         if write and self._is_protected(absolute):
-            return Decision("deny", PROTECT_RULE)
-        kinds = access_kinds(tool, write=write)
-        decision = self._by_rules(tool, kinds, rel, absolute)
-        if decision.action == "deny":
-            return decision
-        for rule in self._matcher.narrowing:
+            return -1, Decision("deny", PROTECT_RULE)
+        for index, rule in enumerate(matcher.rules):
             if rule.matches(tool, kinds, rel, absolute):
-                if stricter(rule.action, decision.action) != decision.action:
-                    return Decision(rule.action, rule.name)
-                break
-        return decision
-
-    def _by_rules(self, tool: str, kinds: frozenset[str], rel: str, absolute: str) -> Decision:
-        matcher = self._matcher
-        for rule in matcher.rules:
-            if rule.matches(tool, kinds, rel, absolute):
-                return Decision(rule.action, rule.name)
+                return index, Decision(rule.action, rule.name)
         regexes = matcher.regexes
         if regexes and not any(r.search(rel) or r.search(absolute) for r in regexes):
-            return Decision("deny", PATH_REGEX_RULE)
-        return matcher.default
+            return len(matcher.rules), Decision("deny", PATH_REGEX_RULE)
+        return len(matcher.rules) + 1, matcher.default
+
+    def _narrowing(
+        self, tool: str, kinds: frozenset[str], rel: str, absolute: str
+    ) -> tuple[int, _Compiled] | None:
+        """The first workspace rule that matches the path, and its place."""
+        for index, rule in enumerate(self._matcher.narrowing):
+            if rule.matches(tool, kinds, rel, absolute):
+                return index, rule
+        return None
 
     def _is_protected(self, absolute: str) -> bool:
         return any(

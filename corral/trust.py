@@ -22,26 +22,22 @@ from typing import Any
 
 from corral.config import (
     CONFIG_NAME,
+    WORKSPACE_MAX_GLOBS_PER_RULE,
+    WORKSPACE_MAX_RULES,
     Config,
     ConfigError,
+    Remedy,
     check_names,
     find_config,
     load_config,
     parse_config,
-    read_config,
+    read_workspace_config,
     resolve_roots,
 )
-from corral.policy import BUILTIN_NAMES, STRICTNESS, stricter
+from corral.config_keys import BY_PLACE, Key, section_keys
+from corral.policy import BUILTIN_NAMES
 
 USER_CONFIG = os.path.join("corral", CONFIG_NAME)  # under $XDG_CONFIG_HOME (~/.config)
-
-# [policy] keys a workspace may set, each with its values from loosest to strictest.
-POLICY_ORDER = {
-    "default_action": tuple(sorted(STRICTNESS, key=STRICTNESS.__getitem__)),
-    "hardlinks": ("allow", "deny"),
-    "read_before_write": ("off", "require"),
-}
-NARROWING_SECTIONS = ("workspace", "tools", "rules", "policy", "limits", "sandbox")
 
 
 def user_config_path(environ: dict[str, str] | None = None) -> str:
@@ -102,10 +98,12 @@ def with_workspace(config: Config, workspace: str | os.PathLike[str]) -> Config:
 
 def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     """`config` with the untrusted corral.toml at `path` applied on top; ConfigError
-    naming every key that would widen anything."""
-    source, data = read_config(path)
+    naming every key that would widen anything. How each key may be narrowed is the
+    key table's `narrows` (corral.config_keys): a key it does not list is refused."""
+    source, data = read_workspace_config(path)
     check_names(source, data)  # a typo gets "did you mean", not "not allowed here"
-    problems, kept = _refused(data)
+    _check_bounds(source, data)
+    problems, kept = _refused(data, config.workspace, os.path.dirname(source))
     # The kept settings get the same checks as any config (types, enums, globs);
     # the refused ones are never looked at (an untrusted root is not even resolved).
     local = parse_config(source, kept)
@@ -113,106 +111,167 @@ def narrow(config: Config, path: str | os.PathLike[str]) -> Config:
     if problems:
         error = ConfigError(
             "a corral.toml inside the workspace may only narrow the operator's "
-            f"configuration; not allowed here: {'; '.join(problems)}. Put such settings in "
-            "a config passed with --config (or the user config; Python: "
-            "Sandbox.from_config or Sandbox's keyword arguments)",
+            f"configuration; not allowed here: {'; '.join(text for _, text in problems)}",
             file=source,
+            remedy=Remedy("operator", tuple(dict.fromkeys(key for key, _ in problems))),
         )
-        error.key = problems[0].split(":", 1)[0]
+        error.key = problems[0][1].split(":", 1)[0]  # the first, for programs; the text names all
         raise error
     return _merged(config, local, kept)
 
 
-def _refused(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """("key: why" for each setting a workspace may never make, the data without them)."""
-    problems: list[str] = []
+def _check_bounds(source: str, data: dict[str, Any]) -> None:
+    """ConfigError for more rules, or more globs in a rule, than a workspace config
+    may add (counted before anything is parsed or compiled)."""
+    rules = data.get("rules")
+    if not isinstance(rules, list):
+        return  # not an array: parse_config says so
+    if len(rules) > WORKSPACE_MAX_RULES:
+        raise ConfigError(f"a workspace config may add at most {WORKSPACE_MAX_RULES} rules; "
+                          f"this one has {len(rules)}", file=source, key="[[rules]]")
+    for index, rule in enumerate(rules):
+        paths = rule.get("paths") if isinstance(rule, dict) else None
+        if isinstance(paths, list) and len(paths) > WORKSPACE_MAX_GLOBS_PER_RULE:
+            raise ConfigError(
+                f"a workspace rule may have at most {WORKSPACE_MAX_GLOBS_PER_RULE} globs; "
+                f"this one has {len(paths)}", file=source, key=f"[[rules]] #{index + 1} paths")
+
+
+Problems = list[tuple[str, str]]  # (the key, "key: why") for each setting refused
+
+
+def _refused(data: dict[str, Any], workspace: str, base: str) -> tuple[Problems, dict[str, Any]]:
+    """The settings a workspace may never make, and the data without them.
+    `[workspace] root` is compared as written (relative to `base`, the file's
+    directory) and never resolved: the host does not look at a path it names."""
+    problems: Problems = []
     kept: dict[str, Any] = {}
-    allowed_keys = {"workspace": ("root", "read_only"), "sandbox": ("require", "durability"),
-                    "policy": tuple(POLICY_ORDER)}
     for name, value in data.items():
-        if name not in NARROWING_SECTIONS:
-            problems.append(f"[{name}]: only the operator's config may set it")
-            continue
-        if name not in allowed_keys or not isinstance(value, dict):
+        if name == "rules":  # [[rules]]: checked once parsed, by _looser_rules
             kept[name] = value
-            continue
-        kept[name] = {}
-        for key, item in value.items():
-            if key in allowed_keys[name]:
-                kept[name][key] = item
-            elif name == "workspace" and key == "allowed_paths":
-                if item != []:
-                    problems.append("[workspace] allowed_paths: adds roots")
-            else:
-                problems.append(f"[{name}] {key}: only the operator's config may set it")
+        elif all(key.narrows == "operator" for key in section_keys(name)):
+            problems.append((f"[{name}]", f"[{name}]: only the operator's config may set it"))
+        elif not isinstance(value, dict):
+            kept[name] = value  # parse_config says what is wrong with it
+        else:
+            kept[name] = {}
+            for item, setting in value.items():
+                key = BY_PLACE.get((name, item))
+                refusal = _refusal(key, setting, base, workspace)
+                if key is None or refusal:
+                    where = f"[{name}] {item}"
+                    problems.append((where, f"{where}: {refusal or _OPERATOR_ONLY}"))
+                elif key.narrows not in ("itself", "empty"):  # those two change nothing
+                    kept[name][item] = setting
     return problems, kept
 
 
-def _looser(data: dict[str, Any], local: Config, base: Config) -> list[str]:
-    """"key: why" for each value of the workspace file looser than the operator's."""
-    problems = []
-    workspace = data.get("workspace", {})
-    if "root" in workspace and local.workspace != base.workspace:
-        problems.append(f"[workspace] root: {local.workspace} is not the workspace")
-    if workspace.get("read_only") is False and base.policy.read_only:
-        problems.append("[workspace] read_only = false: the operator's config sets true")
-    for name in data.get("tools", {}):
-        mode = local.policy.tool_modes[name]
-        theirs = base.policy.tool_mode(name, writes=False)
-        if STRICTNESS[mode] < STRICTNESS[theirs]:
-            problems.append(f"[tools] {name} = {mode!r}: looser than the operator's {theirs!r}")
+_OPERATOR_ONLY = "only the operator's config may set it"
+
+
+def _refusal(key: Key | None, value: object, base: str, workspace: str) -> str | None:
+    """Why a workspace config may not set `key` to `value` whatever the operator's
+    value is, or None."""
+    if key is None or key.narrows == "operator":
+        return _OPERATOR_ONLY
+    if key.narrows == "itself" and not _names(value, base, workspace):
+        return "only the workspace itself ('.') may be named here"
+    if key.narrows == "empty" and value != []:
+        return "adds roots"
+    return None
+
+
+def _names(root: object, base: str, workspace: str) -> bool:
+    """Whether `root`, as written in a file in `base`, names `workspace` (lexically)."""
+    if not isinstance(root, str) or not root or "\0" in root:
+        return False
+    return os.path.normpath(os.path.join(base, os.path.expanduser(root))) == workspace
+
+
+def _setting(config: Config, key: Key) -> Any:
+    """The value of a key a workspace may narrow, in effect in `config`."""
+    if key.section == "tools":
+        return config.policy.tool_mode(key.name, writes=False)
+    if key.section in ("workspace", "policy"):  # [workspace] read_only lives in the policy
+        return getattr(config.policy, key.name)
+    return getattr(getattr(config, key.section), key.name)
+
+
+def _shown(value: object) -> str:
+    """A value as TOML writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _looser(data: dict[str, Any], local: Config, base: Config) -> Problems:
+    """Each value of the workspace file looser than the operator's."""
+    problems: Problems = []
+    for section, items in data.items():
+        if section == "rules":
+            problems += _looser_rules(local, base)
+            continue
+        for name in items:
+            key = BY_PLACE[section, name]
+            mine, theirs = _setting(local, key), _setting(base, key)
+            said = f"{key.where} = {_shown(mine)}"
+            if key.narrows == "lower" and mine > theirs:
+                problems.append((key.where, f"{said}: above the operator's {_shown(theirs)}"))
+            elif key.narrows == "order" and key.order.index(mine) < key.order.index(theirs):
+                problems.append((key.where,
+                                 f"{said}: looser than the operator's {_shown(theirs)}"))
+    return problems
+
+
+def _looser_rules(local: Config, base: Config) -> Problems:
+    problems: Problems = []
     operator_rules = {rule.name for rule in (*base.policy.rules, *base.policy.workspace_rules)}
     for rule in local.policy.rules:
         where = f"[[rules]] {rule.name!r}"
         if rule.action == "allow":
-            problems.append(f"{where} action = 'allow': a workspace rule may only deny or "
-                            "supervise")
+            problems.append(("[[rules]]", f"{where} action = 'allow': a workspace rule may "
+                             "only deny or supervise"))
         if rule.name in BUILTIN_NAMES:
-            problems.append(f"{where} name: the name of a built-in rule, which it would replace")
+            problems.append(("[[rules]]", f"{where} name: the name of a built-in rule, which "
+                             "it would replace"))
         elif rule.name in operator_rules:
-            problems.append(f"{where} name: the name of one of the operator's rules")
-    for key in data.get("policy", {}):
-        order = POLICY_ORDER[key]
-        mine, theirs = getattr(local.policy, key), getattr(base.policy, key)
-        if order.index(mine) < order.index(theirs):
-            problems.append(f"[policy] {key} = {mine!r}: looser than the operator's {theirs!r}")
-    if local.sandbox.durability == "none" and base.sandbox.durability != "none":
-        problems.append("[sandbox] durability = 'none': writes would no longer be fsync'd")
-    for key in data.get("limits", {}):
-        mine, theirs = getattr(local.limits, key), getattr(base.limits, key)
-        if mine > theirs:
-            problems.append(f"[limits] {key} = {mine}: above the operator's {theirs}")
+            problems.append(("[[rules]]", f"{where} name: the name of one of the operator's "
+                             "rules"))
     return problems
 
 
+def _narrower(key: Key, mine: Any, theirs: Any) -> Any:
+    """The workspace's value of `key` merged with the operator's (already checked by
+    _looser to be no looser)."""
+    if key.narrows == "lower":
+        return min(mine, theirs)
+    if key.narrows == "union":
+        return tuple(dict.fromkeys((*theirs, *mine)))
+    return max(mine, theirs, key=key.order.index)
+
+
 def _merged(base: Config, local: Config, data: dict[str, Any]) -> Config:
-    theirs = base.policy
-    modes = dict(theirs.tool_modes)
-    for name, mode in local.policy.tool_modes.items():
-        modes[name] = stricter(mode, theirs.tool_mode(name, writes=False))
-    chosen: dict[str, Any] = {
-        key: max(getattr(theirs, key), getattr(local.policy, key), key=order.index)
-        for key, order in POLICY_ORDER.items()
-    }
+    modes = dict(base.policy.tool_modes)
+    in_policy: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    for section, items in data.items():
+        for name in items if section != "rules" else ():
+            key = BY_PLACE[section, name]
+            value = _narrower(key, _setting(local, key), _setting(base, key))
+            if section == "tools":
+                modes[name] = value
+            elif section in ("workspace", "policy"):
+                in_policy[name] = value
+            else:
+                sections.setdefault(section, {})[name] = value
     policy = dataclasses.replace(
-        theirs,
-        tool_modes=modes,
-        read_only=theirs.read_only or local.policy.read_only,
-        workspace_rules=(*theirs.workspace_rules, *local.policy.rules),
-        **chosen,
+        base.policy, tool_modes=modes,
+        workspace_rules=(*base.policy.workspace_rules, *local.policy.rules), **in_policy,
     )
-    limits = dataclasses.replace(
-        base.limits, **{key: getattr(local.limits, key) for key in data.get("limits", {})}
-    )
-    require = tuple(dict.fromkeys((*base.sandbox.require, *local.sandbox.require)))
-    durability = local.sandbox.durability if "durability" in data.get("sandbox", {}) else (
-        base.sandbox.durability)  # "fsync" (narrower), or "none" restated: checked by _looser
     return dataclasses.replace(  # read_only also makes the workspace root "ro": Config.roots
-        base,
-        policy=policy,
-        limits=limits,
-        sandbox=dataclasses.replace(base.sandbox, require=require, durability=durability),
-        narrowed_by=local.source,
+        base, policy=policy, narrowed_by=local.source,
+        **{section: dataclasses.replace(getattr(base, section), **values)
+           for section, values in sections.items()},
     )
 
 
@@ -223,8 +282,8 @@ def _check_outside_roots(path: str, config: Config) -> None:
             raise ConfigError(
                 f"the user config lies inside the root {root.path}, where the workspace's "
                 "content could have put it, so it is not trusted; move it out of every "
-                "root or name it with --config",
-                file=path,
+                "root",
+                file=path, remedy=Remedy("name_file"),
             )
 
 

@@ -3,12 +3,15 @@ each kill the tree must hold the old or the new content and the history must agr
 no pending record left, the newest record's `after` is what the file holds, and
 undoing it gives the content before it.
 
-    python scripts/crash_history.py [--rounds 200] [--seed N]
+    python scripts/crash_history.py [--rounds 200] [--seed N] [--restore]
 
 Half the rounds kill the worker in the middle of a 1 MiB write_file (the pool
 settles the dead worker's record); half kill a host process that writes in a
-loop (the next Sandbox on the workspace settles it). tests/test_history_crash.py
-runs a short version.
+loop (the next Sandbox on the workspace settles it). With --restore, every round
+kills the worker at a random instant of a rewind over changes of every kind,
+then runs the same rewind again: the tree must be the checkpoint's, with no
+temp file left. tests/test_history_crash.py and
+tests/test_history_kill_restore.py run short versions.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from corral import Sandbox
 from corral.config import HistoryOptions
 from corral.fs import content_version
+from corral.policy import Policy
 
 SIZE = 1 << 20  # a write long enough that a kill lands inside it often
 TARGET = "data.txt"
@@ -132,14 +137,65 @@ def kill_hosts(workspace: Path, store: Path, rounds: int, rng: random.Random) ->
     return counts
 
 
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(root.rglob("*"))}
+
+
+def kill_restores(workspace: Path, store: Path, rounds: int, rng: random.Random) -> dict[str, int]:
+    """Kill the worker running a rewind at a random instant; the rewind again must
+    give the checkpoint's tree and leave no temp file."""
+    counts = {"killed": 0, "finished": 0}
+    workspace.mkdir(exist_ok=True)
+    for i in range(8):
+        (workspace / f"f{i}.txt").write_bytes(content(i)[: SIZE // 4])
+    (workspace / "d").mkdir()
+    policy = Policy(tool_modes={"delete_file": "allow"})
+    with Sandbox(workspace, workers=1, policy=policy,
+                 history=HistoryOptions(path=str(store))) as sb:
+        for round_ in range(rounds):
+            at_checkpoint = _snapshot(workspace)
+            cp = sb.checkpoint()
+            for i in range(8):
+                sb.call("write_file", {"path": f"f{i}.txt", "content": f"{round_}-{i}\n" * 4096})
+            sb.call("write_file", {"path": f"n{round_}/deep/g.txt", "content": "g\n"})
+            sb.call("append_file", {"path": "f1.txt", "content": "tail\n" * 4096})
+            sb.call("move_file", {"source": "d", "destination": "e"})
+            sb.call("delete_file", {"path": "f2.txt"})
+            pid = sb._executor.pids()["workers"][0]
+            first: list[dict[str, Any]] = []
+            call = threading.Thread(target=lambda cp=cp, first=first: first.append(sb.rewind(cp)))
+            call.start()
+            time.sleep(rng.uniform(0, 0.05))  # a rewind of these takes ~10-60 ms
+            if call.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            call.join()
+            temps = list(workspace.rglob(".corral-tmp-*"))
+            assert not temps, f"a killed rewind left temp files: {temps}"
+            again = sb.rewind(cp)
+            assert again["ok"] and again["result"]["conflicts"] == [], again
+            assert _snapshot(workspace) == at_checkpoint, "the rewind again is not the checkpoint"
+            counts["finished" if first[0]["ok"] else "killed"] += 1
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--dir", default="/tmp/corral-crash-history")
+    parser.add_argument("--restore", action="store_true", help="kill rewinds instead")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     base = Path(args.dir) / f"{args.seed}-{os.getpid()}"
+    if args.restore:
+        (base / "store").mkdir(parents=True)
+        counts = kill_restores(base / "ws", (base / "store").resolve(), args.rounds, rng)
+        print(f"seed {args.seed}: {args.rounds} rewinds: {counts['killed']} killed part-way, "
+              f"{counts['finished']} finished first; each run again gave the checkpoint, "
+              "no temp file left")
+        return
     for name, run in (("worker", kill_workers), ("host", kill_hosts)):
         workspace, store = base / name / "ws", base / name / "store"
         workspace.mkdir(parents=True)

@@ -6,7 +6,11 @@ at one of its two names, and no temp file is left behind (after a killed
 worker: once the pool has cleaned up; after a killed host: once the next
 Sandbox on the workspace has started).
 
-    python scripts/kill_soak.py [--worker-kills 1000] [--host-kills 100]
+    python scripts/kill_soak.py [--worker-kills 1000] [--host-kills 100] [--record-bytes N]
+
+--record-bytes sets the size of an appended record (default 40 KB); a big one
+(16 MiB) makes kills land inside the append's write(2), which the pool's settle
+of the dead worker's record must cut back.
 
 Only kills that land while a call runs count towards --worker-kills (a call
 answered `worker_crashed`). A host kill lands at a random instant of a host
@@ -35,11 +39,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corral import Sandbox
+from corral.config import Limits
 from corral.fs import TEMP_PREFIX
 
 TOKEN = "<{:08d}>"  # one generation's token; a file's content is one token repeated
 BLOCK_TOKENS = 40_000  # 400 KB per write: long enough for a kill to land inside it
-RECORD_TOKENS = 4_000  # 40 KB per appended record
+RECORD_TOKENS = 4_000  # 40 KB per appended record (--record-bytes changes it)
 LOG_TRIM_BYTES = 2 * 1024 * 1024  # see trim_log
 DIR_FILES = 200  # files in the directory that moves: its move checks each, so it takes ms
 OPS = ("write_file", "edit_file", "append_file", "move_file", "move_dir")
@@ -55,9 +60,21 @@ def record(gen: int) -> str:
     return f"[{block(gen, RECORD_TOKENS)}]\n"
 
 
+def set_record_bytes(size: int) -> None:
+    global RECORD_TOKENS
+    RECORD_TOKENS = max(1, size // 10)
+
+
+def limits() -> Limits:
+    """Room for the records asked for: a write or append of one, a log of a few."""
+    record_bytes = 10 * RECORD_TOKENS + 3
+    return Limits(max_write_bytes=max(Limits().max_write_bytes, record_bytes),
+                  max_file_bytes=max(Limits().max_file_bytes, LOG_TRIM_BYTES + 4 * record_bytes))
+
+
 EDIT_HEAD, EDIT_TAIL = "HEAD\n", "\nTAIL\n"
 _WHOLE = re.compile(r"(<\d{8}>)\1*")
-_RECORDS = re.compile(r"(?:\[(<\d{8}>)\1{" + str(RECORD_TOKENS - 1) + r"}\]\n)*")
+_RECORDS = re.compile(r"(?:\[(<\d{8}>)\1*\]\n)*")  # a torn record has no "]\n"
 
 
 def layout(ws: Path) -> None:
@@ -133,7 +150,7 @@ def worker_kills(ws: Path, kills: int, seed: int = 0) -> Counter[str]:
     layout(ws)
     outcomes: Counter[str] = Counter()
     durations = dict.fromkeys(OPS, 0.005)  # running estimates: where to aim the kill
-    with Sandbox(ws, workers=1) as sb:
+    with Sandbox(ws, workers=1, limits=limits()) as sb:
         gen = 0
         while outcomes["worker_crashed"] < kills:
             gen += 1
@@ -186,7 +203,7 @@ def _kill(pid: int) -> None:
 
 def host_main(ws: str) -> None:
     """A host running the calls back to back until it is killed; prints its pids."""
-    with Sandbox(ws, workers=2) as sb:
+    with Sandbox(ws, workers=2, limits=limits()) as sb:
         pids = sb._executor.pids()
         print(pids["zygote"], *pids["workers"], flush=True)
         gen = int(time.time() * 1000) % 10**8
@@ -204,7 +221,8 @@ def host_kills(ws: Path, kills: int, seed: int = 0) -> Counter[str]:
     outcomes: Counter[str] = Counter()
     for _ in range(kills):
         host = subprocess.Popen(
-            [sys.executable, __file__, "--host", str(ws)], stdout=subprocess.PIPE, text=True,
+            [sys.executable, __file__, "--host", str(ws), str(RECORD_TOKENS * 10)],
+            stdout=subprocess.PIPE, text=True,
             start_new_session=True,
         )
         assert host.stdout is not None
@@ -271,12 +289,15 @@ def _wait_gone(pids: list[int]) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--host"]:
+        set_record_bytes(int(sys.argv[3]))
         host_main(sys.argv[2])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker-kills", type=int, default=1000)
     parser.add_argument("--host-kills", type=int, default=100)
+    parser.add_argument("--record-bytes", type=int, default=10 * RECORD_TOKENS)
     args = parser.parse_args()
+    set_record_bytes(args.record_bytes)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.monotonic()
         outcomes = worker_kills(Path(tmp) / "w", args.worker_kills)

@@ -70,6 +70,7 @@ def test_call_tool_error_exits_1(capsys: pytest.CaptureFixture[str], workspace: 
     [
         (["call", "read_file", "{nope"], "not valid JSON"),
         (["call", "read_file", "[1]"], "must be a JSON object"),
+        (["call", "read_file", "[" * 5000 + "]" * 5000], "nested too deeply"),
         (["call", "read_file", "{}", "--workspace", "/no/such/dir"], "/no/such/dir"),
         (["call", "read_file", "{}", "--config", "/no/such.toml"], "/no/such.toml"),
     ],
@@ -85,6 +86,14 @@ def test_misuse_exits_2_with_one_line(
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert message in one_error_line(err)
+
+
+def test_serve_help_names_what_to_install(capsys: pytest.CaptureFixture[str]) -> None:
+    # the reader may have installed corral any way at all: no "clone" to run pip in
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "pip install uvicorn" in " ".join(out.split()) and "clone" not in out
 
 
 def test_bad_config_names_the_key(capsys: pytest.CaptureFixture[str], workspace: Path) -> None:

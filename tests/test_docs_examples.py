@@ -24,7 +24,7 @@ import pytest
 
 from corral import Sandbox
 from corral.cli import build_parser
-from corral.trust import NARROWING_SECTIONS, POLICY_ORDER
+from corral.config_keys import KEYS
 from tests.test_http import TOKENS, Server, post, server  # noqa: F401 (server: a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -225,10 +225,11 @@ def test_workspace_config_table_names_every_key_a_workspace_may_set() -> None:
     page = (DOCS / "configuration.md").read_text()
     table = page.split("| in a workspace config |")[1].split("\n\n")[0]
     rows = [line.split("|")[1] for line in table.splitlines()[2:]]
-    for key in POLICY_ORDER:
-        assert any("[policy]" in row and re.search(rf"\b{key}`", row) for row in rows), key
-    for section in NARROWING_SECTIONS:
-        assert any(f"[{section}]" in row for row in rows), section
+    for key in KEYS:
+        if key.section == "policy" and key.narrows != "operator":
+            assert any("[policy]" in row and re.search(rf"\b{key.name}`", row)
+                       for row in rows), key.name
+        assert any(f"[{key.section}]" in row for row in rows), key.section
     assert any("`[history]`" in row for row in rows)
 
 

@@ -3,16 +3,14 @@ exists and, with a #fragment, at a heading that page has (as mkdocs slugs it).""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from corral.config import Limits, SandboxOptions
+from corral.config_keys import KEYS, Key
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -58,18 +56,33 @@ def test_every_page_in_the_site_is_linked_from_the_readme() -> None:
     assert not {f"docs/{page}" for page in nav - {"index.md"}} - linked
 
 
-@pytest.mark.parametrize(
-    ("section", "settings"), [("limits", Limits()), ("sandbox", SandboxOptions())]
-)
-def test_configuration_page_documents_every_key_and_default(section: str, settings: Any) -> None:
-    """Each key of the section has a row `| `key` | type | `default` | ...` on the page."""
+def section_text(section: str) -> str:
     page = (REPO / "docs" / "configuration.md").read_text()
-    body = page.split(f"## `[{section}]`")[1].split("\n## ")[0]
-    cells = [re.split(r"(?<!\\)\|", line)[1:-1] for line in body.splitlines()
+    assert f"## `[{section}]`" in page, f"docs/configuration.md has no [{section}] section"
+    return page.split(f"## `[{section}]`")[1].split("\n## ")[0]
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if key.section != "tools"],
+                         ids=lambda key: key.where)
+def test_configuration_page_documents_every_key_and_default(key: Key) -> None:
+    """Each key of the table has a row `| `key` | type | `default` | ...` in its
+    section of the page (a default of None: a cell that starts with "none")."""
+    cells = [re.split(r"(?<!\\)\|", line)[1:-1] for line in section_text(key.section).splitlines()
              if line.startswith("| `")]
-    rows = {cell[0].strip(" `"): cell[2].strip().split("`")[1] for cell in cells}
-    for field in dataclasses.fields(settings):
-        value = getattr(settings, field.name)
-        shown = json.dumps(list(value) if isinstance(value, tuple) else value)
-        assert field.name in rows, f"docs/configuration.md [{section}] lacks {field.name}"
-        assert json.loads(rows[field.name]) == json.loads(shown), (field.name, rows[field.name])
+    rows = {cell[0].strip(" `"): cell[2].strip() for cell in cells}
+    assert key.name in rows, f"docs/configuration.md [{key.section}] lacks {key.name}"
+    if key.default is None:
+        assert rows[key.name].startswith("none"), (key.where, rows[key.name])
+        return
+    shown = json.dumps(list(key.default) if isinstance(key.default, tuple) else key.default)
+    assert json.loads(rows[key.name].split("`")[1]) == json.loads(shown), (
+        key.where, rows[key.name])
+
+
+def test_configuration_page_names_every_tool_and_its_default() -> None:
+    body = section_text("tools")
+    default_line = next(line for line in body.splitlines() if line.startswith("- Default:"))
+    for key in KEYS:
+        if key.section == "tools":
+            assert f"`{key.name}`" in body, key.name
+            assert (key.default == "allow") != (f"`{key.name}`" in default_line), key.name

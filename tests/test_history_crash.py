@@ -5,6 +5,7 @@ short version of scripts/crash_history.py (kill -9 of a worker and of a host).""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
 import os
 import random
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from history_helpers import snapshot
 
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
@@ -171,3 +173,150 @@ def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> Non
         setup.close()
     assert outcome["conflicts"] == [], outcome
     assert (workspace / "f.txt").read_bytes() == OLD
+
+
+def _die_mid_append() -> None:
+    """The append's write lands part-way, then the process dies (a kill -9 inside a
+    big write(2): the kernel stops between pages)."""
+    from corral.fs import _atomic
+
+    def torn(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 3])
+        os._exit(9)
+
+    _atomic.append_whole = torn  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_a_torn_append_is_cut_back_when_settled(tmp_path: Path, exists: bool) -> None:
+    """A writer killed inside its append left part of it: settling cuts the file
+    back to what it held (removes a file the append created, and the directories it
+    made), so history and tree agree and nothing half-written stays."""
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    target = workspace / "log.txt" if exists else workspace / "new" / "log.txt"
+    if exists:
+        target.write_bytes(OLD)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - dies inside the append
+        try:
+            _die_mid_append()
+            root = Root(str(workspace))
+            keep = Keeper(Store.open(str(store_dir)), root.path, "append_file")
+            root.append(str(target.relative_to(workspace)), NEW * 1000, max_file_bytes=1 << 20,
+                        keep=keep)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert target.exists() and target.stat().st_size not in (0, len(OLD))  # torn
+    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+    assert restore.settle(restorer, [pid]) == 1
+    assert store.listing().pending == [] and store.listing().records == []
+    if exists:
+        assert target.read_bytes() == OLD
+    else:
+        assert list(workspace.iterdir()) == []
+
+
+def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path) -> None:
+    """Cutting back would take a later append's bytes too: the torn one stays, and
+    its record goes (an undo of it would be a conflict)."""
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace.mkdir()
+    store_dir.mkdir()
+    (workspace / "log.txt").write_bytes(OLD)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - dies inside the append
+        try:
+            _die_mid_append()
+            root = Root(str(workspace))
+            keep = Keeper(Store.open(str(store_dir)), root.path, "append_file")
+            root.append("log.txt", NEW * 1000, max_file_bytes=1 << 20, keep=keep)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    root.append("log.txt", b"later\n", max_file_bytes=1 << 20,
+                keep=Keeper(store, root.path, "append_file"))
+    torn = (workspace / "log.txt").read_bytes()
+    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+    restore.settle(restorer, [pid])
+    assert (workspace / "log.txt").read_bytes() == torn
+    assert len(store.listing().records) == 1  # the later append's
+
+
+def _fs_calls_die_at(n: int, exdev: bool) -> None:
+    """In a forked child: the n-th of the file-system calls a restore makes kills
+    the process; with `exdev`, the store is another mount (as in a worker's mount
+    namespace): a rename into it fails EXDEV, so what is kept is copied."""
+    count = [0]
+    for module, name in ((os, "rename"), (os, "unlink"), (os, "rmdir"), (os, "mkdir"),
+                         (os, "write"), (os, "open"), (keeper_module, "renameat2")):
+        real = getattr(module, name)
+
+        def dying(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                os._exit(9)
+            return _real(*args, **kwargs)
+
+        setattr(module, name, dying)
+    if exdev:
+        counted = os.rename
+
+        def rename(src: str, dst: str, *, src_dir_fd: int | None = None,
+                   dst_dir_fd: int | None = None) -> None:
+            if src_dir_fd != dst_dir_fd:
+                raise OSError(errno.EXDEV, "another mount")
+            counted(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+        os.rename = rename  # type: ignore[assignment]
+
+
+def _restore_scene(base: Path) -> tuple[Root, Store, str, dict[str, Any]]:
+    """A tree, a checkpoint, changes of every kind after it; and the tree as it was."""
+    workspace, store_dir = base / "ws", base / "store"
+    (workspace / "d").mkdir(parents=True)
+    store_dir.mkdir()
+    (workspace / "a.txt").write_bytes(OLD)
+    (workspace / "log.txt").write_bytes(OLD)
+    (workspace / "gone.txt").write_bytes(OLD)
+    (workspace / "d" / "x.txt").write_bytes(OLD)
+    root, store = Root(str(workspace), durable=False), Store.open(str(store_dir))
+    at_checkpoint = snapshot(workspace)
+    cp = store.checkpoint(None)
+    root.write_atomic("a.txt", NEW, keep=Keeper(store, root.path, "write_file"))
+    root.write_atomic("new/deep/n.txt", NEW, keep=Keeper(store, root.path, "write_file"))
+    root.append("log.txt", NEW, max_file_bytes=1 << 20, keep=Keeper(store, root.path, "append"))
+    root.rename("d", root, "e", keep=Keeper(store, root.path, "move_file"))
+    root.unlink("gone.txt", keep=Keeper(store, root.path, "delete_file"))
+    return root, store, cp, at_checkpoint
+
+
+@pytest.mark.parametrize("exdev", [False, True])
+def test_a_rewind_killed_at_any_step_then_run_again_gives_the_checkpoint(
+    tmp_path: Path, exdev: bool
+) -> None:
+    """Killed at the n-th file-system call, for every n until one run finishes: once
+    settled, no temp file is left, and the same rewind again gives the checkpoint."""
+    for n in range(1, 500):
+        base = tmp_path / str(n)
+        root, store, cp, at_checkpoint = _restore_scene(base)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - dies at the n-th call, or finishes
+            _fs_calls_die_at(n, exdev)
+            restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"), [pid])
+        tree = snapshot(base / "ws")
+        assert [p for p in tree if ".corral-tmp-" in p] == [], n
+        if os.waitstatus_to_exitcode(status) == 0:
+            break
+        again = restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
+        assert again["conflicts"] == [], (n, again)
+        assert snapshot(base / "ws") == at_checkpoint, n
+    else:
+        pytest.fail("the rewind never finished")

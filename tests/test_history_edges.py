@@ -11,7 +11,12 @@ import pytest
 from conftest import ok
 
 from corral import AsyncSandbox, CorralError, Sandbox
-from corral.config import HistoryOptions
+from corral.config import HistoryOptions, Limits
+from corral.fs import Root, Roots
+from corral.history import restore
+from corral.history.keeper import Keeper
+from corral.history.store import Store
+from corral.policy import Policy
 
 OFF = HistoryOptions(enabled=False)
 
@@ -106,3 +111,18 @@ def test_undo_of_a_path_outside_is_outside_workspace(workspace: Path, path: str)
         outcome = sb.undo(path)
         assert outcome["ok"] is False
         assert outcome["error"]["code"] == "outside_workspace", outcome
+
+
+def test_undo_of_a_directory_made_keeps_what_was_written_in_it(tmp_path: Path) -> None:
+    """Undoing create_directory removes the directory only while it is empty: a
+    keeper takes a removed directory into the store by renaming it, which would
+    take every file written in it since along (where the store is on the same
+    mount as the tree, as outside a worker's mount namespace)."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "store").mkdir()
+    root, store = Root(str(tmp_path / "ws")), Store.open(str(tmp_path / "store"))
+    root.mkdir("a", keep=Keeper(store, root.path, "create_directory"))
+    root.write_atomic("a/x.txt", b"x\n", keep=Keeper(store, root.path, "write_file"))
+    outcome = restore.undo(Roots(root), store, Policy(), Limits(), "a", force=False)
+    assert outcome["conflicts"] == ["a"], outcome
+    assert (tmp_path / "ws" / "a" / "x.txt").read_bytes() == b"x\n"

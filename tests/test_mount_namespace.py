@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 from confined import run_confined
 
+from corral import Sandbox
 from corral.cli import main as cli_main
-from corral.config import Limits, SandboxOptions
+from corral.config import HistoryOptions, Limits, SandboxOptions
 from corral.fs import Root
 from corral.policy import Policy, RootSpec
-from corral.sandbox import probe
+from corral.sandbox import _mountns, probe
 from corral.sandbox.broker import Broker, check_required, summarise
 from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import SandboxError
@@ -78,6 +79,37 @@ def test_a_compromised_worker_sees_no_host_path(workspace: Path) -> None:
     assert {key: control.value[key] for key in hidden} == dict.fromkeys(hidden, True)
 
 
+def _listing(path: str) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+def test_a_root_where_the_namespace_is_staged_shows_its_own_files(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the workspace first among the places the new `/` may be assembled: its bind
+    # would show the staging tmpfs, not its files, unless another place is taken
+    monkeypatch.setattr(_mountns, "STAGING_CANDIDATES",
+                        (str(workspace), *_mountns.STAGING_CANDIDATES))
+    seen = run_confined(_listing, str(workspace), roots=[(str(workspace), "rw")])
+    assert seen.ok, seen
+    assert seen.value == ["hello.txt"]
+
+
+def test_a_sandbox_on_tmp_itself() -> None:
+    # /tmp is where the namespace is staged by default; read-only, so nothing is written
+    marker = tempfile.mkdtemp(prefix="corral-tmp-root-")
+    try:
+        # no history: the tests' state directory lies inside /tmp
+        with Sandbox("/tmp", policy=Policy(read_only=True),
+                     history=HistoryOptions(enabled=False)) as sandbox:
+            assert sandbox.confinement["mount_namespace"] is True
+            listed = sandbox.call("list_directory", {"path": "."})
+    finally:
+        os.rmdir(marker)
+    assert listed["ok"], listed
+    assert os.path.basename(marker) in listed["text"]
+
+
 def test_pool_workers_run_in_it_and_report_it(workspace: Path, outside: Path) -> None:
     broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(),
                     SandboxOptions(require=("mount_namespace",)))
@@ -95,6 +127,26 @@ def test_pool_workers_run_in_it_and_report_it(workspace: Path, outside: Path) ->
         wrote = broker.submit(CallRequest("write_file", {"path": "sub/new.txt", "content": "x"}))
         assert wrote.ok, wrote
         assert (workspace / "sub" / "new.txt").read_text() == "x"
+    finally:
+        broker.close()
+
+
+def _mount_options(pid: int) -> dict[str, str]:
+    """Mount point -> per-mount options (rw/ro, ...) in process `pid`'s namespace."""
+    with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as mountinfo:
+        return {line.split()[4]: line.split()[5] for line in mountinfo}
+
+
+def test_pool_workers_bind_a_read_only_root_read_only(workspace: Path, outside: Path) -> None:
+    broker = Broker([RootSpec(str(workspace), "rw"), RootSpec(str(outside), "ro")], Limits(),
+                    Policy(), SandboxOptions(require=("mount_namespace",)))
+    try:
+        for pid in broker.pids()["workers"]:
+            options = _mount_options(pid)
+            assert options[str(outside)].split(",")[0] == "ro"
+            assert options[str(workspace)].split(",")[0] == "rw"
+        wrote = broker.submit(CallRequest("write_file", {"path": "new.txt", "content": "x"}))
+        assert wrote.ok, wrote
     finally:
         broker.close()
 

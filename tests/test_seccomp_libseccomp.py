@@ -10,9 +10,9 @@ import random
 import pytest
 import seccomp_diff
 
-from corral.seccomp import bpf
+from corral.seccomp import MODE_CHANGES, bpf
 from corral.seccomp.arches import ARCHES, X32_SYSCALL_BIT, load_arch
-from corral.seccomp.profile import ProfileError, load_profile, parse_profile
+from corral.seccomp.profile import ProfileError, load_profile, parse_profile, refusing
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -28,6 +28,21 @@ def test_shipped_profile_agrees_with_libseccomp(arch: str) -> None:
         for sample in seccomp_diff.inputs(profile, arch, random.Random(arch), 500)
     }
     assert kinds == {bpf.RET_ALLOW, bpf.RET_ERRNO, bpf.RET_KILL_PROCESS}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_the_profile_with_no_writable_root_agrees_with_libseccomp(arch: str) -> None:
+    profile = refusing(load_profile(), MODE_CHANGES)
+    tried, differ = seccomp_diff.differences(profile, arch, random.Random(arch), 2000)
+    assert tried > 2000
+    assert differ == []
+    # and it refuses what the shipped profile allowed: fchmod without set-id bits
+    table = load_arch(arch)
+    for rules, verdict in ((load_profile(), bpf.RET_ALLOW), (profile, bpf.RET_ERRNO)):
+        program = bpf.compile_filter(rules, arch)
+        sample = seccomp_diff.Input(table.syscalls["fchmod"], table.audit_arch,
+                                    (3, 0o644, 0, 0, 0, 0))
+        assert seccomp_diff.run(program, sample.pack()) & 0xFFFF_0000 == verdict
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import statistics
 import threading
@@ -193,7 +194,8 @@ def test_landlock_domain_of_a_tenants_worker_refuses_another_tenants_files(
     try:
         setup = {
             "roots": [[str(a), "rw"]], "limits": dataclasses.asdict(Limits()),
-            "policy": Policy().to_dict(), "options": dataclasses.asdict(SandboxOptions()),
+            "policy_json": json.dumps(Policy().to_dict()),
+            "options": dataclasses.asdict(SandboxOptions()),
         }
         pid, sock, pidfd = zygote.spawn(setup, [fd])
         sock.setblocking(True)

@@ -55,7 +55,7 @@ def test_the_attack_is_refused_naming_every_key(tree: FakeFilesystem) -> None:
 
 
 WIDENING = [
-    ("[workspace]\nroot = '..'\n", "[workspace] root: /home/u is not the workspace"),
+    ("[workspace]\nroot = '..'\n", "[workspace] root: only the workspace itself ('.')"),
     ("[workspace]\nallowed_paths = [{ path = '/data', mode = 'ro' }]\n",
      "[workspace] allowed_paths: adds roots"),
     ("[tools]\nwrite_file = 'allow'\n", None),  # equal to the operator's: accepted

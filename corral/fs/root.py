@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 from collections.abc import Callable, Collection, Iterator
@@ -128,6 +129,26 @@ def _kind(mode: int) -> str:
 
 
 _nothing = contextlib.nullcontext
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _has_entries(dir_fd: int, name: str) -> bool:
+    fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as found:
+            return next(found, None) is not None
+    finally:
+        os.close(fd)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result | None) -> bool:
+    return b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _guard(guard: Guard, rel: str) -> None:
@@ -324,13 +345,16 @@ class Root:
         else:
             return
         names = [] if base == "." else base.split("/")
+        on_the_way = []
         for name in parts[depth:]:
             if name == "..":
                 if names:
                     names.pop()
                 continue
             names.append(name)
-            through("/".join(names))
+            on_the_way.append("/".join(names))
+        for name in on_the_way:  # each decided with the path it leads to (the last)
+            through(name, on_the_way[-1])
 
     def _locked(
         self, *others: Root, exclusive: bool = False
@@ -521,7 +545,7 @@ class Root:
         its own). On any failure the temp file is removed, the target untouched.
         keep: records the replaced file (or its absence) as the new one lands."""
         made: list[str] = []
-        with self._locked() as lock, self._at(
+        with self._unmaking(made), self._locked() as lock, self._at(
             "write", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=make_parents, made=made,
         ) as t:
@@ -551,6 +575,25 @@ class Root:
                 ) from None
             return WriteOutcome(created=st is None, version=version)
 
+    @contextlib.contextmanager
+    def _unmaking(self, made: list[str]) -> Iterator[None]:
+        """A write or append that fails removes the directories it made on its way
+        (`made`, filled as it resolves), deepest first and only while empty: a failed
+        call leaves no trace. Under the tree lock exclusively, so no call of corral's
+        is between resolving a path through one of them and acting in it."""
+        try:
+            yield
+        except BaseException:
+            if made:
+                with self._locked(exclusive=True):
+                    for directory in reversed(made):
+                        try:
+                            with self._target(directory, follow=False) as t:
+                                os.rmdir(t.name(), dir_fd=t.dir_fd)
+                        except (OSError, CorralError):
+                            break  # not empty (or gone): the ones above it are not either
+            raise
+
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
         keep: Keep | None = None,
@@ -559,7 +602,7 @@ class Root:
         nlink > 1 with path_denied; too_large if the result would pass
         max_file_bytes. Returns the new size. keep: records the size before."""
         made: list[str] = []
-        with self._locked(), self._at(
+        with self._unmaking(made), self._locked(), self._at(
             "append", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=True, made=made,
         ) as t:
@@ -577,6 +620,9 @@ class Root:
             ) else _nothing():
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
                 try:
+                    # appends of one file, and cutting a torn one back, go one at a time:
+                    # the size recorded before is the size this append starts at
+                    fcntl.flock(fd, fcntl.LOCK_EX)
                     st = os.fstat(fd)
                     _require_file(st)
                     if st.st_nlink > 1:
@@ -596,6 +642,34 @@ class Root:
                     return os.fstat(fd).st_size
                 finally:
                     os.close(fd)
+
+    def cut_back(self, rel: str, size: int | None, still: Callable[[], bool]) -> bool:
+        """Undo a torn append (its writer was killed inside it): the regular file
+        `rel` back to `size` bytes, or removed when the append created it (None).
+        Under the lock appends hold, and only if it is bigger than that and
+        `still()` (asked under the lock: no later change of it was recorded).
+        Returns whether it cut."""
+        with self._locked(), self._at(
+            "cut", rel, follow=False, guard=None, changes=True, named=True
+        ) as t:
+            name = t.name()
+            if t.st is None or not stat.S_ISREG(t.st.st_mode):
+                return False
+            fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=t.dir_fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                if st.st_nlink != 1 or st.st_size <= (size or 0) or not still():
+                    return False
+                os.ftruncate(fd, size or 0)
+                if size is None and _same_file(st, _lstat_at(t.dir_fd, name)):
+                    os.unlink(name, dir_fd=t.dir_fd)
+                if self.durable:
+                    os.fsync(fd)
+                return True
+            finally:
+                os.close(fd)
 
     def mkdir(
         self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep | None = None
@@ -649,7 +723,11 @@ class Root:
     def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
         """Remove an empty directory (undo of a create_directory); a non-empty one
         fails io_error, anything else not_a_directory."""
-        with self._at("rmdir", rel, follow=False, guard=guard, changes=True, named=True) as t:
+        # with keep, exclusively: the keeper renames the directory away (into the store)
+        # and no call of corral's may add a name in it between the check and that
+        with self._locked(exclusive=True) if keep is not None else _nothing(), self._at(
+            "rmdir", rel, follow=False, guard=guard, changes=True, named=True
+        ) as t:
             name = t.name()
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
@@ -657,8 +735,10 @@ class Root:
                 raise OSError(errno.ENOTDIR, "not a directory")
             if keep is None:
                 os.rmdir(name, dir_fd=t.dir_fd)
-            else:
-                keep.remove(self, t.rel, t.dir_fd, name, t.st)
+                return
+            if _has_entries(t.dir_fd, name):  # a rename would take them along
+                raise OSError(errno.ENOTEMPTY, "not empty")
+            keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,

@@ -74,6 +74,7 @@ class Keeper:
         self.workspace = workspace
         self.tool = tool
         self.undoes = undoes
+        self.group: str | None = None  # set by together()
         self.stored = 0  # bytes copied or moved into the store, for the host's bounds
         self.ids: list[str] = []
         self._reserved: str | None = None
@@ -98,8 +99,20 @@ class Keeper:
                   "entries": list(entries)}
         if self.undoes is not None:
             record["undoes"] = self.undoes
+        if self.group is not None:
+            record["group"] = self.group
         self.stored += self.store.write_pending(record)
         return record
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The changes made inside are one change to undo (a move between two roots
+        is a copy there and a delete here): their records share a "group" id."""
+        self.group = new_id()
+        try:
+            yield
+        finally:
+            self.group = None
 
     def _commit(self, record: dict[str, Any]) -> None:
         self.store.commit(record["id"])

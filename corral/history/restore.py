@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import time
+from collections.abc import Iterator
 from typing import Any
 
-from corral.errors import CorralError
-from corral.fs import TEMP_PREFIX, Root, Roots, content_version
-from corral.history.keeper import Keeper
-from corral.history.store import Store, id_pid, is_id
+from corral.errors import CorralError, shown_path
+from corral.fs import TEMP_PREFIX, MoveGuard, Root, Roots, content_version
+from corral.history.keeper import Keeper, shown
+from corral.history.store import Store, id_pid, is_id, new_id
 from corral.policy import Policy, RootSpec
 
 Entry = dict[str, Any]
@@ -72,24 +74,45 @@ class Restorer:
     def check(self, record: Record, tool: str) -> None:
         """path_denied unless the policy lets `tool` write every path of the record."""
         for entry in record["entries"]:
-            spec = RootSpec(entry["root"], self.root(entry["root"]).mode)
-            if spec.mode != "rw":
+            root = self.root(entry["root"])
+            if root.mode != "rw":
                 raise CorralError("read_only", f"{entry['path']} lies in a read-only root.")
             for rel in (entry["rel"], *entry.get("made", ())):
-                decision = self.policy.decide(tool, spec, rel, write=True)
-                if decision.action == "deny":
-                    raise CorralError(
-                        "path_denied", f"{entry['path']} is denied by the policy.",
-                        rule=decision.rule,
-                    )
+                self._allowed(tool, root, rel)
+
+    def _allowed(self, tool: str, root: Root, rel: str) -> None:
+        """path_denied, naming the path and the rule, if the policy denies `tool`
+        writing `rel` (supervised is allowed: undo is the host's, not the model's)."""
+        decision = self.policy.decide(tool, RootSpec(root.path, root.mode), rel, write=True)
+        if decision.action == "deny":
+            path = shown(self.keeper.workspace, root, rel)
+            raise CorralError(
+                "path_denied", f"{path} is denied by the policy (rule {decision.rule}).",
+                rule=decision.rule,
+            )
+
+    def _moving(self, tool: str, src: Root, dst: Root) -> MoveGuard:
+        """Moving a directory back decides every entry beneath it at its old and its
+        new name, as move_file does (Root.rename walks it under the tree lock): what
+        was written into it since must not land at a name no tool may write."""
+
+        def entry(old: str, new: str) -> None:
+            self._allowed(tool, src, old)
+            self._allowed(tool, dst, new)
+
+        return MoveGuard(moved=entry)
 
     # -- reverting ------------------------------------------------------------
 
     def revert(self, record: Record) -> None:
         """Put every path of `record` back to its `before` state."""
+        for part in record.get("parts", ()):  # several undone as one (_joined)
+            self.revert(part)
+        if "parts" in record:
+            return
         entries = record["entries"]
         if entries and entries[0]["kind"] == "move_from":
-            self._unmove(entries[0], entries[1])
+            self._unmove(entries[0], entries[1], record["tool"])
             return
         for entry in reversed(entries):
             self._put(entry, entry["before"])
@@ -125,32 +148,76 @@ class Restorer:
             root.rmdir(rel, keep=keep)
         root.write_atomic(rel, data, mode=state.get("mode"), keep=keep)
 
-    def _unmake(self, entry: Entry) -> None:
-        """Remove the directories the change made on its way, deepest first, if empty."""
+    def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
+        """Remove the directories the change made on its way, deepest first, if empty
+        (`recorded`: as changes of their own; not when the change itself never landed)."""
         root = self.root(entry["root"])
         for made in reversed(entry.get("made") or ()):
             with contextlib.suppress(CorralError):
-                root.rmdir(made, keep=self.keeper)
+                root.rmdir(made, keep=self.keeper if recorded else None)
 
-    def _unmove(self, source: Entry, destination: Entry) -> None:
+    def _unmove(self, source: Entry, destination: Entry, tool: str) -> None:
         src_root, dst_root = self.root(source["root"]), self.root(destination["root"])
         if src_root.info(source["rel"]) is None:
-            dst_root.rename(destination["rel"], src_root, source["rel"], keep=self.keeper)
-        elif destination["before"] is None:
+            dst_root.rename(destination["rel"], src_root, source["rel"], keep=self.keeper,
+                            guard=self._moving(tool, dst_root, src_root))
+        elif destination["before"] is None and dst_root.info(destination["rel"]) is not None:
             raise CorralError("already_exists", f"{source['path']} exists again.")
+        # (else moved back already, by an undo a kill cut short: it passed the checks)
         if destination["before"] is not None:
             self._put(destination, destination["before"])
 
+    def _cut_back(self, entry: Entry, record_id: str) -> None:
+        """An append its writer was killed inside left part of its bytes: cut the file
+        back to its size before (remove it, and the directories made for it, if the
+        append created it), unless a later change of it was recorded (cutting would
+        take that change's bytes too: then the torn part stays, a conflict to undo)."""
+        root, rel = self.root(entry["root"]), entry["rel"]
+        size = None if entry["before"] is None else entry["before"]["size"]
+
+        def untouched_since() -> bool:
+            return not any(
+                (e["root"], e["rel"]) == (entry["root"], rel)
+                for record in self._records_after(record_id) for e in record["entries"]
+            )
+
+        if root.cut_back(rel, size, untouched_since) and size is None:
+            self._unmake(entry, recorded=False)
+
+    def _records_after(self, record_id: str) -> Iterator[Record]:
+        """Every record (committed or pending) written after `record_id`."""
+        listing = self.store.listing()
+        for pending, ids in ((False, listing.records), (True, listing.pending)):
+            for later in ids:
+                if later > record_id and (record := self.store.record(
+                        later, pending=pending)) is not None:
+                    yield record
+
     @staticmethod
-    def _temp_of(root: Root, rel: str, pid: int) -> str | None:
-        """The temp file a writer `pid` left beside `rel` (an atomic write swapped in,
-        the old file not yet taken into the store), if there is one."""
+    def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
+        """The temp files a writer `pid` left beside `rel` (e.g. an atomic write
+        swapped in, the old file not yet taken into the store)."""
         parent = posixpath.dirname(rel) or "."
         prefix = f"{TEMP_PREFIX}{pid}-"
-        for entry in root.scandir(parent):
-            if entry.path.startswith(prefix) and entry.type == "file":
-                return posixpath.join(parent, entry.path) if parent != "." else entry.path
-        return None
+        try:
+            found = root.scandir(parent)
+        except CorralError:  # the directory is gone: so are they
+            return []
+        return [posixpath.join(parent, entry.path) if parent != "." else entry.path
+                for entry in found if entry.path.startswith(prefix) and entry.type == "file"]
+
+    def _temp_of(self, root: Root, rel: str, pid: int) -> str | None:
+        temps = self._temps_of(root, rel, pid)
+        return temps[0] if temps else None
+
+    def forget_temps(self, record: Record, pid: int) -> None:
+        """Remove the temp files the dead writer `pid` of `record` left beside its
+        paths, once the record is settled: any writer's, undo's and rewind's too."""
+        for entry in record["entries"]:
+            with contextlib.suppress(CorralError):
+                root = self.root(entry["root"])
+                for temp in self._temps_of(root, entry["rel"], pid):
+                    root.unlink(temp)
 
     def _blob(self, blob: str) -> bytes:
         fd = self.store.open_blob(blob)
@@ -164,19 +231,30 @@ class Restorer:
 
     # -- settle -------------------------------------------------------------
 
-    def landed(self, entry: Entry, pid: int) -> bool:
-        """Did the change of a pending entry land (its writer, `pid`, died mid-call)?"""
-        kind, before = entry["kind"], entry["before"]
-        if kind in ("replace", "remove") and before is not None:
-            if _exists(self.store, before.get("blob")):
+    def landed(self, entry: Entry, record_id: str) -> bool:
+        """Did the change of a pending entry land (its writer died mid-call)? A torn
+        append is cut back first: it did not land."""
+        kind, before, pid = entry["kind"], entry["before"], id_pid(record_id)
+        if kind == "append":
+            if self.matches(entry, entry["after"]):
                 return True
-            if kind == "remove":
-                return self.matches(entry, None)
+            self._cut_back(entry, record_id)
+            return False
+        # Where the store is on another mount the old file is copied into its blob
+        # before the change: a blob, even a whole one, does not say the change
+        # landed. The tree does.
+        if kind == "remove":
+            return self.matches(entry, None)
+        if kind == "replace" and before is not None:
+            if not self.matches(entry, entry["after"]):
+                return False
             root = self.root(entry["root"])
             temp = self._temp_of(root, entry["rel"], pid)
-            if temp is None or not self.matches(entry, entry["after"]):
-                return False
-            # swapped in, the old file not yet taken: take it now (a copy)
+            if temp is None:
+                return _exists(self.store, before.get("blob"))
+            # swapped in, the old file (left in the temp) not yet wholly taken: take it
+            # now, over a copy the kill cut short
+            self.store.remove_blob(before["blob"])
             self.store.stash_bytes(before["blob"], root.read_bytes(
                 temp, max_file_bytes=self.max_file_bytes))
             root.unlink(temp)
@@ -209,13 +287,15 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             settled += 1
             continue
         try:
-            landed = all(restorer.landed(e, id_pid(record_id)) for e in record["entries"])
+            landed = all(restorer.landed(e, record_id) for e in record["entries"])
         except CorralError:
             landed = True  # cannot tell: keep it; an undo will call it a conflict
         if landed:
             restorer.store.commit(record_id)
         else:
             restorer.store.drop(record_id)
+        if pids is not None:  # its writer is known dead: nothing writes those temps now
+            restorer.forget_temps(record, id_pid(record_id))
         settled += 1
     return settled
 
@@ -250,13 +330,25 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
          force: bool) -> dict[str, Any]:
     keys = _key_of(roots, path)
     undone = set()
+    # the changes of an undo killed before it finished, by the change it was undoing:
+    # (root, rel) -> its newest entry there
+    begun: dict[str, dict[tuple[str, str], Entry]] = {}
     target = None
-    # An undo's record cancels the change it reverted: undo after undo steps further
-    # back. A rewind's records are changes like a tool's: undo after a rewind takes
-    # back the rewind's change of that path (as it was before the rewind).
-    for record in store.records():
+    # An undo cancels the change it reverted once it has finished (its last record
+    # says so: DONE): undo after undo steps further back. A rewind's records are
+    # changes like a tool's: undo after a rewind takes back the rewind's change of
+    # that path (as it was before the rewind).
+    seen: list[Record] = []
+    records = store.records()
+    for record in records:
+        seen.append(record)
         if record.get("undoes"):
-            undone.add(record["undoes"])
+            if record.get(DONE):
+                undone.add(record["undoes"])
+            elif record["undoes"] not in undone:
+                steps = begun.setdefault(record["undoes"], {})
+                for entry in record["entries"]:
+                    steps.setdefault((entry["root"], entry["rel"]), entry)
             continue
         if record["id"] in undone:
             continue
@@ -264,12 +356,58 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
             target = record
             break
     if target is None:
-        raise CorralError("not_found", f"there is no recorded change of {path} to undo.")
+        raise CorralError(
+            "not_found", f"there is no recorded change of {shown_path(path)} to undo."
+        )
+    whole = _group_of(target, seen, records, undone)
     restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target["id"])
+    # resuming an undo a kill cut short: a path it already put back is as it left it
+    resumed = {key for key, step in begun.get(target["id"], {}).items()
+               if restorer.matches(step, step["after"])}
     reasons: dict[str, str] = {}
-    restored, conflicts = _revert_one(restorer, target, force, reasons)
+    restored, conflicts = _revert_one(restorer, _joined(whole), force, reasons, resumed)
+    if restored and not conflicts:
+        for record in whole:
+            _finished(store, record["id"])
     return {"restored": restored, "conflicts": conflicts, "undone": target["id"],
             "reasons": reasons, "records": restorer.keeper.ids}
+
+
+DONE = "done"
+
+
+def _group_of(target: Record, seen: list[Record], older: Iterator[Record],
+              undone: set[str]) -> list[Record]:
+    """A change recorded as several (a move between roots: a copy, then a delete) is
+    undone whole: the records of `target`'s group not undone yet, newest first. Their
+    ids all follow the group's own; `older` goes on from where the search stopped."""
+    group = target.get("group")
+    if group is None:
+        return [target]
+    for record in older:
+        if record["id"] < group:
+            break
+        seen.append(record)
+    return [r for r in seen if r.get("group") == group and r["id"] not in undone
+            and not r.get("undoes")]
+
+
+def _joined(records: list[Record]) -> Record:
+    """Records undone as one: checked together, reverted newest first (`records`
+    is newest first)."""
+    if len(records) == 1:
+        return records[0]
+    return {**records[-1], "entries": [e for r in reversed(records) for e in r["entries"]],
+            "parts": records}
+
+
+def _finished(store: Store, undone: str) -> None:
+    """The undo of `undone` is whole: a record without entries says so. Until it is
+    written, undo of the same path resumes that undo instead of stepping back."""
+    record_id = new_id()
+    store.write_pending({"id": record_id, "time": time.time(), "tool": "undo",
+                         "pid": os.getpid(), "entries": [], "undoes": undone, DONE: True})
+    store.commit(record_id)
 
 
 def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,

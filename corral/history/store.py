@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from corral.config import ConfigError
+from corral.config import ConfigError, Remedy
 from corral.errors import CorralError
 from corral.fs.version import content_version
 
@@ -113,9 +113,8 @@ def check_location(base: str | None, roots: list[str]) -> str:
             raise ConfigError(
                 f"the history store {base} overlaps the root {root}, where tools could reach "
                 "it; set [history] path to a directory outside every root, or [history] "
-                "enabled = false, in a config passed with --config (Python: "
-                "Sandbox.from_config, or history=HistoryOptions(...))",
-                key="[history] path",
+                "enabled = false", key="[history] path",
+                remedy=Remedy("operator", ("[history] path", "[history] enabled")),
             )
     return base
 

@@ -6,6 +6,10 @@ worker learns which host paths exist (/home/alice/.ssh/id_rsa, its size and
 times). Here the worker's `/` becomes a fresh, read-only tmpfs holding a bind mount
 of each root at the root's own absolute path, and of the worker's own
 /proc/self/fd (corral.fs reads an fd's path there); the host's tree is detached.
+A read-only root's bind mount is read-only too: Landlock does not govern chmod or
+chown, and a change of mode (fchmod on an fd the worker opened for reading) then
+fails EROFS; the worker cannot remount it (seccomp kills on mount, and it keeps
+no CAP_SYS_ADMIN).
 The root fds the worker inherited are reopened through the bind mounts and put
 back under the same numbers: an fd from before would still lead, by `..`, into the
 host's tree.
@@ -22,7 +26,7 @@ import ctypes
 import errno
 import fcntl
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from corral import _prctl
 from corral._syscall import LIBC, call, syscall
@@ -32,9 +36,20 @@ CLONE_NEWNS = 0x0002_0000
 CLONE_NEWUSER = 0x1000_0000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x4_0000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x20_0000
 MNT_DETACH = 0x2
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+# The flags a remount must repeat: a user namespace may not clear them (statvfs's
+# bit -> mount(2)'s bit; only relatime's differ).
+_KEPT_FLAGS = {
+    os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC,
+    os.ST_NOATIME: MS_NOATIME, os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
+}
 # Where the new root is assembled before pivot_root: any directory of the host's
-# tree serves, since the tmpfs on it lives only in the worker's namespace.
+# tree serves, since the tmpfs on it lives only in the worker's namespace, unless a
+# root is that directory or holds it (its bind would show the tmpfs, not the host's
+# files). /dev and /run are never roots of a config; the first that fits is taken.
 STAGING_CANDIDATES = ("/tmp", "/mnt", "/dev", "/run")
 _TMPFS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 _TMPFS_OPTIONS = b"mode=0755,size=1m"  # it holds only empty mount points
@@ -60,10 +75,38 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int,
     )
 
 
-def _pivot_root(new_root: str, put_old: str) -> None:
+def _nr(name: str) -> int:
     # glibc has no wrapper; the number comes from the same tables as seccomp's
-    nr = load_arch(native_arch() or "x86_64").syscalls["pivot_root"]
-    syscall(nr, os.fsencode(new_root), os.fsencode(put_old))
+    return load_arch(native_arch() or "x86_64").syscalls[name]
+
+
+def _pivot_root(new_root: str, put_old: str) -> None:
+    syscall(_nr("pivot_root"), os.fsencode(new_root), os.fsencode(put_old))
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _mount_setattr(target: str, attr_set: int) -> None:
+    attr = _MountAttr(attr_set=attr_set)
+    syscall(_nr("mount_setattr"), ctypes.c_int(AT_FDCWD), os.fsencode(target),
+            ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+
+
+def _make_read_only(target: str) -> None:
+    """The mount at `target` read-only, and every mount beneath it."""
+    try:
+        _mount_setattr(target, MOUNT_ATTR_RDONLY)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+        # before Linux 5.12: a read-only remount of this mount alone (a mount of
+        # the host's beneath it stays as it was), repeating the flags it has
+        kept = os.statvfs(target).f_flag
+        flags = sum(bit for st_bit, bit in _KEPT_FLAGS.items() if kept & st_bit)
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags)
 
 
 def unshare_mounts() -> None:
@@ -95,16 +138,17 @@ def unshare_mounts() -> None:
             os.close(control)
 
 
-def enter(roots: Sequence[tuple[str, int | None]]) -> bool:
+def enter(roots: Sequence[tuple[str, int | None]], read_only: Collection[str] = ()) -> bool:
     """Move into a mount namespace holding only `roots` ((absolute path, open fd or
-    None)); each fd is replaced by one opened through the namespace, same number.
-    False if the kernel allows no namespace; OSError if building it fails."""
+    None)), those whose path is in `read_only` bound read-only; each fd is replaced
+    by one opened through the namespace, same number. False if the kernel allows no
+    namespace; OSError if building it fails."""
     try:
         unshare_mounts()
     except Refused:
         return False
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
-    staging = next(path for path in STAGING_CANDIDATES if os.path.isdir(path))
+    staging = _staging([path for path, _ in roots])
     # bind from fds opened in this namespace (a bind takes its source from the
     # caller's own namespace), before the tmpfs covers `staging`; each must be the
     # very directory the inherited fd names, or a rename has swapped it meanwhile
@@ -116,6 +160,8 @@ def enter(roots: Sequence[tuple[str, int | None]]) -> bool:
             target = staging + path
             _make_mount_point(target, inside=[staging + b for b in bound])
             _mount(f"{_PROC_FDS}/{opened[path]}", target, None, MS_BIND | MS_REC)
+            if path in read_only:
+                _make_read_only(target)  # before a root nested in it is bound on it
             bound.append(path)
     finally:
         for bound_fd in opened.values():
@@ -131,6 +177,16 @@ def enter(roots: Sequence[tuple[str, int | None]]) -> bool:
         if fd is not None:
             _reopen(path, fd)
     return True
+
+
+def _staging(roots: list[str]) -> str:
+    """The first candidate directory that no root is, or holds."""
+    for candidate in STAGING_CANDIDATES:
+        clear = all(candidate != root and not candidate.startswith(root.rstrip("/") + "/")
+                    for root in roots)
+        if clear and os.path.isdir(candidate):
+            return candidate
+    raise OSError(errno.EBUSY, f"no directory of {STAGING_CANDIDATES} lies outside the roots")
 
 
 def _make_mount_point(target: str, inside: list[str]) -> None:

@@ -65,7 +65,8 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
     `keep_fds` must include the roots' fds and the worker's pipe; stdin, stdout and
     stderr not in it are pointed at /dev/null. Returns the layers applied."""
     _check_single_threaded()
-    program = _compile_seccomp() if seccomp.supported() else None
+    writable = any(_mode(root) == "rw" for root in roots)
+    program = _compile_seccomp(writable) if seccomp.supported() else None
     abi = _landlock.abi_version()
     rules = [_rule(root, abi) for root in roots]
     _close_fds(set(keep_fds))
@@ -88,15 +89,20 @@ def confine(roots: RootList, *, keep_fds: Iterable[int], limits: Limits) -> dict
 
 def prepare() -> None:
     """Do once, in the zygote, what every confine() would otherwise repeat: compile
-    the seccomp profile and ask for the Landlock ABI (both cached per process)."""
+    the seccomp profiles (with a writable root, and without) and ask for the
+    Landlock ABI (all cached per process)."""
     if seccomp.supported():
-        seccomp.compile_native()
+        seccomp.compile_native(writable=True)
+        seccomp.compile_native(writable=False)
     _landlock.abi_version()
 
 
-def _compile_seccomp() -> bytes:
+def _compile_seccomp(writable: bool) -> bytes:
+    """The worker profile; with no writable root, one refusing every change of mode
+    or owner (Landlock governs none; without the mount namespace nothing else would
+    stop an fchmod in a read-only root)."""
     try:
-        return seccomp.compile_native()
+        return seccomp.compile_native(writable=writable)
     except (seccomp.ProfileError, seccomp.SeccompError) as exc:
         raise ConfinementError(f"the seccomp profile does not compile: {exc}") from exc
 
@@ -107,6 +113,10 @@ def _check_single_threaded() -> None:
     threads = len(os.listdir(_PROC_TASKS))
     if threads != 1:
         raise ConfinementError(f"confine() needs a single-threaded process; this one has {threads}")
+
+
+def _mode(root: tuple[str, str] | RootLike) -> str:
+    return root[1] if isinstance(root, tuple) else root.mode
 
 
 def _rule(root: tuple[str, str] | RootLike, abi: int) -> tuple[str, _landlock.FSAccess]:
@@ -167,11 +177,16 @@ def _enter_mount_namespace(roots: RootList) -> bool:
     """Best effort: False where the kernel allows no namespace (not root, and no
     unprivileged user namespaces); a namespace begun and not finished fails closed."""
     # a directory known only by its fd (the history store) is bound at its real path
-    bound = [(root[0], None) if isinstance(root, tuple)
-             else (root.path or os.readlink(f"{_PROC_FDS}/{root.fd}"), root.fd)
-             for root in roots]
+    bound: list[tuple[str, int | None]] = []
+    read_only: set[str] = set()
+    for root in roots:
+        path, fd = ((root[0], None) if isinstance(root, tuple)
+                    else (root.path or os.readlink(f"{_PROC_FDS}/{root.fd}"), root.fd))
+        bound.append((path, fd))
+        if _mode(root) == "ro":
+            read_only.add(path)
     try:
-        return _mountns.enter(bound)
+        return _mountns.enter(bound, read_only)
     except OSError as exc:
         raise ConfinementError(f"building the mount namespace failed: {exc}") from exc
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
 import os
 import threading
 import time
@@ -87,7 +88,8 @@ class Lane(Pool):
         self.roots = [[spec.path, spec.mode] for spec in roots]
         self.setup = {
             "roots": self.roots, "limits": dataclasses.asdict(limits),
-            "policy": policy.to_dict(), "options": dataclasses.asdict(options),
+            # JSON text: the zygote decodes and compiles it once, not at every fork
+            "policy_json": json.dumps(policy.to_dict()), "options": dataclasses.asdict(options),
             "history": history,  # the workspace's history store, opened by the zygote
         }
         # Opened once, held until close: every worker gets the very directories the

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,8 +336,19 @@ class ZygoteHandle:
             self.process.wait()
 
 
+class _Waiter:
+    """A call waiting for a worker of a private pool: handed one in its turn."""
+
+    __slots__ = ("ready", "worker")
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.ready = threading.Condition(lock)  # the pool's lock: one waiter per call
+        self.worker: Worker | None = None
+
+
 class Pool:
-    """N confined workers forked by one zygote; one call per worker at a time."""
+    """N confined workers forked by one zygote; one call per worker at a time,
+    given to waiting calls in their order of arrival."""
 
     def __init__(self, zygote: ZygoteHandle, options: SandboxOptions, limits: Limits) -> None:
         self.zygote = zygote
@@ -347,7 +359,12 @@ class Pool:
         # one, or one of more values, is a misbehaving worker's, refused undecoded.
         size, self.answer_values = answer_limits(limits)
         self.answer_bytes = min(size, options.max_frame_bytes)
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        # Calls waiting for a worker, oldest first: a freed worker goes to the first,
+        # never to whichever thread asks next (a thread whose call just ended would
+        # take it back at once, and another could wait for hundreds of calls).
+        self._waiting: deque[_Waiter] = deque()
         self._idle: list[Worker] = []
         self._workers: set[Worker] = set()
         self._spawning = 0  # forks in progress, counted towards the target size
@@ -504,18 +521,48 @@ class Pool:
         return worker.exchange(encode(request.to_wire(), limit), deadline, limit, PLAIN)
 
     def checkout(self, cancel: Cancel | None = None) -> Worker:
-        """Take an idle worker, waiting for one; a worker that died idle is replaced
-        first. (A private pool's calls are not cancelled: see hub.Lane.)"""
+        """Take an idle worker, or wait in line for one; a worker that died idle is
+        replaced first. (A private pool's calls are not cancelled: see hub.Lane.)"""
         while True:
             with self._cond:
-                while not self._idle:
-                    self._check_usable()
-                    self._cond.wait()
-                self._check_usable()
-                worker = self._idle.pop()
+                worker = self._take_in_turn()
             if worker.looks_alive():
                 return worker
             self.replace(worker)
+
+    def _take_in_turn(self) -> Worker:
+        """An idle worker if no call waits before this one, else the one handed to
+        this call when its turn comes; caller holds the lock."""
+        self._check_usable()
+        if self._idle and not self._waiting:
+            return self._idle.pop()
+        waiter = _Waiter(self._lock)
+        self._waiting.append(waiter)
+        try:
+            while waiter.worker is None:
+                waiter.ready.wait()
+                if waiter.worker is None:
+                    self._check_usable()
+            self._check_usable()  # halted or closed since it was handed one
+        except BaseException:
+            if waiter.worker is None:
+                self._waiting.remove(waiter)
+            else:  # the next call's, or retired if the pool stopped
+                self._give(waiter.worker)
+            raise
+        return waiter.worker
+
+    def _give(self, worker: Worker) -> None:
+        """An idle worker to the call waiting longest, else to the idle list (retired
+        if the pool is closed or halted); caller holds the lock."""
+        if self._closed or self._halted:
+            self._retire(worker)
+        elif self._waiting:
+            waiter = self._waiting.popleft()
+            waiter.worker = worker
+            waiter.ready.notify()
+        else:
+            self._idle.append(worker)
 
     def _detach(self, cancel: Cancel | None) -> None:
         """The call's worker is no longer its cancel handle's to kill (hub.Lane)."""
@@ -530,11 +577,7 @@ class Pool:
             self.replace(worker)
             return
         with self._cond:
-            if self._closed or self._halted:
-                self._retire(worker)
-                return
-            self._idle.append(worker)
-            self._cond.notify()
+            self._give(worker)
 
     def replace(self, worker: Worker) -> int | None:
         """Murder a worker, then manage the pool back to size; returns its exit code."""
@@ -570,11 +613,7 @@ class Pool:
                 with self._cond:
                     self._spawning -= 1
             with self._cond:
-                if self._closed or self._halted:
-                    self._retire(fresh)
-                    return
-                self._idle.append(fresh)
-                self._cond.notify()
+                self._give(fresh)
 
     def murder_worker(self, worker: Worker) -> int | None:
         """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote."""
@@ -597,6 +636,7 @@ class Pool:
                 self._halted = reason
             while self._idle:
                 self._retire(self._idle.pop())
+            self._wake_waiting()
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -607,8 +647,14 @@ class Pool:
                 self._retire(self._idle.pop())
             for worker in self._workers:
                 worker.kill()  # busy: its caller retires it
+            self._wake_waiting()
             self._cond.notify_all()
         self.zygote.stop()
+
+    def _wake_waiting(self) -> None:
+        """Every waiting call sees the pool halted or closed; caller holds the lock."""
+        for waiter in self._waiting:
+            waiter.ready.notify()
 
     def pids(self) -> list[int]:
         with self._cond:

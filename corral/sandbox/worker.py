@@ -13,6 +13,7 @@ import select
 import signal
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,13 +79,17 @@ class Setup:
             Root(path, mode=mode, resolver=options.resolver, durable=_durable(options))
             for path, mode in config["roots"]
         ]
-        return cls._build(config, options, opened)
+        return cls._build(config, options, opened, Policy.from_dict(config["policy"]))
 
     @classmethod
-    def adopt(cls, config: dict[str, Any], fds: list[int]) -> Setup:
+    def adopt(
+        cls, config: dict[str, Any], fds: list[int], policies: Callable[[str], Policy]
+    ) -> Setup:
         """The same from root fds the host opened and sent (a shared pool's zygote
-        holds no roots of its own: each spawn brings its sandbox's). Takes the fds:
-        they are closed on failure, and by close() afterwards."""
+        holds no roots of its own: each spawn brings its sandbox's), and the policy
+        `policies` makes of config["policy_json"], the policy as JSON text (the
+        zygote's keeps what it built). Takes the fds: they are closed on failure,
+        and by close() afterwards."""
         opened: list[Root] = []
         try:
             if len(fds) != len(config["roots"]) or not fds:
@@ -94,7 +99,7 @@ class Setup:
                 opened.append(Root.from_fd(
                     fd, path, mode=mode, resolver=options.resolver, durable=_durable(options)
                 ))
-            return cls._build(config, options, opened)
+            return cls._build(config, options, opened, policies(config["policy_json"]))
         except BaseException:
             for fd in fds[len(opened):]:
                 os.close(fd)
@@ -103,10 +108,11 @@ class Setup:
             raise
 
     @classmethod
-    def _build(cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root]) -> Setup:
+    def _build(
+        cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root], policy: Policy
+    ) -> Setup:
         roots = Roots(opened[0], opened[1:])
         limits = Limits(**config["limits"])
-        policy = Policy.from_dict(config["policy"])
         store = Store.open(config["history"]) if config.get("history") else None
         context = Context(roots, limits, policy, history=store)
         return cls(roots, limits, policy, options, context, store)

@@ -6,8 +6,9 @@ for it travel back to the broker over SCM_RIGHTS.
 Control channel (a Unix socket pair with the broker, frames of protocol.py):
 the first frame is the start config (its "roots" null for a shared pool's
 zygote, which opens no roots: each spawn then carries {"setup": the sandbox's
-config} with its root fds attached, which the zygote closes once the worker is
-forked, so no worker ever holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
+config, its policy as JSON text, compiled once per sandbox} with its root fds
+attached, which the zygote closes once the worker is forked, so no worker ever
+holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
 [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
 as os.waitstatus_to_exitcode gives it, None if unknown); a shared pool also
 sends {"op": "discard", "pid"} (no reply: a killed worker whose code nobody
@@ -22,6 +23,8 @@ Run as: python -c "from corral.sandbox.zygote import main; main(FD)".
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import selectors
 import signal
@@ -31,6 +34,7 @@ from typing import Any
 
 from corral._malloc import keep_freed_memory
 from corral._prctl import set_parent_death_signal
+from corral.policy import Policy
 from corral.sandbox import confine, worker
 from corral.sandbox.messages import Discard, Spawn, Wait, control_from_wire
 from corral.sandbox.protocol import (
@@ -43,6 +47,10 @@ from corral.sandbox.protocol import (
     widen_socket,
     write_frame,
 )
+
+# A shared pool's zygote keeps the compiled policies of this many sandboxes (a
+# policy is a few hundred KiB at most under the workspace config's bounds).
+POLICY_CACHE_SIZE = 64
 
 
 def main(control_fd: int) -> None:
@@ -128,7 +136,7 @@ class Zygote:
             self.fork_one(self.setup)  # type: ignore[arg-type]
             return
         try:
-            setup = worker.Setup.adopt(config, fds)
+            setup = worker.Setup.adopt(config, fds, compiled)
         except Exception as exc:
             write_frame(self.control.fileno(), {"error": str(exc)}, CONTROL_FRAME_BYTES)
             return
@@ -228,3 +236,10 @@ class Zygote:
             while os.read(self.wake_r, 4096):
                 pass
 
+
+@functools.lru_cache(maxsize=POLICY_CACHE_SIZE)
+def compiled(text: str) -> Policy:
+    """The policy a shared pool's spawn carries as JSON text, decoded, built and
+    compiled at the first fork for it and kept: a fork for one sandbox never pays
+    for another's rules (a lookup hashes the text: a millisecond per MiB)."""
+    return Policy.from_dict(json.loads(text))

@@ -14,12 +14,19 @@ from corral._prctl import set_no_new_privs
 from corral.seccomp import _kernel
 from corral.seccomp.arches import native_arch
 from corral.seccomp.bpf import compile_filter, pack
-from corral.seccomp.profile import Profile, ProfileError, load_profile
+from corral.seccomp.profile import Profile, ProfileError, load_profile, refusing
 
 __all__ = [
-    "Profile", "ProfileError", "SeccompError", "compile_native", "install", "load_profile",
-    "supported",
+    "MODE_CHANGES", "Profile", "ProfileError", "SeccompError", "compile_native", "install",
+    "load_profile", "supported",
 ]
+
+# Every call that changes a file's mode or owner. Landlock governs none of them, so
+# the worker profile allows only fchmod (an atomic write keeps the old mode); a
+# worker with no writable root has no use for even that, and gets none.
+MODE_CHANGES = (
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+)
 
 
 class SeccompError(RuntimeError):
@@ -32,12 +39,13 @@ def supported() -> bool:
     return arch is not None and _kernel.filters_available(arch)
 
 
-def compile_native(profile: Profile | None = None) -> bytes:
-    """The packed filter for this machine; `profile` defaults to the worker profile,
-    compiled once per process (a zygote that calls this first spares every forked
-    worker the work). Reads files: do it before Landlock closes them off."""
+def compile_native(profile: Profile | None = None, *, writable: bool = True) -> bytes:
+    """The packed filter for this machine; `profile` defaults to the worker profile
+    (without `writable`: refusing MODE_CHANGES), compiled once per process (a zygote
+    that calls this first spares every forked worker the work). Reads files: do it
+    before Landlock closes them off."""
     if profile is None:
-        return _worker_program()
+        return _worker_program(writable)
     arch = native_arch()
     if arch is None:
         raise SeccompError("no syscall table for this machine's architecture")
@@ -45,8 +53,9 @@ def compile_native(profile: Profile | None = None) -> bytes:
 
 
 @functools.cache
-def _worker_program() -> bytes:
-    return compile_native(load_profile())
+def _worker_program(writable: bool) -> bytes:
+    profile = load_profile()
+    return compile_native(profile if writable else refusing(profile, MODE_CHANGES))
 
 
 def install(program: bytes | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import json
@@ -68,6 +69,16 @@ class Profile:
             for name in dict.fromkeys(rule.names):
                 index.setdefault(name, []).append(rule)
         return index
+
+
+def refusing(profile: Profile, names: tuple[str, ...], err: int = errno.EPERM) -> Profile:
+    """`profile` with `names` failing `err` whatever their arguments: every rule that
+    named them drops them, and one rule refusing them all comes first."""
+    dropped = set(names)
+    kept = [dataclasses.replace(rule, names=tuple(n for n in rule.names if n not in dropped))
+            for rule in profile.rules]
+    refuse = Rule(names, "SCMP_ACT_ERRNO", err)
+    return dataclasses.replace(profile, rules=(refuse, *(rule for rule in kept if rule.names)))
 
 
 def load_profile(path: str | os.PathLike[str] | None = None) -> Profile:

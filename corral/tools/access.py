@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corral.errors import CorralError
+from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
-from corral.policy import HARDLINKS_RULE, RootSpec
+from corral.policy import HARDLINKS_RULE, Decision, RootSpec
 from corral.tools.base import Context, NeedsApproval, Touched
 
 
@@ -105,13 +105,32 @@ class PathCheck:
                     rule=decision.rule,
                 )
 
-    def through(self, resolved: str) -> None:
+    def through(self, resolved: str, target: str | None = None) -> None:
+        """`resolved`: a directory stepped through by "." or ".." (target None), or a
+        name on the way to `target` that is missing or not a directory, which the
+        target's rule decides (Policy.on_the_way). A refusal names `resolved`."""
         self._within(resolved)
-        decision = self.ctx.policy.decide(self.ctx.tool, self.spec, resolved, write=self.write)
-        if decision.action == "deny":
+        policy, tool = self.ctx.policy, self.ctx.tool
+        if target is None or target == resolved:
+            decision: Decision | None = policy.decide(tool, self.spec, resolved, write=self.write)
+        else:
+            decision = policy.on_the_way(tool, self.spec, resolved, target, write=self.write)
+        if decision is not None and decision.action == "deny":
             touched = Touched(self.path, self.root.path, resolved, "deny", decision.rule)
             _record(self.ctx, touched)
-            raise _denied(self.path, decision.rule)
+            if target == resolved:
+                raise _denied(self.path, decision.rule)
+            raise CorralError(
+                "path_denied", f"{self._shown(resolved)} is denied by {_why(decision.rule)} "
+                f"(on the way to {self.path}).", rule=decision.rule,
+            )
+
+    def _shown(self, resolved: str) -> str:
+        """A resolved path spelled as the caller spells paths: absolute if they do."""
+        if not self.path.startswith("/"):
+            return shown_path(resolved)
+        root = self.root.path.rstrip("/")
+        return shown_path(root or "/" if resolved == "." else f"{root}/{resolved}")
 
     def _within(self, resolved: str) -> None:
         if not within(self.ctx, self.root, resolved):

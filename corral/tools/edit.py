@@ -125,10 +125,19 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
         version = content_version(data)
     else:
         # The bytes read above guard the write: a change made in between is a conflict.
-        version = root.write_atomic(
-            rel, new_data, expect=Expect(content=data), make_parents=False,
-            max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
-        ).version
+        try:
+            version = root.write_atomic(
+                rel, new_data, expect=Expect(content=data), make_parents=False,
+                max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
+            ).version
+        except CorralError as exc:
+            if exc.code != "conflict":
+                raise
+            # the fs layer's message names expected_version, which this call may not have had
+            raise CorralError(
+                "conflict", f"{path} changed while it was being edited; read it again and "
+                "retry the edit.",
+            ) from None
     result = {
         "path": path,
         "replacements": replacements,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -97,11 +98,13 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
         data = src_root.read_bytes(
             src_rel, max_file_bytes=ctx.limits.max_file_bytes, guard=src_check
         )
-        dst_root.write_atomic(
-            dst_rel, data, exclusive=not args["overwrite"], make_parents=False,
-            mode=info.mode, guard=dst_check, keep=ctx.keep,
-        )
-        src_root.unlink(src_rel, guard=src_check, keep=ctx.keep)
+        # one move to undo, as a rename is
+        with ctx.keep.together() if ctx.keep is not None else contextlib.nullcontext():
+            dst_root.write_atomic(
+                dst_rel, data, exclusive=not args["overwrite"], make_parents=False,
+                mode=info.mode, guard=dst_check, keep=ctx.keep,
+            )
+            src_root.unlink(src_rel, guard=src_check, keep=ctx.keep)
     result = {"source": source, "destination": destination}
     return Outcome(result, f"Moved {source} to {destination}.")
 

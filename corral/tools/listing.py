@@ -37,11 +37,11 @@ class Resolved:
         self.check(resolved)
         self.path = resolved
 
-    def through(self, resolved: str) -> None:
+    def through(self, resolved: str, target: str | None = None) -> None:
         """A directory on the way (Root calls it; see PathCheck.through)."""
         through = getattr(self.check, "through", None)
         if through is not None:
-            through(resolved)
+            through(resolved, target)
 
 
 def hidden(path: str) -> bool:

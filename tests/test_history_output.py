@@ -1,0 +1,57 @@
+"""What history shows a person: a file name's control characters (terminal escapes,
+a carriage return, a bidi override) escaped in `corral history`, `undo`, `rewind`
+and their result text, as approvals and the audit log show them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import ok
+
+from corral import Sandbox
+from corral.tools.render import escaped
+
+NAME = "a\x1b[2K\rfake.txt\u202egnp.txt"  # erases the line, returns, reverses the rest
+
+
+def _raw(text: str) -> list[str]:
+    return [c for c in text if not c.isprintable() and c != "\n"]
+
+
+def test_undo_and_rewind_text_escape_names(workspace: Path) -> None:
+    with Sandbox(workspace) as sb:
+        cp = sb.checkpoint()
+        ok(sb, "write_file", path=NAME, content="x\n")
+        undone = sb.undo(NAME)
+        assert undone["result"]["restored"] == [NAME]  # the result keeps the name itself
+        assert _raw(undone["text"]) == [] and escaped(NAME) in undone["text"]
+        ok(sb, "write_file", path=NAME, content="y\n")
+        (workspace / NAME).write_text("changed outside\n")
+        rewound = sb.rewind(cp)
+        assert rewound["result"]["conflicts"] == [NAME]
+        assert _raw(rewound["text"]) == [] and f"Left {escaped(NAME)} alone" in rewound["text"]
+
+
+def corral(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["corral", *args, "--workspace", str(workspace)],
+                          capture_output=True, text=True, timeout=60, env=os.environ)
+
+
+def test_cli_history_undo_rewind_escape_names(workspace: Path) -> None:
+    cp = corral(workspace, "checkpoint", "label\x1b[1A").stdout.strip()
+    arguments = json.dumps({"path": NAME, "content": "x\n"})
+    assert corral(workspace, "call", "write_file", arguments).returncode == 0
+    for args in (("history",), ("history", NAME), ("history", "--json"),
+                 ("undo", NAME), ("undo", NAME, "--json")):
+        done = corral(workspace, *args)
+        assert done.stdout and _raw(done.stdout + done.stderr) == [], (args, done.stdout)
+    listed = json.loads(corral(workspace, "history", "--json").stdout)
+    assert NAME in [entry["path"] for entry in listed]  # JSON escapes, the name is intact
+    assert corral(workspace, "call", "write_file", arguments).returncode == 0
+    (workspace / NAME).write_text("changed outside\n")
+    rewound = corral(workspace, "rewind", cp)
+    assert rewound.returncode == 1 and _raw(rewound.stdout + rewound.stderr) == []
+    assert escaped(NAME) in rewound.stdout
