@@ -105,7 +105,7 @@ class SandboxError(Exception):
 
 
 class CallFailed(Exception):
-    """A call the worker could not answer (timeout, crash, halted pool): its code
+    """A call the worker could not answer (timeout, crash, halted sandbox): its code
     and message become the call's error answer."""
 
     def __init__(self, code: str, message: str) -> None:

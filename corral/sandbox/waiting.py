@@ -16,10 +16,8 @@ Worker.exchange), instead of state the lower layers would look up.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,19 +61,20 @@ class Cancel:
 
     def attach(self, worker: _Killable) -> None:
         """The call runs on `worker` now: a cancel kills it (at once if the call was
-        cancelled while its worker was being found)."""
-        with self._locked():
+        cancelled while its worker was being found). Called once queued (lock set)."""
+        assert self.lock is not None
+        with self.lock:
             self.worker = worker
             if self.cancelled:
                 worker.kill()
 
     def detach(self) -> None:
         """The call is done with its worker: a late cancel kills nothing."""
-        with self._locked():
+        lock = self.lock
+        if lock is None:  # never queued where a cancel could reach its worker
+            return
+        with lock:
             self.worker = None
-
-    def _locked(self) -> AbstractContextManager[object]:
-        return self.lock if self.lock is not None else contextlib.nullcontext()
 
 
 def _nothing() -> None:
