@@ -405,7 +405,10 @@ class Hub:
         """Undo a grant its caller cannot use (it was cancelled or its lane closed)."""
         share.busy -= 1
         if ticket.worker is not None:
-            share.idle[ticket.worker] = time.monotonic()
+            if share.closed or share.halted:
+                self._retire(ticket.worker, share)  # as release() does
+            else:
+                share.idle[ticket.worker] = time.monotonic()
         else:
             share.spawning -= 1
             self.processes -= 1
