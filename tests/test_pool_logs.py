@@ -16,9 +16,12 @@ from test_hardening_pool import REQUEST, EvilZygote, Private, honest
 
 from corral import Pool
 from corral.config import Limits, SandboxOptions
+from corral.policy import Policy, RootSpec
+from corral.sandbox.broker import Broker
 from corral.sandbox.hub import MIN_LIFE_S
 from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import SandboxError
+from corral.sandbox.protocol import EXIT_CONFINE_FAILED
 
 LOGGER = "corral.workers"
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
@@ -44,6 +47,16 @@ def test_a_halt_is_logged_with_the_exit(caplog: pytest.LogCaptureFixture) -> Non
         pool.workers.start()
     pool.close()
     assert len(lines(caplog, logging.ERROR, "halted", "did not start (exit code 7)")) == 1
+
+
+def test_a_worker_that_cannot_confine_itself_halts_with_its_exit_logged(
+    workspace: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    limits = Limits(max_file_bytes=2**70)  # no rlimit can hold it: confine() fails
+    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.raises(SandboxError):
+        Broker([RootSpec(str(workspace), "rw")], limits, Policy(), SandboxOptions(workers=1))
+    (line,) = lines(caplog, logging.ERROR, "halted", "could not confine itself")
+    assert f"(exit code {EXIT_CONFINE_FAILED})" in line
 
 
 def test_a_worker_killed_while_starting_is_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -35,7 +35,6 @@ from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import (
-    EXIT_CONFINE_FAILED,
     SWEEP_FAILURES,
     BootKilled,
     SandboxError,
@@ -44,6 +43,7 @@ from corral.sandbox.pool import (
     check_boot,
     describe_exit,
     fork_worker,
+    halt_if_unconfined,
     log,
     log_halt,
     sweep_on,
@@ -156,6 +156,7 @@ class Lane:
     def lost(self, worker: Worker) -> int | None:
         """Kill and reap it; its successor is forked when a call needs one."""
         code = self._murder(worker)
+        halt_if_unconfined(code, self.halt)
         self.hub.done(self)
         return code
 
@@ -229,12 +230,9 @@ class Lane:
         raise SandboxError(f"The sandbox halted: {self.hub.halted(self)}.")
 
     def _murder(self, worker: Worker) -> int | None:
-        """SIGKILL a worker and reap it; a confinement failure halts the lane."""
+        """SIGKILL a worker and reap it; its exit code."""
         self.hub.retire(worker, self)
-        code = self.zygote.wait(worker.pid)
-        if code == EXIT_CONFINE_FAILED:
-            self.halt(f"a worker could not confine itself ({describe_exit(code, '')})")
-        return code
+        return self.zygote.wait(worker.pid)
 
 
 class Hub:

@@ -499,30 +499,42 @@ def fork_worker(
 
 def check_boot(
     worker: Worker, max_bytes: int, confinement: dict[str, Any],
-    lose: Callable[[Worker], int | None], halt: Callable[[str], None],
+    kill: Callable[[Worker], int | None], halt: Callable[[str], None],
 ) -> bool:
     """Read a new worker's report: True if it came up confined as `confinement` (any
-    way, if that is still empty). Otherwise `lose` kills and reaps it, `halt` fails
-    its supply closed, and False; BootKilled instead if something outside SIGKILLed
-    it before it reported (the OOM killer, an operator): not its own failure."""
+    way, if that is still empty). Otherwise `kill` kills and reaps it, `halt` fails
+    its supply closed with the worker's decoded exit, and False; BootKilled instead
+    if something outside SIGKILLed it before it reported (the OOM killer, an
+    operator): not its own failure."""
     report = worker.boot(max_bytes)
     if worker.layers is None:
-        if report is not None and report.confine_error:
-            halt(f"a worker could not confine itself: {report.confine_error}")
         ended_alone = report is None and not worker.looks_alive()
-        code = lose(worker)  # halts as well on EXIT_CONFINE_FAILED
-        if ended_alone and code == -signal.SIGKILL:
+        code = kill(worker)
+        ended = describe_exit(code, "it sent no report")
+        if report is not None and report.confine_error:
+            halt(f"a worker could not confine itself: {report.confine_error} ({ended})")
+        elif code == EXIT_CONFINE_FAILED:
+            halt(f"a worker could not confine itself ({ended})")
+        elif ended_alone and code == -signal.SIGKILL:
             log.warning("corral: worker %d was %s while starting, before it reported",
-                        worker.pid, describe_exit(code, ""))
-            raise BootKilled(describe_exit(code, ""))
-        halt(f"a worker did not start ({describe_exit(code, 'it sent no report')})")
+                        worker.pid, ended)
+            raise BootKilled(ended)
+        else:
+            halt(f"a worker did not start ({ended})")
         return False
     if confinement and worker.layers != confinement:
-        code = lose(worker)
+        code = kill(worker)
         halt(f"a worker came up confined differently ({worker.layers}; "
              f"{describe_exit(code, 'gone')})")
         return False
     return True
+
+
+def halt_if_unconfined(code: int | None, halt: Callable[[str], None]) -> None:
+    """A worker that ended with EXIT_CONFINE_FAILED halts its supply: one that
+    respawned would either loop forever or, worse, serve unconfined."""
+    if code == EXIT_CONFINE_FAILED:
+        halt(f"a worker could not confine itself ({describe_exit(code, '')})")
 
 
 def log_halt(reason: str) -> None:
@@ -593,6 +605,7 @@ class WorkerSet:
     def lost(self, worker: Worker) -> int | None:
         """Kill and reap the worker, then manage the set back to size; its exit code."""
         code = self.murder_worker(worker)
+        halt_if_unconfined(code, self.halt)
         self.manage_workers()
         return code
 
@@ -650,18 +663,11 @@ class WorkerSet:
                 self._give(fresh)
 
     def murder_worker(self, worker: Worker) -> int | None:
-        """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote."""
+        """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote;
+        its exit code."""
         with self._lock:
             self._retire(worker)
-        return self.reap_worker(worker.pid)
-
-    def reap_worker(self, pid: int) -> int | None:
-        """Decode how a worker ended. A confinement failure halts the set: a set
-        that respawned would either loop forever or, worse, serve unconfined."""
-        code = self.zygote.wait(pid)
-        if code == EXIT_CONFINE_FAILED:
-            self.halt(f"a worker could not confine itself ({describe_exit(code, '')})")
-        return code
+        return self.zygote.wait(worker.pid)
 
     def halt(self, reason: str) -> None:
         """Fail closed: kill every idle worker and refuse every later call."""
