@@ -20,8 +20,9 @@ import pytest
 
 from corral.config import Limits, SandboxOptions
 from corral.sandbox.messages import CallRequest
-from corral.sandbox.pool import MAX_BOOT_KILLS, CallPath, SandboxError, WorkerSet
+from corral.sandbox.pool import MAX_BOOT_KILLS, CallPath, SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
+from corral.sandbox.worker_set import WorkerSet
 
 FRAME_LIMIT = 1 << 20  # small, so an oversize announcement is cheap to make
 LAYERS = {"landlock_abi": 0, "seccomp": False, "no_new_privs": False, "rlimits": False}

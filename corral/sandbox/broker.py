@@ -20,8 +20,9 @@ from corral.config import LAYERS, Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.hub import Hub
 from corral.sandbox.messages import Answer, CallRequest, HistoryRequest
-from corral.sandbox.pool import CallPath, SandboxError, Supply, WorkerSet, ZygoteHandle
+from corral.sandbox.pool import CallPath, SandboxError, Supply, ZygoteHandle
 from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+from corral.sandbox.worker_set import WorkerSet
 
 Submittable = CallRequest | HistoryRequest
 
