@@ -163,7 +163,10 @@ class _BaseSandbox:
         elif not history.enabled:
             self._history_off = HISTORY_OFF
         try:
-            self._history = History(history, real, root_paths) if history.enabled else None
+            self._history = History(
+                history, real, root_paths,
+                writable=[r.path for r in self._roots if r.mode == "rw"],
+            ) if history.enabled else None
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
@@ -172,11 +175,9 @@ class _BaseSandbox:
         try:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
-                history=store.path if store is not None else None,
+                history=store.work_path if store is not None else None,
             )
-            if store is not None and (dead := store.dead_writers()):
-                # a host or worker killed mid-call: make the history agree with the tree
-                self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
+            self._settle()
         except BaseException:
             self._close_logs()
             raise
@@ -247,7 +248,19 @@ class _BaseSandbox:
             return error_answer(op, CorralError(
                 "tool_disabled",
                 f"nothing to {op}: {self._history_off}, so no change was recorded."))
+        self._settle()  # a crash's records first: they may be the newest
         return HistoryRequest(op, **fields)
+
+    def _settle(self) -> None:
+        """Make the history agree with the tree: a worker settles the records of writers
+        killed mid-call (a host's, whose workers may outlive it by a moment, or a
+        worker the pool lost), then the host commits what is done. Blocks on a
+        worker only when there is such a record, which is rare."""
+        if self._history is None:
+            return
+        if dead := self._history.dead_writers():
+            self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
+        self._history.sweep()
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
@@ -255,6 +268,7 @@ class _BaseSandbox:
 
     def _entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
         with self._lifecycle.active():
+            self._settle()
             return [] if self._history is None else self._history.entries(path, limit)
 
     # -- settings ---------------------------------------------------------------
@@ -370,8 +384,9 @@ class Sandbox(_BaseSandbox):
 
     def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
+            since = time.time()  # what it records is checked to be no older
             answer = request if isinstance(request, Answer) else self._executor.submit(request)
-            return self._ledger.history_result(answer, target)
+            return self._ledger.history_result(answer, target, since)
 
     def close(self) -> None:
         self._close()
@@ -437,9 +452,10 @@ class AsyncSandbox(_BaseSandbox):
 
     async def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
+            since = time.time()
             answer = request if isinstance(request, Answer) else (
                 await self._executor.asubmit(request))
-            return self._ledger.history_result(answer, target)
+            return self._ledger.history_result(answer, target, since)
 
     async def aclose(self) -> None:
         # Waiting for running calls blocks; do it off the event loop they run on.

@@ -316,7 +316,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def serve_http(args: argparse.Namespace) -> int:
     """MCP over Streamable HTTP for the tenants of --tenants, in front of one Pool."""
     from corral import http_server  # its server (uvicorn) is an optional extra
-    from corral.tenants import load_tenants
+    from corral.tenants import check_outside_roots, load_tenants, server_files, tenant_config
 
     if args.jsonl:
         raise UsageError("--jsonl serves stdio only; --http serves MCP")
@@ -326,11 +326,16 @@ def serve_http(args: argparse.Namespace) -> int:
         raise UsageError("with --http, each tenant names its workspace or config in --tenants")
     http_server.parse_address(args.http)  # a bad address fails here, in one line
     tenants = load_tenants(args.tenants)
-    for tenant in tenants:  # every tenant's config is checked before anything listens
-        check_history(operator_config(tenant.workspace, tenant.config))
+    # every tenant's config is checked before anything listens
+    configs = [tenant_config(tenant) for tenant in tenants]
+    check_outside_roots(args.tenants, tenants, configs)
+    for config in configs:
+        check_history(config)
     http_server.serve(
         args.http, tenants, allowed_origins=args.allow_origin, max_workers=args.max_workers,
         idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
+        max_connections=args.max_connections, max_tenant_requests=args.max_tenant_requests,
+        client_timeout_s=args.client_timeout, protected=server_files(args.tenants, tenants),
         ready=http_server.announce,
     )
     return EXIT_OK
@@ -493,7 +498,31 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
                       help="an idle worker exits after this long (default 30)")
     http.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                       help="largest request body (default 4 MiB)")
+    http.add_argument("--max-connections", type=positive(int), default=512, metavar="N",
+                      help="connections open at once; past it a new one pushes out the one "
+                      "waiting longest for its headers, or gets 503 (default 512)")
+    http.add_argument("--max-tenant-requests", type=positive(int), default=16, metavar="N",
+                      help="requests of one tenant in progress at once; past it, 429 "
+                      "(default 16)")
+    http.add_argument("--client-timeout", type=positive(float), default=30.0, metavar="SECONDS",
+                      help="a request's headers, then its body, must each arrive within this "
+                      "long, else 408; a client that leaves its answer unread this long is "
+                      "cut off (default 30)")
     serve.set_defaults(run=cmd_serve)
+
+
+def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` above zero."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
+        return value
+
+    return parse
 
 
 def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) -> None:

@@ -4,24 +4,30 @@ One endpoint, `/mcp`, in front of one corral.Pool. This module is only the HTTP
 face: what the messages mean, for every revision, is mcp_core.McpSession.
 
 The HTTP server itself is uvicorn (an ASGI server: HTTP/1.1 parsing, keep-alive,
-header limits and timeouts, graceful shutdown, maintained and widely deployed);
-what is ours is the small ASGI application below, written against the ASGI
-interface directly (no web framework) because everything it does is a check
-that must come in a fixed order:
+header size limits, graceful shutdown, maintained and widely deployed), with
+http_guard's cap on connections and deadline for headers, which it lacks; what
+is ours is the small ASGI application below, written against the ASGI interface
+directly (no web framework) because everything it does is a check that must
+come in a fixed order:
 
 1. the path is /mcp (else 404) and, when bound to a loopback address, the Host
    header names a loopback host (DNS rebinding);
 2. an Origin header, if sent, is one of the allowed origins (else 403);
 3. the bearer token names a tenant (else 401, before the body is read: nothing
    runs); the token's SHA-256 is compared in constant time with every tenant's;
-4. the body is JSON, one JSON-RPC message, at most max_body_bytes (else 415,
-   413 or 400).
+4. the tenant has fewer than max_tenant_requests requests in progress (reading
+   their body, waiting for a call thread or running; else 429, before the body
+   is read, so one tenant's flood holds a bounded amount of memory);
+5. the body is JSON, one JSON-RPC message, at most max_body_bytes, arriving
+   within client_timeout_s (else 415, 413, 408 or 400).
 
 Sessions: an `initialize` opens a session of the tenant's (its own Sandbox from
 the pool, so a session's read-before-write and approvals are its own) and
 returns its `Mcp-Session-Id`; later requests name it (an id another tenant
 holds is unknown here: 404). Requests of the stateless revision (2026-07-28)
-need no session: they share one per tenant. Every response is one JSON body
+need no session: they share one per tenant, in which each request gets an id of
+its own (a client's ids are its own: two clients may both count from 1), given
+back to the client in the answer. Every response is one JSON body
 (no server-sent events): the server never starts requests of its own over
 HTTP, so a handshake client's supervised call fails `approval_required`, while
 the stateless revision asks inside results (`input_required`). A client that
@@ -35,6 +41,7 @@ import asyncio
 import contextlib
 import ipaddress
 import secrets
+import socket
 import sys
 import threading
 from collections import OrderedDict
@@ -45,13 +52,19 @@ from urllib.parse import urlsplit
 
 from corral import jsonfast
 from corral.config import ConfigError, Remedy
-from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
+from corral.http_guard import RETRY_AFTER_S, guarded
+from corral.mcp_core import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    McpSession,
+    error_response,
+    valid_id,
+)
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
 from corral.pool import Pool
 from corral.sandbox.waiting import Cancel, WaitPolicy
 from corral.stdio import parse_line
-from corral.tenants import Tenant, find_tenant
-from corral.trust import operator_config
+from corral.tenants import Tenant, find_tenant, tenant_config
 
 ENDPOINT = "/mcp"
 DEFAULT_PORT = 8931
@@ -61,6 +74,18 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_SESSIONS_PER_TENANT = 32
 # Calls of one tenant running or waiting for a worker at once; beyond, they queue here.
 CALL_THREADS_PER_TENANT = 8
+# A tenant's requests in progress at once (reading their body, queued or running):
+# its call threads and as many again waiting; beyond, 429.
+MAX_TENANT_REQUESTS = 2 * CALL_THREADS_PER_TENANT
+# Connections open at once, with ACCEPT_BURST well under the usual 1,024 open files
+# (the pool's workers need some too); beyond, the longest waiting for its headers
+# is closed.
+MAX_CONNECTIONS = 512
+ACCEPT_BURST = 128  # connections accepted at a time
+LISTEN_QUEUE = 2048  # connections the kernel holds until they are accepted
+# A request's headers, and then its body, must each arrive within this long; a
+# client that leaves its answer unread this long is cut off (http_guard).
+CLIENT_TIMEOUT_S = 30.0
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 
@@ -92,9 +117,13 @@ def said_to_a_tenant(remedy: Remedy) -> str:
 class TenantState:
     """A tenant's sessions and call threads; sandboxes come from the shared pool."""
 
-    def __init__(self, tenant: Tenant, pool: Pool) -> None:
+    def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
+                 max_requests: int = MAX_TENANT_REQUESTS) -> None:
         self.tenant = tenant
         self.pool = pool
+        self.protected = protected
+        self.max_requests = max_requests
+        self.in_progress = 0  # requests admitted and not yet done; on the event loop only
         self.sessions: OrderedDict[str, McpSession] = OrderedDict()
         self.stateless: McpSession | None = None
         self.lock = threading.Lock()
@@ -105,8 +134,11 @@ class TenantState:
     def new_session(self) -> McpSession:
         def open_sandbox(approve: Callable[[dict[str, Any]], bool]) -> Any:
             # read each time: the workspace's own corral.toml may narrow it meanwhile
-            config = operator_config(self.tenant.workspace, self.tenant.config)
-            return self.pool.sandbox_from_config(config, approve=approve)
+            config = tenant_config(self.tenant)
+            # the server's own files (the tenants file, every tenant's config) are the
+            # operator's wherever they lie: no tool of any tenant writes them
+            return self.pool.sandbox_from_config(
+                config, approve=approve, policy=config.policy.protecting(*self.protected))
 
         return McpSession(open_sandbox, send=lambda _message: None, can_ask=False,
                           say_remedy=said_to_a_tenant)
@@ -165,19 +197,26 @@ class HttpFace:
     def __init__(
         self, pool: Pool, tenants: list[Tenant], *, allowed_origins: list[str],
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
+        max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
+        protected: tuple[str, ...] = (),
     ) -> None:
         self.pool = pool
         self.tenants = tenants
-        self.states = {tenant.name: TenantState(tenant, pool) for tenant in tenants}
+        self.states = {
+            tenant.name: TenantState(tenant, pool, protected=protected,
+                                     max_requests=max_tenant_requests)
+            for tenant in tenants
+        }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
         self.loopback_only = loopback_only
         self.max_body_bytes = max_body_bytes
+        self.client_timeout_s = client_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # uvicorn runs with ws="none": never a websocket
             return
         try:
             await self._serve(scope, receive, send)
@@ -248,30 +287,71 @@ class HttpFace:
         version = headers.get(VERSION_HEADER)
         if version is not None and version not in REVISIONS:
             raise HttpError(400, f"unsupported {VERSION_HEADER}: {version}")
-        message = _parse(await self._body(headers, receive))
+        if state.in_progress >= state.max_requests:
+            raise HttpError(429, f"tenant {state.tenant.name} has {state.max_requests} requests "
+                            "in progress, the most it may; try again shortly",
+                            {"retry-after": str(RETRY_AFTER_S)})
+        state.in_progress += 1
+        try:
+            message = _parse(await self._body(headers, receive))
+            session, new_id, client_id, message = self._route(state, headers, message)
+        except BaseException:
+            state.in_progress -= 1
+            raise
+        await self._run(state, session, message, receive, send, new_id, client_id)
+
+    def _route(
+        self, state: TenantState, headers: dict[str, str], message: dict[str, Any]
+    ) -> tuple[McpSession, str | None, Any, dict[str, Any]]:
+        """(the session that serves `message`, the id of a session it opens, the
+        client's own request id when the shared session serves it under another,
+        the message to hand it)."""
         session_id = headers.get(SESSION_HEADER)
-        new_id = None
         if session_id is not None:
             session = state.find(session_id)
             if session is None:
                 raise HttpError(404, "unknown session", rpc=error_response(
                     message.get("id"), INVALID_REQUEST, "unknown or expired session"))
-        elif message.get("method") == "initialize" and "id" in message:
+            return session, None, None, message
+        if message.get("method") == "initialize" and "id" in message:
             new_id, session = state.open()
-        elif _needs_session(message):
+            return session, new_id, None, message
+        if _needs_session(message):
             # Streamable HTTP, Session Management: a server that requires a session id
             # SHOULD answer a request without one (other than initialize) 400.
             raise HttpError(400, f"missing {SESSION_HEADER}", rpc=error_response(
                 message.get("id"), INVALID_REQUEST,
                 f"{message['method']} needs the {SESSION_HEADER} header of an initialized "
                 f"session, or params._meta[{PROTOCOL_VERSION_KEY!r}] (protocol 2026-07-28)"))
-        else:
-            session = state.shared()
+        if "method" not in message or not valid_id(message.get("id")):
+            return state.shared(), None, None, message
+        # The shared session serves every client of the tenant, and a client's ids are
+        # its own: the request runs there under an id no client chose, and its answer
+        # goes back under the client's.
+        ours = {**message, "id": f"http-{secrets.token_hex(8)}"}
+        return state.shared(), None, message["id"], ours
+
+    async def _run(
+        self, state: TenantState, session: McpSession, message: dict[str, Any],
+        receive: Receive, send: Send, new_id: str | None, client_id: Any,
+    ) -> None:
+        """Hand `message` to a call thread of the tenant's and answer; the request
+        counts against the tenant's bound until it is answered, or, if its client
+        has gone, until its call is over."""
         reply, future = _reply_future()
         cancel = Cancel()
         work = asyncio.get_running_loop().run_in_executor(
             state.threads, _handle, session, message, reply, cancel
         )
+        counted = True
+
+        def release(_work: object = None) -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                state.in_progress -= 1
+
+        work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
         answered: set[asyncio.Future[Any]] = {future, gone}
         try:
@@ -282,9 +362,18 @@ class HttpFace:
         finally:
             gone.cancel()
         if future.done():
+            answer = future.result()
+            if new_id and "error" in answer:  # a failed initialize opens no session
+                state.end(new_id)
+                new_id = None
             extra = {SESSION_HEADER: new_id} if new_id else {}
-            await _respond(send, 200, _encode(future.result()), {
-                "content-type": "application/json", **extra})
+            if client_id is not None:
+                answer = {**answer, "id": client_id}
+            try:
+                await _respond(send, 200, _encode(answer), {
+                    "content-type": "application/json", **extra})
+            finally:
+                release()
             return
         if gone.done() and not gone.cancelled():
             # the client went away: its call is cancelled (queued: never runs; running:
@@ -306,17 +395,23 @@ class HttpFace:
                                 f"{self.max_body_bytes} bytes")
         chunks: list[bytes] = []
         size = 0
-        while True:
-            event = await receive()
-            if event["type"] == "http.disconnect":
-                raise HttpError(400, "the client went away")
-            chunk = event.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise HttpError(413, f"the body is over the limit of {self.max_body_bytes} bytes")
-            chunks.append(chunk)
-            if not event.get("more_body"):
-                return b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.client_timeout_s):  # the whole body, not each part
+                while True:
+                    event = await receive()
+                    if event["type"] == "http.disconnect":
+                        raise HttpError(400, "the client went away")
+                    chunk = event.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise HttpError(413, "the body is over the limit of "
+                                        f"{self.max_body_bytes} bytes")
+                    chunks.append(chunk)
+                    if not event.get("more_body"):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise HttpError(408, f"the body did not arrive within {self.client_timeout_s:g} s",
+                            {"connection": "close"}) from None
 
     def close(self) -> None:
         for state in self.states.values():
@@ -442,11 +537,15 @@ def parse_address(text: str) -> tuple[str, int]:
 def serve(
     address: str, tenants: list[Tenant], *, allowed_origins: list[str],
     max_workers: int, idle_timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
+    client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
 ) -> None:
-    """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening."""
+    """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
+    files no tool of any tenant may write (the tenants file, the tenants' configs)."""
     try:
         import uvicorn
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
     except ImportError:
         raise ConfigError("the HTTP face needs uvicorn: pip install '.[http]' in the corral "
                           "clone, or pip install uvicorn") from None
@@ -455,27 +554,66 @@ def serve(
         print(f"corral: warning: {host} is not a loopback address and this server speaks plain "
               "HTTP (tokens and files in clear text); put TLS in front of it (a reverse proxy)",
               file=sys.stderr, flush=True)
-    with Pool(max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
+    with listen(host, port) as sock, Pool(max_workers=max_workers,
+                                          idle_timeout_s=idle_timeout_s) as pool:
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
-                        loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes)
+                        loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
+                        max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
+                        protected=protected)
         config = uvicorn.Config(
             face, host=host, port=port, lifespan="on", log_level="warning",
             access_log=False, server_header=False, timeout_graceful_shutdown=5,
+            http=guarded(AutoHTTPProtocol, max_connections=max_connections,
+                         timeout_s=client_timeout_s),
+            # asyncio accepts up to `backlog` connections at a time before the guard sees
+            # any of them: kept small, so a burst cannot run the process out of files
+            # (_run lengthens the listen queue, which asyncio sets to the same number)
+            backlog=min(max_connections, ACCEPT_BURST),
+            # no WebSocket: an upgrade request is served as the plain request it also is
+            ws="none",
         )
         server = uvicorn.Server(config)
         try:
-            asyncio.run(_run(server, host, ready))
+            asyncio.run(_run(server, sock, host, ready))
         finally:
             face.close()
 
 
-async def _run(server: Any, host: str, ready: Callable[[str, int], None]) -> None:
-    task = asyncio.ensure_future(server.serve())
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here rather than by uvicorn so that an address in
+    use is one ConfigError (uvicorn logs it and exits). Made as asyncio makes its
+    own, down to the protocol number: asyncio sets TCP_NODELAY only on connections
+    of a socket whose protocol is TCP, and without it every answer waited 40 ms
+    for a delayed acknowledgement."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {shown}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_QUEUE)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {shown}: "
+                          f"{(exc.strerror or str(exc)).lower()}") from None
+    return sock
+
+
+async def _run(
+    server: Any, sock: socket.socket, host: str, ready: Callable[[str, int], None]
+) -> None:
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
     if server.started:  # port 0 asks for any free port: say which
-        sockets = [sock for listener in server.servers for sock in listener.sockets]
-        ready(host, sockets[0].getsockname()[1])
+        sock.listen(LISTEN_QUEUE)  # a full queue drops connections, which retry 1 s later
+        ready(host, sock.getsockname()[1])
     await task
 
 

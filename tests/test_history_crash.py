@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import importlib.util
 import os
 import random
@@ -19,7 +20,7 @@ from history_helpers import snapshot
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
 from corral.history import keeper as keeper_module
-from corral.history import restore
+from corral.history import promote, restore
 from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
 from corral.policy import Policy
@@ -49,13 +50,35 @@ def _die_before(target: Any, name: str) -> None:
     setattr(target, name, lambda *args, **kwargs: os._exit(9))
 
 
-def _die_creating(self: Store, name: str, data: bytes) -> None:
+def _die_creating(self: Store, record: dict[str, Any]) -> None:
+    name = f"r-{record['id']}.pending"
     os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=self.fd))
     os._exit(9)  # the record's file exists, empty: torn
 
 
+def _copy_half_and_die(self: Store, src_fd: int, blob: str) -> int:
+    """The old file copied into the store (as across mounts), cut short by a kill."""
+    fd = os.open(blob, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=self.fd)
+    os.write(fd, os.pread(src_fd, len(OLD) // 2, 0))
+    os._exit(9)
+
+
+def _copies_across_mounts() -> None:
+    """Renames into the store fail as across mounts (EXDEV): the old file is copied."""
+    real = os.rename
+
+    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if str(dst).startswith("b-"):
+            raise OSError(errno.EXDEV, "cross-device")
+        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    keeper_module.os.rename = rename  # type: ignore[assignment]
+    Store.stash_copy = _copy_half_and_die  # type: ignore[method-assign]
+
+
 CRASH_POINTS: dict[str, Callable[[], None]] = {
-    "record torn": lambda: setattr(Store, "_create", _die_creating),
+    "old file half copied": _copies_across_mounts,
+    "record torn": lambda: setattr(Store, "write_pending", _die_creating),
     "record written": lambda: _die_after(Store, "write_pending"),
     "new file swapped in": lambda: _die_after(keeper_module, "renameat2"),
     "old file taken": lambda: _die_after(Keeper, "_take"),
@@ -82,7 +105,7 @@ def _crashed_change(workspace: Path, store_dir: Path, point: str, action: str) -
     """f.txt holding OLD, then `action` on it in a forked child that dies at `point`;
     returns the dead child's pid."""
     workspace.mkdir()
-    store_dir.mkdir()
+    store_dir.mkdir(parents=True)
     (workspace / "f.txt").write_bytes(OLD)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child dies at the crash point or exits
@@ -99,21 +122,36 @@ EXPECTED_NEW = {"write": {"f.txt": NEW}, "append": {"f.txt": OLD + NEW}, "delete
                 "move": {"g.txt": OLD}}
 
 
+def settled(workspace: Path, work: Path, pids: list[int] | None) -> Store:
+    """What the host has done after a crash: a worker settled the dead writers'
+    records (`pids`), the host promoted what was done."""
+    root, store = Root(str(workspace)), Store.open(str(work))
+    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+    with store.settling():
+        restore.settle(restorer, pids)
+    promote.promote(store, work.name, promote.done(store),
+                    promote.Expect(frozenset({str(workspace)})))
+    return store
+
+
+def left(work: Path, *endings: str) -> list[str]:
+    return sorted(p.name for p in work.iterdir() if p.name.endswith(endings))
+
+
 @pytest.mark.parametrize("action", ["write", "append", "delete", "move"])
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
 def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point: str) -> None:
-    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    workspace, store_dir = tmp_path / "ws", tmp_path / "store" / "w-test"
     pid = _crashed_change(workspace, store_dir, point, action)
     files = {p.name: p.read_bytes() for p in workspace.iterdir() if not p.name.startswith(".")}
     assert files in ({"f.txt": OLD}, EXPECTED_NEW[action])  # old or new, never torn
-    root, store = Root(str(workspace)), Store.open(str(store_dir))
-    roots = Roots(root)
-    restorer = restore.Restorer(roots, store, Policy(), 1 << 20, "settle")
-    restore.settle(restorer, [pid])
+    store = settled(workspace, store_dir, [pid])
+    roots = Roots(Root(str(workspace)))
     listing = store.listing()
-    assert listing.pending == []
+    assert left(store_dir, ".pending", ".done") == []
     if files == {"f.txt": OLD}:
-        assert listing.records == [] and listing.blobs == {}  # nothing landed, nothing recorded
+        # nothing landed, nothing recorded
+        assert listing.records == [] and [p for p in store_dir.iterdir()] == []
         return
     assert len(listing.records) == 1  # it landed: its record says so, and undoes it
     outcome = restore.undo(roots, store, Policy(), Limits(), "f.txt", force=False)
@@ -134,18 +172,22 @@ def test_kill_9_at_random_points_of_recorded_writes(tmp_path: Path, who: str) ->
 
 
 def test_settle_leaves_a_live_writers_record_alone(tmp_path: Path) -> None:
-    """A pending record whose writer lives may be in the middle of being written."""
-    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    """A pending record whose writer holds its lock may be in the middle of being
+    written: left alone, whatever its pid says; once the lock is gone, settled."""
+    workspace, work = tmp_path / "ws", tmp_path / "store" / "w-test"
     workspace.mkdir()
-    store_dir.mkdir()
-    store = Store.open(str(store_dir))
-    being_written = store_dir / f"r-{new_id()}.pending"  # this process's pid
+    work.mkdir(parents=True)
+    being_written = work / f"r-{new_id()}.pending"
     being_written.write_text("")
-    restorer = restore.Restorer(Roots(Root(str(workspace))), store, Policy(), 1 << 20, "settle")
-    assert restore.settle(restorer, [os.getpid() + 1]) == 0
-    assert being_written.exists()
-    assert restore.settle(restorer, [os.getpid()]) == 1  # once its writer is dead: dropped
-    assert not being_written.exists()
+    writer = os.open(being_written, os.O_RDONLY)
+    fcntl.flock(writer, fcntl.LOCK_EX)  # as Store.write_pending holds it
+    try:
+        settled(workspace, work, None)
+        assert being_written.exists()
+    finally:
+        os.close(writer)  # the writer dies: the kernel drops its lock
+    settled(workspace, work, None)
+    assert not being_written.exists()  # empty: torn as it was created, dropped
 
 
 def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> None:
@@ -155,20 +197,20 @@ def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> Non
     crash does), or the old file is gone and the write cannot be undone."""
     from corral.sandbox import worker
 
-    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
-    pid = _crashed_change(workspace, store_dir, "new file swapped in", "write")
+    workspace, work = tmp_path / "ws", tmp_path / "store" / "w-test"
+    pid = _crashed_change(workspace, work, "new file swapped in", "write")
     assert (workspace / "f.txt").read_bytes() == NEW
     setup = worker.Setup.open({
         "roots": [[str(workspace), "rw"]], "limits": dataclasses.asdict(Limits()),
         "policy": Policy().to_dict(), "options": dataclasses.asdict(SandboxOptions()),
-        "history": str(store_dir),
+        "history": str(work),
     })
     try:
         temps = worker.find_temps(setup)
         assert [owner for _, _, owner in temps] == [pid]  # the old file, in the dead one's temp
         assert worker.remove_temps(tuple((index, path) for index, path, _ in temps), setup) == 0
-        roots, store = setup.roots, Store.open(str(store_dir))
-        outcome = restore.undo(roots, store, Policy(), Limits(), "f.txt", force=False)
+        store = settled(workspace, work, [])  # the host promotes what the sweep settled
+        outcome = restore.undo(setup.roots, store, Policy(), Limits(), "f.txt", force=False)
     finally:
         setup.close()
     assert outcome["conflicts"] == [], outcome

@@ -25,7 +25,8 @@ EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
 
 
 def used(store: Path) -> int:
-    return sum(p.stat().st_size for p in store.iterdir() if p.is_file())
+    """What the store holds: its records and the kept copies in its work directories."""
+    return sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
 
 
 def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
 def test_no_tool_reaches_the_store(workspace: Path) -> None:
     with Sandbox(workspace, policy=EVERYTHING) as sb:
         ok(sb, "write_file", path="hello.txt", content="recorded")
-        store = sb._history.path
+        store = sb._history.work_path
         blob = next(p for p in os.listdir(store) if p.startswith("b-"))
         relative = os.path.relpath(store, workspace)
         for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):
