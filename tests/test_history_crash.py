@@ -252,29 +252,34 @@ def test_a_torn_append_is_cut_back_when_settled(tmp_path: Path, exists: bool) ->
         assert list(workspace.iterdir()) == []
 
 
-@pytest.mark.parametrize("committed", [True, False])
-def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path, committed: bool) -> None:
+@pytest.mark.parametrize("later", ["committed", "done here", "done in another work directory"])
+def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path, later: str) -> None:
     """Cutting back would take a later append's bytes too: the torn one stays, and
     its record goes (an undo of it would be a conflict). The later append is seen
-    whether the host has committed its record yet (`committed`) or not: the host
-    commits a call's records off the call's path, after the settle may have run."""
+    whether the host has committed its record yet or not (it commits a call's
+    records off the call's path, after the settle may have run), and whichever
+    sandbox made it (one writing other roots too has a work directory of its own)."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     work, store = work_store(tmp_path / "store")
     (workspace / "log.txt").write_bytes(OLD)
     pid = _torn_append(workspace, work, "log.txt")
     root = Root(str(workspace))
+    other = tmp_path / "store" / "w-other"
+    other.mkdir()
+    writer = Store.open(str(other)) if later == "done in another work directory" else store
     root.append("log.txt", b"later\n", max_file_bytes=1 << 20,
-                keep=Keeper(store, root.path, "append_file"))
-    if committed:
+                keep=Keeper(writer, root.path, "append_file"))
+    if later == "committed":
         promoted(store, work, workspace)
     torn = (workspace / "log.txt").read_bytes()
     restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
     with store.settling():
         assert restore.settle(restorer, [pid]) == 1
     assert (workspace / "log.txt").read_bytes() == torn
-    assert len(promoted(store, work, workspace).listing().records) == 1  # the later append's
-    assert left(work, ".pending", ".done") == []
+    promoted(writer, other if writer is not store else work, workspace)
+    assert len(store.listing().records) == 1  # the later append's
+    assert left(work, ".pending", ".done") == left(other, ".pending", ".done") == []
 
 
 def _fs_calls_die_at(n: int, exdev: bool) -> None:
