@@ -3,23 +3,18 @@ running sandbox), and an append cut short by a file size limit."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import resource
 import signal
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.fs import Root
 
-_spec = importlib.util.spec_from_file_location(
-    "enospc", Path(__file__).resolve().parent.parent / "scripts" / "enospc.py"
-)
-assert _spec is not None and _spec.loader is not None
-enospc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(enospc)
+enospc = load_script("enospc")
 
 
 def test_a_full_disk_fails_every_writer_clearly_and_changes_nothing(tmp_path: Path):

@@ -4,21 +4,16 @@ change leaves both copies of a tree alike and the outside untouched."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 TREES = 12  # fixed seeds: the same trees every run; the script explores new ones
 PATHS_PER_TREE = 60
 CHANGES_PER_TREE = 30
 
-_spec = importlib.util.spec_from_file_location(
-    "fuzz_resolvers", Path(__file__).resolve().parent.parent / "scripts" / "fuzz_resolvers.py"
-)
-assert _spec is not None and _spec.loader is not None
-fuzz_resolvers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz_resolvers)
+fuzz_resolvers = load_script("fuzz_resolvers")
 
 
 @pytest.mark.parametrize("seed", range(TREES))

@@ -3,19 +3,14 @@ with a symlink to the outside while every Root operation runs through it."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 ROUNDS = 150  # each round runs every operation once; the soak in scripts/ runs for minutes
 
-_spec = importlib.util.spec_from_file_location(
-    "race_fs", Path(__file__).resolve().parent.parent / "scripts" / "race_fs.py"
-)
-assert _spec is not None and _spec.loader is not None
-race_fs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(race_fs)
+race_fs = load_script("race_fs")
 
 
 @pytest.mark.parametrize("resolver", ["openat2", "walk"])

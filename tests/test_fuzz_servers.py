@@ -5,17 +5,12 @@ strict JSON, no HTTP answer is a 5xx, the server lives on."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
-_spec = importlib.util.spec_from_file_location(
-    "fuzz_servers", Path(__file__).resolve().parent.parent / "scripts" / "fuzz_servers.py"
-)
-assert _spec is not None and _spec.loader is not None
-fuzz_servers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz_servers)
+fuzz_servers = load_script("fuzz_servers")
 
 MESSAGES = 300  # the script sends 100,000
 

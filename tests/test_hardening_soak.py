@@ -4,21 +4,16 @@ process is left behind."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 CALLS = 400  # the script runs thousands
 THREADS = 4
 KILLS = 25
 
-_spec = importlib.util.spec_from_file_location(
-    "soak_pool", Path(__file__).resolve().parent.parent / "scripts" / "soak_pool.py"
-)
-assert _spec is not None and _spec.loader is not None
-soak_pool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(soak_pool)
+soak_pool = load_script("soak_pool")
 
 
 @pytest.mark.parametrize("seed", [1, 2])

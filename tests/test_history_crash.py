@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
-import importlib.util
 import os
 import random
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from history_helpers import commit_done, left, promoted, settled, snapshot, work_store
+from scripts_loader import load_script
 
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
@@ -25,12 +25,7 @@ from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
 from corral.policy import Policy
 
-_spec = importlib.util.spec_from_file_location(
-    "crash_history", Path(__file__).resolve().parent.parent / "scripts" / "crash_history.py"
-)
-assert _spec is not None and _spec.loader is not None
-crash_history = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(crash_history)
+crash_history = load_script("crash_history")
 
 OLD, NEW = b"old content\n", b"new content, longer\n"
 

@@ -4,7 +4,6 @@ sweep that removes the temp files of writers that died unseen by any pool."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,16 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.policy import RootSpec
 
-_spec = importlib.util.spec_from_file_location(
-    "kill_soak", Path(__file__).resolve().parent.parent / "scripts" / "kill_soak.py"
-)
-assert _spec is not None and _spec.loader is not None
-kill_soak = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kill_soak)
+kill_soak = load_script("kill_soak")
 
 HEX = "0123456789abcdef"
 

@@ -4,19 +4,15 @@ scripts/race_move.py, plus the same interleaving forced at the fs layer."""
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
+
+from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.fs import Expect, MoveGuard, Root
 
-_spec = importlib.util.spec_from_file_location(
-    "race_move", Path(__file__).resolve().parent.parent / "scripts" / "race_move.py"
-)
-assert _spec is not None and _spec.loader is not None
-race_move = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(race_move)
+race_move = load_script("race_move")
 
 DENIED = ".aws/credentials"
 

@@ -4,17 +4,12 @@ in this process over a Root (both resolvers) and through a confined Sandbox."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
-_spec = importlib.util.spec_from_file_location(
-    "race_tools", Path(__file__).resolve().parent.parent / "scripts" / "race_tools.py"
-)
-assert _spec is not None and _spec.loader is not None
-race_tools = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(race_tools)
+race_tools = load_script("race_tools")
 
 ROUNDS = 13 * 20  # twenty calls of each tool; the script runs 20,000 rounds
 
