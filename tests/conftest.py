@@ -4,6 +4,7 @@ whose content must never appear in any result."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,22 @@ def workspace(tmp_path: Path, outside: Path) -> Path:
     ws.mkdir()
     (ws / "hello.txt").write_text("hello\nworld\n")
     return ws
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """An empty workspace; a module whose tests need files in it builds its own
+    fixture, named for what it holds."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def sb(ws: Path) -> Iterator[Sandbox]:
+    """A sandbox with the defaults over the empty workspace `ws`."""
+    with Sandbox(ws) as sandbox:
+        yield sandbox
 
 
 def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -111,10 +111,9 @@ def test_unknown_tool_suggests_the_closest(workspace: Path) -> None:
     assert far.stderr == "unknown_tool: there is no tool named 'launch_rockets'.\n"
 
 
-def test_unknown_argument_suggests_the_closest(workspace: Path) -> None:
-    with Sandbox(workspace) as sb:
-        error = sb.call("read_file", {"pth": "hello.txt"})["error"]
-        nested = sb.call("edit_file", {"path": "a", "edits": [{"old_strin": "a"}]})["error"]
+def test_unknown_argument_suggests_the_closest(sb: Sandbox) -> None:
+    error = sb.call("read_file", {"pth": "hello.txt"})["error"]
+    nested = sb.call("edit_file", {"path": "a", "edits": [{"old_strin": "a"}]})["error"]
     assert error == {
         "code": "invalid_arguments", "message": "unknown argument 'pth'; did you mean 'path'?"
     }

@@ -78,13 +78,6 @@ def cases(key: Key) -> tuple[Any, Any, Any]:
     return key.default, None, key.default if key.default is not None else "x"  # operator
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return ws
-
-
 def operator(tmp_path: Path, ws: Path, key: Key, value: Any) -> Config:
     text = f'[workspace]\nroot = "{ws}"\n'
     if key.section != "workspace" and value is not None:

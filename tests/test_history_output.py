@@ -21,18 +21,17 @@ def _raw(text: str) -> list[str]:
     return [c for c in text if not c.isprintable() and c != "\n"]
 
 
-def test_undo_and_rewind_text_escape_names(workspace: Path) -> None:
-    with Sandbox(workspace) as sb:
-        cp = sb.checkpoint()
-        ok(sb, "write_file", path=NAME, content="x\n")
-        undone = sb.undo(NAME)
-        assert undone["result"]["restored"] == [NAME]  # the result keeps the name itself
-        assert _raw(undone["text"]) == [] and escaped(NAME) in undone["text"]
-        ok(sb, "write_file", path=NAME, content="y\n")
-        (workspace / NAME).write_text("changed outside\n")
-        rewound = sb.rewind(cp)
-        assert rewound["result"]["conflicts"] == [NAME]
-        assert _raw(rewound["text"]) == [] and f"Left {escaped(NAME)} alone" in rewound["text"]
+def test_undo_and_rewind_text_escape_names(ws: Path, sb: Sandbox) -> None:
+    cp = sb.checkpoint()
+    ok(sb, "write_file", path=NAME, content="x\n")
+    undone = sb.undo(NAME)
+    assert undone["result"]["restored"] == [NAME]  # the result keeps the name itself
+    assert _raw(undone["text"]) == [] and escaped(NAME) in undone["text"]
+    ok(sb, "write_file", path=NAME, content="y\n")
+    (ws / NAME).write_text("changed outside\n")
+    rewound = sb.rewind(cp)
+    assert rewound["result"]["conflicts"] == [NAME]
+    assert _raw(rewound["text"]) == [] and f"Left {escaped(NAME)} alone" in rewound["text"]
 
 
 def corral(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:

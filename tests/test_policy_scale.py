@@ -30,13 +30,6 @@ from corral.sandbox.zygote import Zygote
 from corral.trust import narrowed
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
 def rules_toml(count: int, globs_each: int = 1) -> str:
     return "".join(
         f'[[rules]]\nname = "r{i}"\naction = "deny"\n'
