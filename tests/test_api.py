@@ -26,23 +26,23 @@ CONTRACT_KEYS_ERROR = {"ok", "tool", "error"}
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ws = tmp_path_factory.mktemp("api")
-    (ws / "a.txt").write_text("alpha\n")
-    (ws / "docs").mkdir()
-    (ws / "docs" / "d.txt").write_text("doc\n")
-    return ws
+def module_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    module_ws = tmp_path_factory.mktemp("api")
+    (module_ws / "a.txt").write_text("alpha\n")
+    (module_ws / "docs").mkdir()
+    (module_ws / "docs" / "d.txt").write_text("doc\n")
+    return module_ws
 
 
 @pytest.fixture(scope="module")
-def sb(ws: Path) -> Iterator[Sandbox]:
-    with Sandbox(ws) as sandbox:
+def module_sb(module_ws: Path) -> Iterator[Sandbox]:
+    with Sandbox(module_ws) as sandbox:
         yield sandbox
 
 
 class TestSpecs:
-    def test_tools_lists_visible_specs(self, sb: Sandbox) -> None:
-        specs = sb.tools()
+    def test_tools_lists_visible_specs(self, module_sb: Sandbox) -> None:
+        specs = module_sb.tools()
         names = [spec["name"] for spec in specs]
         assert "delete_file" not in names  # off by default
         assert set(names) == set(TOOLS) - {"delete_file"}
@@ -51,61 +51,63 @@ class TestSpecs:
                                  "annotations"}
             json.dumps(spec)  # hosts send specs as JSON
 
-    def test_specs_are_copies(self, sb: Sandbox) -> None:
-        spec = sb.tools()[0]
+    def test_specs_are_copies(self, module_sb: Sandbox) -> None:
+        spec = module_sb.tools()[0]
         spec["annotations"]["readOnlyHint"] = "changed"
         spec["input_schema"]["properties"].clear()
-        assert all(isinstance(v, bool) for s in sb.tools() for v in s["annotations"].values())
-        assert sb.tools()[0]["input_schema"]["properties"]
+        assert all(
+            isinstance(v, bool) for s in module_sb.tools() for v in s["annotations"].values()
+        )
+        assert module_sb.tools()[0]["input_schema"]["properties"]
 
-    def test_read_only_policy_shows_only_readers(self, ws: Path) -> None:
-        with Sandbox(ws, policy=Policy(read_only=True)) as sandbox:
+    def test_read_only_policy_shows_only_readers(self, module_ws: Path) -> None:
+        with Sandbox(module_ws, policy=Policy(read_only=True)) as sandbox:
             assert all(s["annotations"]["readOnlyHint"] for s in sandbox.tools())
             assert sandbox.call("write_file", {"path": "x", "content": ""})["error"]["code"] == (
                 "tool_disabled"
             )
-        assert not (ws / "x").exists()
+        assert not (module_ws / "x").exists()
 
 
 class TestCallContract:
-    def test_ok_result_shape_has_no_meta(self, sb: Sandbox) -> None:
-        response = sb.call("read_file", {"path": "a.txt"})
+    def test_ok_result_shape_has_no_meta(self, module_sb: Sandbox) -> None:
+        response = module_sb.call("read_file", {"path": "a.txt"})
         assert set(response) == CONTRACT_KEYS_OK
         json.dumps(response)
 
-    def test_error_result_shape(self, sb: Sandbox) -> None:
-        response = sb.call("read_file", {"path": "missing"})
+    def test_error_result_shape(self, module_sb: Sandbox) -> None:
+        response = module_sb.call("read_file", {"path": "missing"})
         assert set(response) == CONTRACT_KEYS_ERROR
         assert set(response["error"]) == {"code", "message"}
         assert "missing" in response["error"]["message"]
 
     @pytest.mark.parametrize("name", ["no_such_tool", "", 3, None])
-    def test_unknown_tool(self, sb: Sandbox, name: Any) -> None:
-        response = sb.call(name, {})
+    def test_unknown_tool(self, module_sb: Sandbox, name: Any) -> None:
+        response = module_sb.call(name, {})
         assert response["ok"] is False and response["error"]["code"] == "unknown_tool"
 
     @pytest.mark.parametrize("arguments", [[], "a.txt", 7])
-    def test_arguments_must_be_an_object(self, sb: Sandbox, arguments: Any) -> None:
-        assert sb.call("read_file", arguments)["error"]["code"] == "invalid_arguments"
+    def test_arguments_must_be_an_object(self, module_sb: Sandbox, arguments: Any) -> None:
+        assert module_sb.call("read_file", arguments)["error"]["code"] == "invalid_arguments"
 
-    def test_no_arguments_means_defaults(self, sb: Sandbox) -> None:
-        assert sb.call("list_directory")["ok"]
-        assert sb.call("list_directory", None)["ok"]
+    def test_no_arguments_means_defaults(self, module_sb: Sandbox) -> None:
+        assert module_sb.call("list_directory")["ok"]
+        assert module_sb.call("list_directory", None)["ok"]
 
-    def test_unknown_argument_is_named(self, sb: Sandbox) -> None:
-        error = sb.call("read_file", {"path": "a.txt", "lines": 3})["error"]
+    def test_unknown_argument_is_named(self, module_sb: Sandbox) -> None:
+        error = module_sb.call("read_file", {"path": "a.txt", "lines": 3})["error"]
         assert error["code"] == "invalid_arguments" and "'lines'" in error["message"]
 
-    def test_disabled_tool_is_refused(self, ws: Path) -> None:
+    def test_disabled_tool_is_refused(self, module_ws: Path) -> None:
         policy = Policy(tool_modes={"write_file": "deny"})
-        with Sandbox(ws, policy=policy) as sandbox:
+        with Sandbox(module_ws, policy=policy) as sandbox:
             error = sandbox.call("write_file", {"path": "w.txt", "content": "x"})["error"]
             assert error["code"] == "tool_disabled"
-        assert not (ws / "w.txt").exists()
+        assert not (module_ws / "w.txt").exists()
 
-    def test_confinement_names_the_layers(self, sb: Sandbox) -> None:
+    def test_confinement_names_the_layers(self, module_sb: Sandbox) -> None:
         assert {"landlock_abi", "seccomp", "openat2", "no_new_privs", "level"} <= set(
-            sb.confinement
+            module_sb.confinement
         )
 
     def test_bad_workspace_is_misuse(self, tmp_path: Path) -> None:
@@ -120,37 +122,41 @@ class TestApprovalRounds:
 
     POLICY = Policy(rules=(Rule("ask-docs", "supervised", ("*",), ("docs/**",)),))
 
-    def test_each_supervised_path_of_a_move_is_asked_for(self, ws: Path) -> None:
-        (ws / "docs" / "m1.txt").write_text("m")
+    def test_each_supervised_path_of_a_move_is_asked_for(self, module_ws: Path) -> None:
+        (module_ws / "docs" / "m1.txt").write_text("m")
         asked: list[dict[str, Any]] = []
-        with Sandbox(ws, policy=self.POLICY, approve=lambda r: asked.append(r) or True) as sandbox:
+        with Sandbox(
+            module_ws, policy=self.POLICY, approve=lambda r: asked.append(r) or True
+        ) as sandbox:
             response = sandbox.call(
                 "move_file", {"source": "docs/m1.txt", "destination": "docs/m2.txt"}
             )
         assert response["ok"], response
         assert [r["paths"] for r in asked] == [["docs/m1.txt"], ["docs/m2.txt"]]
         assert asked[0]["rules"] == ["ask-docs"]
-        assert asked[0]["resolved"] == [str(ws / "docs" / "m1.txt")]
-        assert (ws / "docs" / "m2.txt").exists()
+        assert asked[0]["resolved"] == [str(module_ws / "docs" / "m1.txt")]
+        assert (module_ws / "docs" / "m2.txt").exists()
 
-    def test_read_multiple_files_asks_once_for_all(self, ws: Path) -> None:
+    def test_read_multiple_files_asks_once_for_all(self, module_ws: Path) -> None:
         asked: list[dict[str, Any]] = []
-        with Sandbox(ws, policy=self.POLICY, approve=lambda r: asked.append(r) or True) as sandbox:
+        with Sandbox(
+            module_ws, policy=self.POLICY, approve=lambda r: asked.append(r) or True
+        ) as sandbox:
             response = sandbox.call(
                 "read_multiple_files", {"paths": ["a.txt", "docs/d.txt", "docs/../docs/d.txt"]}
             )
         assert [f["ok"] for f in response["result"]["files"]] == [True, True, True]
         assert len(asked) == 1 and asked[0]["paths"] == ["docs/d.txt", "docs/../docs/d.txt"]
 
-    def test_without_a_callback_each_file_says_so(self, ws: Path) -> None:
-        with Sandbox(ws, policy=self.POLICY) as sandbox:
+    def test_without_a_callback_each_file_says_so(self, module_ws: Path) -> None:
+        with Sandbox(module_ws, policy=self.POLICY) as sandbox:
             files = sandbox.call("read_multiple_files", {"paths": ["a.txt", "docs/d.txt"]})
         codes = [f["ok"] or f["error"]["code"] for f in files["result"]["files"]]
         assert codes == [True, "approval_required"]
 
-    def test_grep_in_an_approved_directory_searches_its_files(self, ws: Path) -> None:
+    def test_grep_in_an_approved_directory_searches_its_files(self, module_ws: Path) -> None:
         asked: list[list[str]] = []
-        with Sandbox(ws, policy=self.POLICY,
+        with Sandbox(module_ws, policy=self.POLICY,
                      approve=lambda r: asked.append(r["paths"]) or True) as sandbox:
             inside = sandbox.call("grep", {"pattern": "doc", "path": "docs"})["result"]
             everywhere = sandbox.call("grep", {"pattern": "doc"})["result"]
@@ -158,47 +164,47 @@ class TestApprovalRounds:
         assert asked == [["docs"]]  # grep over the root passes supervised files by
         assert all(not m["path"].startswith("docs/") for m in everywhere["matches"])
 
-    def test_a_callback_that_raises_propagates(self, ws: Path) -> None:
+    def test_a_callback_that_raises_propagates(self, module_ws: Path) -> None:
         def broken(request: dict[str, Any]) -> bool:
             raise KeyError("host bug")
 
-        with Sandbox(ws, policy=self.POLICY, approve=broken) as sandbox:
+        with Sandbox(module_ws, policy=self.POLICY, approve=broken) as sandbox:
             with pytest.raises(KeyError):
                 sandbox.call("read_file", {"path": "docs/d.txt"})
             assert sandbox.call("read_file", {"path": "a.txt"})["ok"]  # still usable
 
 
 class TestLifecycle:
-    def test_closed_sandbox_raises(self, ws: Path) -> None:
-        sandbox = Sandbox(ws)
+    def test_closed_sandbox_raises(self, module_ws: Path) -> None:
+        sandbox = Sandbox(module_ws)
         sandbox.close()
         sandbox.close()  # twice is fine
         with pytest.raises(RuntimeError, match="closed"):
             sandbox.call("read_file", {"path": "a.txt"})
 
-    def test_context_manager_closes(self, ws: Path) -> None:
-        with Sandbox(ws) as sandbox:
+    def test_context_manager_closes(self, module_ws: Path) -> None:
+        with Sandbox(module_ws) as sandbox:
             assert sandbox.call("read_file", {"path": "a.txt"})["ok"]
         with pytest.raises(RuntimeError):
             sandbox.call("read_file", {"path": "a.txt"})
 
-    def test_given_audit_object_is_left_open(self, ws: Path, tmp_path: Path) -> None:
+    def test_given_audit_object_is_left_open(self, module_ws: Path, tmp_path: Path) -> None:
         audit = Audit(tmp_path / "audit.jsonl")
-        with Sandbox(ws, audit=audit) as sandbox:
+        with Sandbox(module_ws, audit=audit) as sandbox:
             sandbox.call("stat_file", {"path": "a.txt"})
         audit.record(tool="after", ok=True)  # still open: the host owns it
         audit.close()
         lines = (tmp_path / "audit.jsonl").read_text().splitlines()
         assert [json.loads(line)["tool"] for line in lines] == ["stat_file", "after"]
 
-    def test_threads_share_one_sandbox(self, sb: Sandbox, ws: Path) -> None:
+    def test_threads_share_one_sandbox(self, module_sb: Sandbox, module_ws: Path) -> None:
         failures: list[Any] = []
 
         def worker(n: int) -> None:
             for i in range(20):
                 path = f"threads/{n}/{i}.txt"
-                written = sb.call("write_file", {"path": path, "content": f"{n}-{i}"})
-                read = sb.call("read_file", {"path": path})
+                written = module_sb.call("write_file", {"path": path, "content": f"{n}-{i}"})
+                read = module_sb.call("read_file", {"path": path})
                 if not (written["ok"] and read["result"]["content"] == f"{n}-{i}"):
                     failures.append((written, read))
 
@@ -208,10 +214,10 @@ class TestLifecycle:
         for thread in threads:
             thread.join()
         assert failures == []
-        assert len(list((ws / "threads").rglob("*.txt"))) == 160
+        assert len(list((module_ws / "threads").rglob("*.txt"))) == 160
 
-    def test_close_waits_for_a_running_tool(self, ws: Path) -> None:
-        sandbox = Sandbox(ws)
+    def test_close_waits_for_a_running_tool(self, module_ws: Path) -> None:
+        sandbox = Sandbox(module_ws)
         entered, release = threading.Event(), threading.Event()
         submit = sandbox._executor.submit
 
@@ -243,7 +249,7 @@ class TestLifecycle:
         assert not closer.is_alive()
         assert results and results[0]["ok"]
 
-    def test_close_does_not_wait_for_an_approval(self, ws: Path) -> None:
+    def test_close_does_not_wait_for_an_approval(self, module_ws: Path) -> None:
         entered, release = threading.Event(), threading.Event()
 
         def slow_yes(request: dict[str, Any]) -> bool:
@@ -252,7 +258,7 @@ class TestLifecycle:
             return True
 
         policy = Policy(tool_modes={"stat_file": "supervised"})
-        sandbox = Sandbox(ws, policy=policy, approve=slow_yes)
+        sandbox = Sandbox(module_ws, policy=policy, approve=slow_yes)
         errors: list[BaseException] = []
 
         def call() -> None:
@@ -271,9 +277,9 @@ class TestLifecycle:
 
 
 class TestAsyncSandbox:
-    def test_same_surface(self, ws: Path) -> None:
+    def test_same_surface(self, module_ws: Path) -> None:
         async def main() -> None:
-            async with AsyncSandbox(ws) as sandbox:
+            async with AsyncSandbox(module_ws) as sandbox:
                 assert [s["name"] for s in sandbox.tools()] == [s["name"] for s in sandbox.tools()]
                 assert "level" in sandbox.confinement
                 responses = await asyncio.gather(
@@ -287,7 +293,7 @@ class TestAsyncSandbox:
 
         asyncio.run(main())
 
-    def test_async_approve_callback(self, ws: Path) -> None:
+    def test_async_approve_callback(self, module_ws: Path) -> None:
         asked: list[str] = []
 
         async def approve(request: dict[str, Any]) -> bool:
@@ -296,7 +302,7 @@ class TestAsyncSandbox:
 
         async def main() -> None:
             policy = Policy(tool_modes={"stat_file": "supervised"})
-            sandbox = AsyncSandbox(ws, policy=policy, approve=approve)
+            sandbox = AsyncSandbox(module_ws, policy=policy, approve=approve)
             try:
                 assert (await sandbox.call("stat_file", {"path": "a.txt"}))["ok"]
                 denied = await sandbox.call("stat_file", {"path": "docs"})
@@ -312,8 +318,8 @@ class TestExecute:
     """The worker-side entry point answers every request, whatever happens."""
 
     @pytest.fixture
-    def ctx(self, ws: Path) -> Iterator[Context]:
-        root = Root(str(ws))
+    def ctx(self, module_ws: Path) -> Iterator[Context]:
+        root = Root(str(module_ws))
         yield Context(Roots(root), Limits(), Policy())
         root.close()
 
@@ -337,12 +343,12 @@ class TestExecute:
         assert response["meta"]["bytes"] == len("alpha\n")
         assert response["meta"]["needs_approval"] == []
 
-    def test_denied_tool_is_refused_in_the_worker_too(self, ws: Path) -> None:
-        root = Root(str(ws))
+    def test_denied_tool_is_refused_in_the_worker_too(self, module_ws: Path) -> None:
+        root = Root(str(module_ws))
         try:
             ctx = Context(Roots(root), Limits(), Policy(read_only=True))
             request = {"tool": "write_file", "arguments": {"path": "x.txt", "content": "x"}}
             assert execute(ctx, request)["error"]["code"] == "tool_disabled"
         finally:
             root.close()
-        assert not (ws / "x.txt").exists()
+        assert not (module_ws / "x.txt").exists()

@@ -20,11 +20,11 @@ SUPERVISED_RULE = Policy(rules=(Rule("review", "supervised", ("*",), ("deploy/**
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    (ws / "deploy" / "prod" / "templates").mkdir(parents=True)
-    (ws / "tpl").symlink_to("deploy/prod/templates")
-    return ws
+def linked_ws(tmp_path: Path) -> Path:
+    linked_ws = tmp_path / "ws"
+    (linked_ws / "deploy" / "prod" / "templates").mkdir(parents=True)
+    (linked_ws / "tpl").symlink_to("deploy/prod/templates")
+    return linked_ws
 
 
 class Asker:
@@ -38,80 +38,80 @@ class Asker:
 
 
 @pytest.mark.parametrize("policy", [SUPERVISED_WRITE, SUPERVISED_RULE], ids=["tool", "rule"])
-def test_the_request_names_the_resolved_file(ws: Path, policy: Policy) -> None:
+def test_the_request_names_the_resolved_file(linked_ws: Path, policy: Policy) -> None:
     asker = Asker(True)
-    with Sandbox(ws, policy=policy, approve=asker) as sb:
+    with Sandbox(linked_ws, policy=policy, approve=asker) as sb:
         result = sb.call("write_file", {"path": "tpl/../deploy.yml", "content": "x"})
     assert result["ok"], result
-    assert (ws / "deploy" / "prod" / "deploy.yml").read_text() == "x"
-    assert not (ws / "deploy.yml").exists()
+    assert (linked_ws / "deploy" / "prod" / "deploy.yml").read_text() == "x"
+    assert not (linked_ws / "deploy.yml").exists()
     (request,) = asker.asked
     (target,) = request["targets"]
-    assert target["root"] == str(ws) and target["path"] == "deploy/prod/deploy.yml"
+    assert target["root"] == str(linked_ws) and target["path"] == "deploy/prod/deploy.yml"
     assert target["given"] == "tpl/../deploy.yml"
     assert target["shown"] == "deploy/prod/deploy.yml (given as tpl/../deploy.yml)"
     assert request["paths"] == ["tpl/../deploy.yml"]
-    assert request["resolved"] == [str(ws / "deploy" / "prod" / "deploy.yml")]
+    assert request["resolved"] == [str(linked_ws / "deploy" / "prod" / "deploy.yml")]
     assert request["rules"] == ([None] if policy is SUPERVISED_WRITE else ["review"])
     message = approval_message(request)
     assert "deploy/prod/deploy.yml" in message and "tpl/../deploy.yml" in message
 
 
-def test_a_refused_tool_mode_approval_changes_nothing(ws: Path) -> None:
+def test_a_refused_tool_mode_approval_changes_nothing(linked_ws: Path) -> None:
     asker = Asker(False)
-    with Sandbox(ws, policy=SUPERVISED_WRITE, approve=asker) as sb:
+    with Sandbox(linked_ws, policy=SUPERVISED_WRITE, approve=asker) as sb:
         result = sb.call("write_file", {"path": "tpl/../deploy.yml", "content": "x"})
     assert result["error"]["code"] == "approval_denied"
     assert "deploy/prod/deploy.yml" in result["error"]["message"]
-    assert not (ws / "deploy" / "prod" / "deploy.yml").exists()
+    assert not (linked_ws / "deploy" / "prod" / "deploy.yml").exists()
 
 
-def test_control_characters_are_escaped_everywhere_a_person_reads(ws: Path) -> None:
+def test_control_characters_are_escaped_everywhere_a_person_reads(linked_ws: Path) -> None:
     name = "deploy/evil\x1b[2J\nname\u202e.yml"
-    (ws / name).write_text("old")
+    (linked_ws / name).write_text("old")
     asker = Asker(True)
-    with Sandbox(ws, policy=SUPERVISED_RULE, approve=asker) as sb:
+    with Sandbox(linked_ws, policy=SUPERVISED_RULE, approve=asker) as sb:
         assert sb.call("read_file", {"path": name})["ok"]
     (request,) = asker.asked
     shown = "deploy/evil\\x1b[2J\\nname\\u202e.yml"
     assert request["targets"][0]["path"] == shown and request["paths"] == [shown]
-    assert request["resolved"] == [f"{ws}/{shown}"]
+    assert request["resolved"] == [f"{linked_ws}/{shown}"]
     message = approval_message(request)
     assert shown in message
     assert message.isprintable()
 
 
-def test_a_path_that_resolves_elsewhere_by_the_time_it_runs_is_asked_again(ws: Path) -> None:
+def test_a_path_that_resolves_elsewhere_by_the_time_it_runs_is_asked_again(linked_ws: Path) -> None:
     """The host approved deploy/prod/deploy.yml; the link then moved to deploy/other:
     the worker re-resolves, finds an unapproved file and asks about that one."""
-    (ws / "deploy" / "other" / "templates").mkdir(parents=True)
+    (linked_ws / "deploy" / "other" / "templates").mkdir(parents=True)
 
     def swap_then_answer(request: dict[str, Any]) -> bool:
         asker.asked.append(request)
         if len(asker.asked) == 1:
-            os.remove(ws / "tpl")
-            (ws / "tpl").symlink_to("deploy/other/templates")
+            os.remove(linked_ws / "tpl")
+            (linked_ws / "tpl").symlink_to("deploy/other/templates")
             return True
         return False
 
     asker = Asker()
-    with Sandbox(ws, policy=SUPERVISED_WRITE, approve=swap_then_answer) as sb:
+    with Sandbox(linked_ws, policy=SUPERVISED_WRITE, approve=swap_then_answer) as sb:
         result = sb.call("write_file", {"path": "tpl/../deploy.yml", "content": "x"})
     assert [r["targets"][0]["path"] for r in asker.asked] == [
         "deploy/prod/deploy.yml", "deploy/other/deploy.yml"
     ]
     assert result["error"]["code"] == "approval_denied"
-    assert not (ws / "deploy" / "other" / "deploy.yml").exists()
-    assert not (ws / "deploy" / "prod" / "deploy.yml").exists()
+    assert not (linked_ws / "deploy" / "other" / "deploy.yml").exists()
+    assert not (linked_ws / "deploy" / "prod" / "deploy.yml").exists()
 
 
-def test_a_file_in_another_root_is_shown_absolute(ws: Path, tmp_path: Path) -> None:
+def test_a_file_in_another_root_is_shown_absolute(linked_ws: Path, tmp_path: Path) -> None:
     from corral.policy import RootSpec
 
     data = tmp_path / "data"
     data.mkdir()
     asker = Asker(True)
-    with Sandbox(ws, policy=SUPERVISED_WRITE, approve=asker,
+    with Sandbox(linked_ws, policy=SUPERVISED_WRITE, approve=asker,
                  allowed_paths=[RootSpec(str(data), "rw")]) as sb:
         assert sb.call("write_file", {"path": f"{data}/n.txt", "content": "x"})["ok"]
     (target,) = asker.asked[0]["targets"]

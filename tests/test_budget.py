@@ -27,29 +27,29 @@ def size(value: Any) -> int:
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ws = tmp_path_factory.mktemp("ws")
-    (ws / "controls.txt").write_bytes(CONTROL_LINE * 4000)  # 364 KB raw
-    (ws / "empty-lines.txt").write_bytes(b"\n" * (BUDGET * 2))
+def budget_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    budget_ws = tmp_path_factory.mktemp("ws")
+    (budget_ws / "controls.txt").write_bytes(CONTROL_LINE * 4000)  # 364 KB raw
+    (budget_ws / "empty-lines.txt").write_bytes(b"\n" * (BUDGET * 2))
     for index in range(50):
-        (ws / "many" / f"{index:02d}.txt").parent.mkdir(exist_ok=True)
-        (ws / "many" / f"{index:02d}.txt").write_bytes(CONTROL_LINE * 20)
-    names = ws / "names"
+        (budget_ws / "many" / f"{index:02d}.txt").parent.mkdir(exist_ok=True)
+        (budget_ws / "many" / f"{index:02d}.txt").write_bytes(CONTROL_LINE * 20)
+    names = budget_ws / "names"
     names.mkdir()
     for index in range(300):
         (names / (f"{index:03d}" + "\x01" * 200)).write_text("x")
-    return ws
+    return budget_ws
 
 
 @pytest.fixture(scope="module")
-def sb(ws: Path) -> Iterator[Sandbox]:
+def budget_sb(budget_ws: Path) -> Iterator[Sandbox]:
     limits = Limits(max_read_bytes=BUDGET, max_list_entries=100_000)
-    with Sandbox(ws, limits=limits) as sandbox:
+    with Sandbox(budget_ws, limits=limits) as sandbox:
         yield sandbox
 
 
-def test_control_characters_count_as_their_json_escapes(sb: Sandbox) -> None:
-    response = ok(sb, "read_file", path="controls.txt", limit=10**6)
+def test_control_characters_count_as_their_json_escapes(budget_sb: Sandbox) -> None:
+    response = ok(budget_sb, "read_file", path="controls.txt", limit=10**6)
     result = response["result"]
     assert result["truncated"] and result["lines_read"] > 0
     assert size(result["content"]) - 2 <= BUDGET  # 2: the quotes
@@ -58,21 +58,21 @@ def test_control_characters_count_as_their_json_escapes(sb: Sandbox) -> None:
     # and paging still reaches the end
     offset, pieces = 1, []
     while offset is not None:
-        page = ok(sb, "read_file", path="controls.txt", offset=offset, limit=10**6)["result"]
+        page = ok(budget_sb, "read_file", path="controls.txt", offset=offset, limit=10**6)["result"]
         pieces.append(page["content"])
         offset = page["next_offset"]
     assert "".join(pieces).encode() == CONTROL_LINE * 4000
 
 
-def test_numbering_cannot_multiply_a_file_of_empty_lines(sb: Sandbox) -> None:
-    response = ok(sb, "read_file", path="empty-lines.txt", limit=10**6)
+def test_numbering_cannot_multiply_a_file_of_empty_lines(budget_sb: Sandbox) -> None:
+    response = ok(budget_sb, "read_file", path="empty-lines.txt", limit=10**6)
     assert response["result"]["truncated"]
     assert size(response["text"]) <= 2 * BUDGET + 200
 
 
-def test_read_multiple_files_shares_one_budget(sb: Sandbox) -> None:
+def test_read_multiple_files_shares_one_budget(budget_sb: Sandbox) -> None:
     paths = [f"many/{index:02d}.txt" for index in range(50)]
-    response = ok(sb, "read_multiple_files", paths=paths, limit=10**6)
+    response = ok(budget_sb, "read_multiple_files", paths=paths, limit=10**6)
     files = response["result"]["files"]
     returned = sum(size(f["content"]) - 2 for f in files if f["ok"])
     assert returned <= BUDGET
@@ -84,8 +84,8 @@ def test_read_multiple_files_shares_one_budget(sb: Sandbox) -> None:
     assert size(response) <= 3 * BUDGET + 50 * 300  # plus a line of fields per file
 
 
-def test_grep_counts_matches_as_json(sb: Sandbox) -> None:
-    response = ok(sb, "grep", pattern="\x1b", path="controls.txt", max_results=5000)
+def test_grep_counts_matches_as_json(budget_sb: Sandbox) -> None:
+    response = ok(budget_sb, "grep", pattern="\x1b", path="controls.txt", max_results=5000)
     result = response["result"]
     assert result["truncated"]
     assert size(result["matches"]) <= BUDGET + 40 * len(result["matches"])  # {"path":..,}
@@ -93,10 +93,10 @@ def test_grep_counts_matches_as_json(sb: Sandbox) -> None:
 
 
 @pytest.mark.parametrize("tool", ["list_directory", "search_files"])
-def test_listings_count_names_as_json(sb: Sandbox, tool: str) -> None:
+def test_listings_count_names_as_json(budget_sb: Sandbox, tool: str) -> None:
     arguments = {"path": "names", "max_entries": 100_000} if tool == "list_directory" else {
         "path": "names", "pattern": "*", "max_results": 100_000}
-    response = ok(sb, tool, **arguments)
+    response = ok(budget_sb, tool, **arguments)
     result = response["result"]
     listed = result["entries"] if tool == "list_directory" else result["matches"]
     assert result["truncated"] and 0 < len(listed) < 300

@@ -24,28 +24,28 @@ TEMP = ".corral-tmp-4242-deadbeef"  # how corral/fs names a write's temp file wh
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ws = tmp_path_factory.mktemp("contract")
-    (ws / "a.txt").write_text("alpha\nbeta\n")
-    (ws / "sub").mkdir()
-    (ws / "sub" / "b.txt").write_text("beta\n")
-    (ws / "sub" / TEMP).write_text("beta half-written\n")  # a write in flight
-    (ws / ".cache").mkdir()
-    (ws / ".cache" / "deep").mkdir()
-    (ws / ".cache" / "deep" / "c.txt").write_text("cached\n")
+def module_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    module_ws = tmp_path_factory.mktemp("contract")
+    (module_ws / "a.txt").write_text("alpha\nbeta\n")
+    (module_ws / "sub").mkdir()
+    (module_ws / "sub" / "b.txt").write_text("beta\n")
+    (module_ws / "sub" / TEMP).write_text("beta half-written\n")  # a write in flight
+    (module_ws / ".cache").mkdir()
+    (module_ws / ".cache" / "deep").mkdir()
+    (module_ws / ".cache" / "deep" / "c.txt").write_text("cached\n")
     for n in range(5):
-        (ws / f"n{n}.md").write_text("md\n")
-    return ws
+        (module_ws / f"n{n}.md").write_text("md\n")
+    return module_ws
 
 
 @pytest.fixture(scope="module")
-def sb(ws: Path) -> Iterator[Sandbox]:
-    with Sandbox(ws) as sandbox:
+def module_sb(module_ws: Path) -> Iterator[Sandbox]:
+    with Sandbox(module_ws) as sandbox:
         yield sandbox
 
 
-def error_of(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, str]:
-    response = sb.call(tool, arguments)
+def error_of(module_sb: Sandbox, tool: str, **arguments: Any) -> dict[str, str]:
+    response = module_sb.call(tool, arguments)
     assert not response["ok"], response
     return response["error"]
 
@@ -60,23 +60,23 @@ class TestTempFilesAreNotListed:
     """A write in flight leaves a .corral-tmp-* file beside its target for a few
     milliseconds; no listing may show it (a model would read or edit it)."""
 
-    def test_list_directory(self, sb: Sandbox) -> None:
-        result = sb.call("list_directory", {"path": "sub"})["result"]
+    def test_list_directory(self, module_sb: Sandbox) -> None:
+        result = module_sb.call("list_directory", {"path": "sub"})["result"]
         assert [e["name"] for e in result["entries"]] == ["b.txt"]
-        tree = sb.call("list_directory", {"recursive": True})["result"]["entries"]
+        tree = module_sb.call("list_directory", {"recursive": True})["result"]["entries"]
         assert not any(TEMP in e["name"] for e in tree)
 
-    def test_search_files(self, sb: Sandbox) -> None:
-        matches = sb.call("search_files", {"pattern": "**"})["result"]["matches"]
+    def test_search_files(self, module_sb: Sandbox) -> None:
+        matches = module_sb.call("search_files", {"pattern": "**"})["result"]["matches"]
         assert matches and not any(TEMP in match for match in matches)
 
-    def test_grep(self, sb: Sandbox) -> None:
-        matches = sb.call("grep", {"pattern": "beta"})["result"]["matches"]
+    def test_grep(self, module_sb: Sandbox) -> None:
+        matches = module_sb.call("grep", {"pattern": "beta"})["result"]["matches"]
         assert sorted(m["path"] for m in matches) == ["a.txt", "sub/b.txt"]
 
 
 def test_hidden_directories_are_not_walked_when_hidden_is_off(
-    ws: Path, monkeypatch: pytest.MonkeyPatch
+    module_ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """include_hidden=false must not walk .git or node_modules-sized hidden trees
     only to throw their entries away."""
@@ -88,7 +88,7 @@ def test_hidden_directories_are_not_walked_when_hidden_is_off(
         return real(dir_fd)
 
     monkeypatch.setattr(_listing, "entries", spy)
-    with Root(str(ws)) as root:
+    with Root(str(module_ws)) as root:
         response = execute(in_process(root), {
             "tool": "list_directory",
             "arguments": {"recursive": True, "include_hidden": False},
@@ -98,8 +98,8 @@ def test_hidden_directories_are_not_walked_when_hidden_is_off(
     assert listed and not any("/.cache" in path for path in listed), listed
 
 
-def test_search_files_honours_max_list_entries(ws: Path) -> None:
-    with Sandbox(ws, limits=Limits(max_list_entries=2)) as capped:
+def test_search_files_honours_max_list_entries(module_ws: Path) -> None:
+    with Sandbox(module_ws, limits=Limits(max_list_entries=2)) as capped:
         result = capped.call("search_files", {"pattern": "*.md"})["result"]
     assert (len(result["matches"]), result["truncated"]) == (2, True)
 
@@ -128,23 +128,23 @@ class TestMessages:
         ],
     )
     def test_one_sentence_naming_the_path(
-        self, sb: Sandbox, tool: str, arguments: dict[str, Any], code: str, named: str
+        self, module_sb: Sandbox, tool: str, arguments: dict[str, Any], code: str, named: str
     ) -> None:
-        error = error_of(sb, tool, **arguments)
+        error = error_of(module_sb, tool, **arguments)
         assert error["code"] == code
         message = error["message"]
         assert named in message
         assert message.endswith(".") and "\n" not in message, message
 
-    def test_too_large_names_both_sizes(self, ws: Path) -> None:
-        with Sandbox(ws, limits=Limits(max_file_bytes=5)) as small:
+    def test_too_large_names_both_sizes(self, module_ws: Path) -> None:
+        with Sandbox(module_ws, limits=Limits(max_file_bytes=5)) as small:
             message = error_of(small, "read_file", path="a.txt")["message"]
         assert "a.txt" in message and "11" in message and "5" in message
         assert message.endswith(".")
 
-    def test_absolute_path_is_named_as_given(self, sb: Sandbox, ws: Path) -> None:
-        given = f"{ws}/missing.txt"
-        message = error_of(sb, "read_file", path=given)["message"]
+    def test_absolute_path_is_named_as_given(self, module_sb: Sandbox, module_ws: Path) -> None:
+        given = f"{module_ws}/missing.txt"
+        message = error_of(module_sb, "read_file", path=given)["message"]
         assert given in message and message.endswith(".")
 
 
@@ -154,15 +154,17 @@ class TestAuditDecisions:
     def lines(self, log: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in log.read_text().splitlines()]
 
-    def test_tool_mode_refusals(self, ws: Path, tmp_path: Path) -> None:
+    def test_tool_mode_refusals(self, module_ws: Path, tmp_path: Path) -> None:
         log = tmp_path / "audit.jsonl"
         policy = Policy(tool_modes={"stat_file": "supervised"})
-        with Sandbox(ws, policy=policy, audit=log) as audited:
+        with Sandbox(module_ws, policy=policy, audit=log) as audited:
             audited.call("delete_file", {"path": "a.txt"})
             audited.call("stat_file", {"path": "a.txt"})
-        with Sandbox(ws, policy=policy, audit=log, approve=lambda request: False) as refusing:
+        with Sandbox(
+            module_ws, policy=policy, audit=log, approve=lambda request: False
+        ) as refusing:
             refusing.call("stat_file", {"path": "a.txt"})
-        with Sandbox(ws, policy=Policy(read_only=True), audit=log) as read_only:
+        with Sandbox(module_ws, policy=Policy(read_only=True), audit=log) as read_only:
             read_only.call("write_file", {"path": "a.txt", "content": ""})
         got = [
             (r["tool"], r["path"], r["error"], r["decision"], r["rule"]) for r in self.lines(log)
@@ -237,13 +239,13 @@ def test_every_description_is_one_paragraph() -> None:
                                          "openWorldHint"}
 
 
-def test_copy_keeps_the_permission_bits(ws: Path, sb: Sandbox) -> None:
+def test_copy_keeps_the_permission_bits(module_ws: Path, module_sb: Sandbox) -> None:
     """A copied script stays executable (as cp does); set-id bits are never copied."""
-    (ws / "run.sh").write_text("#!/bin/sh\n")
-    (ws / "run.sh").chmod(0o4755)
-    response = sb.call("copy_file", {"source": "run.sh", "destination": "bin/run2.sh"})
+    (module_ws / "run.sh").write_text("#!/bin/sh\n")
+    (module_ws / "run.sh").chmod(0o4755)
+    response = module_sb.call("copy_file", {"source": "run.sh", "destination": "bin/run2.sh"})
     assert response["ok"], response
-    assert (ws / "bin" / "run2.sh").stat().st_mode & 0o7777 == 0o755
+    assert (module_ws / "bin" / "run2.sh").stat().st_mode & 0o7777 == 0o755
 
 
 class TestFoundPathsAreRootRelative:
@@ -251,15 +253,15 @@ class TestFoundPathsAreRootRelative:
     however the directory searched was spelled ("matches (paths relative to the root)")."""
 
     @pytest.mark.parametrize("spelling", ["sub", "./sub", "sub/", "sub/../sub", "{ws}/sub"])
-    def test_search_files(self, sb: Sandbox, ws: Path, spelling: str) -> None:
-        path = spelling.format(ws=ws)
-        result = sb.call("search_files", {"pattern": "*.txt", "path": path})["result"]
+    def test_search_files(self, module_sb: Sandbox, module_ws: Path, spelling: str) -> None:
+        path = spelling.format(ws=module_ws)
+        result = module_sb.call("search_files", {"pattern": "*.txt", "path": path})["result"]
         assert result["matches"] == ["sub/b.txt"]
 
     @pytest.mark.parametrize("spelling", ["./sub", "{ws}/sub"])
-    def test_grep(self, sb: Sandbox, ws: Path, spelling: str) -> None:
-        path = spelling.format(ws=ws)
-        matches = sb.call("grep", {"pattern": "beta", "path": path})["result"]["matches"]
+    def test_grep(self, module_sb: Sandbox, module_ws: Path, spelling: str) -> None:
+        path = spelling.format(ws=module_ws)
+        matches = module_sb.call("grep", {"pattern": "beta", "path": path})["result"]["matches"]
         assert [m["path"] for m in matches] == ["sub/b.txt"]
 
     def test_other_roots_are_named_absolutely(self, tmp_path: Path) -> None:
@@ -277,11 +279,11 @@ class TestFoundPathsAreRootRelative:
         assert [m["path"] for m in grepped["result"]["matches"]] == [f"{data.path}/d.txt"]
 
 
-def test_a_line_cut_to_max_bytes_is_said_so(sb: Sandbox, ws: Path) -> None:
+def test_a_line_cut_to_max_bytes_is_said_so(module_sb: Sandbox, module_ws: Path) -> None:
     """A line longer than max_bytes comes back cut: the model must be told, and how
     to read the rest, not sent on to the next line as if nothing was lost."""
-    (ws / "wide.txt").write_text("w" * 300 + "\nnext\n")
-    response = sb.call("read_file", {"path": "wide.txt", "max_bytes": 100})
+    (module_ws / "wide.txt").write_text("w" * 300 + "\nnext\n")
+    response = module_sb.call("read_file", {"path": "wide.txt", "max_bytes": 100})
     assert response["result"]["content"] == "w" * 100
     assert "line 1 was cut at 100 of 301 bytes" in response["text"]
     assert "read the rest with offset=1, byte_offset=100" in response["text"]
@@ -300,45 +302,45 @@ class TestEditLimits:
     def test_a_file_larger_than_max_write_bytes_can_be_edited(
         self, tight: tuple[Sandbox, Path]
     ) -> None:
-        sandbox, ws = tight
-        (ws / "big.txt").write_text("a" * 200 + "\nneedle\n")
+        sandbox, module_ws = tight
+        (module_ws / "big.txt").write_text("a" * 200 + "\nneedle\n")
         response = sandbox.call("edit_file", {"path": "big.txt", "old_string": "needle",
                                               "new_string": "thread"})
         assert response["ok"], response
-        assert (ws / "big.txt").read_text() == "a" * 200 + "\nthread\n"
+        assert (module_ws / "big.txt").read_text() == "a" * 200 + "\nthread\n"
 
     def test_new_bytes_past_max_write_bytes(self, tight: tuple[Sandbox, Path]) -> None:
-        sandbox, ws = tight
-        (ws / "x.txt").write_text("x" * 30)
+        sandbox, module_ws = tight
+        (module_ws / "x.txt").write_text("x" * 30)
         edit = {"path": "x.txt", "old_string": "x", "new_string": "xy", "replace_all": True}
         error = sandbox.call("edit_file", edit)["error"]
         assert error["code"] == "too_large"
         assert "x.txt" in error["message"] and "60" in error["message"]
         assert "50" in error["message"]
-        assert (ws / "x.txt").read_text() == "x" * 30
+        assert (module_ws / "x.txt").read_text() == "x" * 30
 
     def test_result_past_max_file_bytes(self, tight: tuple[Sandbox, Path]) -> None:
-        sandbox, ws = tight
-        (ws / "f.txt").write_text("b" * 380 + "\n")
+        sandbox, module_ws = tight
+        (module_ws / "f.txt").write_text("b" * 380 + "\n")
         edit = {"path": "f.txt", "old_string": "\n", "new_string": "c" * 40 + "\n"}
         error = sandbox.call("edit_file", edit)["error"]
         assert error["code"] == "too_large"
         assert "421" in error["message"] and "400" in error["message"]
-        assert (ws / "f.txt").read_text() == "b" * 380 + "\n"
+        assert (module_ws / "f.txt").read_text() == "b" * 380 + "\n"
 
 
-def test_a_base64_page_says_where_to_continue(sb: Sandbox) -> None:
-    response = sb.call("read_file", {"path": "a.txt", "encoding": "base64", "max_bytes": 8})
+def test_a_base64_page_says_where_to_continue(module_sb: Sandbox) -> None:
+    response = module_sb.call("read_file", {"path": "a.txt", "encoding": "base64", "max_bytes": 8})
     assert response["result"]["truncated"] and response["result"]["next_offset"] == 2
     assert "offset=2" in response["text"]
 
 
-def test_stat_of_a_missing_path_has_every_field(sb: Sandbox) -> None:
+def test_stat_of_a_missing_path_has_every_field(module_sb: Sandbox) -> None:
     """exists=false is not an error, and the result keeps its shape (fields null)."""
-    result = sb.call("stat_file", {"path": "missing/file.txt"})["result"]
+    result = module_sb.call("stat_file", {"path": "missing/file.txt"})["result"]
     assert result == {"path": "missing/file.txt", "exists": False, "type": None, "size": None,
                       "modified": None, "mode": None, "version": None}
-    present = sb.call("stat_file", {"path": "a.txt"})["result"]
+    present = module_sb.call("stat_file", {"path": "a.txt"})["result"]
     assert set(present) == set(result)
 
 
@@ -351,9 +353,9 @@ def test_grep_returns_at_most_max_read_bytes_of_lines(tmp_path: Path) -> None:
     assert sum(len(m["text"].encode()) for m in result["matches"]) <= 100
 
 
-def test_a_refused_path_approval_names_its_rule(ws: Path) -> None:
+def test_a_refused_path_approval_names_its_rule(module_ws: Path) -> None:
     rule = Rule("ask-for-text", "supervised", ("*",), ("**/*.txt",))
-    with Sandbox(ws, policy=Policy(rules=(rule,)), approve=lambda request: False) as asking:
+    with Sandbox(module_ws, policy=Policy(rules=(rule,)), approve=lambda request: False) as asking:
         error = asking.call("read_file", {"path": "a.txt"})["error"]
     assert (error["code"], error.get("rule")) == ("approval_denied", "ask-for-text")
     assert "a.txt" in error["message"]

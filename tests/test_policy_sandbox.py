@@ -21,7 +21,7 @@ ENV_SECRET = "ENV-SECRET-91c4"
 
 
 @pytest.fixture
-def ws(workspace: Path) -> Path:
+def secrets_ws(workspace: Path) -> Path:
     (workspace / ".env").write_text(f"TOKEN={ENV_SECRET}\n")
     (workspace / "notes.txt").symlink_to(".env")
     (workspace / "deep").mkdir()
@@ -36,8 +36,8 @@ def ws(workspace: Path) -> Path:
 
 
 @pytest.fixture
-def sandbox(ws: Path) -> Iterator[Sandbox]:
-    with Sandbox(ws) as sb:
+def sandbox(secrets_ws: Path) -> Iterator[Sandbox]:
+    with Sandbox(secrets_ws) as sb:
         yield sb
 
 
@@ -63,17 +63,17 @@ def test_symlinks_into_a_denied_file_are_denied_like_it(sandbox: Sandbox, path: 
         assert ENV_SECRET not in json.dumps(result)
 
 
-def test_denied_file_is_untouched_and_never_found(sandbox: Sandbox, ws: Path) -> None:
+def test_denied_file_is_untouched_and_never_found(sandbox: Sandbox, secrets_ws: Path) -> None:
     assert code(sandbox.call("stat_file", {"path": ".env"})) == "path_denied"
     sandbox.call("write_file", {"path": "notes.txt", "content": "overwritten"})
-    assert (ws / ".env").read_text() == f"TOKEN={ENV_SECRET}\n"
+    assert (secrets_ws / ".env").read_text() == f"TOKEN={ENV_SECRET}\n"
     for tool, args in [("grep", {"pattern": "TOKEN"}), ("search_files", {"pattern": "**"}),
                        ("list_directory", {"recursive": True}),
                        ("read_multiple_files", {"paths": ["notes.txt", ".env", "hello.txt"]})]:
         assert ENV_SECRET not in json.dumps(sandbox.call(tool, args)), tool
 
 
-def test_git_writes_denied_reads_allowed(sandbox: Sandbox, ws: Path) -> None:
+def test_git_writes_denied_reads_allowed(sandbox: Sandbox, secrets_ws: Path) -> None:
     for tool, args in [
         ("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"}),
         ("write_file", {"path": ".git/config", "content": "[core]\nfsmonitor = evil\n"}),
@@ -85,21 +85,21 @@ def test_git_writes_denied_reads_allowed(sandbox: Sandbox, ws: Path) -> None:
         result = sandbox.call(tool, args)
         assert code(result) == "path_denied", (tool, result)
         assert result["error"]["rule"] == "block-git-writes"
-    assert list((ws / ".git" / "hooks").iterdir()) == []
-    assert (ws / ".git" / "config").read_text() == "[core]\n"
-    assert (ws / "hello.txt").exists()
+    assert list((secrets_ws / ".git" / "hooks").iterdir()) == []
+    assert (secrets_ws / ".git" / "config").read_text() == "[core]\n"
+    assert (secrets_ws / "hello.txt").exists()
     assert sandbox.call("read_file", {"path": ".git/config"})["ok"]
 
 
-def test_a_symlink_into_git_cannot_be_written_through(sandbox: Sandbox, ws: Path) -> None:
-    (ws / "hook").symlink_to(".git/hooks/pre-commit")
+def test_a_symlink_into_git_cannot_be_written_through(sandbox: Sandbox, secrets_ws: Path) -> None:
+    (secrets_ws / "hook").symlink_to(".git/hooks/pre-commit")
     result = sandbox.call("write_file", {"path": "hook", "content": "#!/bin/sh\nevil\n"})
     assert code(result) == "path_denied"
-    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert not (secrets_ws / ".git" / "hooks" / "pre-commit").exists()
 
 
-def test_ro_root_written_by_absolute_path_is_read_only(ws: Path, outside: Path) -> None:
-    with Sandbox(ws, allowed_paths=[RootSpec(str(outside), "ro")]) as sb:
+def test_ro_root_written_by_absolute_path_is_read_only(secrets_ws: Path, outside: Path) -> None:
+    with Sandbox(secrets_ws, allowed_paths=[RootSpec(str(outside), "ro")]) as sb:
         target = str(outside / "new.txt")
         assert code(sb.call("write_file", {"path": target, "content": "x"})) == "read_only"
         assert code(sb.call("create_directory", {"path": str(outside / "d")})) == "read_only"
@@ -110,17 +110,17 @@ def test_ro_root_written_by_absolute_path_is_read_only(ws: Path, outside: Path) 
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
 
 
-def test_user_rules_and_default_action(ws: Path) -> None:
+def test_user_rules_and_default_action(secrets_ws: Path) -> None:
     policy = Policy(
         rules=(Rule("no-src-writes", "deny", ("write_file", "edit_file"), ("src/**",)),),
         default_action="deny",
     )
-    (ws / "README.md").write_text("readme\n")
+    (secrets_ws / "README.md").write_text("readme\n")
     policy = Policy(
         rules=(*policy.rules, Rule("docs", "allow", ("*",), ("*.md", "src/**", "."))),
         default_action="deny",
     )
-    with Sandbox(ws, policy=policy) as sb:
+    with Sandbox(secrets_ws, policy=policy) as sb:
         assert sb.call("read_file", {"path": "alias.py"})["ok"]  # resolves to src/app.py
         denied = sb.call("write_file", {"path": "alias.py", "content": "x"})
         assert denied["error"]["rule"] == "no-src-writes"
@@ -129,18 +129,18 @@ def test_user_rules_and_default_action(ws: Path) -> None:
         assert code(default) == "path_denied" and "rule" not in default["error"]
 
 
-def test_path_regex_whitelist(ws: Path) -> None:
-    with Sandbox(ws, policy=Policy(path_regex=(r"\.py$",))) as sb:
+def test_path_regex_whitelist(secrets_ws: Path) -> None:
+    with Sandbox(secrets_ws, policy=Policy(path_regex=(r"\.py$",))) as sb:
         assert sb.call("read_file", {"path": "src/app.py"})["ok"]
         assert sb.call("read_file", {"path": "alias.py"})["ok"]
         miss = sb.call("read_file", {"path": "hello.txt"})
         assert (code(miss), miss["error"]["rule"]) == ("path_denied", "path-regex")
 
 
-def test_builtin_overridden_by_a_rule_of_the_same_name(ws: Path) -> None:
-    (ws / ".env.example").write_text("TOKEN=changeme\n")
+def test_builtin_overridden_by_a_rule_of_the_same_name(secrets_ws: Path) -> None:
+    (secrets_ws / ".env.example").write_text("TOKEN=changeme\n")
     policy = Policy(rules=(Rule("block-dotenv", "deny", ("*",), ("**/.env",)),))
-    with Sandbox(ws, policy=policy) as sb:
+    with Sandbox(secrets_ws, policy=policy) as sb:
         assert sb.call("read_file", {"path": ".env.example"})["ok"]
         assert code(sb.call("read_file", {"path": "notes.txt"})) == "path_denied"
 
@@ -156,20 +156,20 @@ def test_contract_tool_names_match_the_registry() -> None:
     assert set(TOOL_NAMES) == set(TOOLS)
 
 
-def test_tools_hides_denied_tools_and_calls_fail_tool_disabled(ws: Path) -> None:
-    with Sandbox(ws) as sb:
+def test_tools_hides_denied_tools_and_calls_fail_tool_disabled(secrets_ws: Path) -> None:
+    with Sandbox(secrets_ws) as sb:
         assert names(sb) == set(TOOL_NAMES) - {"delete_file"}
         assert code(sb.call("delete_file", {"path": "hello.txt"})) == "tool_disabled"
-    assert (ws / "hello.txt").exists()
-    with Sandbox(ws, policy=Policy({"delete_file": "allow", "grep": "deny"})) as sb:
+    assert (secrets_ws / "hello.txt").exists()
+    with Sandbox(secrets_ws, policy=Policy({"delete_file": "allow", "grep": "deny"})) as sb:
         assert names(sb) == set(TOOL_NAMES) - {"grep"}
         assert code(sb.call("grep", {"pattern": "x"})) == "tool_disabled"
         assert sb.call("delete_file", {"path": "hello.txt"})["ok"]
 
 
-def test_read_only_hides_every_writer(ws: Path) -> None:
+def test_read_only_hides_every_writer(secrets_ws: Path) -> None:
     policy = Policy({"delete_file": "allow", "write_file": "allow"}, read_only=True)
-    with Sandbox(ws, policy=policy) as sb:
+    with Sandbox(secrets_ws, policy=policy) as sb:
         writers = {name for name, tool in TOOLS.items() if tool.writes}
         assert names(sb) == set(TOOL_NAMES) - writers
         assert {"write_file", "edit_file", "append_file", "delete_file"} <= writers
@@ -196,48 +196,48 @@ SUPERVISED_RULE = Policy(rules=(Rule("ask-src", "supervised", ("*",), ("src/**",
 
 
 @pytest.mark.parametrize("policy", [SUPERVISED_TOOL, SUPERVISED_RULE], ids=["tool", "rule"])
-def test_no_callback_means_approval_required(ws: Path, policy: Policy) -> None:
-    with Sandbox(ws, policy=policy) as sb:
+def test_no_callback_means_approval_required(secrets_ws: Path, policy: Policy) -> None:
+    with Sandbox(secrets_ws, policy=policy) as sb:
         result = sb.call("write_file", {"path": "alias.py", "content": "changed\n"})
     assert code(result) == "approval_required"
-    assert (ws / "src" / "app.py").read_text() == "print('app')\n"
+    assert (secrets_ws / "src" / "app.py").read_text() == "print('app')\n"
 
 
 @pytest.mark.parametrize("policy", [SUPERVISED_TOOL, SUPERVISED_RULE], ids=["tool", "rule"])
-def test_refusal_means_approval_denied(ws: Path, policy: Policy) -> None:
+def test_refusal_means_approval_denied(secrets_ws: Path, policy: Policy) -> None:
     approver = Approver(False)
-    with Sandbox(ws, policy=policy, approve=approver) as sb:
+    with Sandbox(secrets_ws, policy=policy, approve=approver) as sb:
         result = sb.call("write_file", {"path": "alias.py", "content": "changed\n"})
     assert code(result) == "approval_denied"
     assert len(approver.requests) == 1
-    assert (ws / "src" / "app.py").read_text() == "print('app')\n"
+    assert (secrets_ws / "src" / "app.py").read_text() == "print('app')\n"
 
 
 @pytest.mark.parametrize("policy", [SUPERVISED_TOOL, SUPERVISED_RULE], ids=["tool", "rule"])
-def test_approval_runs_the_call(ws: Path, policy: Policy) -> None:
+def test_approval_runs_the_call(secrets_ws: Path, policy: Policy) -> None:
     approver = Approver(True)
-    with Sandbox(ws, policy=policy, approve=approver) as sb:
+    with Sandbox(secrets_ws, policy=policy, approve=approver) as sb:
         result = sb.call("write_file", {"path": "alias.py", "content": "changed\n"})
     assert result["ok"], result
-    assert (ws / "src" / "app.py").read_text() == "changed\n"
+    assert (secrets_ws / "src" / "app.py").read_text() == "changed\n"
     (request,) = approver.requests
     assert request["tool"] == "write_file"
     assert request["arguments"]["path"] == "alias.py"
     assert request["paths"] == ["alias.py"]
 
 
-def test_rule_approval_names_the_resolved_path_and_rule(ws: Path) -> None:
+def test_rule_approval_names_the_resolved_path_and_rule(secrets_ws: Path) -> None:
     approver = Approver(True)
-    with Sandbox(ws, policy=SUPERVISED_RULE, approve=approver) as sb:
+    with Sandbox(secrets_ws, policy=SUPERVISED_RULE, approve=approver) as sb:
         assert sb.call("read_file", {"path": "alias.py"})["ok"]
         assert sb.call("read_file", {"path": "hello.txt"})["ok"]  # not supervised: no ask
     (request,) = approver.requests
-    assert request["resolved"] == [str(ws / "src" / "app.py")]
+    assert request["resolved"] == [str(secrets_ws / "src" / "app.py")]
     assert request["rules"] == ["ask-src"]
 
 
-def test_rule_supervision_without_callback_names_the_rule(ws: Path) -> None:
-    with Sandbox(ws, policy=SUPERVISED_RULE) as sb:
+def test_rule_supervision_without_callback_names_the_rule(secrets_ws: Path) -> None:
+    with Sandbox(secrets_ws, policy=SUPERVISED_RULE) as sb:
         result = sb.call("read_file", {"path": "src/app.py"})
     assert (code(result), result["error"].get("rule")) == ("approval_required", "ask-src")
 
@@ -270,24 +270,26 @@ path = "../audit.jsonl"
 
 
 @pytest.fixture
-def configured(ws: Path, outside: Path) -> Path:
-    path = ws / "corral.toml"
+def configured(secrets_ws: Path, outside: Path) -> Path:
+    path = secrets_ws / "corral.toml"
     path.write_text(CONFIG.format(outside=outside))
     return path
 
 
-def test_from_config_applies_every_section(configured: Path, ws: Path, outside: Path) -> None:
+def test_from_config_applies_every_section(
+    configured: Path, secrets_ws: Path, outside: Path
+) -> None:
     with Sandbox.from_config(configured, approve=Approver(True)) as sb:
-        assert sb.roots == (RootSpec(str(ws), "rw"), RootSpec(str(outside), "ro"))
+        assert sb.roots == (RootSpec(str(secrets_ws), "rw"), RootSpec(str(outside), "ro"))
         assert "delete_file" in names(sb)
         assert sb.call("append_file", {"path": "dist/a.js", "content": "x"})["error"]["rule"] \
             == "no-build-output"
         assert code(sb.call("write_file", {"path": str(outside / "x"), "content": "x"})) \
             == "read_only"
-    assert (ws.parent / "audit.jsonl").exists()
+    assert (secrets_ws.parent / "audit.jsonl").exists()
 
 
-def test_from_config_keyword_arguments_win(configured: Path, ws: Path) -> None:
+def test_from_config_keyword_arguments_win(configured: Path, secrets_ws: Path) -> None:
     with Sandbox.from_config(configured, limits=Limits(max_write_bytes=4)) as sb:
         result = sb.call("append_file", {"path": "a.txt", "content": "12345"})
         assert code(result) == "too_large"
@@ -295,9 +297,9 @@ def test_from_config_keyword_arguments_win(configured: Path, ws: Path) -> None:
         assert code(sb.call("write_file", {"path": "b", "content": "x"})) == "approval_required"
 
 
-def test_limits_from_config_are_honoured(configured: Path, ws: Path) -> None:
-    (ws / "big.txt").write_text("line\n" * 100)  # 500 bytes
-    (ws / "huge.txt").write_text("x" * 5000)
+def test_limits_from_config_are_honoured(configured: Path, secrets_ws: Path) -> None:
+    (secrets_ws / "big.txt").write_text("line\n" * 100)  # 500 bytes
+    (secrets_ws / "huge.txt").write_text("x" * 5000)
     with Sandbox.from_config(configured, approve=Approver(True)) as sb:
         read = sb.call("read_file", {"path": "big.txt"})
         assert read["result"]["truncated"] and len(read["result"]["content"]) <= 64
@@ -313,38 +315,38 @@ def test_limits_from_config_are_honoured(configured: Path, ws: Path) -> None:
         assert code(sb.call("copy_file", {"source": "huge.txt", "destination": "c"})) == "too_large"
         (many,) = sb.call("read_multiple_files", {"paths": ["huge.txt"]})["result"]["files"]
         assert code(many) == "too_large"
-    assert (ws / "w.txt").read_text() == "x" * 32
+    assert (secrets_ws / "w.txt").read_text() == "x" * 32
 
 
-def test_config_file_and_audit_log_cannot_be_rewritten(ws: Path) -> None:
-    (ws / "corral.toml").write_text('[audit]\npath = "logs/audit.jsonl"\n')
-    (ws / "logs").mkdir()
-    with Sandbox.from_config(ws / "corral.toml") as sb:
+def test_config_file_and_audit_log_cannot_be_rewritten(secrets_ws: Path) -> None:
+    (secrets_ws / "corral.toml").write_text('[audit]\npath = "logs/audit.jsonl"\n')
+    (secrets_ws / "logs").mkdir()
+    with Sandbox.from_config(secrets_ws / "corral.toml") as sb:
         for path in ("corral.toml", "logs/audit.jsonl"):
             result = sb.call("write_file", {"path": path, "content": "[tools]\n"})
             assert result["error"]["rule"] == "protect-corral-files", result
         assert sb.call("read_file", {"path": "corral.toml"})["ok"]
 
 
-def test_from_config_errors_are_config_errors(ws: Path) -> None:
-    (ws / "corral.toml").write_text("[tools]\nwrite_file = 'sometimes'\n")
+def test_from_config_errors_are_config_errors(secrets_ws: Path) -> None:
+    (secrets_ws / "corral.toml").write_text("[tools]\nwrite_file = 'sometimes'\n")
     with pytest.raises(ConfigError, match=r"corral\.toml: \[tools\] write_file: expected one of"):
-        Sandbox.from_config(ws / "corral.toml")
+        Sandbox.from_config(secrets_ws / "corral.toml")
 
 
 @pytest.mark.parametrize("root", ["/proc", "/etc", "/"])
-def test_system_paths_are_never_roots(ws: Path, root: str) -> None:
+def test_system_paths_are_never_roots(secrets_ws: Path, root: str) -> None:
     with pytest.raises(ConfigError, match="not allowed"):
         Sandbox(root)
     with pytest.raises(ConfigError, match="not allowed"):
-        Sandbox(ws, allowed_paths=[RootSpec(root, "ro")])
+        Sandbox(secrets_ws, allowed_paths=[RootSpec(root, "ro")])
 
 
 # -- audit end to end -----------------------------------------------------------
 
 
-def test_audit_has_one_line_per_call_and_never_contents(ws: Path) -> None:
-    log = ws.parent / "audit.jsonl"
+def test_audit_has_one_line_per_call_and_never_contents(secrets_ws: Path) -> None:
+    log = secrets_ws.parent / "audit.jsonl"
     calls = [
         ("write_file", {"path": "m.txt", "content": MARKER}),
         ("read_file", {"path": "m.txt"}),
@@ -357,7 +359,7 @@ def test_audit_has_one_line_per_call_and_never_contents(ws: Path) -> None:
         ("no_such_tool", {"content": MARKER}),
         ("write_file", {"path": "x", "content": MARKER, "bogus": MARKER}),
     ]
-    with Sandbox(ws, audit=log) as sb:
+    with Sandbox(secrets_ws, audit=log) as sb:
         results = [sb.call(tool, args) for tool, args in calls]
     text = log.read_text()
     assert MARKER not in text and ENV_SECRET not in text
@@ -367,7 +369,7 @@ def test_audit_has_one_line_per_call_and_never_contents(ws: Path) -> None:
     assert [r["ok"] for r in records] == [r["ok"] for r in results]
     write, read, _, _, _, denied, copy, disabled, unknown, invalid = records
     assert (write["path"], write["resolved"], write["root"], write["decision"]) == (
-        "m.txt", "m.txt", str(ws), "allow")
+        "m.txt", "m.txt", str(secrets_ws), "allow")
     assert write["bytes"] == len(MARKER) and read["bytes"] == len(MARKER)
     assert (denied["path"], denied["resolved"], denied["rule"], denied["error"]) == (
         "notes.txt", ".env", "block-dotenv", "path_denied")
@@ -378,16 +380,16 @@ def test_audit_has_one_line_per_call_and_never_contents(ws: Path) -> None:
     assert all(r["duration_ms"] >= 0 for r in records)
 
 
-def test_audit_sink_that_cannot_open_fails_the_sandbox(ws: Path) -> None:
+def test_audit_sink_that_cannot_open_fails_the_sandbox(secrets_ws: Path) -> None:
     from corral.audit import AuditError
 
     with pytest.raises(AuditError, match="cannot open audit log"):
-        Sandbox(ws, audit=ws / "missing" / "audit.jsonl")
+        Sandbox(secrets_ws, audit=secrets_ws / "missing" / "audit.jsonl")
 
 
-def test_an_audit_log_inside_the_workspace_cannot_be_replaced(ws: Path) -> None:
-    log = ws / "audit.jsonl"
-    with Sandbox(ws, audit=log, policy=Policy({"delete_file": "allow"})) as sb:
+def test_an_audit_log_inside_the_workspace_cannot_be_replaced(secrets_ws: Path) -> None:
+    log = secrets_ws / "audit.jsonl"
+    with Sandbox(secrets_ws, audit=log, policy=Policy({"delete_file": "allow"})) as sb:
         for tool, args in [
             ("write_file", {"path": "audit.jsonl", "content": "{}\n"}),
             ("append_file", {"path": "audit.jsonl", "content": "{}\n"}),
@@ -402,7 +404,7 @@ def test_an_audit_log_inside_the_workspace_cannot_be_replaced(ws: Path) -> None:
     assert len(log.read_text().splitlines()) == 6
 
 
-def test_async_sandbox_approvals(ws: Path) -> None:
+def test_async_sandbox_approvals(secrets_ws: Path) -> None:
     from corral import AsyncSandbox
 
     async def scenario() -> list[str | None]:
@@ -413,7 +415,7 @@ def test_async_sandbox_approvals(ws: Path) -> None:
             asked.append(request)
             return next(answers)
 
-        async with AsyncSandbox(ws, policy=SUPERVISED_TOOL, approve=approve) as sb:
+        async with AsyncSandbox(secrets_ws, policy=SUPERVISED_TOOL, approve=approve) as sb:
             args = {"path": "./src/../alias.py", "content": "async\n"}
             first = await sb.call("write_file", args)
             second = await sb.call("write_file", args)
@@ -423,16 +425,16 @@ def test_async_sandbox_approvals(ws: Path) -> None:
         return [code(first), code(second)]
 
     assert asyncio.run(scenario()) == ["approval_denied", None]
-    assert (ws / "src" / "app.py").read_text() == "async\n"
+    assert (secrets_ws / "src" / "app.py").read_text() == "async\n"
 
 
-def test_a_record_that_cannot_be_written_is_raised_from_call(ws: Path) -> None:
+def test_a_record_that_cannot_be_written_is_raised_from_call(secrets_ws: Path) -> None:
     from corral.audit import Audit, AuditError
 
-    audit = Audit(ws.parent / "audit.jsonl")
-    with Sandbox(ws, audit=audit) as sb:
+    audit = Audit(secrets_ws.parent / "audit.jsonl")
+    with Sandbox(secrets_ws, audit=audit) as sb:
         assert sb.call("read_file", {"path": "hello.txt"})["ok"]
         audit.close()  # the host's sink breaks: the next call must say so
         with pytest.raises(AuditError, match="closed"):
             sb.call("read_file", {"path": "hello.txt"})
-    assert len((ws.parent / "audit.jsonl").read_text().splitlines()) == 1
+    assert len((secrets_ws.parent / "audit.jsonl").read_text().splitlines()) == 1

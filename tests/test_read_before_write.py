@@ -16,46 +16,50 @@ REQUIRE = Policy(read_before_write="require")
 
 
 @pytest.fixture
-def sb(workspace: Path) -> Sandbox:
+def require_read_sb(workspace: Path) -> Sandbox:
     with Sandbox(workspace, policy=REQUIRE) as sandbox:
         yield sandbox
 
 
-def test_a_blind_write_is_refused(sb: Sandbox, workspace: Path) -> None:
+def test_a_blind_write_is_refused(require_read_sb: Sandbox, workspace: Path) -> None:
     for tool, arguments in (
         ("write_file", {"path": "hello.txt", "content": "blind"}),
         ("edit_file", {"path": "hello.txt", "old_string": "hello", "new_string": "bye"}),
         ("append_file", {"path": "hello.txt", "content": "more"}),
     ):
-        error = err(sb, tool, **arguments)
+        error = err(require_read_sb, tool, **arguments)
         assert error["code"] == "conflict" and "read it" in error["message"]
     assert (workspace / "hello.txt").read_text() == "hello\nworld\n"
-    ok(sb, "write_file", path="new.txt", content="a new file needs no read")
+    ok(require_read_sb, "write_file", path="new.txt", content="a new file needs no read")
 
 
-def test_read_then_change_is_allowed_and_own_writes_count(sb: Sandbox) -> None:
-    ok(sb, "read_file", path="hello.txt", limit=1)  # any read of it counts
-    ok(sb, "edit_file", path="hello.txt", old_string="hello", new_string="bye")
-    ok(sb, "write_file", path="hello.txt", content="rewritten\n")  # this session wrote it
-    ok(sb, "append_file", path="hello.txt", content="more\n")
-    ok(sb, "append_file", path="hello.txt", content="and more\n")
-    ok(sb, "write_file", path="new.txt", content="made here\n")
-    ok(sb, "edit_file", path="new.txt", old_string="made", new_string="changed")
+def test_read_then_change_is_allowed_and_own_writes_count(require_read_sb: Sandbox) -> None:
+    ok(require_read_sb, "read_file", path="hello.txt", limit=1)  # any read of it counts
+    ok(require_read_sb, "edit_file", path="hello.txt", old_string="hello", new_string="bye")
+    ok(
+        require_read_sb, "write_file", path="hello.txt", content="rewritten\n"
+    )  # this session wrote it
+    ok(require_read_sb, "append_file", path="hello.txt", content="more\n")
+    ok(require_read_sb, "append_file", path="hello.txt", content="and more\n")
+    ok(require_read_sb, "write_file", path="new.txt", content="made here\n")
+    ok(require_read_sb, "edit_file", path="new.txt", old_string="made", new_string="changed")
 
 
-def test_a_change_by_someone_else_in_between_is_refused(sb: Sandbox, workspace: Path) -> None:
-    ok(sb, "read_multiple_files", paths=["hello.txt"])
+def test_a_change_by_someone_else_in_between_is_refused(
+    require_read_sb: Sandbox, workspace: Path
+) -> None:
+    ok(require_read_sb, "read_multiple_files", paths=["hello.txt"])
     (workspace / "hello.txt").write_text("changed by a human\n")
     for tool, arguments in (
         ("write_file", {"path": "hello.txt", "content": "stale"}),
         ("edit_file", {"path": "hello.txt", "old_string": "human", "new_string": "model"}),
         ("append_file", {"path": "hello.txt", "content": "stale"}),
     ):
-        error = err(sb, tool, **arguments)
+        error = err(require_read_sb, tool, **arguments)
         assert error["code"] == "conflict" and "changed since" in error["message"]
     assert (workspace / "hello.txt").read_text() == "changed by a human\n"
-    ok(sb, "read_file", path="hello.txt")
-    ok(sb, "write_file", path="hello.txt", content="now it may\n")
+    ok(require_read_sb, "read_file", path="hello.txt")
+    ok(require_read_sb, "write_file", path="hello.txt", content="now it may\n")
 
 
 def test_each_sandbox_is_its_own_session(workspace: Path) -> None:
@@ -66,8 +70,8 @@ def test_each_sandbox_is_its_own_session(workspace: Path) -> None:
 
 
 def test_off_is_the_default(workspace: Path) -> None:
-    with Sandbox(workspace) as sb:
-        ok(sb, "write_file", path="hello.txt", content="blind is fine\n")
+    with Sandbox(workspace) as require_read_sb:
+        ok(require_read_sb, "write_file", path="hello.txt", content="blind is fine\n")
 
 
 def test_config(tmp_path: Path, workspace: Path) -> None:

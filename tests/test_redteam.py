@@ -28,7 +28,7 @@ def code(result: dict[str, Any]) -> str | None:
 
 
 @pytest.fixture
-def ws(workspace: Path) -> Path:
+def secrets_ws(workspace: Path) -> Path:
     (workspace / ".aws").mkdir()
     (workspace / ".aws" / "credentials").write_text(AWS_KEY + "\n")
     (workspace / "priv").mkdir()
@@ -42,9 +42,9 @@ def ws(workspace: Path) -> Path:
 
 
 @pytest.fixture
-def sandbox(ws: Path) -> Iterator[Sandbox]:
+def sandbox(secrets_ws: Path) -> Iterator[Sandbox]:
     rule = Rule("no-priv", "deny", ("*",), ("priv/*.txt",))
-    with Sandbox(ws, policy=Policy(rules=(rule,))) as sb:
+    with Sandbox(secrets_ws, policy=Policy(rules=(rule,))) as sb:
         yield sb
 
 
@@ -61,23 +61,23 @@ def sandbox(ws: Path) -> Iterator[Sandbox]:
     ],
 )
 def test_moving_a_directory_checks_every_entry_beneath_it(
-    sandbox: Sandbox, ws: Path, source: str, destination: str, rule: str
+    sandbox: Sandbox, secrets_ws: Path, source: str, destination: str, rule: str
 ) -> None:
-    before = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*"))
+    before = sorted(p.relative_to(secrets_ws).as_posix() for p in secrets_ws.rglob("*"))
     result = sandbox.call("move_file", {"source": source, "destination": destination})
     assert code(result) == "path_denied", result
     assert result["error"]["rule"] == rule
-    assert sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*")) == before
+    assert sorted(p.relative_to(secrets_ws).as_posix() for p in secrets_ws.rglob("*")) == before
     for path in ("aws2/credentials", "pub/a.txt"):
         assert code(sandbox.call("read_file", {"path": path})) == "not_found"
 
 
-def test_moving_a_clean_directory_still_works(sandbox: Sandbox, ws: Path) -> None:
-    (ws / "src" / "pkg").mkdir(parents=True)
-    (ws / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+def test_moving_a_clean_directory_still_works(sandbox: Sandbox, secrets_ws: Path) -> None:
+    (secrets_ws / "src" / "pkg").mkdir(parents=True)
+    (secrets_ws / "src" / "pkg" / "mod.py").write_text("x = 1\n")
     result = sandbox.call("move_file", {"source": "src", "destination": "lib"})
     assert result["ok"], result
-    assert (ws / "lib" / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert (secrets_ws / "lib" / "pkg" / "mod.py").read_text() == "x = 1\n"
 
 
 # -- the caller's tool name is echoed, bounded --------------------------------
@@ -96,12 +96,12 @@ def test_any_tool_name_is_an_unknown_tool_result(sandbox: Sandbox) -> None:
 # -- globs from the caller cannot backtrack exponentially ---------------------
 
 
-def test_glob_bombs_finish(ws: Path) -> None:
-    deep = ws / "/".join(["a"] * 40)
+def test_glob_bombs_finish(secrets_ws: Path) -> None:
+    deep = secrets_ws / "/".join(["a"] * 40)
     deep.mkdir(parents=True)
     (deep / "y").write_text("y\n")
-    (ws / ("a" * 250)).write_text("needle\n")
-    with Sandbox(ws, limits=Limits(timeout_s=5)) as sb:
+    (secrets_ws / ("a" * 250)).write_text("needle\n")
+    with Sandbox(secrets_ws, limits=Limits(timeout_s=5)) as sb:
         found = sb.call("search_files", {"pattern": "**/" * 25 + "x"})
         assert found["ok"] and found["result"]["matches"] == [], found
         found = sb.call("search_files", {"pattern": "**/a/" * 20 + "**/y"})
@@ -149,18 +149,18 @@ def test_glob_translation_agrees_with_a_component_matcher() -> None:
 # -- expected_version never reads a huge file whole ---------------------------
 
 
-def test_expected_version_against_a_huge_file_is_a_quick_conflict(ws: Path) -> None:
-    with open(ws / "sparse.bin", "wb") as f:
+def test_expected_version_against_a_huge_file_is_a_quick_conflict(secrets_ws: Path) -> None:
+    with open(secrets_ws / "sparse.bin", "wb") as f:
         f.truncate(3 * 1024**3)  # sparse: costs no disk, but 3 GiB to read
-    with Sandbox(ws, limits=Limits(timeout_s=5)) as sb:
+    with Sandbox(secrets_ws, limits=Limits(timeout_s=5)) as sb:
         args = {"path": "sparse.bin", "content": "x", "expected_version": "0" * 24}
         assert code(sb.call("write_file", args)) == "conflict"
-    assert (ws / "sparse.bin").stat().st_size == 3 * 1024**3
+    assert (secrets_ws / "sparse.bin").stat().st_size == 3 * 1024**3
 
 
-def test_grep_results_have_a_ceiling(ws: Path) -> None:
-    (ws / "lines.txt").write_bytes(b"x\n" * 3_000_000)
-    with Sandbox(ws) as sb:
+def test_grep_results_have_a_ceiling(secrets_ws: Path) -> None:
+    (secrets_ws / "lines.txt").write_bytes(b"x\n" * 3_000_000)
+    with Sandbox(secrets_ws) as sb:
         result = sb.call("grep", {"pattern": "x", "path": "lines.txt", "max_results": 10**9})
     assert result["ok"], result["error"]
     assert result["result"]["truncated"] and len(result["result"]["matches"]) == MAX_MATCHES
@@ -169,28 +169,30 @@ def test_grep_results_have_a_ceiling(ws: Path) -> None:
 # -- edit_file's diff: bounded time, bounded size -----------------------------
 
 
-def test_a_diff_that_difflib_chokes_on_finishes(ws: Path) -> None:
+def test_a_diff_that_difflib_chokes_on_finishes(secrets_ws: Path) -> None:
     rnd = random.Random(1)
     text = "".join(f"{rnd.randrange(50)}\n" for _ in range(4000))  # difflib: ~20 s
-    (ws / "nums.txt").write_text(text)
-    with Sandbox(ws, limits=Limits(timeout_s=5)) as sb:
+    (secrets_ws / "nums.txt").write_text(text)
+    with Sandbox(secrets_ws, limits=Limits(timeout_s=5)) as sb:
         args = {"path": "nums.txt", "old_string": "\n", "new_string": "\n\n", "replace_all": True}
         result = sb.call("edit_file", args)
     assert result["ok"], result["error"]
-    assert (ws / "nums.txt").read_text() == text.replace("\n", "\n\n")
+    assert (secrets_ws / "nums.txt").read_text() == text.replace("\n", "\n\n")
     assert result["result"]["diff"].count("\n+\n") == 4000
 
 
-def test_a_huge_diff_is_cut_and_the_edit_still_answers(ws: Path) -> None:
-    (ws / "wide.txt").write_text("".join(f"row {i:06d} a {'x' * 30}\n" for i in range(120_000)))
-    with Sandbox(ws) as sb:
+def test_a_huge_diff_is_cut_and_the_edit_still_answers(secrets_ws: Path) -> None:
+    (secrets_ws / "wide.txt").write_text(
+        "".join(f"row {i:06d} a {'x' * 30}\n" for i in range(120_000))
+    )
+    with Sandbox(secrets_ws) as sb:
         args = {"path": "wide.txt", "old_string": " a ", "new_string": " b ", "replace_all": True}
         result = sb.call("edit_file", args)
     assert result["ok"], result["error"]
     assert result["result"]["diff_truncated"] is True
     assert len(result["result"]["diff"].encode()) <= DIFF_MAX_BYTES
     assert result["result"]["diff"].endswith("\n")
-    assert " a " not in (ws / "wide.txt").read_text()
+    assert " a " not in (secrets_ws / "wide.txt").read_text()
 
 
 def _apply_unified(before: str, diff: str) -> str:

@@ -76,7 +76,7 @@ def nodes(schema: Any) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+def pic_sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     ws = tmp_path_factory.mktemp("ws")
     (ws / "pic.png").write_bytes(PNG)
     (ws / "link").symlink_to("pic.png")
@@ -102,16 +102,16 @@ def test_strict_converters_accept_every_schema(name: str) -> None:
             assert node["required"] == list(node["properties"])
 
 
-def test_a_strict_models_calls_succeed_and_results_fit_the_output_schema(sb: Sandbox) -> None:
+def test_a_strict_models_calls_succeed_and_results_fit_the_output_schema(pic_sb: Sandbox) -> None:
     for name, meant in MEANT:
         arguments = strictly(name, meant)
         # what a strict model sends is valid under the converted (all-required) schema
         converted = ensure_strict_json_schema(copy.deepcopy(TOOLS[name].input_schema))
         jsonschema.validate(arguments, converted)
-        response = sb.call(name, arguments)
+        response = pic_sb.call(name, arguments)
         assert response["ok"], (name, response)
         jsonschema.validate(response["result"], closed(TOOLS[name].output_schema))
-    assert (Path(sb.roots[0].path) / "w.txt").read_text() == "1\n2\nthree\n"
+    assert (Path(pic_sb.roots[0].path) / "w.txt").read_text() == "1\n2\nthree\n"
 
 
 @pytest.mark.parametrize(
@@ -130,10 +130,10 @@ def test_a_strict_models_calls_succeed_and_results_fit_the_output_schema(sb: San
     ],
 )
 def test_other_result_shapes_fit_the_output_schema(
-    sb: Sandbox, name: str, arguments: dict[str, Any]
+    pic_sb: Sandbox, name: str, arguments: dict[str, Any]
 ) -> None:
-    (Path(sb.roots[0].path) / "w.txt").write_text("1\n2\nthree\n")
-    response = sb.call(name, arguments)
+    (Path(pic_sb.roots[0].path) / "w.txt").write_text("1\n2\nthree\n")
+    response = pic_sb.call(name, arguments)
     assert response["ok"], response
     jsonschema.validate(response["result"], closed(TOOLS[name].output_schema))
 

@@ -68,7 +68,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sb(base: Path) -> Iterator[Sandbox]:
+def fuzz_sb(base: Path) -> Iterator[Sandbox]:
     ws = base / "ws"
     (ws / "sub").mkdir(parents=True)
     (ws / "a.txt").write_text("hello\nworld\n")
@@ -82,11 +82,11 @@ def sb(base: Path) -> Iterator[Sandbox]:
 
 
 @pytest.mark.parametrize("name", sorted(TOOLS))
-def test_random_arguments_never_break_a_call(sb: Sandbox, base: Path, name: str) -> None:
+def test_random_arguments_never_break_a_call(fuzz_sb: Sandbox, base: Path, name: str) -> None:
     rng = random.Random(f"corral-{name}")
     for _ in range(ROUNDS):
         arguments = arguments_for(TOOLS[name].input_schema, rng)
-        response = sb.call(name, arguments)
+        response = fuzz_sb.call(name, arguments)
         assert response["tool"] == name
         if response["ok"]:
             assert set(response) == {"ok", "tool", "result", "text"}

@@ -28,112 +28,114 @@ max_read_bytes = {SECRETS[2]}
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
+def ws_with_a(tmp_path: Path) -> Path:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "a.txt").write_text("a\n")
     return workspace
 
 
-def refusal(ws: Path) -> ConfigError:
+def refusal(ws_with_a: Path) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
-        Sandbox(ws)
+        Sandbox(ws_with_a)
     with pytest.raises(ConfigError) as again:  # the command line and servers' way in
-        operator_config(ws)
+        operator_config(ws_with_a)
     assert str(again.value) == str(caught.value)
     for secret in SECRETS:
         assert secret not in str(caught.value)
-    assert caught.value.file == str(ws / "corral.toml")
+    assert caught.value.file == str(ws_with_a / "corral.toml")
     return caught.value
 
 
 def test_a_symlinked_config_is_refused_without_quoting_its_target(
-    ws: Path, tmp_path: Path
+    ws_with_a: Path, tmp_path: Path
 ) -> None:
     other = tmp_path / "bob.toml"
     other.write_text(OTHER)
-    (ws / "corral.toml").symlink_to(other)
-    assert "symbolic link" in str(refusal(ws))
+    (ws_with_a / "corral.toml").symlink_to(other)
+    assert "symbolic link" in str(refusal(ws_with_a))
 
 
 def test_a_symlink_says_the_same_whether_its_target_exists_or_not(
-    ws: Path, tmp_path: Path
+    ws_with_a: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "bob.toml").write_text(OTHER)
     answers = []
     for target in (tmp_path / "bob.toml", tmp_path / "nobody.toml", tmp_path):
-        (ws / "corral.toml").unlink(missing_ok=True)
-        (ws / "corral.toml").symlink_to(target)
-        answers.append(str(refusal(ws)))
+        (ws_with_a / "corral.toml").unlink(missing_ok=True)
+        (ws_with_a / "corral.toml").symlink_to(target)
+        answers.append(str(refusal(ws_with_a)))
     assert len(set(answers)) == 1, answers
 
 
-def test_a_hard_link_to_a_file_elsewhere_is_refused(ws: Path, tmp_path: Path) -> None:
+def test_a_hard_link_to_a_file_elsewhere_is_refused(ws_with_a: Path, tmp_path: Path) -> None:
     other = tmp_path / "bob.toml"
     other.write_text(OTHER)
-    os.link(other, ws / "corral.toml")
-    assert "hard link" in str(refusal(ws))
+    os.link(other, ws_with_a / "corral.toml")
+    assert "hard link" in str(refusal(ws_with_a))
 
 
-def test_a_fifo_is_refused_without_blocking(ws: Path) -> None:
-    os.mkfifo(ws / "corral.toml")  # nobody writes: an open for reading that waited would hang
-    assert "not a regular file" in str(refusal(ws))
+def test_a_fifo_is_refused_without_blocking(ws_with_a: Path) -> None:
+    os.mkfifo(
+        ws_with_a / "corral.toml"
+    )  # nobody writes: an open for reading that waited would hang
+    assert "not a regular file" in str(refusal(ws_with_a))
 
 
-def test_a_file_over_the_bound_is_refused_unread(ws: Path) -> None:
-    with open(ws / "corral.toml", "wb") as handle:  # sparse: 4 GiB on no disk
+def test_a_file_over_the_bound_is_refused_unread(ws_with_a: Path) -> None:
+    with open(ws_with_a / "corral.toml", "wb") as handle:  # sparse: 4 GiB on no disk
         handle.truncate(4 << 30)
-    assert f"{WORKSPACE_CONFIG_MAX_BYTES}" in str(refusal(ws))
+    assert f"{WORKSPACE_CONFIG_MAX_BYTES}" in str(refusal(ws_with_a))
 
 
-def test_a_file_at_the_bound_is_read(ws: Path) -> None:
+def test_a_file_at_the_bound_is_read(ws_with_a: Path) -> None:
     rule = '[[rules]]\nname = "no-a"\naction = "deny"\npaths = ["a.txt"]\n'
     padding = WORKSPACE_CONFIG_MAX_BYTES - len(rule)
-    (ws / "corral.toml").write_text(rule + "#" * (padding - 1) + "\n")
-    assert (ws / "corral.toml").stat().st_size == WORKSPACE_CONFIG_MAX_BYTES
-    with Sandbox(ws) as sb:
+    (ws_with_a / "corral.toml").write_text(rule + "#" * (padding - 1) + "\n")
+    assert (ws_with_a / "corral.toml").stat().st_size == WORKSPACE_CONFIG_MAX_BYTES
+    with Sandbox(ws_with_a) as sb:
         assert sb.call("read_file", {"path": "a.txt"})["error"]["rule"] == "no-a"
 
 
-def test_a_directory_named_corral_toml_is_no_config(ws: Path) -> None:
-    (ws / "corral.toml").mkdir()
-    assert find_config(ws) is None
-    with Sandbox(ws) as sb:
+def test_a_directory_named_corral_toml_is_no_config(ws_with_a: Path) -> None:
+    (ws_with_a / "corral.toml").mkdir()
+    assert find_config(ws_with_a) is None
+    with Sandbox(ws_with_a) as sb:
         assert sb.call("read_file", {"path": "a.txt"})["ok"]
 
 
-def test_a_link_to_the_operators_own_file_is_that_file(ws: Path, tmp_path: Path) -> None:
+def test_a_link_to_the_operators_own_file_is_that_file(ws_with_a: Path, tmp_path: Path) -> None:
     """--config naming the file the workspace's link points at: the operator's, trusted
     and applied once (nothing is read through the link)."""
     operator = tmp_path / "operator.toml"
-    operator.write_text(f'[workspace]\nroot = "{ws}"\n[tools]\ndelete_file = "allow"\n')
-    (ws / "corral.toml").symlink_to(operator)
+    operator.write_text(f'[workspace]\nroot = "{ws_with_a}"\n[tools]\ndelete_file = "allow"\n')
+    (ws_with_a / "corral.toml").symlink_to(operator)
     assert operator_config(config=operator).policy.tool_modes["delete_file"] == "allow"
 
 
 @pytest.mark.parametrize("root", ["/srv", "/no/such/dir", "elsewhere", "../other"])
 def test_a_workspace_root_elsewhere_is_refused_unresolved(
-    ws: Path, tmp_path: Path, root: str
+    ws_with_a: Path, tmp_path: Path, root: str
 ) -> None:
     """The host never looks at a path the workspace config names (an existence
     oracle, a symlink's target quoted back): root may only name the workspace."""
     hidden = tmp_path / "hidden-target-4e1f"
     hidden.mkdir()
-    (ws / "elsewhere").symlink_to(hidden)
-    (ws / "corral.toml").write_text(f'[workspace]\nroot = "{root}"\n')
-    error = refusal(ws)
+    (ws_with_a / "elsewhere").symlink_to(hidden)
+    (ws_with_a / "corral.toml").write_text(f'[workspace]\nroot = "{root}"\n')
+    error = refusal(ws_with_a)
     assert error.key == "[workspace] root"
     assert "hidden-target" not in str(error) and root not in str(error)
     assert str(error).count("[workspace] root: only the workspace itself") == 1
 
 
 @pytest.mark.parametrize("root", [".", "./", "{ws}", "../ws/sub/.."])
-def test_a_workspace_root_naming_the_workspace_is_accepted(ws: Path, root: str) -> None:
-    (ws / "corral.toml").write_text(f'[workspace]\nroot = "{root.format(ws=ws)}"\n')
-    assert operator_config(ws).workspace == str(ws)
+def test_a_workspace_root_naming_the_workspace_is_accepted(ws_with_a: Path, root: str) -> None:
+    (ws_with_a / "corral.toml").write_text(f'[workspace]\nroot = "{root.format(ws=ws_with_a)}"\n')
+    assert operator_config(ws_with_a).workspace == str(ws_with_a)
 
 
 @pytest.mark.parametrize("text", ["x = " + "[" * 30000, "x = " + "{a=" * 15000])
-def test_a_config_nested_too_deep_is_a_config_error(ws: Path, text: str) -> None:
-    (ws / "corral.toml").write_text(text)
-    assert "nested too deeply" in str(refusal(ws))
+def test_a_config_nested_too_deep_is_a_config_error(ws_with_a: Path, text: str) -> None:
+    (ws_with_a / "corral.toml").write_text(text)
+    assert "nested too deeply" in str(refusal(ws_with_a))
