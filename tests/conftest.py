@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_helpers import MakeBroker
 
 from corral import Sandbox
-from corral.config import SandboxOptions
+from corral.config import Limits, SandboxOptions
+from corral.policy import Policy, RootSpec
+from corral.sandbox.broker import Broker
 
 SECRET = "TOP-SECRET-OUTSIDE-7f3a9c"
 
@@ -62,6 +65,24 @@ def sb(ws: Path) -> Iterator[Sandbox]:
     """A sandbox with the defaults over the empty workspace `ws`."""
     with Sandbox(ws) as sandbox:
         yield sandbox
+
+
+@pytest.fixture
+def make_broker(workspace: Path) -> Iterator[MakeBroker]:
+    """Brokers over `workspace`, each closed after the test."""
+    started: list[Broker] = []
+
+    def make(*, limits: Limits | None = None, **options: Any) -> Broker:
+        broker = Broker(
+            [RootSpec(str(workspace), "rw")], limits or Limits(), Policy(),
+            SandboxOptions(**options),
+        )
+        started.append(broker)
+        return broker
+
+    yield make
+    for broker in started:
+        broker.close()
 
 
 def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:

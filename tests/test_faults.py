@@ -11,16 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_pool
-from test_pool import MakeBroker, call, wait_gone
+from broker_helpers import MakeBroker, call, wait_gone
 
 from corral.config import Limits
 
 BIG = 20 * 1024 * 1024  # the write the worker dies in the middle of
 TEMP_PREFIX = ".corral-tmp-"  # how corral/fs names its temp files: "<prefix><pid>-<random>"
 KILL_ATTEMPTS = 5  # a write that finishes before the test sees its temp file is tried again
-
-make_broker = test_pool.make_broker  # the same fixture: brokers closed after each test
 
 
 def temps(directory: Path) -> list[str]:

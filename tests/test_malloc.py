@@ -7,10 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import test_pool
-from test_pool import MakeBroker, call
-
-make_broker = test_pool.make_broker  # the same fixture: brokers closed after each test
+from broker_helpers import MakeBroker, call
 
 # In a fresh interpreter: make and drop a 4 MiB message a few times, then count the
 # minor page faults of one more round.

@@ -11,68 +11,20 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from broker_helpers import MakeBroker, as_result, call, running, wait_gone
 
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import Answer, CallRequest
+from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
-
-GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
-
-MakeBroker = Callable[..., Broker]
-
-
-@pytest.fixture
-def make_broker(workspace: Path) -> Iterator[MakeBroker]:
-    started: list[Broker] = []
-
-    def make(*, limits: Limits | None = None, **options: Any) -> Broker:
-        broker = Broker(
-            [RootSpec(str(workspace), "rw")], limits or Limits(), Policy(),
-            SandboxOptions(**options),
-        )
-        started.append(broker)
-        return broker
-
-    yield make
-    for broker in started:
-        broker.close()
-
-
-def call(broker: Broker, tool: str, **arguments: Any) -> dict[str, Any]:
-    return as_result(broker.submit(CallRequest(tool, arguments)))
-
-
-def as_result(answer: Answer) -> dict[str, Any]:
-    """An answer as the result dict and its meta (the id is the broker's own)."""
-    return {**answer.public(), "meta": answer.meta}
-
-
-def wait_gone(pids: list[int]) -> list[int]:
-    """The pids still running (zombies count as gone) once all vanish or time runs out."""
-    deadline = time.monotonic() + GONE_WAIT_S
-    while True:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.02)
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def all_pids(broker: Broker) -> list[int]:
@@ -126,7 +78,7 @@ def test_require_of_a_layer_not_in_use_refuses_to_start(workspace: Path) -> None
     options = SandboxOptions(resolver="walk", require=("landlock", "openat2"))
     with pytest.raises(SandboxError, match=r"required layer\(s\) openat2 not active"):
         Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), options)
-    assert not [p for p in psutil.Process().children(recursive=True) if _running(p.pid)]
+    assert not [p for p in psutil.Process().children(recursive=True) if running(p.pid)]
 
 
 def test_a_missing_layer_makes_the_level_partial(make_broker: MakeBroker) -> None:
@@ -155,7 +107,7 @@ def test_a_worker_that_cannot_confine_itself_halts_the_start(workspace: Path) ->
     limits = Limits(max_file_bytes=2**70)
     with pytest.raises(SandboxError, match="could not confine itself"):
         Broker([RootSpec(str(workspace), "rw")], limits, Policy(), SandboxOptions())
-    assert not [p for p in psutil.Process().children(recursive=True) if _running(p.pid)]
+    assert not [p for p in psutil.Process().children(recursive=True) if running(p.pid)]
 
 
 def test_workers_recycle_after_max_calls_without_failing_a_call(make_broker: MakeBroker) -> None:
@@ -260,7 +212,7 @@ def test_close_leaves_no_zygote_or_worker(make_broker: MakeBroker) -> None:
     assert call(broker, "read_file", path="hello.txt")["ok"]
     pids = all_pids(broker)
     broker.close()
-    assert [pid for pid in pids if _running(pid)] == []
+    assert [pid for pid in pids if running(pid)] == []
     result = call(broker, "read_file", path="hello.txt")
     assert result["error"]["code"] == "worker_crashed" and "closed" in result["error"]["message"]
 
@@ -306,7 +258,7 @@ def test_no_orphans_after_the_host_is_killed(workspace: Path, started_from: str)
         pids = [int(pid) for pid in line.strip("[]\n").split(",")]
         answered = host.stdout.readline() if host.stdout else ""
         assert answered.strip() == "true"  # the pool outlives the thread that started it
-        assert len(pids) == 3 and all(_running(pid) for pid in pids)
+        assert len(pids) == 3 and all(running(pid) for pid in pids)
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_hardening_pool import REQUEST, EvilZygote, Private, honest
+from evil_zygote import REQUEST, EvilZygote, Private, honest
 
 from corral import Pool
 from corral.config import Limits, SandboxOptions

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 import pytest
-from test_hardening_pool import FRAME_LIMIT, REQUEST, EvilZygote, Private, honest, honest_answer
+from evil_zygote import FRAME_LIMIT, REQUEST, EvilZygote, Private, honest, honest_answer
 
 from corral import seccomp
 from corral.config import Limits, SandboxOptions

@@ -1,0 +1,43 @@
+"""Calls through a Broker and waits for its processes, shared by the pool, fault
+and malloc tests (the `make_broker` fixture is in conftest.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from corral.sandbox.broker import Broker
+from corral.sandbox.messages import Answer, CallRequest
+
+GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
+
+MakeBroker = Callable[..., Broker]
+
+
+def call(broker: Broker, tool: str, **arguments: Any) -> dict[str, Any]:
+    return as_result(broker.submit(CallRequest(tool, arguments)))
+
+
+def as_result(answer: Answer) -> dict[str, Any]:
+    """An answer as the result dict and its meta (the id is the broker's own)."""
+    return {**answer.public(), "meta": answer.meta}
+
+
+def wait_gone(pids: list[int]) -> list[int]:
+    """The pids still running (zombies count as gone) once all vanish or time runs out."""
+    deadline = time.monotonic() + GONE_WAIT_S
+    while True:
+        alive = [pid for pid in pids if running(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
