@@ -287,6 +287,15 @@ class _BaseSandbox:
         return self._history_off
 
     @property
+    def history_path(self) -> str | None:
+        """The directory of the workspace's history store; None while history is off."""
+        return None if self._history is None else self._history.path
+
+    def pids(self) -> dict[str, Any]:
+        """The zygote's and the workers' pids, now: {"zygote": pid, "workers": [pid, ...]}."""
+        return self._executor.pids()
+
+    @property
     def policy(self) -> Policy:
         """The policy in effect (with the protected audit log and config added)."""
         return self._policy

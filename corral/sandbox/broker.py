@@ -39,6 +39,8 @@ class Executor(Protocol):
     @property
     def confinement(self) -> dict[str, Any]: ...
 
+    def pids(self) -> dict[str, Any]: ...
+
 
 class Broker:
     """Starts a sandbox's supply of workers (a private zygote and WorkerSet, or a
