@@ -27,8 +27,8 @@ SIZE = 256 * 1024  # each restoring write takes a while: a kill lands inside one
 def kill_at_record(sb: Sandbox, k: int, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """run() (an undo or a rewind) with its worker killed once the k-th record
     that worker writes shows in the store."""
-    store = Path(sb._history.path)
-    pid = sb._executor.pids()["workers"][0]
+    store = Path(sb.history_path)
+    pid = sb.pids()["workers"][0]
     done = threading.Event()
 
     def ids() -> set[str]:  # the worker writes its records in its work directory

@@ -33,7 +33,7 @@ def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Pa
     bound = 64 * 1024
     options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=bound)
     with Sandbox(workspace, history=options) as sb:
-        store = Path(sb._history.path)
+        store = Path(sb.history_path)
         for round_ in range(40):
             ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)  # 8 KiB
             assert used(store) <= bound
@@ -52,7 +52,7 @@ def test_a_full_store_is_not_read_through_after_every_change(
     with Sandbox(workspace, history=options) as sb:
         for round_ in range(100):  # 8 KiB each: the bound is passed at about the 50th
             ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
-        assert used(Path(sb._history.path)) <= options.max_bytes
+        assert used(Path(sb.history_path)) <= options.max_bytes
     # evicting down to 90% leaves room for four more changes before the next eviction
     # (evicting just under the bound read the store after each of the last ~50)
     assert len(scans) <= 1 + 50 // 3
@@ -62,7 +62,7 @@ def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="a.txt", content="a")
-        store, work = Path(sb._history.path), Path(sb._history.work_path)
+        store, work = Path(sb.history_path), Path(sb._history.work_path)
     old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
     (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
     (work / f"b-{old}-0").write_text("old bytes")  # its kept copy, where its writer put it
@@ -137,8 +137,8 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with Sandbox(tmp_path / "a") as a, Sandbox(tmp_path / "b") as b:
-        assert a._history.path != b._history.path
-        assert a._history.path.endswith(workspace_key(str(tmp_path / "a")))
+        assert a.history_path != b.history_path
+        assert a.history_path.endswith(workspace_key(str(tmp_path / "a")))
         ok(a, "write_file", path="x.txt", content="a")
         assert b.history() == []
 

@@ -44,7 +44,7 @@ class Started:
 
     @property
     def home(self) -> Path:
-        return Path(self.sb._history.path)
+        return Path(self.sb.history_path)
 
     def setup(self) -> worker.Setup:
         """What a worker of this sandbox serves with (as its zygote builds it)."""
@@ -335,7 +335,7 @@ def test_malformed_records_are_skipped_and_history_still_works(
 def test_the_cli_prints_no_traceback_for_a_malformed_record(workspace: Path) -> None:
     with Sandbox(workspace) as sb:
         ok(sb, "write_file", path="hello.txt", content="one\n")
-        home = Path(sb._history.path)
+        home = Path(sb.history_path)
     entry = {"path": "hello.txt", "action": "create", "before": None, "after": None}
     (home / f"r-{new_id()}.json").write_text(json.dumps({"id": "x", "entries": [entry]}))
     shown = subprocess.run(["corral", "history", "--workspace", str(workspace)],

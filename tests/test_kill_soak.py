@@ -61,7 +61,7 @@ def test_start_removes_temps_of_dead_writers_only(tmp_path: Path):
 def test_start_keeps_the_temp_of_another_sandboxs_running_write(tmp_path: Path):
     (tmp_path / "ws").mkdir()
     with Sandbox(tmp_path / "ws", workers=1) as first:
-        writer = first._executor.pids()["workers"][0]
+        writer = first.pids()["workers"][0]
         in_flight = tmp_path / "ws" / f".corral-tmp-{writer}-{HEX}"
         in_flight.write_text("half of a write")
         with Sandbox(tmp_path / "ws"):

@@ -101,7 +101,7 @@ def test_an_eviction_is_logged_with_the_exit(
     with Pool(max_workers=1) as pool, caplog.at_level(logging.INFO, logger=LOGGER):
         first = pool.sandbox(tmp_path / "a")
         assert first.call("stat_file", {"path": "."})["ok"]
-        (held,) = first._executor.pids()["workers"]
+        (held,) = first.pids()["workers"]
         time.sleep(MIN_LIFE_S)  # the worker may be taken only once it has lived this long
         second = pool.sandbox(tmp_path / "b")  # its start sweep takes first's only worker
         assert second.call("stat_file", {"path": "."})["ok"]
@@ -115,6 +115,6 @@ def test_an_idle_reap_is_logged_with_the_exit(
             caplog.at_level(logging.INFO, logger=LOGGER):
         sandbox = pool.sandbox(tmp_path)
         sandbox._executor._sweep.result()  # its worker idle from now on
-        (idle,) = sandbox._executor.pids()["workers"]
+        (idle,) = sandbox.pids()["workers"]
         wait_for(lambda: lines(caplog, logging.INFO, f"worker {idle} reaped"), "the reap")
         assert lines(caplog, logging.INFO, f"worker {idle} reaped", "killed by SIGKILL")

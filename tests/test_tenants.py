@@ -51,7 +51,7 @@ def live_children(pid: int) -> list[int]:
 
 
 def worker_pids(sb: Sandbox) -> list[int]:
-    return sb._executor.pids()["workers"]
+    return sb.pids()["workers"]
 
 
 def zygote_pid(pool: Pool) -> int:
@@ -427,8 +427,8 @@ def test_cancelling_an_awaited_call_stops_it(tenants: tuple[Path, Path]) -> None
         for sandbox in (slow, other):  # their start-up sweeps take the worker too
             await asyncio.wrap_future(sandbox._executor._sweep)
         running = asyncio.ensure_future(slow.call("grep", {"pattern": CATASTROPHIC}))
-        await asyncio.to_thread(wait_for, lambda: slow._executor.pids()["workers"], "the grep")
-        pid = slow._executor.pids()["workers"][0]
+        await asyncio.to_thread(wait_for, lambda: slow.pids()["workers"], "the grep")
+        pid = slow.pids()["workers"][0]
         queued = asyncio.ensure_future(  # the pool's one worker is busy: this one queues
             other.call("write_file", {"path": "never.txt", "content": "x"})
         )
