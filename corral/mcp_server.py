@@ -20,6 +20,7 @@ face shares). Writes to stdout are serialised by one lock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -28,11 +29,16 @@ from corral.config import Remedy, any_face
 from corral.mcp_core import (
     INVALID_REQUEST,
     PARSE_ERROR,
+    Action,
     Approve,
     McpSession,
     ProtocolError,
+    Reply,
+    Run,
+    Send,
     error_response,
 )
+from corral.mcp_threads import Own, SessionDriver
 from corral.stdio import MAX_LINE_BYTES, Job, LineServer, LineWriter, parse_line, read_lines
 
 # Calls served at once: more than the pool's workers, so calls waiting for a
@@ -59,15 +65,15 @@ class McpServer:
     ) -> None:
         self._out = LineWriter(writer)
         self._lines = LineServer(read_lines(reader), self._receive, MAX_CONCURRENT_CALLS)
-        self._session = McpSession(open_sandbox, send=self._out.write, say_remedy=say_remedy)
+        self._session = McpSession(open_sandbox, say_remedy=say_remedy)
+        self._driver = SessionDriver(self._session, deliver=self._deliver, spawn=self._spawn)
 
     def serve(self) -> bool:
         """Read and answer messages until EOF, then finish the calls in flight and close.
         False if the sandbox could not be started."""
         try:
-            self._lines.run(at_end=self._session.close)
+            self._lines.run(at_end=self._driver.close)
         finally:
-            self._session.close()
             self._session.shut()
         return not self._session.failed
 
@@ -78,10 +84,19 @@ class McpServer:
         except ProtocolError as exc:
             self._out.write(error_response(None, exc.code, exc.message))
             return None
-        job = self._session.handle(message, self._out.write)
+        runs = self._driver.handle(message)
         if self._session.failed:
             self._lines.stop()
-        return job
+        for run in runs[1:]:
+            self._spawn(run)
+        return functools.partial(self._driver.execute, runs[0]) if runs else None
+
+    def _deliver(self, action: Action, _own: Own) -> None:
+        if isinstance(action, Reply | Send):  # a withdrawn call (Drop): nothing to say
+            self._out.write(action.message)
+
+    def _spawn(self, run: Run) -> None:
+        self._lines.spawn(functools.partial(self._driver.execute, run))
 
 
 def serve(

@@ -239,6 +239,13 @@ class LineServer:
             with self._count:
                 self._running -= 1
 
+    def spawn(self, job: Job) -> None:
+        """Run `job` on a pool thread (a call the answer to a question let go on)."""
+        assert self._pool is not None
+        with self._count:
+            self._running += 1
+        self._pool.submit(self._run, job, WaitPolicy())
+
     def stop(self) -> None:
         """Read no further (called from `handle`)."""
         self._stopped = True
