@@ -27,12 +27,18 @@ returns its `Mcp-Session-Id`; later requests name it (an id another tenant
 holds is unknown here: 404). Requests of the stateless revision (2026-07-28)
 need no session: they share one per tenant, in which each request gets an id of
 its own (a client's ids are its own: two clients may both count from 1), given
-back to the client in the answer. Every response is one JSON body
-(no server-sent events): the server never starts requests of its own over
-HTTP, so a handshake client's supervised call fails `approval_required`, while
-the stateless revision asks inside results (`input_required`). A client that
-disconnects while its call runs cancels it (a queued call never runs; a running
-one has its worker killed).
+back to the client in the answer. A response is one JSON body, unless a
+handshake session's call asks its client something first (an approval, the
+client's roots): then the answer is an event stream that carries the
+question, and the response once the client has POSTed its answer (a request
+that does not accept text/event-stream cannot be asked: its supervised call
+fails `approval_required`). The stateless revision asks inside results
+(`input_required`). A client that disconnects while its call runs cancels it
+(a queued call never runs; a running one has its worker killed).
+
+Each session's core (mcp_core, sans-I/O) is run by a mcp_threads.SessionDriver
+on the tenant's call threads; what it says goes to the request it belongs to
+(HttpSession.channels), and the event loop writes it out (_Answer).
 """
 
 from __future__ import annotations
@@ -162,6 +168,10 @@ class TenantState:
         self.protected = protected
         self.max_requests = max_requests
         self.in_progress = 0  # requests admitted and not yet done; on the event loop only
+        # Requests whose call waits for its client's answer (an open event stream, no
+        # thread): at most max_requests may ask at once, so a tenant's questions hold
+        # a bounded share of the server's connections. On the event loop only.
+        self.asking = 0
         self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
         self.stateless: HttpSession | None = None
         self.lock = threading.Lock()
@@ -331,7 +341,7 @@ class HttpFace:
             state.in_progress -= 1
             raise
         # A question to a handshake client travels in the answer's event stream.
-        streams = "text/event-stream" in accept
+        streams = "text/event-stream" in accept and state.asking < state.max_requests
         await self._run(state, session, message, receive, send, new_id, client_id, streams)
 
     def _route(
@@ -397,8 +407,8 @@ class HttpFace:
 
         work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
+        answer = _Answer(send, new_id, client_id, state)
         try:
-            answer = _Answer(send, new_id, client_id)
             if await self._answer(actions, work, gone, answer, key is not None):
                 if new_id and answer.failed:  # a failed initialize opens no session
                     state.end(new_id)
@@ -412,6 +422,7 @@ class HttpFace:
         finally:
             gone.cancel()
             release()
+            answer.done()
             if key is not None:
                 session.channels.pop(key, None)
                 session.cancels.pop(key, None)
@@ -488,12 +499,20 @@ class _Answer:
     """One request's HTTP answer: a JSON body, or an event stream once a question
     comes before the answer."""
 
-    def __init__(self, send: Send, new_id: str | None, client_id: Any) -> None:
+    def __init__(
+        self, send: Send, new_id: str | None, client_id: Any, state: TenantState
+    ) -> None:
         self._send = send
         self._new_id = new_id
         self._client_id = client_id  # the id to answer under, if not the message's own
+        self._state = state
         self._streaming = False
         self.failed = False
+
+    def done(self) -> None:
+        if self._streaming:
+            self._state.asking -= 1
+            self._streaming = False
 
     def _headers(self, kind: str) -> dict[str, str]:
         extra = {SESSION_HEADER: self._new_id} if self._new_id and not self.failed else {}
@@ -519,6 +538,7 @@ class _Answer:
             return True
         if not self._streaming:
             self._streaming = True
+            self._state.asking += 1
             raw = [(k.encode("latin-1"), v.encode("latin-1"))
                    for k, v in self._headers("text/event-stream").items()]
             raw.append((b"cache-control", b"no-store"))

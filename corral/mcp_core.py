@@ -108,7 +108,8 @@ ROOTS_KEY = "corral-roots"  # the inputRequests key of the stateless roots quest
 NO_ELICITATION = ("this client does not support form elicitation, which is how corral asks; "
                   "use an MCP client that does")
 NO_REQUESTS = ("this server cannot send requests on this connection (an HTTP request that "
-               "does not accept text/event-stream); use a client that accepts server-sent "
+               "does not accept text/event-stream, or one of a tenant with as many calls "
+               "waiting for answers as it may have); use a client that accepts server-sent "
                "events, or one that speaks protocol 2026-07-28, which asks inside the result")
 
 PARSE_ERROR = -32700

@@ -9,12 +9,13 @@ tests/test_mcp_revisions.py).
 This module is only the stdio face: bytes in and out. What the messages mean,
 for every revision, is mcp_core.McpSession.
 
-Concurrency (stdio.LineServer): one thread at a time reads messages; each
-`tools/call` runs on a thread of a pool, so calls overlap across the sandbox's
-workers and a call waiting for the user's answer blocks nobody else. A call
-that arrives with no other call running is run by the reading thread itself
-(no thread hand-off); once it is slow (waiting.SLOW_CALL_S) or asks the client, a
-pool thread takes over reading (LineServer's inline policy, which the JSON-lines
+Concurrency (stdio.LineServer, driven through mcp_threads.SessionDriver): one
+thread at a time reads messages; each `tools/call` runs on a thread of a pool,
+so calls overlap across the sandbox's workers. A call that asks the client
+holds no thread while it waits: the answer, when it is read, lets it go on. A
+call that arrives with no other call running is run by the reading thread
+itself (no thread hand-off); once it is slow (waiting.SLOW_CALL_S), a pool
+thread takes over reading (LineServer's inline policy, which the JSON-lines
 face shares). Writes to stdout are serialised by one lock.
 """
 

@@ -6,12 +6,14 @@ the call go on. The official SDK's streamable HTTP client, in the handshake
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -125,3 +127,91 @@ def test_a_request_that_takes_no_event_stream_cannot_be_asked(server: Server) ->
     error = httpx2.Response(200, content=body).json()["result"]["structuredContent"]["error"]
     assert error["code"] == "approval_required" and "text/event-stream" in error["message"]
     assert not (server.alice / "docs/plain.md").exists()
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A tenant that may have one request in progress, so one call asking at once."""
+    top = tmp_path_factory.mktemp("http-ask-bounded")
+    alice = top / "alice"
+    alice.mkdir()
+    (top / "alice.toml").write_text(
+        f'[workspace]\nroot = "{alice}"\n[tools]\nwrite_file = "supervised"\n'
+    )
+    (top / "tenants.toml").write_text(
+        f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
+        f'config = "{top / "alice.toml"}"\n'
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
+         "--tenants", str(top / "tenants.toml"), "--max-tenant-requests", "1"],
+        stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=top,
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline().decode()
+    port = int(line.rsplit(":", 1)[1].split("/")[0])
+    try:
+        yield Server(port, process, alice, alice)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(30)
+
+
+def post_admitted(server: Server, body: dict[str, Any],
+                  headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """post(), again while the tenant's one request in progress has not yet been
+    let go (the asking call's thread is done a moment after its question is out)."""
+    for _ in range(200):
+        status, got, answer = post(server, body, headers=headers)
+        if status != 429:
+            return status, got, answer
+        time.sleep(0.01)
+    pytest.fail("the tenant stayed at its bound")
+
+
+def next_event(response: http.client.HTTPResponse) -> dict[str, Any]:
+    while line := response.readline():
+        if line.startswith(b"data: "):
+            event: dict[str, Any] = json.loads(line[len(b"data: "):])
+            return event
+    pytest.fail("the event stream ended")
+
+
+def test_a_tenant_has_a_bounded_number_of_calls_asking(bounded: Server) -> None:
+    """The question travels in the call's event stream and the answer POSTed
+    back lets it go on; meanwhile a tenant at its bound of asking calls cannot
+    ask another (approval_required), so its questions hold few connections."""
+    status, headers, _ = post(bounded, {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "t", "version": "1"}}})
+    assert status == 200
+    session = {"mcp-session-id": headers["mcp-session-id"]}
+
+    def write(request_id: int, path: str) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": "write_file", "arguments": {"path": path, "content": "x"}}}
+
+    asking = http.client.HTTPConnection("127.0.0.1", bounded.port, timeout=30)
+    try:
+        asking.request("POST", "/mcp", body=json.dumps(write(2, "a.txt")), headers={
+            "content-type": "application/json", "accept": "application/json, text/event-stream",
+            "authorization": f"Bearer {TOKENS['alice']}", **session})
+        stream = asking.getresponse()
+        assert stream.status == 200 and stream.headers["content-type"] == "text/event-stream"
+        question = next_event(stream)
+        assert question["method"] == "elicitation/create" and "a.txt" in \
+            question["params"]["message"]
+
+        status, _, body = post_admitted(bounded, write(3, "b.txt"), session)
+        error = json.loads(body)["result"]["structuredContent"]["error"]
+        assert status == 200 and error["code"] == "approval_required"
+
+        status, _, _ = post_admitted(bounded, {"jsonrpc": "2.0", "id": question["id"],
+                                               "result": {"action": "accept"}}, session)
+        assert status == 202
+        answer = next_event(stream)
+        assert answer["id"] == 2 and not answer["result"]["isError"]
+    finally:
+        asking.close()
+    assert (bounded.alice / "a.txt").exists() and not (bounded.alice / "b.txt").exists()
