@@ -54,8 +54,11 @@ class SessionDriver:
         and the Runs it releases are returned for the caller to execute."""
         with self._lock:
             actions = self.session.handle(message, can_ask=can_ask)
-            if isinstance(message, dict) and "method" not in message:
-                timer = self._timers.pop(message.get("id"), None)  # type: ignore[arg-type]
+            # the client's answer to a question: its timer has nothing left to do
+            # (any other id, however malformed, names no question of ours)
+            if (isinstance(message, dict) and "method" not in message
+                    and isinstance(message.get("id"), str)):
+                timer = self._timers.pop(message["id"], None)
                 if timer is not None:
                     timer.cancel()
         return self._carry(actions, own)

@@ -24,6 +24,7 @@ from corral.mcp_core import (
     Send,
 )
 from corral.mcp_revisions import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
+from corral.mcp_threads import SessionDriver
 from corral.policy import Policy
 
 WRITE = {"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}
@@ -129,3 +130,17 @@ def test_a_stateless_round_ends_with_a_plain_reply(session: McpSession) -> None:
     assert isinstance(reply, Reply)
     assert reply.message["result"]["resultType"] == "input_required"
     assert session.cancelled(1)  # the round is over: nothing of it is left in flight
+
+
+def test_the_driver_takes_any_response_id(session: McpSession) -> None:
+    """A response's id is the client's to get wrong (a list, an object): it names
+    no question, and the driver goes on serving."""
+    delivered: list[Action] = []
+    driver = SessionDriver(session, deliver=lambda action, _own: delivered.append(action),
+                           spawn=lambda run: pytest.fail("nothing to run"))
+    for bad in ([1], {"a": 1}, None, 2.5):
+        assert driver.handle({"jsonrpc": "2.0", "id": bad, "result": {}}) == []
+    assert delivered == []
+    assert driver.handle({"jsonrpc": "2.0", "id": 1, "method": "ping"}) == []
+    assert delivered == [Reply({"jsonrpc": "2.0", "id": 1, "result": {}})]
+    driver.close()
