@@ -443,7 +443,9 @@ class McpSession:
             return []
         notice = {"jsonrpc": "2.0", "method": "notifications/cancelled",
                   "params": {"requestId": question_id, "reason": "no answer in time"}}
-        sent: list[Action] = [Send(notice, question.calls[0])] if question.calls else []
+        # sent on the way back of a call still waiting for it (HTTP: an open stream)
+        waiting = self._live(question.calls)  # none: every call withdrawn, nothing to say
+        sent: list[Action] = [Send(notice, waiting[0].request_id)] if waiting else []
         return sent + self._answered(question_id, None)
 
     def close(self) -> list[Action]:
