@@ -50,6 +50,7 @@ import secrets
 import socket
 import sys
 import threading
+import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,7 @@ from corral import jsonfast
 from corral.config import ConfigError, Remedy
 from corral.http_guard import RETRY_AFTER_S, guarded
 from corral.mcp_core import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     Action,
@@ -390,6 +392,13 @@ class HttpFace:
             loop.call_soon_threadsafe(actions.put_nowait, action)
 
         key = message["id"] if "method" in message and valid_id(message.get("id")) else None
+        if key is not None and key in session.channels:
+            # two open requests with one id: their answers could not be told apart
+            state.in_progress -= 1
+            await _respond(send, 200, _encode(error_response(
+                key, INVALID_REQUEST, f"request id {key!r} is already in use")),
+                {"content-type": "application/json"})
+            return
         cancel = Cancel()
         if key is not None:
             session.channels[key] = put
@@ -409,7 +418,7 @@ class HttpFace:
         gone = asyncio.ensure_future(_disconnected(receive))
         answer = _Answer(send, new_id, client_id, state)
         try:
-            if await self._answer(actions, work, gone, answer, key is not None):
+            if await self._answer(actions, work, gone, answer, key):
                 if new_id and answer.failed:  # a failed initialize opens no session
                     state.end(new_id)
                 return
@@ -429,24 +438,36 @@ class HttpFace:
 
     async def _answer(
         self, actions: asyncio.Queue[Action], work: asyncio.Future[None],
-        gone: asyncio.Future[None], answer: _Answer, request: bool,
+        gone: asyncio.Future[None], answer: _Answer, key: str | int | None,
     ) -> bool:
         """Send what the session says for this request: its answer as one JSON
         body, or, once its call asks the client something first, an event stream
         of the questions and then the answer. False if the client went away."""
         while True:
             getter = asyncio.ensure_future(actions.get())
-            # a request waits for its answer; anything else only for its work
-            waits: set[asyncio.Future[Any]] = {getter, gone} if request else {getter, gone, work}
+            waits: set[asyncio.Future[Any]] = {getter, gone}
+            if not work.done():
+                waits.add(work)
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():
-                getter.cancel()
-                if gone.done():
-                    return False
+            if getter.done():
+                if await answer.send(getter.result()):
+                    return True
+                continue
+            getter.cancel()
+            if gone.done():
+                return False
+            if not actions.empty():
+                continue  # said just before the work ended
+            if work.exception() is not None:  # a bug, reported on stderr: not left hanging
+                if key is None:
+                    await answer.nothing()
+                else:
+                    await answer.send(Reply(error_response(key, INTERNAL_ERROR, "internal error")))
+                return True
+            if key is None:
                 await answer.nothing()  # a notification or a response: nothing to say
                 return True
-            if await answer.send(getter.result()):
-                return True
+            # else the call waits for its client's answer: its answer comes later
 
     async def _body(self, headers: dict[str, str], receive: Receive) -> bytes:
         declared = headers.get("content-length")
@@ -488,11 +509,15 @@ def _handle(
     """On a tenant's thread: the message, and the call it starts, which `cancel`
     may give up on (a cancelled call leaves the queue, or its worker is killed).
     Calls the message lets go on (an answer to a question) run on other threads."""
-    for run in session.driver.handle(message, put, can_ask=streams):
-        if run.call == key:
-            session.driver.execute(run, WaitPolicy(cancel=cancel))
-        else:
-            session.spawn(run)
+    try:
+        for run in session.driver.handle(message, put, can_ask=streams):
+            if run.call == key:
+                session.driver.execute(run, WaitPolicy(cancel=cancel))
+            else:
+                session.spawn(run)
+    except Exception:
+        traceback.print_exc()  # a host-side bug: the request is answered "internal error"
+        raise
 
 
 class _Answer:

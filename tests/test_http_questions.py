@@ -6,6 +6,7 @@ the call go on. The official SDK's streamable HTTP client, in the handshake
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -177,41 +178,70 @@ def next_event(response: http.client.HTTPResponse) -> dict[str, Any]:
     pytest.fail("the event stream ended")
 
 
-def test_a_tenant_has_a_bounded_number_of_calls_asking(bounded: Server) -> None:
-    """The question travels in the call's event stream and the answer POSTed
-    back lets it go on; meanwhile a tenant at its bound of asking calls cannot
-    ask another (approval_required), so its questions hold few connections."""
-    status, headers, _ = post(bounded, {
+def handshake(server: Server) -> dict[str, str]:
+    """A 2025-11-25 session whose client can be asked; the headers that name it."""
+    status, headers, _ = post(server, {
         "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
             "clientInfo": {"name": "t", "version": "1"}}})
     assert status == 200
-    session = {"mcp-session-id": headers["mcp-session-id"]}
+    return {"mcp-session-id": headers["mcp-session-id"]}
 
-    def write(request_id: int, path: str) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                "params": {"name": "write_file", "arguments": {"path": path, "content": "x"}}}
 
-    asking = http.client.HTTPConnection("127.0.0.1", bounded.port, timeout=30)
+def write(request_id: int, path: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "write_file", "arguments": {"path": path, "content": "x"}}}
+
+
+@contextlib.contextmanager
+def asking(server: Server, session: dict[str, str], request_id: int,
+           path: str) -> Iterator[tuple[http.client.HTTPResponse, dict[str, Any]]]:
+    """A supervised write whose answer is an event stream; it and its question."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        asking.request("POST", "/mcp", body=json.dumps(write(2, "a.txt")), headers={
+        connection.request("POST", "/mcp", body=json.dumps(write(request_id, path)), headers={
             "content-type": "application/json", "accept": "application/json, text/event-stream",
             "authorization": f"Bearer {TOKENS['alice']}", **session})
-        stream = asking.getresponse()
+        stream = connection.getresponse()
         assert stream.status == 200 and stream.headers["content-type"] == "text/event-stream"
         question = next_event(stream)
-        assert question["method"] == "elicitation/create" and "a.txt" in \
-            question["params"]["message"]
+        assert question["method"] == "elicitation/create"
+        assert path in question["params"]["message"]
+        yield stream, question
+    finally:
+        connection.close()
 
+
+def accept(server: Server, session: dict[str, str], question: dict[str, Any]) -> None:
+    status, _, _ = post_admitted(server, {"jsonrpc": "2.0", "id": question["id"],
+                                          "result": {"action": "accept"}}, session)
+    assert status == 202
+
+
+def test_a_tenant_has_a_bounded_number_of_calls_asking(bounded: Server) -> None:
+    """The question travels in the call's event stream and the answer POSTed
+    back lets it go on; meanwhile a tenant at its bound of asking calls cannot
+    ask another (approval_required), so its questions hold few connections."""
+    session = handshake(bounded)
+    with asking(bounded, session, 2, "a.txt") as (stream, question):
         status, _, body = post_admitted(bounded, write(3, "b.txt"), session)
         error = json.loads(body)["result"]["structuredContent"]["error"]
         assert status == 200 and error["code"] == "approval_required"
-
-        status, _, _ = post_admitted(bounded, {"jsonrpc": "2.0", "id": question["id"],
-                                               "result": {"action": "accept"}}, session)
-        assert status == 202
+        accept(bounded, session, question)
         answer = next_event(stream)
         assert answer["id"] == 2 and not answer["result"]["isError"]
-    finally:
-        asking.close()
     assert (bounded.alice / "a.txt").exists() and not (bounded.alice / "b.txt").exists()
+
+
+def test_a_request_id_in_use_is_refused_and_the_first_answered(server: Server) -> None:
+    """Two open requests of a session with one id: the second is refused, and the
+    first, waiting for its question's answer, still gets its own answer."""
+    session = handshake(server)
+    with asking(server, session, 7, "docs/first.md") as (stream, question):
+        status, _, body = post(server, write(7, "docs/second.md"), headers=session)
+        assert status == 200 and json.loads(body)["error"]["code"] == -32600
+        accept(server, session, question)
+        answer = next_event(stream)
+        assert answer["id"] == 7 and not answer["result"]["isError"]
+    assert (server.alice / "docs/first.md").exists()
+    assert not (server.alice / "docs/second.md").exists()
