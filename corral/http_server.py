@@ -429,8 +429,10 @@ class HttpFace:
                 session.driver.handle({"jsonrpc": "2.0", "method": "notifications/cancelled",
                                        "params": {"requestId": key}})
         finally:
+            left = gone.done() and not gone.cancelled()
             gone.cancel()
-            release()
+            if not left:
+                release()  # else it counts until its work is over (work's callback)
             answer.done()
             if key is not None:
                 session.channels.pop(key, None)
