@@ -144,3 +144,17 @@ def test_the_driver_takes_any_response_id(session: McpSession) -> None:
     assert driver.handle({"jsonrpc": "2.0", "id": 1, "method": "ping"}) == []
     assert delivered == [Reply({"jsonrpc": "2.0", "id": 1, "result": {}})]
     driver.close()
+
+
+@pytest.mark.parametrize("answer", [
+    {"result": ["accept"]}, {"result": {"action": ["accept"]}}, {"result": {"action": "ACCEPT"}},
+    {"error": {"code": -1, "message": "no"}}, {"result": None},
+], ids=["list", "action-list", "upper", "error", "null"])
+def test_a_forged_answer_to_an_approval_is_a_no(
+    session: McpSession, workspace: Path, answer: dict[str, Any]
+) -> None:
+    question = ask(session)
+    (reply,) = run_all(session, session.handle(
+        {"jsonrpc": "2.0", "id": question.message["id"], **answer}))
+    assert error_code(reply) == "approval_denied"
+    assert not (workspace / "x.txt").exists()
