@@ -93,7 +93,7 @@ KEYS: tuple[Key, ...] = (
         order=(False, True)),
     Key("workspace", "allowed_paths", "roots", [], "empty",
         "more roots, reachable by absolute path"),
-    Key("workspace", "fallback_encodings", "choices", (), "union",
+    Key("workspace", "fallback_encodings", "choices", [], "union",
         "legacy encodings tried in order after UTF-8: such files read as text and are "
         "edited in their encoding", choices=LEGACY_ENCODINGS),
     *(Key("tools", name, "choice", "deny" if name in DEFAULT_OFF else "allow", "order",
