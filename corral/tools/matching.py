@@ -107,7 +107,13 @@ def fit_endings(new: str, ending: str) -> str:
 
 def tolerant(text: str, old: str, new: str) -> tuple[str, list[Span]] | None:
     """The first level below exact at which `old` is found, and every window found
-    there (overlapping ones too: more than one is ambiguous); None if none is."""
+    there (overlapping ones too: more than one is ambiguous); None if none is.
+
+    The levels are cumulative (a window found at one is found at every looser one),
+    and a window is only taken if the loosest level finds no other: a block matched
+    ignoring indentation must not win over the one the model meant, which differs
+    from it only in its curly quotes. So with more than one window at the loosest
+    level, those are returned, at that level, as the ambiguity."""
     old_lines = [line.rstrip("\r") for line in old.split("\n")]
     whole = old.endswith("\n")
     if whole:
@@ -115,11 +121,15 @@ def tolerant(text: str, old: str, new: str) -> tuple[str, list[Span]] | None:
     if not any(line.strip() for line in old_lines):
         return None  # only whitespace: nothing to anchor a tolerant match on
     lines = Lines.of(text)
-    for level, normal in _LADDER:
+    loosest, normal = _LADDER[-1]
+    anywhere = _windows(lines, old_lines, new, whole, normal, shifted=True)
+    if len(anywhere) != 1:
+        return (loosest, anywhere) if anywhere else None
+    for level, normal in _LADDER[:-1]:
         spans = _windows(lines, old_lines, new, whole, normal, shifted=level != "whitespace")
         if spans:
             return level, spans
-    return None
+    return loosest, anywhere
 
 
 def _rstrip(line: str) -> str:
