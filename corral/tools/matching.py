@@ -123,11 +123,11 @@ def tolerant(text: str, old: str, new: str) -> tuple[str, list[Span]] | None:
     lines = Lines.of(text)
     loosest, normal = _LADDER[-1]
     anywhere = _windows(lines, old_lines, new, whole, normal, shifted=True)
-    if len(anywhere) != 1:
-        return (loosest, anywhere) if anywhere else None
-    for level, normal in _LADDER[:-1]:
+    if not anywhere:
+        return None
+    for level, normal in _LADDER[:-1]:  # the strictest level that finds them all
         spans = _windows(lines, old_lines, new, whole, normal, shifted=level != "whitespace")
-        if spans:
+        if len(spans) == len(anywhere):
             return level, spans
     return loosest, anywhere
 
