@@ -165,10 +165,10 @@ def corpus(count: int, seed: int) -> list[Case]:
     return cases
 
 
-def outcome(case: Case) -> str:
+def outcome(case: Case, tolerant: bool = True) -> str:
     """applied | WRONG | refused:<code>, for one case through edit_file's matching."""
     try:
-        after = apply("f", case.text, [Edit(case.old, case.new, False)]).text
+        after = apply("f", case.text, [Edit(case.old, case.new, False)], tolerant=tolerant).text
     except CorralError as error:
         return f"refused:{error.code}"
     return "applied" if after == case.intended else "WRONG"
@@ -213,6 +213,8 @@ def main() -> None:
           f"{total['WRONG']} wrong, "
           f"{sum(n for k, n in total.items() if k.startswith('refused'))} refused "
           f"({len(cases) - len(drifted)} of them controls that must be refused)")
+    exact = sum(1 for case in drifted if outcome(case, tolerant=False) == "applied")
+    print(f"with match='exact': {exact}/{len(drifted)} drifted edits applied")
     if args.sandbox:
         print("through a Sandbox:", dict(through_sandbox(cases[: args.sandbox])))
     if total["WRONG"]:
