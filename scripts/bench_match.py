@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 FILE_BYTES = 100 * 1024
+NEW = "    total = 0\n    return total"  # with a line ending: the CRLF check runs too
 
 
 def source() -> tuple[str, str, str]:
     """A 100 KiB Python-like file with trailing spaces on one line, and the line
-    (as it is, and as a model would copy it) to edit."""
+    (as it is, and as a model would copy it: stripped) to edit."""
     lines = []
     number = 0
     while sum(len(line) + 1 for line in lines) < FILE_BYTES:
@@ -55,8 +56,9 @@ def main() -> None:
         cases: dict[str, tuple[str, dict[str, str]]] = {"exact": (line, {})}
         if tolerant:
             cases["exact, match='exact'"] = (line, {"match": "exact"})
-            cases["drifted: whitespace"] = ("    " + drifted, {})  # trailing spaces dropped
-            cases["drifted: indentation"] = (drifted, {})  # and the indentation too
+            # two lines, so the drifted text is no substring of the file: the ladder runs
+            cases["drifted: whitespace"] = (f"    {drifted}\n    return total", {})
+            cases["drifted: indentation"] = (f"{drifted}\nreturn total", {})
 
         def rewrite() -> None:
             target.write_text(text)  # the same file each time, never a growing one
@@ -65,7 +67,7 @@ def main() -> None:
             rewrite()
             start = time.perf_counter()
             answer = sandbox.call("edit_file", {"path": "big.py", "old_string": old,
-                                                "new_string": "    total = 0", **extra})
+                                                "new_string": NEW, **extra})
             assert answer["ok"], answer
             return (time.perf_counter() - start) * 1e6
 
@@ -87,7 +89,7 @@ def in_process(text: str, cases: dict[str, tuple[str, dict[str, str]]], n: int) 
 
     print("  the same, edit.apply alone in this process:")
     for name, (old, extra) in cases.items():
-        edits = [Edit(old, "    total = 0", False)]
+        edits = [Edit(old, NEW, False)]
         tolerant = extra.get("match") != "exact"
         spent = []
         for _ in range(n):

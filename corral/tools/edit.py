@@ -97,21 +97,23 @@ def apply(
     head = tail = len(text)
     for index, edit in enumerate(edits):
         which = f"edit {index + 1} of {len(edits)}: " if len(edits) > 1 else ""
-        spans, found = _locate(path, text, edit, which, tolerant)
+        spans, found, count = _locate(path, text, edit, which, tolerant)
         level = max(level, matching.LEVELS.index(found))
-        count = len(spans) if spans is not None else text.count(edit.old)
-        new = edit.new
-        if spans is None and "\n" in new:  # a CRLF file stays CRLF
-            new = matching.fit_endings(new, matching.line_ending(text, text.find(edit.old)))
-        new_bytes += count * len(new.encode("utf-8", "surrogatepass"))
+        if spans is None:  # exact: str.find and str.replace, the fast path
+            first = text.find(edit.old)
+            new = edit.new
+            if "\n" in new:  # a CRLF file stays CRLF
+                new = matching.fit_endings(new, matching.line_ending(text, first))
+            new_bytes += count * len(new.encode("utf-8", "surrogatepass"))
+        else:
+            new_bytes += sum(len(span.new.encode("utf-8", "surrogatepass")) for span in spans)
         if max_new_bytes is not None and new_bytes > max_new_bytes:
             raise CorralError(
                 "too_large",
                 f"the edit of {path} would write {new_bytes} new bytes, over the write limit "
                 f"of {max_new_bytes} bytes.",
             )
-        if spans is None:  # exact: str.replace, the fast path
-            first = text.find(edit.old)
+        if spans is None:
             last = first if count == 1 else text.rfind(edit.old)  # at or past the last replaced
             head, tail = min(head, first), min(tail, len(text) - last - len(edit.old))
             text = text.replace(edit.old, new)
@@ -124,10 +126,11 @@ def apply(
 
 def _locate(
     path: str, text: str, edit: Edit, which: str, tolerant: bool
-) -> tuple[list[matching.Span] | None, str]:
-    """(None, "exact") when old_string is in the text as given; else the places the
-    ladder found it at its first level that did, and that level. Raises no_match
-    (naming the closest region) or ambiguous_match (never settled by a looser level)."""
+) -> tuple[list[matching.Span] | None, str, int]:
+    """(None, "exact", count) when old_string is in the text as given; else the
+    places the ladder found it at its first level that did, that level and their
+    count. Raises no_match (naming the closest region) or ambiguous_match (never
+    settled by a looser level)."""
     count = text.count(edit.old)
     if count > 1 and not edit.replace_all:
         raise CorralError(
@@ -136,7 +139,7 @@ def _locate(
             "to make it unique, or set replace_all.",
         )
     if count:
-        return None, "exact"
+        return None, "exact", count
     found = matching.tolerant(text, edit.old, edit.new)
     if found is not None and tolerant:
         level, spans = found
@@ -149,7 +152,8 @@ def _locate(
                 f"{_LOOSENED[level]} it matches {len(spans)} places (from lines {places}); "
                 "add surrounding context to make it unique, or set replace_all.",
             )
-        return _apart(spans), level
+        kept = _apart(spans)
+        return kept, level, len(kept)
     message = f"{which}old_string was not found in {path}."
     if found is not None:  # match: "exact" was asked for
         line = text.count("\n", 0, found[1][0].start) + 1
