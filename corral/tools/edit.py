@@ -157,8 +157,8 @@ def _locate(
     message = f"{which}old_string was not found in {path}."
     if found is not None:  # match: "exact" was asked for
         line = text.count("\n", 0, found[1][0].start) + 1
-        message += (f" It matches at line {line} ignoring {_LOOSENED[found[0]]}; "
-                    "without match='exact' that match would be used.")
+        message += (f" It matches at line {line} ignoring {_LOOSENED[found[0]]}, which "
+                    "match='exact' does not allow.")
     else:
         message += matching.lesson(text, edit.old)
     raise CorralError("no_match", message)

@@ -111,8 +111,8 @@ def tolerant(text: str, old: str, new: str) -> tuple[str, list[Span]] | None:
     The levels are cumulative (a window found at one is found at every looser one),
     and a window is only taken if the loosest level finds no other: a block matched
     ignoring indentation must not win over the one the model meant, which differs
-    from it only in its curly quotes. So with more than one window at the loosest
-    level, those are returned, at that level, as the ambiguity."""
+    from it only in its curly quotes. So the windows returned are the loosest
+    level's, named by the strictest level that finds as many."""
     old_lines = [line.rstrip("\r") for line in old.split("\n")]
     whole = old.endswith("\n")
     if whole:

@@ -385,7 +385,9 @@ READ_TOOLS = [
             "true, call again with offset=next_offset; a line longer than max_bytes comes back "
             "cut, with next_byte_offset: read its rest with offset=start_line and "
             "byte_offset=next_byte_offset. Images (png, jpeg, gif, webp, bmp) come "
-            "back as an image; other binary files fail unless encoding is 'base64'. The result "
+            "back as an image; UTF-16/UTF-32 files and the workspace's legacy encodings come "
+            "back as text, result.encoding naming the file's encoding; other binary files "
+            "fail unless encoding is 'base64'. The result "
             "carries a version you can pass to write_file or edit_file as expected_version."
         ),
         input_schema=obj(
