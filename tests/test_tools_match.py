@@ -174,6 +174,12 @@ class TestBytesKept:
         edit(sb, ws, "o.txt", b"\xef\xbb\xbfname = 1\n", "name = 1", "name = 2")
         assert (ws / "o.txt").read_bytes() == b"\xef\xbb\xbfname = 2\n"
 
+    def test_utf8_bom_stays_when_line_one_matches_tolerantly(
+        self, sb: Sandbox, ws: Path
+    ) -> None:
+        edit(sb, ws, "o2.txt", b"\xef\xbb\xbfa = 1  \nb = 2\n", "a = 1\nb = 2\n", "c = 3\n")
+        assert (ws / "o2.txt").read_bytes() == b"\xef\xbb\xbfc = 3\n"
+
     @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
     def test_utf16_and_utf32_with_a_bom_are_text(
         self, sb: Sandbox, ws: Path, encoding: str

@@ -63,12 +63,13 @@ class Lines:
 
     @classmethod
     def of(cls, text: str) -> Lines:
-        pieces = text.split("\n")  # in C: a 100 KiB file in well under a millisecond
+        bom = 1 if text.startswith("\ufeff") else 0  # a UTF-8 BOM is no part of line 1
+        pieces = text[bom:].split("\n")  # in C: 100 KiB in well under a millisecond
         rest = pieces.pop()  # after the last "\n": a last line without an ending, or ""
         contents = [piece[:-1] if piece.endswith("\r") else piece for piece in pieces]
         if rest or not contents:
             contents.append(rest)  # it has no ending, so a "\r" at its end is content
-        starts = [0, *itertools.accumulate(len(piece) + 1 for piece in pieces)]
+        starts = list(itertools.accumulate((len(piece) + 1 for piece in pieces), initial=bom))
         return cls(text, contents, starts[: len(contents)])
 
     def content(self, index: int) -> str:
