@@ -137,6 +137,19 @@ class TestRefusals:
             "old_string was not found in l.py. The closest region is lines 20-22; line 21 "
             "differs: expected 'line21 = 99', found 'line21 = 21'.")
 
+    def test_a_line_like_the_first_is_the_closest(self, sb: Sandbox, ws: Path) -> None:
+        (ws / "l2.py").write_text("import os\n\ndef compute_total(items):\n    return 0\n")
+        error = err(sb, "edit_file", path="l2.py", old_string="def compute_totals(item):\n",
+                    new_string="x\n")
+        assert error["message"] == (
+            "old_string was not found in l2.py. The closest region is line 3; line 3 "
+            "differs: expected 'def compute_totals(item):', found 'def compute_total(items):'.")
+
+    def test_nothing_alike_names_no_region(self, sb: Sandbox, ws: Path) -> None:
+        (ws / "l3.py").write_text("import os\n")
+        error = err(sb, "edit_file", path="l3.py", old_string="zzzz qqqq\n", new_string="x")
+        assert error["message"] == "old_string was not found in l3.py."
+
     def test_the_lesson_is_bounded(self, sb: Sandbox, ws: Path) -> None:
         long = "x" * 100_000
         (ws / "m.py").write_text(f"a = 1\nb = '{long}'\n")
