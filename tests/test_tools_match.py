@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from corral import Sandbox
 from corral.config import ConfigError
 from corral.policy import Policy
-from corral.tools.matching import LESSON_LINE_CHARS
+from corral.tools.matching import LESSON_LINE_CHARS, MAX_WINDOWS
 from tests.conftest import err, ok
 
 _spec = importlib.util.spec_from_file_location(
@@ -118,6 +118,15 @@ class TestRefusals:
         assert error["code"] == "ambiguous_match"
         assert "2 places" in error["message"] and "lines 2, 4" in error["message"]
         assert (ws / "j.py").read_bytes() == data
+
+    def test_replace_all_has_a_bound_at_tolerant_levels(self, sb: Sandbox, ws: Path) -> None:
+        data = b"x  \n" * (MAX_WINDOWS + 1)
+        (ws / "j2.py").write_bytes(data)
+        error = err(sb, "edit_file", path="j2.py", old_string="x\n", new_string="y\n",
+                    replace_all=True)
+        assert error["code"] == "ambiguous_match"
+        assert f"more than {MAX_WINDOWS} places" in error["message"]
+        assert (ws / "j2.py").read_bytes() == data
 
     def test_match_exact_argument_turns_it_off(self, sb: Sandbox, ws: Path) -> None:
         (ws / "k.py").write_bytes(b"a\r\nb\r\n")

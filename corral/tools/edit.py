@@ -143,6 +143,12 @@ def _locate(
     found = matching.tolerant(text, edit.old, edit.new)
     if found is not None and tolerant:
         level, spans = found
+        if len(spans) > matching.MAX_WINDOWS:
+            raise CorralError(
+                "ambiguous_match",
+                f"{which}old_string is not in {path} as written; ignoring {_LOOSENED[level]} "
+                f"it matches more than {matching.MAX_WINDOWS} places; give the exact text.",
+            )
         if len(spans) > 1 and not edit.replace_all:
             places = ", ".join(str(text.count("\n", 0, span.start) + 1)
                                for span in spans[:SHOWN_PLACES])

@@ -25,11 +25,16 @@ from dataclasses import dataclass
 
 LEVELS = ("exact", "whitespace", "indentation", "unicode")  # loosest last
 TAB_WIDTHS = (4, 8, 2)  # tried in turn to relate tab and space indentation
+# Windows one level collects at most (more is "ambiguous", even for replace_all:
+# each costs a pass over old_string), so a file of equal lines cannot stall a call.
+MAX_WINDOWS = 100
 LESSON_LINE_CHARS = 120  # each of expected/found in a no_match message is cut to this
 # A line shared by more old lines than this (blank lines, lone braces) casts no vote
 # for the closest region: it says nothing about where the text was meant to be.
 COMMON_LINE_VOTES = 8
 LESSON_SCAN_LINES = 5_000  # file lines compared by similarity when no line matches at all
+# ...each by its start only: SequenceMatcher is quadratic in a line's length
+LESSON_COMPARE_CHARS = 200
 
 # Characters models and editors swap for ASCII ones, mapped one to one so offsets
 # stay put: quotes, dashes and minus signs, spaces that are not U+0020.
@@ -172,20 +177,27 @@ def _windows(
             replacement = reindented
         replacement = fit_endings(replacement, line_ending(lines.text, lines.starts[first]))
         spans.append(Span(lines.starts[first], end, replacement))
+        if len(spans) > MAX_WINDOWS:
+            break
     return spans
 
 
 def _starts(have: list[str], want: list[str]) -> Iterator[int]:
-    """Every index where `want` lies in `have` (list.index finds each candidate in C)."""
-    first = 0
+    """Every index where `want` lies in `have`. Candidates come from the line of
+    `want` that is rarest in `have` (a file of a million "}" lines must not make
+    every one a candidate), found by list.index, in C."""
+    counts = Counter(have)
+    anchor = min(range(len(want)), key=lambda index: counts[want[index]])
+    at = anchor
     while True:
         try:
-            first = have.index(want[0], first, len(have) - len(want) + 1)
+            at = have.index(want[anchor], at, len(have) - len(want) + anchor + 1)
         except ValueError:
             return
+        first = at - anchor
         if have[first : first + len(want)] == want:
             yield first
-        first += 1
+        at += 1
 
 
 @dataclass(frozen=True)
@@ -284,11 +296,11 @@ def _closest(lines: Lines, old: list[str]) -> int | None:
         return None
     import difflib  # only on this rare path: a miss where no line matches at all
 
-    target = _plain(old[anchor])
+    target = _plain(old[anchor])[:LESSON_COMPARE_CHARS]
     best, best_ratio = None, 0.6  # below this, a line is not "like" another
     matcher = difflib.SequenceMatcher(b=target, autojunk=False)
     for number in range(min(len(lines), LESSON_SCAN_LINES)):
-        matcher.set_seq1(_plain(lines.content(number)))
+        matcher.set_seq1(_plain(lines.content(number)[:LESSON_COMPARE_CHARS]))
         if matcher.real_quick_ratio() > best_ratio and matcher.quick_ratio() > best_ratio:
             ratio = matcher.ratio()
             if ratio > best_ratio:
