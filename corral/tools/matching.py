@@ -28,6 +28,7 @@ TAB_WIDTHS = (4, 8, 2)  # tried in turn to relate tab and space indentation
 # Windows one level collects at most (more is "ambiguous", even for replace_all:
 # each costs a pass over old_string), so a file of equal lines cannot stall a call.
 MAX_WINDOWS = 100
+ANCHOR_LINES = 8  # old_string's lines counted in the file to pick the rarest as anchor
 LESSON_LINE_CHARS = 120  # each of expected/found in a no_match message is cut to this
 # A line shared by more old lines than this (blank lines, lone braces) casts no vote
 # for the closest region: it says nothing about where the text was meant to be.
@@ -71,7 +72,8 @@ class Lines:
         bom = 1 if text.startswith("\ufeff") else 0  # a UTF-8 BOM is no part of line 1
         pieces = text[bom:].split("\n")  # in C: 100 KiB in well under a millisecond
         rest = pieces.pop()  # after the last "\n": a last line without an ending, or ""
-        contents = [piece[:-1] if piece.endswith("\r") else piece for piece in pieces]
+        contents = [piece[:-1] if piece.endswith("\r") else piece for piece in pieces] if (
+            "\r" in text) else pieces[:]
         if rest or not contents:
             contents.append(rest)  # it has no ending, so a "\r" at its end is content
         starts = list(itertools.accumulate((len(piece) + 1 for piece in pieces), initial=bom))
@@ -183,11 +185,11 @@ def _windows(
 
 
 def _starts(have: list[str], want: list[str]) -> Iterator[int]:
-    """Every index where `want` lies in `have`. Candidates come from the line of
-    `want` that is rarest in `have` (a file of a million "}" lines must not make
-    every one a candidate), found by list.index, in C."""
-    counts = Counter(have)
-    anchor = min(range(len(want)), key=lambda index: counts[want[index]])
+    """Every index where `want` lies in `have`. Candidates come from the rarest in
+    `have` of ANCHOR_LINES distinct lines of `want` (a file of a million "}" lines
+    must not make every one a candidate), counted and found by list methods, in C."""
+    distinct = list({line: index for index, line in reversed(list(enumerate(want)))}.items())
+    anchor = min(distinct[:ANCHOR_LINES], key=lambda item: have.count(item[0]))[1]
     at = anchor
     while True:
         try:
