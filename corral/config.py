@@ -539,10 +539,13 @@ class _Parser:
         modes = self.section(data, "tools")
         section = self.section(data, "policy", defaults=True)
         rules = self.rules(data.get("rules", []))
+        encodings = self.section(data, "workspace").get("fallback_encodings", ())
+        edit = self.section(data, "edit", defaults=True)
         return self.check(
             lambda: Policy(modes, rules, section["default_action"], section["path_regex"],
                            read_only, protected, hardlinks=section["hardlinks"],
-                           read_before_write=section["read_before_write"]),
+                           read_before_write=section["read_before_write"],
+                           fallback_encodings=encodings, edit_match=edit["match"]),
             "[[rules]]",
         )
 

@@ -27,12 +27,18 @@ returns its `Mcp-Session-Id`; later requests name it (an id another tenant
 holds is unknown here: 404). Requests of the stateless revision (2026-07-28)
 need no session: they share one per tenant, in which each request gets an id of
 its own (a client's ids are its own: two clients may both count from 1), given
-back to the client in the answer. Every response is one JSON body
-(no server-sent events): the server never starts requests of its own over
-HTTP, so a handshake client's supervised call fails `approval_required`, while
-the stateless revision asks inside results (`input_required`). A client that
-disconnects while its call runs cancels it (a queued call never runs; a running
-one has its worker killed).
+back to the client in the answer. A response is one JSON body, unless a
+handshake session's call asks its client something first (an approval, the
+client's roots): then the answer is an event stream that carries the
+question, and the response once the client has POSTed its answer (a request
+that does not accept text/event-stream cannot be asked: its supervised call
+fails `approval_required`). The stateless revision asks inside results
+(`input_required`). A client that disconnects while its call runs cancels it
+(a queued call never runs; a running one has its worker killed).
+
+Each session's core (mcp_core, sans-I/O) is run by a mcp_threads.SessionDriver
+on the tenant's call threads; what it says goes to the request it belongs to
+(HttpSession.channels), and the event loop writes it out (_Answer).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import secrets
 import socket
 import sys
 import threading
+import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,13 +61,19 @@ from corral import jsonfast
 from corral.config import ConfigError, Remedy
 from corral.http_guard import RETRY_AFTER_S, guarded
 from corral.mcp_core import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
+    Action,
+    Drop,
     McpSession,
+    Reply,
+    Run,
     error_response,
     valid_id,
 )
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
+from corral.mcp_threads import SessionDriver
 from corral.pool import Pool
 from corral.sandbox.waiting import Cancel, WaitPolicy
 from corral.stdio import parse_line
@@ -114,6 +127,39 @@ def said_to_a_tenant(remedy: Remedy) -> str:
             "of the tenants file)")
 
 
+class HttpSession:
+    """One MCP session of a tenant's: its core, the driver that runs it on the
+    tenant's call threads, and the requests waiting for their answers."""
+
+    def __init__(self, session: McpSession, threads: ThreadPoolExecutor) -> None:
+        self.core = session
+        self.driver = SessionDriver(session, deliver=self._deliver, spawn=self.spawn)
+        self._threads = threads
+        # A request's id in this session -> where its answer (and the questions of
+        # its call) go, and the handle that gives up on its call. Each key is added
+        # and removed by the one request that owns it (single dict operations).
+        self.channels: dict[str | int, Callable[[Action], None]] = {}
+        self.cancels: dict[str | int, Cancel] = {}
+
+    def spawn(self, run: Run) -> None:
+        wait = WaitPolicy(cancel=self.cancels.get(run.call))
+        self._threads.submit(self.driver.execute, run, wait)
+
+    def _deliver(self, action: Action, own: Callable[[Action], None]) -> None:
+        key = action.message.get("id") if isinstance(action, Reply) else action.call
+        if key is None:
+            own(action)  # an error for a message with no usable id: its own request's
+            return
+        channel = self.channels.get(key) if valid_id(key) else None
+        if channel is not None:
+            channel(action)
+        # else its client has gone: nobody to tell (a question then times out)
+
+    def end(self) -> None:
+        self.driver.close()
+        threading.Thread(target=self.core.shut, daemon=True).start()  # waits for its calls
+
+
 class TenantState:
     """A tenant's sessions and call threads; sandboxes come from the shared pool."""
 
@@ -124,14 +170,18 @@ class TenantState:
         self.protected = protected
         self.max_requests = max_requests
         self.in_progress = 0  # requests admitted and not yet done; on the event loop only
-        self.sessions: OrderedDict[str, McpSession] = OrderedDict()
-        self.stateless: McpSession | None = None
+        # Requests whose call waits for its client's answer (an open event stream, no
+        # thread): at most max_requests may ask at once, so a tenant's questions hold
+        # a bounded share of the server's connections. On the event loop only.
+        self.asking = 0
+        self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
+        self.stateless: HttpSession | None = None
         self.lock = threading.Lock()
         self.threads = ThreadPoolExecutor(
             CALL_THREADS_PER_TENANT, thread_name_prefix=f"corral-{tenant.name}"
         )
 
-    def new_session(self) -> McpSession:
+    def new_session(self) -> HttpSession:
         def open_sandbox(approve: Callable[[dict[str, Any]], bool]) -> Any:
             # read each time: the workspace's own corral.toml may narrow it meanwhile
             config = tenant_config(self.tenant)
@@ -140,10 +190,9 @@ class TenantState:
             return self.pool.sandbox_from_config(
                 config, approve=approve, policy=config.policy.protecting(*self.protected))
 
-        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False,
-                          say_remedy=said_to_a_tenant)
+        return HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant), self.threads)
 
-    def open(self) -> tuple[str, McpSession]:
+    def open(self) -> tuple[str, HttpSession]:
         session = self.new_session()
         session_id = secrets.token_urlsafe(24)
         with self.lock:
@@ -152,10 +201,10 @@ class TenantState:
             while len(self.sessions) > MAX_SESSIONS_PER_TENANT:
                 evicted.append(self.sessions.popitem(last=False)[1])
         for old in evicted:
-            _end(old)
+            old.end()
         return session_id, session
 
-    def find(self, session_id: str) -> McpSession | None:
+    def find(self, session_id: str) -> HttpSession | None:
         with self.lock:
             session = self.sessions.get(session_id)
             if session is not None:
@@ -167,10 +216,10 @@ class TenantState:
             session = self.sessions.pop(session_id, None)
         if session is None:
             return False
-        _end(session)
+        session.end()
         return True
 
-    def shared(self) -> McpSession:
+    def shared(self) -> HttpSession:
         with self.lock:
             if self.stateless is None:
                 self.stateless = self.new_session()
@@ -182,13 +231,8 @@ class TenantState:
             self.sessions.clear()
             self.stateless = None
         for session in sessions:
-            _end(session)
+            session.end()
         self.threads.shutdown(wait=True)
-
-
-def _end(session: McpSession) -> None:
-    session.close()
-    threading.Thread(target=session.shut, daemon=True).start()  # waits for its calls
 
 
 class HttpFace:
@@ -298,11 +342,13 @@ class HttpFace:
         except BaseException:
             state.in_progress -= 1
             raise
-        await self._run(state, session, message, receive, send, new_id, client_id)
+        # A question to a handshake client travels in the answer's event stream.
+        streams = "text/event-stream" in accept and state.asking < state.max_requests
+        await self._run(state, session, message, receive, send, new_id, client_id, streams)
 
     def _route(
         self, state: TenantState, headers: dict[str, str], message: dict[str, Any]
-    ) -> tuple[McpSession, str | None, Any, dict[str, Any]]:
+    ) -> tuple[HttpSession, str | None, Any, dict[str, Any]]:
         """(the session that serves `message`, the id of a session it opens, the
         client's own request id when the shared session serves it under another,
         the message to hand it)."""
@@ -332,16 +378,33 @@ class HttpFace:
         return state.shared(), None, message["id"], ours
 
     async def _run(
-        self, state: TenantState, session: McpSession, message: dict[str, Any],
-        receive: Receive, send: Send, new_id: str | None, client_id: Any,
+        self, state: TenantState, session: HttpSession, message: dict[str, Any],
+        receive: Receive, send: Send, new_id: str | None, client_id: Any, streams: bool,
     ) -> None:
         """Hand `message` to a call thread of the tenant's and answer; the request
-        counts against the tenant's bound until it is answered, or, if its client
-        has gone, until its call is over."""
-        reply, future = _reply_future()
+        counts against the tenant's bound until it is answered, or until the work
+        it started on a call thread is over (a call waiting for its client's
+        answer holds no thread)."""
+        loop = asyncio.get_running_loop()
+        actions: asyncio.Queue[Action] = asyncio.Queue()
+
+        def put(action: Action) -> None:
+            loop.call_soon_threadsafe(actions.put_nowait, action)
+
+        key = message["id"] if "method" in message and valid_id(message.get("id")) else None
+        if key is not None and key in session.channels:
+            # two open requests with one id: their answers could not be told apart
+            state.in_progress -= 1
+            await _respond(send, 200, _encode(error_response(
+                key, INVALID_REQUEST, f"request id {key!r} is already in use")),
+                {"content-type": "application/json"})
+            return
         cancel = Cancel()
-        work = asyncio.get_running_loop().run_in_executor(
-            state.threads, _handle, session, message, reply, cancel
+        if key is not None:
+            session.channels[key] = put
+            session.cancels[key] = cancel
+        work = loop.run_in_executor(
+            state.threads, _handle, session, message, put, cancel, streams, key
         )
         counted = True
 
@@ -353,37 +416,60 @@ class HttpFace:
 
         work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
-        answered: set[asyncio.Future[Any]] = {future, gone}
+        answer = _Answer(send, new_id, client_id, state)
         try:
-            await asyncio.wait({*answered, work}, return_when=asyncio.FIRST_COMPLETED)
-            if not future.done() and not gone.done():
-                await asyncio.wait(answered, timeout=0 if work.done() else None,
-                                   return_when=asyncio.FIRST_COMPLETED)
+            if await self._answer(actions, work, gone, answer, key):
+                if new_id and answer.failed:  # a failed initialize opens no session
+                    state.end(new_id)
+                return
+            if gone.done() and not gone.cancelled() and key is not None:
+                # the client went away: its call is cancelled (queued: never runs;
+                # running: its worker is killed) and nobody is left to answer
+                cancel.cancel()
+                session.driver.handle({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                       "params": {"requestId": key}})
         finally:
+            left = gone.done() and not gone.cancelled()
             gone.cancel()
-        if future.done():
-            answer = future.result()
-            if new_id and "error" in answer:  # a failed initialize opens no session
-                state.end(new_id)
-                new_id = None
-            extra = {SESSION_HEADER: new_id} if new_id else {}
-            if client_id is not None:
-                answer = {**answer, "id": client_id}
-            try:
-                await _respond(send, 200, _encode(answer), {
-                    "content-type": "application/json", **extra})
-            finally:
-                release()
-            return
-        if gone.done() and not gone.cancelled():
-            # the client went away: its call is cancelled (queued: never runs; running:
-            # its worker is killed) and nobody is left to answer
-            cancel.cancel()
-            if "id" in message:
-                session.handle({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                "params": {"requestId": message["id"]}}, lambda _r: None)
-            return
-        await _respond(send, 202, b"", {})  # a notification or a response: nothing to say
+            if not left:
+                release()  # else it counts until its work is over (work's callback)
+            answer.done()
+            if key is not None:
+                session.channels.pop(key, None)
+                session.cancels.pop(key, None)
+
+    async def _answer(
+        self, actions: asyncio.Queue[Action], work: asyncio.Future[None],
+        gone: asyncio.Future[None], answer: _Answer, key: str | int | None,
+    ) -> bool:
+        """Send what the session says for this request: its answer as one JSON
+        body, or, once its call asks the client something first, an event stream
+        of the questions and then the answer. False if the client went away."""
+        while True:
+            getter = asyncio.ensure_future(actions.get())
+            waits: set[asyncio.Future[Any]] = {getter, gone}
+            if not work.done():
+                waits.add(work)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                if await answer.send(getter.result()):
+                    return True
+                continue
+            getter.cancel()
+            if gone.done():
+                return False
+            if not actions.empty():
+                continue  # said just before the work ended
+            if work.exception() is not None:  # a bug, reported on stderr: not left hanging
+                if key is None:
+                    await answer.nothing()
+                else:
+                    await answer.send(Reply(error_response(key, INTERNAL_ERROR, "internal error")))
+                return True
+            if key is None:
+                await answer.nothing()  # a notification or a response: nothing to say
+                return True
+            # else the call waits for its client's answer: its answer comes later
 
     async def _body(self, headers: dict[str, str], receive: Receive) -> bytes:
         declared = headers.get("content-length")
@@ -419,28 +505,78 @@ class HttpFace:
 
 
 def _handle(
-    session: McpSession, message: dict[str, Any], reply: Callable[[dict[str, Any]], None],
-    cancel: Cancel,
+    session: HttpSession, message: dict[str, Any], put: Callable[[Action], None],
+    cancel: Cancel, streams: bool, key: str | int | None,
 ) -> None:
     """On a tenant's thread: the message, and the call it starts, which `cancel`
-    may give up on (a cancelled call leaves the queue, or its worker is killed)."""
-    job = session.handle(message, reply)
-    if job is not None:
-        job(WaitPolicy(cancel=cancel))
+    may give up on (a cancelled call leaves the queue, or its worker is killed).
+    Calls the message lets go on (an answer to a question) run on other threads."""
+    try:
+        for run in session.driver.handle(message, put, can_ask=streams):
+            if run.call == key:
+                session.driver.execute(run, WaitPolicy(cancel=cancel))
+            else:
+                session.spawn(run)
+    except Exception:
+        traceback.print_exc()  # a host-side bug: the request is answered "internal error"
+        raise
 
 
-def _reply_future() -> tuple[Callable[[dict[str, Any]], None], asyncio.Future[dict[str, Any]]]:
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[dict[str, Any]] = loop.create_future()
+class _Answer:
+    """One request's HTTP answer: a JSON body, or an event stream once a question
+    comes before the answer."""
 
-    def settle(response: dict[str, Any]) -> None:
-        if not future.done():
-            future.set_result(response)
+    def __init__(
+        self, send: Send, new_id: str | None, client_id: Any, state: TenantState
+    ) -> None:
+        self._send = send
+        self._new_id = new_id
+        self._client_id = client_id  # the id to answer under, if not the message's own
+        self._state = state
+        self._streaming = False
+        self.failed = False
 
-    def reply(response: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(settle, response)
+    def done(self) -> None:
+        if self._streaming:
+            self._state.asking -= 1
+            self._streaming = False
 
-    return reply, future
+    def _headers(self, kind: str) -> dict[str, str]:
+        extra = {SESSION_HEADER: self._new_id} if self._new_id and not self.failed else {}
+        return {"content-type": kind, **extra}
+
+    async def send(self, action: Action) -> bool:
+        """Carry one action out; True once the request is answered."""
+        if isinstance(action, Drop):  # withdrawn: nothing more to say
+            if self._streaming:
+                await self._send({"type": "http.response.body", "body": b""})
+            else:
+                await self.nothing()
+            return True
+        assert not isinstance(action, Run)  # a face runs those itself
+        message = action.message
+        if isinstance(action, Reply):
+            self.failed = "error" in message
+            if self._client_id is not None:
+                message = {**message, "id": self._client_id}
+        if not self._streaming and isinstance(action, Reply):
+            await _respond(send=self._send, status=200, body=_encode(message),
+                           headers=self._headers("application/json"))
+            return True
+        if not self._streaming:
+            self._streaming = True
+            self._state.asking += 1
+            raw = [(k.encode("latin-1"), v.encode("latin-1"))
+                   for k, v in self._headers("text/event-stream").items()]
+            raw.append((b"cache-control", b"no-store"))
+            await self._send({"type": "http.response.start", "status": 200, "headers": raw})
+        done = isinstance(action, Reply)
+        await self._send({"type": "http.response.body", "more_body": not done,
+                          "body": b"event: message\ndata: " + _encode(message) + b"\n\n"})
+        return done
+
+    async def nothing(self) -> None:
+        await _respond(self._send, 202, b"", {})
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -21,7 +21,7 @@ from corral.config import (
     load_config,
 )
 from corral.config_keys import KEYS, SECTION_KEYS, Key
-from corral.trust import narrow
+from corral.trust import narrow, policy_field
 
 VALUE_TYPES = {"audit": AuditOptions, "limits": Limits, "sandbox": SandboxOptions,
                "history": HistoryOptions}
@@ -56,8 +56,9 @@ def in_effect(config: Config, key: Key) -> Any:
     """The value `key` has in `config`, read through the public types."""
     if key.section == "tools":
         return config.policy.tool_mode(key.name, writes=False)
-    if key.section in ("workspace", "policy"):
-        return getattr(config.policy, key.name)
+    field = policy_field(key)
+    if field is not None:
+        return getattr(config.policy, field)
     return getattr(getattr(config, key.section), key.name)
 
 
