@@ -3,14 +3,13 @@ UTF-16/32, fallback encodings), through Sandbox.call: real confined workers."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.config import ConfigError
@@ -18,151 +17,161 @@ from corral.policy import Policy
 from corral.tools.matching import LESSON_LINE_CHARS, MAX_WINDOWS
 from tests.conftest import err, ok
 
-_spec = importlib.util.spec_from_file_location(
-    "drift_corpus", Path(__file__).resolve().parent.parent / "scripts" / "drift_corpus.py"
-)
-assert _spec is not None and _spec.loader is not None
-drift_corpus = importlib.util.module_from_spec(_spec)
-sys.modules["drift_corpus"] = drift_corpus  # its dataclasses look their module up
-_spec.loader.exec_module(drift_corpus)
+drift_corpus = load_script("drift_corpus")
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def match_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("match")
 
 
 @pytest.fixture(scope="module")
-def sb(ws: Path) -> Iterator[Sandbox]:
-    with Sandbox(ws, policy=Policy(fallback_encodings=("cp1252",))) as sandbox:
+def cp1252_sb(match_ws: Path) -> Iterator[Sandbox]:
+    with Sandbox(match_ws, policy=Policy(fallback_encodings=("cp1252",))) as sandbox:
         yield sandbox
 
 
-def edit(sb: Sandbox, ws: Path, name: str, data: bytes, old: str, new: str,
+def edit(cp1252_sb: Sandbox, match_ws: Path, name: str, data: bytes, old: str, new: str,
          **more: object) -> dict[str, object]:
-    (ws / name).write_bytes(data)
-    return ok(sb, "edit_file", path=name, old_string=old, new_string=new, **more)["result"]
+    (match_ws / name).write_bytes(data)
+    return ok(cp1252_sb, "edit_file", path=name, old_string=old, new_string=new, **more)["result"]
 
 
 class TestLadder:
-    def test_exact_is_reported(self, sb: Sandbox, ws: Path) -> None:
-        result = edit(sb, ws, "a.py", b"x = 1\ny = 2\n", "y = 2", "y = 3")
+    def test_exact_is_reported(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        result = edit(cp1252_sb, match_ws, "a.py", b"x = 1\ny = 2\n", "y = 2", "y = 3")
         assert result["match"] == "exact"
-        assert (ws / "a.py").read_bytes() == b"x = 1\ny = 3\n"
+        assert (match_ws / "a.py").read_bytes() == b"x = 1\ny = 3\n"
 
-    def test_trailing_whitespace(self, sb: Sandbox, ws: Path) -> None:
-        result = edit(sb, ws, "b.py", b"if a:  \n    go()\t\nend\n", "if a:\n    go()\n",
-                      "if b:\n    go()\n")
+    def test_trailing_whitespace(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        result = edit(
+            cp1252_sb,
+            match_ws,
+            "b.py",
+            b"if a:  \n    go()\t\nend\n",
+            "if a:\n    go()\n",
+            "if b:\n    go()\n",
+        )
         assert result["match"] == "whitespace"
-        assert (ws / "b.py").read_bytes() == b"if b:\n    go()\nend\n"
+        assert (match_ws / "b.py").read_bytes() == b"if b:\n    go()\nend\n"
 
-    def test_line_endings_and_crlf_kept(self, sb: Sandbox, ws: Path) -> None:
-        result = edit(sb, ws, "c.py", b"one\r\ntwo\r\nthree\r\n", "one\ntwo\n",
+    def test_line_endings_and_crlf_kept(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        result = edit(cp1252_sb, match_ws, "c.py", b"one\r\ntwo\r\nthree\r\n", "one\ntwo\n",
                       "one\n1.5\ntwo\n")
         assert result["match"] == "whitespace"
-        assert (ws / "c.py").read_bytes() == b"one\r\n1.5\r\ntwo\r\nthree\r\n"
+        assert (match_ws / "c.py").read_bytes() == b"one\r\n1.5\r\ntwo\r\nthree\r\n"
 
-    def test_tabs_for_spaces_reindents_with_tabs(self, sb: Sandbox, ws: Path) -> None:
+    def test_tabs_for_spaces_reindents_with_tabs(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
         data = b"func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n"
-        result = edit(sb, ws, "d.go", data, "    if x {\n        return 1\n",
+        result = edit(cp1252_sb, match_ws, "d.go", data, "    if x {\n        return 1\n",
                       "    if x {\n        log()\n        return 2\n")
         assert result["match"] == "indentation"
-        assert (ws / "d.go").read_bytes() == (
+        assert (match_ws / "d.go").read_bytes() == (
             b"func f() {\n\tif x {\n\t\tlog()\n\t\treturn 2\n\t}\n}\n")
 
-    def test_wrong_indent_level_is_shifted_back(self, sb: Sandbox, ws: Path) -> None:
+    def test_wrong_indent_level_is_shifted_back(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
         data = b"class A:\n    def f(self):\n        return 1\n"
-        result = edit(sb, ws, "e.py", data, "def f(self):\n    return 1\n",
+        result = edit(cp1252_sb, match_ws, "e.py", data, "def f(self):\n    return 1\n",
                       "def f(self):\n    if self:\n        return 2\n    return 1\n")
         assert result["match"] == "indentation"
-        assert (ws / "e.py").read_bytes() == (
+        assert (match_ws / "e.py").read_bytes() == (
             b"class A:\n    def f(self):\n        if self:\n            return 2\n"
             b"        return 1\n")
 
-    def test_a_differently_nested_block_is_no_match(self, sb: Sandbox, ws: Path) -> None:
+    def test_a_differently_nested_block_is_no_match(
+        self, cp1252_sb: Sandbox, match_ws: Path
+    ) -> None:
         # same lines, other structure: not one shift, so not the same block
-        (ws / "f.py").write_bytes(b"if a:\n    b()\n")
-        error = err(sb, "edit_file", path="f.py", old_string="if a:\nb()\n", new_string="x\n")
+        (match_ws / "f.py").write_bytes(b"if a:\n    b()\n")
+        error = err(
+            cp1252_sb, "edit_file", path="f.py", old_string="if a:\nb()\n", new_string="x\n"
+        )
         assert error["code"] == "no_match"
-        assert (ws / "f.py").read_bytes() == b"if a:\n    b()\n"
+        assert (match_ws / "f.py").read_bytes() == b"if a:\n    b()\n"
 
-    def test_unicode_lookalikes(self, sb: Sandbox, ws: Path) -> None:
+    def test_unicode_lookalikes(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
         data = "msg = \u201chello\u201d  # it\u2019s a \u2013 b\n".encode()
-        result = edit(sb, ws, "g.py", data, "msg = \"hello\"  # it's a - b\n",
+        result = edit(cp1252_sb, match_ws, "g.py", data, "msg = \"hello\"  # it's a - b\n",
                       "msg = \"bye\"\n")
         assert result["match"] == "unicode"
-        assert (ws / "g.py").read_bytes() == b'msg = "bye"\n'
+        assert (match_ws / "g.py").read_bytes() == b'msg = "bye"\n'
 
-    def test_several_edits_report_the_loosest(self, sb: Sandbox, ws: Path) -> None:
-        (ws / "h.py").write_bytes(b"a = 1\n    b = 2\n    c = 3\n")
-        result = ok(sb, "edit_file", path="h.py", edits=[
+    def test_several_edits_report_the_loosest(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        (match_ws / "h.py").write_bytes(b"a = 1\n    b = 2\n    c = 3\n")
+        result = ok(cp1252_sb, "edit_file", path="h.py", edits=[
             {"old_string": "a = 1", "new_string": "a = 3"},
             {"old_string": "b = 2\nc = 3\n", "new_string": "b = 4\nc = 5\n"},
         ])["result"]
         assert result["match"] == "indentation"
-        assert (ws / "h.py").read_bytes() == b"a = 3\n    b = 4\n    c = 5\n"
+        assert (match_ws / "h.py").read_bytes() == b"a = 3\n    b = 4\n    c = 5\n"
 
-    def test_replace_all_at_a_tolerant_level(self, sb: Sandbox, ws: Path) -> None:
-        result = edit(sb, ws, "i.py", b"x()  \ny\nx()\t\n", "x()\n", "z()\n", replace_all=True)
+    def test_replace_all_at_a_tolerant_level(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        result = edit(
+            cp1252_sb, match_ws, "i.py", b"x()  \ny\nx()\t\n", "x()\n", "z()\n", replace_all=True
+        )
         assert (result["match"], result["replacements"]) == ("whitespace", 2)
-        assert (ws / "i.py").read_bytes() == b"z()\ny\nz()\n"
+        assert (match_ws / "i.py").read_bytes() == b"z()\ny\nz()\n"
 
 
 class TestRefusals:
     def test_ambiguous_at_a_tolerant_level_is_never_guessed(
-        self, sb: Sandbox, ws: Path
+        self, cp1252_sb: Sandbox, match_ws: Path
     ) -> None:
         data = b"def a():\n    run()  \ndef b():\n        run()\t\n"
-        (ws / "j.py").write_bytes(data)
-        error = err(sb, "edit_file", path="j.py", old_string="run()\n", new_string="stop()\n")
+        (match_ws / "j.py").write_bytes(data)
+        error = err(
+            cp1252_sb, "edit_file", path="j.py", old_string="run()\n", new_string="stop()\n"
+        )
         assert error["code"] == "ambiguous_match"
         assert "2 places" in error["message"] and "lines 2, 4" in error["message"]
-        assert (ws / "j.py").read_bytes() == data
+        assert (match_ws / "j.py").read_bytes() == data
 
-    def test_replace_all_has_a_bound_at_tolerant_levels(self, sb: Sandbox, ws: Path) -> None:
+    def test_replace_all_has_a_bound_at_tolerant_levels(
+        self, cp1252_sb: Sandbox, match_ws: Path
+    ) -> None:
         data = b"x  \n" * (MAX_WINDOWS + 1)
-        (ws / "j2.py").write_bytes(data)
-        error = err(sb, "edit_file", path="j2.py", old_string="x\n", new_string="y\n",
+        (match_ws / "j2.py").write_bytes(data)
+        error = err(cp1252_sb, "edit_file", path="j2.py", old_string="x\n", new_string="y\n",
                     replace_all=True)
         assert error["code"] == "ambiguous_match"
         assert f"more than {MAX_WINDOWS} places" in error["message"]
-        assert (ws / "j2.py").read_bytes() == data
+        assert (match_ws / "j2.py").read_bytes() == data
 
-    def test_match_exact_argument_turns_it_off(self, sb: Sandbox, ws: Path) -> None:
-        (ws / "k.py").write_bytes(b"a\r\nb\r\n")
-        error = err(sb, "edit_file", path="k.py", old_string="a\nb\n", new_string="c\n",
+    def test_match_exact_argument_turns_it_off(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        (match_ws / "k.py").write_bytes(b"a\r\nb\r\n")
+        error = err(cp1252_sb, "edit_file", path="k.py", old_string="a\nb\n", new_string="c\n",
                     match="exact")
         assert error["code"] == "no_match"
         assert "at line 1 ignoring trailing whitespace" in error["message"]
-        assert (ws / "k.py").read_bytes() == b"a\r\nb\r\n"
+        assert (match_ws / "k.py").read_bytes() == b"a\r\nb\r\n"
 
-    def test_no_match_names_the_closest_region(self, sb: Sandbox, ws: Path) -> None:
+    def test_no_match_names_the_closest_region(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
         body = "".join(f"line{n} = {n}\n" for n in range(1, 40))
-        (ws / "l.py").write_text(body)
-        error = err(sb, "edit_file", path="l.py", old_string="line20 = 20\nline21 = 99\n"
+        (match_ws / "l.py").write_text(body)
+        error = err(cp1252_sb, "edit_file", path="l.py", old_string="line20 = 20\nline21 = 99\n"
                     "line22 = 22\n", new_string="x\n")
         assert error["code"] == "no_match"
         assert error["message"] == (
             "old_string was not found in l.py. The closest region is lines 20-22; line 21 "
             "differs: expected 'line21 = 99', found 'line21 = 21'.")
 
-    def test_a_line_like_the_first_is_the_closest(self, sb: Sandbox, ws: Path) -> None:
-        (ws / "l2.py").write_text("import os\n\ndef compute_total(items):\n    return 0\n")
-        error = err(sb, "edit_file", path="l2.py", old_string="def compute_totals(item):\n",
+    def test_a_line_like_the_first_is_the_closest(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        (match_ws / "l2.py").write_text("import os\n\ndef compute_total(items):\n    return 0\n")
+        error = err(cp1252_sb, "edit_file", path="l2.py", old_string="def compute_totals(item):\n",
                     new_string="x\n")
         assert error["message"] == (
             "old_string was not found in l2.py. The closest region is line 3; line 3 "
             "differs: expected 'def compute_totals(item):', found 'def compute_total(items):'.")
 
-    def test_nothing_alike_names_no_region(self, sb: Sandbox, ws: Path) -> None:
-        (ws / "l3.py").write_text("import os\n")
-        error = err(sb, "edit_file", path="l3.py", old_string="zzzz qqqq\n", new_string="x")
+    def test_nothing_alike_names_no_region(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        (match_ws / "l3.py").write_text("import os\n")
+        error = err(cp1252_sb, "edit_file", path="l3.py", old_string="zzzz qqqq\n", new_string="x")
         assert error["message"] == "old_string was not found in l3.py."
 
-    def test_the_lesson_is_bounded(self, sb: Sandbox, ws: Path) -> None:
+    def test_the_lesson_is_bounded(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
         long = "x" * 100_000
-        (ws / "m.py").write_text(f"a = 1\nb = '{long}'\n")
-        error = err(sb, "edit_file", path="m.py", old_string=f"a = 1\nb = '{long}y'\n",
+        (match_ws / "m.py").write_text(f"a = 1\nb = '{long}'\n")
+        error = err(cp1252_sb, "edit_file", path="m.py", old_string=f"a = 1\nb = '{long}y'\n",
                     new_string="z\n")
         assert error["code"] == "no_match"
         assert "line 2 differs" in error["message"]
@@ -188,47 +197,65 @@ def test_a_workspace_config_naming_an_unknown_encoding_is_refused(tmp_path: Path
 
 
 class TestBytesKept:
-    def test_crlf_new_lines_in_an_exact_edit(self, sb: Sandbox, ws: Path) -> None:
-        edit(sb, ws, "n.txt", b"a\r\nb\r\n", "b", "b\nc")
-        assert (ws / "n.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
+    def test_crlf_new_lines_in_an_exact_edit(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        edit(cp1252_sb, match_ws, "n.txt", b"a\r\nb\r\n", "b", "b\nc")
+        assert (match_ws / "n.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
 
-    def test_utf8_bom_stays(self, sb: Sandbox, ws: Path) -> None:
-        edit(sb, ws, "o.txt", b"\xef\xbb\xbfname = 1\n", "name = 1", "name = 2")
-        assert (ws / "o.txt").read_bytes() == b"\xef\xbb\xbfname = 2\n"
+    def test_utf8_bom_stays(self, cp1252_sb: Sandbox, match_ws: Path) -> None:
+        edit(cp1252_sb, match_ws, "o.txt", b"\xef\xbb\xbfname = 1\n", "name = 1", "name = 2")
+        assert (match_ws / "o.txt").read_bytes() == b"\xef\xbb\xbfname = 2\n"
 
     def test_utf8_bom_stays_when_line_one_matches_tolerantly(
-        self, sb: Sandbox, ws: Path
+        self, cp1252_sb: Sandbox, match_ws: Path
     ) -> None:
-        edit(sb, ws, "o2.txt", b"\xef\xbb\xbfa = 1  \nb = 2\n", "a = 1\nb = 2\n", "c = 3\n")
-        assert (ws / "o2.txt").read_bytes() == b"\xef\xbb\xbfc = 3\n"
+        edit(
+            cp1252_sb,
+            match_ws,
+            "o2.txt",
+            b"\xef\xbb\xbfa = 1  \nb = 2\n",
+            "a = 1\nb = 2\n",
+            "c = 3\n",
+        )
+        assert (match_ws / "o2.txt").read_bytes() == b"\xef\xbb\xbfc = 3\n"
 
     @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
     def test_utf16_and_utf32_with_a_bom_are_text(
-        self, sb: Sandbox, ws: Path, encoding: str
+        self, cp1252_sb: Sandbox, match_ws: Path, encoding: str
     ) -> None:
         bom = "\ufeff".encode(encoding)
-        (ws / "p.txt").write_bytes(bom + "caf\u00e9\r\n\u65e5\u672c\r\n".encode(encoding))
-        read = ok(sb, "read_file", path="p.txt")["result"]
+        (match_ws / "p.txt").write_bytes(bom + "caf\u00e9\r\n\u65e5\u672c\r\n".encode(encoding))
+        read = ok(cp1252_sb, "read_file", path="p.txt")["result"]
         assert (read["encoding"], read["content"]) == (encoding, "caf\u00e9\r\n\u65e5\u672c\r\n")
-        ok(sb, "edit_file", path="p.txt", old_string="caf\u00e9\n", new_string="tea\n\u2615\n")
-        assert (ws / "p.txt").read_bytes() == bom + "tea\r\n\u2615\r\n\u65e5\u672c\r\n".encode(
-            encoding)
+        ok(
+            cp1252_sb,
+            "edit_file",
+            path="p.txt",
+            old_string="caf\u00e9\n",
+            new_string="tea\n\u2615\n",
+        )
+        assert (
+            match_ws / "p.txt"
+        ).read_bytes() == bom + "tea\r\n\u2615\r\n\u65e5\u672c\r\n".encode(encoding)
 
-    def test_fallback_encoding_reads_and_edits_in_it(self, sb: Sandbox, ws: Path) -> None:
-        (ws / "q.txt").write_bytes(b"caf\xe9\nna\xefve\n")
-        read = ok(sb, "read_file", path="q.txt")["result"]
+    def test_fallback_encoding_reads_and_edits_in_it(
+        self, cp1252_sb: Sandbox, match_ws: Path
+    ) -> None:
+        (match_ws / "q.txt").write_bytes(b"caf\xe9\nna\xefve\n")
+        read = ok(cp1252_sb, "read_file", path="q.txt")["result"]
         assert (read["encoding"], read["content"], read["size"]) == (
             "cp1252", "caf\u00e9\nna\u00efve\n", 11)
-        ok(sb, "edit_file", path="q.txt", old_string="na\u00efve", new_string="\u20ac5")
-        assert (ws / "q.txt").read_bytes() == b"caf\xe9\n\x805\n"
+        ok(cp1252_sb, "edit_file", path="q.txt", old_string="na\u00efve", new_string="\u20ac5")
+        assert (match_ws / "q.txt").read_bytes() == b"caf\xe9\n\x805\n"
 
-    def test_text_the_encoding_cannot_hold_writes_nothing(self, sb: Sandbox, ws: Path) -> None:
-        (ws / "r.txt").write_bytes(b"caf\xe9\n")
-        error = err(sb, "edit_file", path="r.txt", old_string="caf\u00e9",
+    def test_text_the_encoding_cannot_hold_writes_nothing(
+        self, cp1252_sb: Sandbox, match_ws: Path
+    ) -> None:
+        (match_ws / "r.txt").write_bytes(b"caf\xe9\n")
+        error = err(cp1252_sb, "edit_file", path="r.txt", old_string="caf\u00e9",
                     new_string="\u65e5\u672c")
         assert error["code"] == "invalid_arguments"
         assert "cp1252" in error["message"] and "new_string" in error["message"]
-        assert (ws / "r.txt").read_bytes() == b"caf\xe9\n"
+        assert (match_ws / "r.txt").read_bytes() == b"caf\xe9\n"
 
     def test_without_fallbacks_a_legacy_file_is_binary(self, tmp_path: Path) -> None:
         (tmp_path / "s.txt").write_bytes(b"caf\xe9\n")
@@ -254,7 +281,12 @@ LINES = st.lists(st.tuples(st.sampled_from(["", "    ", "\t", "        "]),
 @given(lines=LINES, crlf=st.booleans(), encoding=st.sampled_from(sorted(ENCODINGS)),
        data=st.data())
 def test_bytes_outside_the_edited_region_are_unchanged(
-    sb: Sandbox, ws: Path, lines: list[str], crlf: bool, encoding: str, data: st.DataObject
+    cp1252_sb: Sandbox,
+    match_ws: Path,
+    lines: list[str],
+    crlf: bool,
+    encoding: str,
+    data: st.DataObject,
 ) -> None:
     """Any file, any edit of a run of its lines (copied exactly or with drift): the
     file either keeps every byte, or keeps every byte before the run's first line
@@ -275,9 +307,9 @@ def test_bytes_outside_the_edited_region_are_unchanged(
     head = bom + (ending.join(lines[:start]) + (ending if start else "")).encode(codec)
     tail = ((ending if end < len(lines) else "") + ending.join(lines[end:])).encode(codec)
     original = head + ending.join(region).encode(codec) + tail
-    (ws / "prop.txt").write_bytes(original)
-    answer = sb.call("edit_file", {"path": "prop.txt", "old_string": old, "new_string": new})
-    written = (ws / "prop.txt").read_bytes()
+    (match_ws / "prop.txt").write_bytes(original)
+    answer = cp1252_sb.call("edit_file", {"path": "prop.txt", "old_string": old, "new_string": new})
+    written = (match_ws / "prop.txt").read_bytes()
     if not answer["ok"]:
         assert answer["error"]["code"] in ("no_match", "invalid_arguments"), answer
         assert written == original
