@@ -27,7 +27,7 @@ sys.path.insert(0, sys.argv[1])
 from corral.config import Limits, SandboxOptions
 from corral.sandbox.messages import CallRequest
 from corral.sandbox.protocol import HEADER, send_bytes
-from tests.test_hardening_pool import EvilZygote, Private
+from tests.evil_zygote import EvilZygote, Private
 
 BOXES = int(sys.argv[2])
 
