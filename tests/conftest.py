@@ -6,15 +6,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from broker_helpers import MakeBroker
 
 from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+
+if TYPE_CHECKING:
+    from broker_helpers import MakeBroker
+
+    from tests.http_helpers import Server
 
 SECRET = "TOP-SECRET-OUTSIDE-7f3a9c"
 
@@ -83,6 +87,14 @@ def make_broker(workspace: Path) -> Iterator[MakeBroker]:
     yield make
     for broker in started:
         broker.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # Imported here: the MCP client it needs loads only for tests that start a server.
+    from tests.http_helpers import serve_two_tenants
+
+    yield from serve_two_tenants(tmp_path_factory)
 
 
 def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import pytest
 
 from corral import Sandbox
 from corral.config import ConfigError, Remedy
-from tests.test_first_run import run, start_http, stop
-from tests.test_http import Server, call, post
+from tests.cli_helpers import run
+from tests.http_helpers import Server, call, post, start_http, stop
 
 WIDENING = '[tools]\ndelete_file = "allow"\n'
 

@@ -25,7 +25,7 @@ import pytest
 from corral import Sandbox
 from corral.cli import build_parser
 from corral.config_keys import KEYS
-from tests.test_http import TOKENS, Server, post, server  # noqa: F401 (server: a fixture)
+from tests.http_helpers import TOKENS, Server, post
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -164,7 +164,7 @@ def test_pool_example_approval_callback_reads_a_real_request(
     assert asked == ["write_file b.txt: allow? [y/N] "]
 
 
-def test_http_example_runs_and_a_wrong_token_is_what_the_page_says(server: Server) -> None:  # noqa: F811
+def test_http_example_runs_and_a_wrong_token_is_what_the_page_says(server: Server) -> None:
     (server.alice / "README.md").write_text("# alice\n")
     code = block("http.md", "streamable_http_client")
     url = {"http://127.0.0.1:8931/mcp": server.url}

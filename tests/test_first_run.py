@@ -8,10 +8,7 @@ and bind checks."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +16,15 @@ import pytest
 from mcp.client.session import ClientSession
 
 from corral import Sandbox
-from corral.cli import main
 from corral.config import ConfigError
 from corral.mcp_core import McpSession, Reply, Run
 from corral.policy import Policy
+from tests.cli_helpers import run
 from tests.conftest import SECRET
-from tests.test_http import TOKENS, Server, post, sha256
-from tests.test_mcp import REPO, run_session, structured, write_config
+from tests.http_helpers import Server, post, start_http, stop
+from tests.mcp_helpers import run_session, structured, write_config
 
 TIMEOUT = 60
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, error = capsys.readouterr()
-    return code, out, error
 
 
 def corral(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -241,32 +232,6 @@ def test_a_handshake_over_http_is_told_to_use_the_stateless_revision(workspace: 
 
 
 # -- 7. the HTTP face: a missing session id is 400; a public bind warns ----------------------
-
-
-def start_http(tmp_path: Path, address: str) -> tuple[subprocess.Popen[bytes], str, int]:
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    (ws / "secret.txt").write_text(SECRET + "\n")
-    tenants = tmp_path / "tenants.toml"
-    tenants.write_text(f'[[tenant]]\nname = "alice"\ntoken_sha256 = '
-                       f'"{sha256(TOKENS["alice"])}"\nworkspace = "{ws}"\n')
-    process = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", address, "--tenants", str(tenants)],
-        stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
-    )
-    assert process.stderr is not None
-    lines = []
-    while "serving MCP over HTTP" not in (lines or [""])[-1]:
-        line = process.stderr.readline().decode()
-        assert line, lines
-        lines.append(line)
-    port = int(lines[-1].rsplit(":", 1)[1].split("/")[0])
-    return process, "".join(lines[:-1]), port
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGINT)
-    process.wait(30)
 
 
 def test_a_handshake_request_without_a_session_is_400(tmp_path: Path) -> None:

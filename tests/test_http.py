@@ -6,18 +6,10 @@ malformed bodies, and a client that disconnects mid-call."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,64 +21,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import SECRET
-from tests.test_mcp import PNG, REPO
+from tests.http_helpers import TOKENS, Server, call, post
+from tests.mcp_helpers import PNG, structured
 
-TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210"}
-STATELESS_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
-
-
-@dataclass
-class Server:
-    port: int
-    process: subprocess.Popen[bytes]
-    alice: Path
-    bob: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-
-def sha256(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    top = tmp_path_factory.mktemp("http")
-    alice, bob = top / "alice", top / "bob"
-    alice.mkdir()
-    bob.mkdir()
-    (alice / "hello.txt").write_text("hello\nworld\n")
-    (bob / "secret.txt").write_text(SECRET + "\n")
-    (top / "alice.toml").write_text(
-        f'[workspace]\nroot = "{alice}"\n[tools]\ndelete_file = "allow"\n'
-        "[limits]\ntimeout_s = 60\n"
-    )
-    (top / "tenants.toml").write_text(
-        f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
-        f'config = "{top / "alice.toml"}"\n\n'
-        f'[[tenant]]\nname = "bob"\ntoken_sha256 = "{sha256(TOKENS["bob"])}"\n'
-        f'workspace = "{bob}"\n'
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
-         "--tenants", str(top / "tenants.toml"), "--max-body-bytes", "65536"],
-        stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=top,
-    )
-    assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    assert "serving MCP over HTTP at http://127.0.0.1:" in line, line
-    port = int(line.rsplit(":", 1)[1].split("/")[0])
-    try:
-        yield Server(port, process, alice, bob)
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(30)
 
 
 def run_client(server: Server, tenant: str, body: Any, *, mode: str = "2026-07-28") -> None:
@@ -99,33 +37,6 @@ def run_client(server: Server, tenant: str, body: Any, *, mode: str = "2026-07-2
                     await body(client)
 
     anyio.run(main)
-
-
-def structured(result: types.CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-def post(server: Server, body: bytes | dict[str, Any], *, token: str | None = "alice",
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """One raw POST to /mcp; (status, headers, body)."""
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    sent = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-    if token is not None:
-        sent["authorization"] = f"Bearer {TOKENS.get(token, token)}"
-    sent.update(headers or {})
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        connection.request("POST", "/mcp", body=raw, headers=sent)
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        connection.close()
-
-
-def call(name: str, arguments: dict[str, Any], request_id: int = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": STATELESS_META}}
 
 
 # -- the SDK client ------------------------------------------------------------------

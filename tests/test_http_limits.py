@@ -24,8 +24,8 @@ import psutil
 import pytest
 
 from corral import cli, http_server
-from tests.test_http import TOKENS, Server, call, post, sha256
-from tests.test_mcp import REPO
+from tests.http_helpers import TOKENS, Server, call, post, sha256
+from tests.mcp_helpers import REPO
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
 LORIS = 200  # half-sent requests, more than the strict server's file limit allows

@@ -24,8 +24,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.test_http import TOKENS, Server, post, sha256, structured
-from tests.test_mcp import REPO
+from tests.http_helpers import TOKENS, Server, post, sha256
+from tests.mcp_helpers import REPO, structured
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,62 +15,18 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import SECRET
-
-REPO = Path(__file__).resolve().parent.parent
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+from tests.mcp_helpers import (
+    PNG,
+    REPO,
+    error_code,
+    run_session,
+    serve_argv,
+    structured,
+    write_config,
 )
-
-Session = Callable[[ClientSession], Awaitable[None]]
-
-
-def serve_argv(workspace: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "corral", "serve", "--workspace", str(workspace), *extra]
-
-
-def run_session(
-    workspace: Path,
-    body: Session,
-    *,
-    extra: tuple[str, ...] = (),
-    elicit: Callable[..., Awaitable[types.ElicitResult]] | None = None,
-) -> None:
-    """Start `corral serve`, initialize with the SDK client, run `body`, shut down."""
-
-    async def main() -> None:
-        argv = serve_argv(workspace, *extra)
-        params = StdioServerParameters(
-            command=argv[0], args=argv[1:], env={"PYTHONPATH": str(REPO)}, cwd=workspace
-        )
-        with open(workspace.parent / "server-stderr.log", "w") as errlog:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write, elicitation_callback=elicit) as session,
-            ):
-                await session.initialize()
-                with anyio.fail_after(60):
-                    await body(session)
-
-    anyio.run(main)
-
-
-def structured(result: types.CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-def error_code(result: types.CallToolResult) -> str:
-    assert result.is_error, result
-    return structured(result)["error"]["code"]
-
-
-def write_config(tmp_path: Path, text: str) -> tuple[str, ...]:
-    config = tmp_path / "corral.toml"
-    config.write_text(text)
-    return ("--config", str(config))
 
 
 def test_initialize_and_list_tools(workspace: Path) -> None:

@@ -20,7 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from corral.mcp_core import client_roots
 from tests.conftest import SECRET
-from tests.test_mcp import PNG, REPO, error_code, serve_argv, structured, write_config
+from tests.mcp_helpers import PNG, REPO, error_code, serve_argv, structured, write_config
 
 Body = Callable[[Client], Awaitable[None]]
 MODES = ["2026-07-28", "auto"]
