@@ -9,11 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from audit_writers import write_in_threads
 
 from corral.audit import Audit, AuditError, Chain, read_key
 from corral.audit_verify import Verdict, log_set, verify
@@ -241,32 +241,16 @@ def test_a_key_file_inside_a_root_is_refused(tmp_path: Path, workspace: Path) ->
     assert verdict.ok and verdict.records == 1
 
 
-def _threads(log: Path, threads: int, per_thread: int, max_bytes: int | None) -> None:
-    audits = [Audit(log, max_bytes=max_bytes) for _ in range(3)]  # three sandboxes, one log
-
-    def work(n: int) -> None:
-        for i in range(per_thread):
-            audits[n % 3].record(tool="grep", ok=True, path=f"p{os.getpid()}/{n}/{i}")
-
-    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    for audit in audits:
-        audit.close()
-
-
 WRITER = """
 import os, sys, time
 sys.path.insert(0, sys.argv[4])
 from pathlib import Path
-from tests.test_audit_chain import _threads
+from tests.audit_writers import write_in_threads
 log = Path(sys.argv[1])
 (log.parent / f"ready{os.getpid()}").touch()
 while not (log.parent / "go").exists():  # every writer starts at once
     time.sleep(0.001)
-_threads(log, int(sys.argv[2]), int(sys.argv[3]), 4000)
+write_in_threads(log, int(sys.argv[2]), int(sys.argv[3]), 4000)
 """
 
 
@@ -280,7 +264,7 @@ def test_many_writers_in_threads_and_processes_keep_one_chain(tmp_path: Path) ->
         assert all(process.poll() is None for process in processes)
         time.sleep(0.01)
     (log.parent / "go").touch()
-    _threads(log, 6, 100, 4000)
+    write_in_threads(log, 6, 100, 4000)
     for process in processes:
         assert process.wait(timeout=120) == 0
     verdict = check(log)
