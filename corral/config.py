@@ -442,7 +442,7 @@ class _Parser:
         return Config(
             workspace=real,
             allowed_paths=others,
-            policy=self.policy(data, read_only, protected),
+            policy=self.policy(data, workspace, protected),
             limits=Limits(**self.section(data, "limits")),
             sandbox=SandboxOptions(**self.section(data, "sandbox")),
             audit_path=audit_path,
@@ -472,6 +472,8 @@ class _Parser:
                          for i, item in enumerate(self.array(value, where)))
         if key.kind == "path":
             return os.path.abspath(self.path(value, where))
+        if key.kind == "globs":  # as git, any line is a pattern (a malformed one matches
+            return self.strings(value, where)  # nothing)
         if key.kind == "regexes":
             regexes = self.strings(value, where)
             for index, pattern in enumerate(regexes):
@@ -496,14 +498,16 @@ class _Parser:
                                                   ROOT_MODES)))
         return specs
 
-    def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
+    def policy(self, data: dict[str, Any], workspace: dict[str, Any],
+               protected: tuple[str, ...]) -> Policy:
         modes = self.section(data, "tools")
         section = self.section(data, "policy", defaults=True)
         rules = self.rules(data.get("rules", []))
         return self.check(
             lambda: Policy(modes, rules, section["default_action"], section["path_regex"],
-                           read_only, protected, hardlinks=section["hardlinks"],
-                           read_before_write=section["read_before_write"]),
+                           workspace["read_only"], protected, hardlinks=section["hardlinks"],
+                           read_before_write=section["read_before_write"],
+                           ignore=workspace["ignore"]),
             "[[rules]]",
         )
 

@@ -393,6 +393,9 @@ class Policy:
     # "require": a write, edit or append of an existing file needs this session to have
     # read (or written) the file's current version
     read_before_write: str = "off"
+    # [workspace] ignore: gitignore patterns listings and searches leave out (not a
+    # denial: a named path is read as before)
+    ignore: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Normalise lists to tuples so a policy compares equal however it was built (the
@@ -404,6 +407,7 @@ class Policy:
             ))
         object.__setattr__(self, "path_regex", tuple(self.path_regex))
         object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
+        object.__setattr__(self, "ignore", tuple(self.ignore))
         for tool, mode in self.tool_modes.items():
             _check_action(mode, f"tool mode of {tool!r}")
         _check_action(self.default_action, "default_action")
@@ -560,6 +564,7 @@ class Policy:
             "workspace_rules": [rule.to_dict() for rule in self.workspace_rules],
             "hardlinks": self.hardlinks,
             "read_before_write": self.read_before_write,
+            "ignore": list(self.ignore),
         }
 
     @classmethod
@@ -574,4 +579,5 @@ class Policy:
             workspace_rules=tuple(Rule.from_dict(r) for r in data.get("workspace_rules", ())),
             hardlinks=data.get("hardlinks", "allow"),
             read_before_write=data.get("read_before_write", "off"),
+            ignore=tuple(data.get("ignore", ())),
         )
