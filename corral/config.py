@@ -472,8 +472,8 @@ class _Parser:
                          for i, item in enumerate(self.array(value, where)))
         if key.kind == "path":
             return os.path.abspath(self.path(value, where))
-        if key.kind == "globs":  # as git, any line is a pattern (a malformed one matches
-            return self.strings(value, where)  # nothing)
+        if key.kind == "globs":  # as in git, any line is a pattern (a malformed one
+            return self.strings(value, where)  # matches nothing)
         if key.kind == "regexes":
             regexes = self.strings(value, where)
             for index, pattern in enumerate(regexes):

@@ -86,7 +86,7 @@ KEYS: tuple[Key, ...] = (
         order=(False, True)),
     Key("workspace", "allowed_paths", "roots", [], "empty",
         "more roots, reachable by absolute path"),
-    Key("workspace", "ignore", "globs", (), "union",
+    Key("workspace", "ignore", "globs", [], "union",
         "gitignore patterns listings and searches leave out, beside .gitignore files"),
     *(Key("tools", name, "choice", "deny" if name in DEFAULT_OFF else "allow", "order",
           f"whether {name} may run", choices=ACTIONS, order=_BY_STRICTNESS)
