@@ -210,11 +210,18 @@ class Ignores:
                  ) -> None:
         self._root = root
         self._readable = readable
-        self._rules: dict[str, Rules] = {}  # directory -> its own files' rules
+        # directory -> whether it holds an ignore file, as a walk read its names: the
+        # others are not looked for (two failed opens per directory cost a listing of a
+        # tree without ignore files as much again as the walk itself)
+        self._holds: dict[str, bool] = {}
         self._chains: dict[str, tuple[tuple[int, Rules], ...]] = {}
         # lowest precedence, as git's core.excludesFile: a repository's "!x" wins
         self._base = compile_lines([*extra, *self._lines(EXCLUDE_FILE)])
         self.skipped = 0
+
+    def entered(self, directory: str, names: list[str]) -> None:
+        """A walk read `directory`'s names (root-relative, "" the root)."""
+        self._holds[directory] = any(name in names for name in IGNORE_FILES)
 
     def ignored(self, path: str, is_dir: bool) -> bool:
         parent, _, name = path.rpartition("/")
@@ -239,6 +246,8 @@ class Ignores:
         return chain
 
     def _own(self, directory: str) -> Rules:
+        if not self._holds.get(directory, True):
+            return ()
         prefix = f"{directory}/" if directory else ""
         return compile_lines([line for name in IGNORE_FILES for line in self._lines(prefix + name)])
 

@@ -95,8 +95,14 @@ def walked(
             return True
         return ignores is not None and ignores.ignored(joined(seen.path, path), True)
 
+    def entered(path: str, names: list[str]) -> None:
+        directory = joined(seen.path, path) if path else seen.path
+        if ignores is not None:
+            ignores.entered("" if directory == "." else directory, names)
+
     needed = ignores is not None or not include_hidden
-    return root.walk(rel, guard=seen, prune=prune if needed else None)
+    return root.walk(rel, guard=seen, prune=prune if needed else None,
+                     entered=entered if ignores is not None else None)
 
 
 # What one listed entry adds to a result beside its name: the JSON of its type,
