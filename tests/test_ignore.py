@@ -6,6 +6,7 @@ skipped. Through the worker pool, over both resolvers; git agreement at the end.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,19 @@ def test_what_the_policy_denies_is_not_counted_as_ignored(repo: Path) -> None:
 def test_ignore_rules_agree_with_git_check_ignore(tmp_path: Path, seed: int) -> None:
     """A short corpus; scripts/ignore_agreement.py runs thousands of cases."""
     assert ignore_agreement.disagreements(tmp_path, seed, 60) == []
+
+
+def test_ignore_files_are_read_beneath_the_root_only(workspace: Path, outside: Path) -> None:
+    """Read through the Root in the worker: a .gitignore linking out of the root, a
+    FIFO (which an open() would block on) and one over 1 MiB are passed by."""
+    (outside / "rules").write_text("*.txt\n")
+    (workspace / ".gitignore").symlink_to(outside / "rules")
+    for name in ("fifo", "big"):
+        (workspace / name).mkdir()
+        (workspace / name / "a.txt").write_text("a\n")
+    os.mkfifo(workspace / "fifo" / ".gitignore")
+    (workspace / "big" / ".gitignore").write_text("*.txt\n" + "#" * (1024 * 1024))
+    with Sandbox(workspace) as sb:
+        listed = ok(sb, "list_directory", recursive=True)
+    assert {"hello.txt", "fifo/a.txt", "big/a.txt"} <= names(listed)
+    assert listed["result"]["ignored"] == 0

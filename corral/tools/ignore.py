@@ -227,11 +227,12 @@ class Ignores:
         parent, _, name = path.rpartition("/")
         if name == ".git":
             return True
-        for start, rules in self._chain(parent):  # the deepest directory first
-            verdict = decide(rules, path[start:], is_dir)
+        chain = self._chains.get(parent)  # asked per entry: the cached chain at once
+        for start, rules in self._chain(parent) if chain is None else chain:
+            verdict = decide(rules, path[start:], is_dir)  # the deepest directory first
             if verdict is not None:
                 return verdict
-        return decide(self._base, path, is_dir) is True
+        return bool(self._base) and decide(self._base, path, is_dir) is True
 
     def _chain(self, directory: str) -> tuple[tuple[int, Rules], ...]:
         """(where paths beneath it start, its rules) for `directory` and each parent
