@@ -142,15 +142,15 @@ def test_a_workspace_config_may_add_ignore_patterns(repo: Path) -> None:
     assert not any(name.startswith("src") for name in listed)
 
 
-def test_an_ignore_file_the_policy_denies_is_not_read(repo: Path) -> None:
-    # Its patterns would tell the model what the denied file says.
-    policy = Policy(rules=(Rule("no-ignore-files", "deny", ("*",), ("**/.gitignore",)),))
+@pytest.mark.parametrize("action", ["deny", "supervised"])
+def test_an_ignore_file_the_policy_does_not_allow_is_not_read(repo: Path, action: str) -> None:
+    # Its patterns would tell the model what the file says, unasked.
+    policy = Policy(rules=(Rule("ignore-files", action, ("*",), ("**/.gitignore",)),))
     with Sandbox(repo, policy=policy) as sb:
         listed = ok(sb, "list_directory", recursive=True)
         error = err(sb, "read_file", path=".gitignore")
-    assert error["code"] == "path_denied"
+    assert error["code"] == ("path_denied" if action == "deny" else "approval_required")
     assert {"debug.log", "node_modules", "src/generated/out.py"} <= names(listed)
-    assert ".gitignore" not in names(listed)
 
 
 def test_what_the_policy_denies_is_not_counted_as_ignored(repo: Path) -> None:

@@ -1,7 +1,7 @@
 """What git would ignore beneath a Root: `.gitignore` and `.ignore` files (nested:
 a deeper file overrides its parents, `.ignore` overrides `.gitignore` beside it),
 `.git/info/exclude`, `[workspace] ignore`, and `.git` itself. The files are read
-through the Root inside the worker, and only those the policy lets the call see.
+through the Root inside the worker, and only those the policy allows.
 
 Patterns are translated here, as git's dir.c and wildmatch.c read them, not by
 pathspec: on the generated cases of scripts/ignore_agreement.py (300 cases, seed

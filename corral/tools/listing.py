@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from corral.fs import TEMP_PREFIX, Entry, Root
+from corral.policy import RootSpec
 from corral.tools import render
-from corral.tools.access import joined, open_target, visibility
+from corral.tools.access import joined, open_target, visibility, within
 from corral.tools.base import (
     BOOLEAN,
     INTEGER,
@@ -79,10 +80,18 @@ def shown(
 
 
 def ignoring(ctx: Context, root: Root, args: dict[str, Any]) -> Ignores | None:
-    """The ignore rules a walk honours, None under include_ignored."""
+    """The ignore rules a walk honours, None under include_ignored. Only ignore
+    files the policy allows are read: what a denied or supervised file says must
+    not show, even as what it hides."""
     if args["include_ignored"]:
         return None
-    return Ignores(root, visibility(ctx, root), ctx.policy.ignore)
+    spec, decide, tool = RootSpec(root.path, root.mode), ctx.policy.decide, ctx.tool
+
+    def readable(resolved: str) -> bool:
+        return within(ctx, root, resolved) and decide(
+            tool, spec, resolved, write=False).action == "allow"
+
+    return Ignores(root, readable, ctx.policy.ignore)
 
 
 def walked(
