@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from corral.audit import Audit
 from corral.config import (
+    AuditOptions,
     Config,
     ConfigError,
     HistoryOptions,
@@ -90,11 +91,30 @@ def _start_executor(
     return Broker(roots, limits, policy, options, history)
 
 
-def _open_audit(audit: str | os.PathLike[str] | Audit | None) -> tuple[Audit | None, bool]:
-    """(the audit log, whether this sandbox owns it and closes it)."""
-    if audit is None or isinstance(audit, Audit):
-        return audit, False
-    return Audit(audit), True
+def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
+                roots: Sequence[str]) -> tuple[Audit | None, bool]:
+    """(the audit log, whether this sandbox owns it and closes it). Its key must lie
+    outside every root: a worker may read anything in one."""
+    if audit is None:
+        return None, False
+    if isinstance(audit, Audit):
+        opened, owned = audit, False
+    elif isinstance(audit, AuditOptions):
+        if audit.path is None:
+            return None, False
+        opened = Audit(audit.path, key_file=audit.key_file, max_bytes=audit.max_bytes)
+        owned = True
+    else:
+        opened, owned = Audit(audit), True
+    key = opened.key_file  # a real path
+    real_roots = [os.path.realpath(root) for root in roots]
+    inside = next((r for r in real_roots if key and os.path.commonpath((key, r)) == r), None)
+    if inside is not None:
+        if owned:
+            opened.close()
+        raise ValueError(f"the audit key file {key} lies inside the root {inside}, where a "
+                         "worker could read it; keep [audit] key_file outside every root")
+    return opened, owned
 
 
 class _BaseSandbox:
@@ -113,7 +133,7 @@ class _BaseSandbox:
         limits: Limits | None = None,
         workers: int | None = None,
         approve: Approve | None = None,
-        audit: str | os.PathLike[str] | Audit | None = None,
+        audit: str | os.PathLike[str] | Audit | AuditOptions | None = None,
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
@@ -130,7 +150,7 @@ class _BaseSandbox:
         ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
         self._approve = approve
-        self._audit, self._owns_audit = _open_audit(audit)
+        self._audit, self._owns_audit = _open_audit(audit, [r.path for r in self._roots])
         self._policy = config.policy
         if self._audit is not None:  # no tool may rewrite the log of what tools did
             self._policy = self._policy.protecting(os.path.realpath(self._audit.path))
@@ -144,7 +164,10 @@ class _BaseSandbox:
         elif not history.enabled:
             self._history_off = HISTORY_OFF
         try:
-            self._history = History(history, real, root_paths) if history.enabled else None
+            self._history = History(
+                history, real, root_paths,
+                writable=[r.path for r in self._roots if r.mode == "rw"],
+            ) if history.enabled else None
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
@@ -153,11 +176,9 @@ class _BaseSandbox:
         try:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
-                history=store.path if store is not None else None,
+                history=store.work_path if store is not None else None,
             )
-            if store is not None and (dead := store.dead_writers()):
-                # a host or worker killed mid-call: make the history agree with the tree
-                self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
+            self._settle()
         except BaseException:
             self._close_logs()
             raise
@@ -239,7 +260,19 @@ class _BaseSandbox:
             return error_answer(op, CorralError(
                 "tool_disabled",
                 f"nothing to {op}: {self._history_off}, so no change was recorded."))
+        self._settle()  # a crash's records first: they may be the newest
         return HistoryRequest(op, **fields)
+
+    def _settle(self) -> None:
+        """Make the history agree with the tree: a worker settles the records of writers
+        killed mid-call (a host's, whose workers may outlive it by a moment, or a
+        worker the pool lost), then the host commits what is done. Blocks on a
+        worker only when there is such a record, which is rare."""
+        if self._history is None:
+            return
+        if dead := self._history.dead_writers():
+            self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
+        self._history.sweep()
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
@@ -247,6 +280,7 @@ class _BaseSandbox:
 
     def _entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
         with self._lifecycle.active():
+            self._settle()
             return [] if self._history is None else self._history.entries(path, limit)
 
     # -- settings ---------------------------------------------------------------
@@ -362,8 +396,9 @@ class Sandbox(_BaseSandbox):
 
     def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
+            since = time.time()  # what it records is checked to be no older
             answer = request if isinstance(request, Answer) else self._executor.submit(request)
-            return self._ledger.history_result(answer, target)
+            return self._ledger.history_result(answer, target, since)
 
     def close(self) -> None:
         self._close()
@@ -429,9 +464,10 @@ class AsyncSandbox(_BaseSandbox):
 
     async def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
+            since = time.time()
             answer = request if isinstance(request, Answer) else (
                 await self._executor.asubmit(request))
-            return self._ledger.history_result(answer, target)
+            return self._ledger.history_result(answer, target, since)
 
     async def aclose(self) -> None:
         # Waiting for running calls blocks; do it off the event loop they run on.
@@ -455,7 +491,8 @@ def _config_arguments(
         "limits": config.limits,
         "options": config.sandbox,
         "allowed_paths": config.allowed_paths,
-        "audit": config.audit_path,
+        "audit": AuditOptions(config.audit_path, config.audit_key_file, config.audit_max_bytes)
+        if config.audit_path else None,
         "history": config.history,
     }
     arguments.update(overrides)

@@ -14,7 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from corral.policy import ACTIONS, DEFAULT_OFF, HARDLINK_MODES, READ_BEFORE_WRITE, STRICTNESS
+from corral.policy import (
+    ACTIONS,
+    DEFAULT_OFF,
+    EDIT_MATCH,
+    HARDLINK_MODES,
+    LEGACY_ENCODINGS,
+    READ_BEFORE_WRITE,
+    STRICTNESS,
+)
 
 # The tool names of the contract (DESIGN.md "Tools"); [tools] and rules' `tools`
 # are checked against them so a typo cannot leave a tool silently enabled.
@@ -86,6 +94,9 @@ KEYS: tuple[Key, ...] = (
         order=(False, True)),
     Key("workspace", "allowed_paths", "roots", [], "empty",
         "more roots, reachable by absolute path"),
+    Key("workspace", "fallback_encodings", "choices", [], "union",
+        "legacy encodings tried in order after UTF-8: such files read as text and are "
+        "edited in their encoding", choices=LEGACY_ENCODINGS),
     Key("workspace", "ignore", "globs", [], "union",
         "gitignore patterns listings and searches leave out, beside .gitignore files"),
     *(Key("tools", name, "choice", "deny" if name in DEFAULT_OFF else "allow", "order",
@@ -101,6 +112,9 @@ KEYS: tuple[Key, ...] = (
     Key("policy", "read_before_write", "choice", "off", "order",
         "require: a write to an existing file needs this session to have read it",
         choices=READ_BEFORE_WRITE, order=("off", "require")),
+    Key("edit", "match", "choice", "tolerant", "order",
+        "exact: edit_file's old_string must match the file byte for byte (no tolerant "
+        "matching)", choices=EDIT_MATCH, order=EDIT_MATCH),
     Key("limits", "max_read_bytes", "int", 256 * 1024, "lower",
         "content returned per read: what fits a model's context"),
     Key("limits", "max_write_bytes", "int", MIB, "lower",
@@ -129,6 +143,10 @@ KEYS: tuple[Key, ...] = (
         "poll a few hundred microseconds before sleeping: faster small calls"),
     Key("audit", "path", "path", None, "operator",
         "the JSON-lines audit log; none: no log"),
+    Key("audit", "key_file", "path", None, "operator",
+        "an HMAC-SHA256 key for the chain, outside every root; none: plain SHA-256"),
+    Key("audit", "max_bytes", "int", None, "operator",
+        "the log is renamed to PATH.N past this size; none: never"),
     Key("history", "enabled", "bool", True, "operator",
         "keep what every changing call replaced, so it can be undone"),
     Key("history", "path", "path", None, "operator",
@@ -140,7 +158,9 @@ KEYS: tuple[Key, ...] = (
 )
 
 BY_PLACE = {(key.section, key.name): key for key in KEYS}
-SECTIONS = ("workspace", "tools", "rules", "policy", "limits", "sandbox", "audit", "history")
+SECTIONS = (
+    "workspace", "tools", "rules", "policy", "edit", "limits", "sandbox", "audit", "history",
+)
 # The keys of each table section ([[rules]] is an array of tables, checked per rule).
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
     section: tuple(key.name for key in KEYS if key.section == section)

@@ -9,7 +9,8 @@ what it needs done and receives the outcome:
 
 and returns the call's result. A driver carries the steps out: `Sandbox.call`
 blocks, `AsyncSandbox.call` awaits, the MCP face turns Approve into an
-elicitation (or a 2026-07-28 `input_required` round), the JSON-lines face has no
+elicitation (or a 2026-07-28 `input_required` round) as it steps the flow
+itself (mcp_core), the JSON-lines face has no
 approver (such a call fails `approval_required`). A driver that stops early
 (an exception, a cancelled task) closes the flow.
 

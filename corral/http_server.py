@@ -4,29 +4,41 @@ One endpoint, `/mcp`, in front of one corral.Pool. This module is only the HTTP
 face: what the messages mean, for every revision, is mcp_core.McpSession.
 
 The HTTP server itself is uvicorn (an ASGI server: HTTP/1.1 parsing, keep-alive,
-header limits and timeouts, graceful shutdown, maintained and widely deployed);
-what is ours is the small ASGI application below, written against the ASGI
-interface directly (no web framework) because everything it does is a check
-that must come in a fixed order:
+header size limits, graceful shutdown, maintained and widely deployed), with
+http_guard's cap on connections and deadline for headers, which it lacks; what
+is ours is the small ASGI application below, written against the ASGI interface
+directly (no web framework) because everything it does is a check that must
+come in a fixed order:
 
 1. the path is /mcp (else 404) and, when bound to a loopback address, the Host
    header names a loopback host (DNS rebinding);
 2. an Origin header, if sent, is one of the allowed origins (else 403);
 3. the bearer token names a tenant (else 401, before the body is read: nothing
    runs); the token's SHA-256 is compared in constant time with every tenant's;
-4. the body is JSON, one JSON-RPC message, at most max_body_bytes (else 415,
-   413 or 400).
+4. the tenant has fewer than max_tenant_requests requests in progress (reading
+   their body, waiting for a call thread or running; else 429, before the body
+   is read, so one tenant's flood holds a bounded amount of memory);
+5. the body is JSON, one JSON-RPC message, at most max_body_bytes, arriving
+   within client_timeout_s (else 415, 413, 408 or 400).
 
 Sessions: an `initialize` opens a session of the tenant's (its own Sandbox from
 the pool, so a session's read-before-write and approvals are its own) and
 returns its `Mcp-Session-Id`; later requests name it (an id another tenant
 holds is unknown here: 404). Requests of the stateless revision (2026-07-28)
-need no session: they share one per tenant. Every response is one JSON body
-(no server-sent events): the server never starts requests of its own over
-HTTP, so a handshake client's supervised call fails `approval_required`, while
-the stateless revision asks inside results (`input_required`). A client that
-disconnects while its call runs cancels it (a queued call never runs; a running
-one has its worker killed).
+need no session: they share one per tenant, in which each request gets an id of
+its own (a client's ids are its own: two clients may both count from 1), given
+back to the client in the answer. A response is one JSON body, unless a
+handshake session's call asks its client something first (an approval, the
+client's roots): then the answer is an event stream that carries the
+question, and the response once the client has POSTed its answer (a request
+that does not accept text/event-stream cannot be asked: its supervised call
+fails `approval_required`). The stateless revision asks inside results
+(`input_required`). A client that disconnects while its call runs cancels it
+(a queued call never runs; a running one has its worker killed).
+
+Each session's core (mcp_core, sans-I/O) is run by a mcp_threads.SessionDriver
+on the tenant's call threads; what it says goes to the request it belongs to
+(HttpSession.channels), and the event loop writes it out (_Answer).
 """
 
 from __future__ import annotations
@@ -35,8 +47,10 @@ import asyncio
 import contextlib
 import ipaddress
 import secrets
+import socket
 import sys
 import threading
+import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,13 +59,25 @@ from urllib.parse import urlsplit
 
 from corral import jsonfast
 from corral.config import ConfigError, Remedy
-from corral.mcp_core import INVALID_REQUEST, PARSE_ERROR, McpSession, error_response
+from corral.http_guard import RETRY_AFTER_S, guarded
+from corral.mcp_core import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    Action,
+    Drop,
+    McpSession,
+    Reply,
+    Run,
+    error_response,
+    valid_id,
+)
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
+from corral.mcp_threads import SessionDriver
 from corral.pool import Pool
 from corral.sandbox.waiting import Cancel, WaitPolicy
 from corral.stdio import parse_line
-from corral.tenants import Tenant, find_tenant
-from corral.trust import operator_config
+from corral.tenants import Tenant, find_tenant, tenant_config
 
 ENDPOINT = "/mcp"
 DEFAULT_PORT = 8931
@@ -61,6 +87,18 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_SESSIONS_PER_TENANT = 32
 # Calls of one tenant running or waiting for a worker at once; beyond, they queue here.
 CALL_THREADS_PER_TENANT = 8
+# A tenant's requests in progress at once (reading their body, queued or running):
+# its call threads and as many again waiting; beyond, 429.
+MAX_TENANT_REQUESTS = 2 * CALL_THREADS_PER_TENANT
+# Connections open at once, with ACCEPT_BURST well under the usual 1,024 open files
+# (the pool's workers need some too); beyond, the longest waiting for its headers
+# is closed.
+MAX_CONNECTIONS = 512
+ACCEPT_BURST = 128  # connections accepted at a time
+LISTEN_QUEUE = 2048  # connections the kernel holds until they are accepted
+# A request's headers, and then its body, must each arrive within this long; a
+# client that leaves its answer unread this long is cut off (http_guard).
+CLIENT_TIMEOUT_S = 30.0
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 
@@ -89,29 +127,72 @@ def said_to_a_tenant(remedy: Remedy) -> str:
             "of the tenants file)")
 
 
+class HttpSession:
+    """One MCP session of a tenant's: its core, the driver that runs it on the
+    tenant's call threads, and the requests waiting for their answers."""
+
+    def __init__(self, session: McpSession, threads: ThreadPoolExecutor) -> None:
+        self.core = session
+        self.driver = SessionDriver(session, deliver=self._deliver, spawn=self.spawn)
+        self._threads = threads
+        # A request's id in this session -> where its answer (and the questions of
+        # its call) go, and the handle that gives up on its call. Each key is added
+        # and removed by the one request that owns it (single dict operations).
+        self.channels: dict[str | int, Callable[[Action], None]] = {}
+        self.cancels: dict[str | int, Cancel] = {}
+
+    def spawn(self, run: Run) -> None:
+        wait = WaitPolicy(cancel=self.cancels.get(run.call))
+        self._threads.submit(self.driver.execute, run, wait)
+
+    def _deliver(self, action: Action, own: Callable[[Action], None]) -> None:
+        key = action.message.get("id") if isinstance(action, Reply) else action.call
+        if key is None:
+            own(action)  # an error for a message with no usable id: its own request's
+            return
+        channel = self.channels.get(key) if valid_id(key) else None
+        if channel is not None:
+            channel(action)
+        # else its client has gone: nobody to tell (a question then times out)
+
+    def end(self) -> None:
+        self.driver.close()
+        threading.Thread(target=self.core.shut, daemon=True).start()  # waits for its calls
+
+
 class TenantState:
     """A tenant's sessions and call threads; sandboxes come from the shared pool."""
 
-    def __init__(self, tenant: Tenant, pool: Pool) -> None:
+    def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
+                 max_requests: int = MAX_TENANT_REQUESTS) -> None:
         self.tenant = tenant
         self.pool = pool
-        self.sessions: OrderedDict[str, McpSession] = OrderedDict()
-        self.stateless: McpSession | None = None
+        self.protected = protected
+        self.max_requests = max_requests
+        self.in_progress = 0  # requests admitted and not yet done; on the event loop only
+        # Requests whose call waits for its client's answer (an open event stream, no
+        # thread): at most max_requests may ask at once, so a tenant's questions hold
+        # a bounded share of the server's connections. On the event loop only.
+        self.asking = 0
+        self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
+        self.stateless: HttpSession | None = None
         self.lock = threading.Lock()
         self.threads = ThreadPoolExecutor(
             CALL_THREADS_PER_TENANT, thread_name_prefix=f"corral-{tenant.name}"
         )
 
-    def new_session(self) -> McpSession:
+    def new_session(self) -> HttpSession:
         def open_sandbox(approve: Callable[[dict[str, Any]], bool]) -> Any:
             # read each time: the workspace's own corral.toml may narrow it meanwhile
-            config = operator_config(self.tenant.workspace, self.tenant.config)
-            return self.pool.sandbox_from_config(config, approve=approve)
+            config = tenant_config(self.tenant)
+            # the server's own files (the tenants file, every tenant's config) are the
+            # operator's wherever they lie: no tool of any tenant writes them
+            return self.pool.sandbox_from_config(
+                config, approve=approve, policy=config.policy.protecting(*self.protected))
 
-        return McpSession(open_sandbox, send=lambda _message: None, can_ask=False,
-                          say_remedy=said_to_a_tenant)
+        return HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant), self.threads)
 
-    def open(self) -> tuple[str, McpSession]:
+    def open(self) -> tuple[str, HttpSession]:
         session = self.new_session()
         session_id = secrets.token_urlsafe(24)
         with self.lock:
@@ -120,10 +201,10 @@ class TenantState:
             while len(self.sessions) > MAX_SESSIONS_PER_TENANT:
                 evicted.append(self.sessions.popitem(last=False)[1])
         for old in evicted:
-            _end(old)
+            old.end()
         return session_id, session
 
-    def find(self, session_id: str) -> McpSession | None:
+    def find(self, session_id: str) -> HttpSession | None:
         with self.lock:
             session = self.sessions.get(session_id)
             if session is not None:
@@ -135,10 +216,10 @@ class TenantState:
             session = self.sessions.pop(session_id, None)
         if session is None:
             return False
-        _end(session)
+        session.end()
         return True
 
-    def shared(self) -> McpSession:
+    def shared(self) -> HttpSession:
         with self.lock:
             if self.stateless is None:
                 self.stateless = self.new_session()
@@ -150,13 +231,8 @@ class TenantState:
             self.sessions.clear()
             self.stateless = None
         for session in sessions:
-            _end(session)
+            session.end()
         self.threads.shutdown(wait=True)
-
-
-def _end(session: McpSession) -> None:
-    session.close()
-    threading.Thread(target=session.shut, daemon=True).start()  # waits for its calls
 
 
 class HttpFace:
@@ -165,19 +241,26 @@ class HttpFace:
     def __init__(
         self, pool: Pool, tenants: list[Tenant], *, allowed_origins: list[str],
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
+        max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
+        protected: tuple[str, ...] = (),
     ) -> None:
         self.pool = pool
         self.tenants = tenants
-        self.states = {tenant.name: TenantState(tenant, pool) for tenant in tenants}
+        self.states = {
+            tenant.name: TenantState(tenant, pool, protected=protected,
+                                     max_requests=max_tenant_requests)
+            for tenant in tenants
+        }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
         self.loopback_only = loopback_only
         self.max_body_bytes = max_body_bytes
+        self.client_timeout_s = client_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # uvicorn runs with ws="none": never a websocket
             return
         try:
             await self._serve(scope, receive, send)
@@ -248,53 +331,145 @@ class HttpFace:
         version = headers.get(VERSION_HEADER)
         if version is not None and version not in REVISIONS:
             raise HttpError(400, f"unsupported {VERSION_HEADER}: {version}")
-        message = _parse(await self._body(headers, receive))
+        if state.in_progress >= state.max_requests:
+            raise HttpError(429, f"tenant {state.tenant.name} has {state.max_requests} requests "
+                            "in progress, the most it may; try again shortly",
+                            {"retry-after": str(RETRY_AFTER_S)})
+        state.in_progress += 1
+        try:
+            message = _parse(await self._body(headers, receive))
+            session, new_id, client_id, message = self._route(state, headers, message)
+        except BaseException:
+            state.in_progress -= 1
+            raise
+        # A question to a handshake client travels in the answer's event stream.
+        streams = "text/event-stream" in accept and state.asking < state.max_requests
+        await self._run(state, session, message, receive, send, new_id, client_id, streams)
+
+    def _route(
+        self, state: TenantState, headers: dict[str, str], message: dict[str, Any]
+    ) -> tuple[HttpSession, str | None, Any, dict[str, Any]]:
+        """(the session that serves `message`, the id of a session it opens, the
+        client's own request id when the shared session serves it under another,
+        the message to hand it)."""
         session_id = headers.get(SESSION_HEADER)
-        new_id = None
         if session_id is not None:
             session = state.find(session_id)
             if session is None:
                 raise HttpError(404, "unknown session", rpc=error_response(
                     message.get("id"), INVALID_REQUEST, "unknown or expired session"))
-        elif message.get("method") == "initialize" and "id" in message:
+            return session, None, None, message
+        if message.get("method") == "initialize" and "id" in message:
             new_id, session = state.open()
-        elif _needs_session(message):
+            return session, new_id, None, message
+        if _needs_session(message):
             # Streamable HTTP, Session Management: a server that requires a session id
             # SHOULD answer a request without one (other than initialize) 400.
             raise HttpError(400, f"missing {SESSION_HEADER}", rpc=error_response(
                 message.get("id"), INVALID_REQUEST,
                 f"{message['method']} needs the {SESSION_HEADER} header of an initialized "
                 f"session, or params._meta[{PROTOCOL_VERSION_KEY!r}] (protocol 2026-07-28)"))
-        else:
-            session = state.shared()
-        reply, future = _reply_future()
+        if "method" not in message or not valid_id(message.get("id")):
+            return state.shared(), None, None, message
+        # The shared session serves every client of the tenant, and a client's ids are
+        # its own: the request runs there under an id no client chose, and its answer
+        # goes back under the client's.
+        ours = {**message, "id": f"http-{secrets.token_hex(8)}"}
+        return state.shared(), None, message["id"], ours
+
+    async def _run(
+        self, state: TenantState, session: HttpSession, message: dict[str, Any],
+        receive: Receive, send: Send, new_id: str | None, client_id: Any, streams: bool,
+    ) -> None:
+        """Hand `message` to a call thread of the tenant's and answer; the request
+        counts against the tenant's bound until it is answered, or until the work
+        it started on a call thread is over (a call waiting for its client's
+        answer holds no thread)."""
+        loop = asyncio.get_running_loop()
+        actions: asyncio.Queue[Action] = asyncio.Queue()
+
+        def put(action: Action) -> None:
+            loop.call_soon_threadsafe(actions.put_nowait, action)
+
+        key = message["id"] if "method" in message and valid_id(message.get("id")) else None
+        if key is not None and key in session.channels:
+            # two open requests with one id: their answers could not be told apart
+            state.in_progress -= 1
+            await _respond(send, 200, _encode(error_response(
+                key, INVALID_REQUEST, f"request id {key!r} is already in use")),
+                {"content-type": "application/json"})
+            return
         cancel = Cancel()
-        work = asyncio.get_running_loop().run_in_executor(
-            state.threads, _handle, session, message, reply, cancel
+        if key is not None:
+            session.channels[key] = put
+            session.cancels[key] = cancel
+        work = loop.run_in_executor(
+            state.threads, _handle, session, message, put, cancel, streams, key
         )
+        counted = True
+
+        def release(_work: object = None) -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                state.in_progress -= 1
+
+        work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
-        answered: set[asyncio.Future[Any]] = {future, gone}
+        answer = _Answer(send, new_id, client_id, state)
         try:
-            await asyncio.wait({*answered, work}, return_when=asyncio.FIRST_COMPLETED)
-            if not future.done() and not gone.done():
-                await asyncio.wait(answered, timeout=0 if work.done() else None,
-                                   return_when=asyncio.FIRST_COMPLETED)
+            if await self._answer(actions, work, gone, answer, key):
+                if new_id and answer.failed:  # a failed initialize opens no session
+                    state.end(new_id)
+                return
+            if gone.done() and not gone.cancelled() and key is not None:
+                # the client went away: its call is cancelled (queued: never runs;
+                # running: its worker is killed) and nobody is left to answer
+                cancel.cancel()
+                session.driver.handle({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                       "params": {"requestId": key}})
         finally:
+            left = gone.done() and not gone.cancelled()
             gone.cancel()
-        if future.done():
-            extra = {SESSION_HEADER: new_id} if new_id else {}
-            await _respond(send, 200, _encode(future.result()), {
-                "content-type": "application/json", **extra})
-            return
-        if gone.done() and not gone.cancelled():
-            # the client went away: its call is cancelled (queued: never runs; running:
-            # its worker is killed) and nobody is left to answer
-            cancel.cancel()
-            if "id" in message:
-                session.handle({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                "params": {"requestId": message["id"]}}, lambda _r: None)
-            return
-        await _respond(send, 202, b"", {})  # a notification or a response: nothing to say
+            if not left:
+                release()  # else it counts until its work is over (work's callback)
+            answer.done()
+            if key is not None:
+                session.channels.pop(key, None)
+                session.cancels.pop(key, None)
+
+    async def _answer(
+        self, actions: asyncio.Queue[Action], work: asyncio.Future[None],
+        gone: asyncio.Future[None], answer: _Answer, key: str | int | None,
+    ) -> bool:
+        """Send what the session says for this request: its answer as one JSON
+        body, or, once its call asks the client something first, an event stream
+        of the questions and then the answer. False if the client went away."""
+        while True:
+            getter = asyncio.ensure_future(actions.get())
+            waits: set[asyncio.Future[Any]] = {getter, gone}
+            if not work.done():
+                waits.add(work)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                if await answer.send(getter.result()):
+                    return True
+                continue
+            getter.cancel()
+            if gone.done():
+                return False
+            if not actions.empty():
+                continue  # said just before the work ended
+            if work.exception() is not None:  # a bug, reported on stderr: not left hanging
+                if key is None:
+                    await answer.nothing()
+                else:
+                    await answer.send(Reply(error_response(key, INTERNAL_ERROR, "internal error")))
+                return True
+            if key is None:
+                await answer.nothing()  # a notification or a response: nothing to say
+                return True
+            # else the call waits for its client's answer: its answer comes later
 
     async def _body(self, headers: dict[str, str], receive: Receive) -> bytes:
         declared = headers.get("content-length")
@@ -306,17 +481,23 @@ class HttpFace:
                                 f"{self.max_body_bytes} bytes")
         chunks: list[bytes] = []
         size = 0
-        while True:
-            event = await receive()
-            if event["type"] == "http.disconnect":
-                raise HttpError(400, "the client went away")
-            chunk = event.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise HttpError(413, f"the body is over the limit of {self.max_body_bytes} bytes")
-            chunks.append(chunk)
-            if not event.get("more_body"):
-                return b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.client_timeout_s):  # the whole body, not each part
+                while True:
+                    event = await receive()
+                    if event["type"] == "http.disconnect":
+                        raise HttpError(400, "the client went away")
+                    chunk = event.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise HttpError(413, "the body is over the limit of "
+                                        f"{self.max_body_bytes} bytes")
+                    chunks.append(chunk)
+                    if not event.get("more_body"):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise HttpError(408, f"the body did not arrive within {self.client_timeout_s:g} s",
+                            {"connection": "close"}) from None
 
     def close(self) -> None:
         for state in self.states.values():
@@ -324,28 +505,78 @@ class HttpFace:
 
 
 def _handle(
-    session: McpSession, message: dict[str, Any], reply: Callable[[dict[str, Any]], None],
-    cancel: Cancel,
+    session: HttpSession, message: dict[str, Any], put: Callable[[Action], None],
+    cancel: Cancel, streams: bool, key: str | int | None,
 ) -> None:
     """On a tenant's thread: the message, and the call it starts, which `cancel`
-    may give up on (a cancelled call leaves the queue, or its worker is killed)."""
-    job = session.handle(message, reply)
-    if job is not None:
-        job(WaitPolicy(cancel=cancel))
+    may give up on (a cancelled call leaves the queue, or its worker is killed).
+    Calls the message lets go on (an answer to a question) run on other threads."""
+    try:
+        for run in session.driver.handle(message, put, can_ask=streams):
+            if run.call == key:
+                session.driver.execute(run, WaitPolicy(cancel=cancel))
+            else:
+                session.spawn(run)
+    except Exception:
+        traceback.print_exc()  # a host-side bug: the request is answered "internal error"
+        raise
 
 
-def _reply_future() -> tuple[Callable[[dict[str, Any]], None], asyncio.Future[dict[str, Any]]]:
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[dict[str, Any]] = loop.create_future()
+class _Answer:
+    """One request's HTTP answer: a JSON body, or an event stream once a question
+    comes before the answer."""
 
-    def settle(response: dict[str, Any]) -> None:
-        if not future.done():
-            future.set_result(response)
+    def __init__(
+        self, send: Send, new_id: str | None, client_id: Any, state: TenantState
+    ) -> None:
+        self._send = send
+        self._new_id = new_id
+        self._client_id = client_id  # the id to answer under, if not the message's own
+        self._state = state
+        self._streaming = False
+        self.failed = False
 
-    def reply(response: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(settle, response)
+    def done(self) -> None:
+        if self._streaming:
+            self._state.asking -= 1
+            self._streaming = False
 
-    return reply, future
+    def _headers(self, kind: str) -> dict[str, str]:
+        extra = {SESSION_HEADER: self._new_id} if self._new_id and not self.failed else {}
+        return {"content-type": kind, **extra}
+
+    async def send(self, action: Action) -> bool:
+        """Carry one action out; True once the request is answered."""
+        if isinstance(action, Drop):  # withdrawn: nothing more to say
+            if self._streaming:
+                await self._send({"type": "http.response.body", "body": b""})
+            else:
+                await self.nothing()
+            return True
+        assert not isinstance(action, Run)  # a face runs those itself
+        message = action.message
+        if isinstance(action, Reply):
+            self.failed = "error" in message
+            if self._client_id is not None:
+                message = {**message, "id": self._client_id}
+        if not self._streaming and isinstance(action, Reply):
+            await _respond(send=self._send, status=200, body=_encode(message),
+                           headers=self._headers("application/json"))
+            return True
+        if not self._streaming:
+            self._streaming = True
+            self._state.asking += 1
+            raw = [(k.encode("latin-1"), v.encode("latin-1"))
+                   for k, v in self._headers("text/event-stream").items()]
+            raw.append((b"cache-control", b"no-store"))
+            await self._send({"type": "http.response.start", "status": 200, "headers": raw})
+        done = isinstance(action, Reply)
+        await self._send({"type": "http.response.body", "more_body": not done,
+                          "body": b"event: message\ndata: " + _encode(message) + b"\n\n"})
+        return done
+
+    async def nothing(self) -> None:
+        await _respond(self._send, 202, b"", {})
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -442,11 +673,15 @@ def parse_address(text: str) -> tuple[str, int]:
 def serve(
     address: str, tenants: list[Tenant], *, allowed_origins: list[str],
     max_workers: int, idle_timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
+    client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
 ) -> None:
-    """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening."""
+    """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
+    files no tool of any tenant may write (the tenants file, the tenants' configs)."""
     try:
         import uvicorn
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
     except ImportError:
         raise ConfigError("the HTTP face needs uvicorn: pip install '.[http]' in the corral "
                           "clone, or pip install uvicorn") from None
@@ -455,27 +690,66 @@ def serve(
         print(f"corral: warning: {host} is not a loopback address and this server speaks plain "
               "HTTP (tokens and files in clear text); put TLS in front of it (a reverse proxy)",
               file=sys.stderr, flush=True)
-    with Pool(max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
+    with listen(host, port) as sock, Pool(max_workers=max_workers,
+                                          idle_timeout_s=idle_timeout_s) as pool:
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
-                        loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes)
+                        loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
+                        max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
+                        protected=protected)
         config = uvicorn.Config(
             face, host=host, port=port, lifespan="on", log_level="warning",
             access_log=False, server_header=False, timeout_graceful_shutdown=5,
+            http=guarded(AutoHTTPProtocol, max_connections=max_connections,
+                         timeout_s=client_timeout_s),
+            # asyncio accepts up to `backlog` connections at a time before the guard sees
+            # any of them: kept small, so a burst cannot run the process out of files
+            # (_run lengthens the listen queue, which asyncio sets to the same number)
+            backlog=min(max_connections, ACCEPT_BURST),
+            # no WebSocket: an upgrade request is served as the plain request it also is
+            ws="none",
         )
         server = uvicorn.Server(config)
         try:
-            asyncio.run(_run(server, host, ready))
+            asyncio.run(_run(server, sock, host, ready))
         finally:
             face.close()
 
 
-async def _run(server: Any, host: str, ready: Callable[[str, int], None]) -> None:
-    task = asyncio.ensure_future(server.serve())
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here rather than by uvicorn so that an address in
+    use is one ConfigError (uvicorn logs it and exits). Made as asyncio makes its
+    own, down to the protocol number: asyncio sets TCP_NODELAY only on connections
+    of a socket whose protocol is TCP, and without it every answer waited 40 ms
+    for a delayed acknowledgement."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {shown}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_QUEUE)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {shown}: "
+                          f"{(exc.strerror or str(exc)).lower()}") from None
+    return sock
+
+
+async def _run(
+    server: Any, sock: socket.socket, host: str, ready: Callable[[str, int], None]
+) -> None:
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
     if server.started:  # port 0 asks for any free port: say which
-        sockets = [sock for listener in server.servers for sock in listener.sockets]
-        ready(host, sockets[0].getsockname()[1])
+        sock.listen(LISTEN_QUEUE)  # a full queue drops connections, which retry 1 s later
+        ready(host, sock.getsockname()[1])
     await task
 
 

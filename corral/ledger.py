@@ -54,6 +54,9 @@ class Ledger:
         """The call's result for its caller, once its Meta is accounted for."""
         response = answer.public()
         meta = answer.meta
+        if self.history is not None and meta.history_ids:
+            since = time.time() - (time.monotonic() - started)  # the call's start, wall clock
+            self.history.promote(meta.history_ids, answer.tool, since)
         if self.history is not None and meta.history_bytes:
             self.history.stored(meta.history_bytes)
         if self.policy.read_before_write == "require" and answer.ok:
@@ -75,10 +78,14 @@ class Ledger:
             self.audit.record(**fields)
         return response
 
-    def history_result(self, answer: Answer, target: str) -> dict[str, Any]:
+    def history_result(
+        self, answer: Answer, target: str, since: float | None = None
+    ) -> dict[str, Any]:
         """An undo/rewind answer in the contract's shape, with its text; one audit
         line for it (path: the path undone or the id rewound to)."""
         response = answer.public()
+        if self.history is not None and answer.meta.history_ids:
+            self.history.promote(answer.meta.history_ids, answer.tool, since)
         if self.audit is not None:
             error = answer.error or {}
             self.audit.record(tool=answer.tool, ok=answer.ok, error=error.get("code"),

@@ -4,38 +4,40 @@ Every revision (mcp_revisions) and every transport goes through this one
 object; a transport face only moves JSON values in and out (stdio in
 mcp_server; Streamable HTTP mounts the same core).
 
-Interface for a transport face:
+It is sans-I/O, as h11's Connection is: no threads, no waiting, no streams.
+Each input returns the actions it calls for, and a face carries them out
+(mcp_threads.SessionDriver does, for the stdio and HTTP faces):
 
-    session = McpSession(open_sandbox, send=..., can_ask=True)
-    job = session.handle(message, reply)  # one decoded JSON-RPC value
-    if job is not None:
-        job(wait)                          # on any thread; it calls reply() when done
-    ...
-    session.close()                        # input over: open questions count as "no"
+    session = McpSession(open_sandbox, can_ask=True)
+    actions = session.handle(message)       # one decoded JSON-RPC value
+    actions = session.submitted(call, answer)   # a Run is over
+    actions = session.timed_out(question)   # a question went unanswered too long
+    actions = session.close()               # input over: open questions count as "no"
+    session.shut()                          # after the last call: close the sandbox
 
-- `handle` answers every request but `tools/call` at once through `reply`, and
-  returns None. A `tools/call` comes back as a job (a callable) that runs the
-  call and then calls `reply` with the response; run it on any thread, so calls
-  overlap and a call waiting for the user blocks nobody else.
-- `reply(response)` gets the response to that message: exactly once for a
-  request (unless the client cancelled it), never for a notification or a
-  response.
-- `send(message)` carries what the server itself starts, on the handshake
-  revisions only: `elicitation/create` and `roots/list` requests, and
-  `notifications/cancelled` for a question that went unanswered. Their answers
-  come back as messages to `handle`. A transport with no way back to the client
-  passes `can_ask=False`: its handshake clients are never asked (a supervised
-  call fails `approval_required`, client roots are not read). The stateless
-  revision needs no way back: it asks inside results (`input_required`).
-- `job(wait)`: the face says how the call waits (sandbox/waiting.py's
-  WaitPolicy): `wait.on_slow()` is called on the job's thread before the job
-  blocks on the client, or once its tool call turns slow (the stdio face hands
-  reading to another thread there, so the answer can be read); `wait.cancel`
-  lets the HTTP face give up on the call when its client goes away.
-- `in_flight` is the number of calls running; `failed` turns true when the
-  sandbox could not start (the face stops reading).
+- `Reply(message)`: the response to a client's request (exactly once per
+  request, unless the client cancelled it; never for a notification or a
+  response).
+- `Send(message, call, timeout)`: what the server itself starts, on the
+  handshake revisions only, on behalf of the call `call`: `elicitation/create`
+  and `roots/list` requests, and `notifications/cancelled` for a question that
+  went unanswered. Their answers come back as messages to `handle`; a
+  question's `timeout` is kept by the face, which says `timed_out` when it
+  passes. A face with no way back to the client passes `can_ask=False` (to the
+  session, or to `handle` for one request): its handshake clients are never
+  asked (a supervised call fails `approval_required`, client roots are not
+  read). The stateless revision needs no way back: it asks inside results
+  (`input_required`).
+- `Run(call, sandbox, request)`: run one Submit step of the call's CallFlow in
+  a confined worker (`sandbox.submit`, waiting as the face's WaitPolicy says),
+  then report the answer, or the exception, with `submitted`. A call waiting
+  for the client holds no Run: it goes on when the answer arrives.
+- `Drop(call)`: the call ended unanswered (the client withdrew it).
+- A call's state (queued, running, asking, done, cancelled) lives in its
+  `Call`; `cancelled(call)` lets a face skip a Run it had queued.
+- `failed` turns true when the sandbox could not start (the face stops reading).
 - `open_sandbox(approve)` is called once, on the first message that needs the
-  tools. The session drives each call's CallFlow itself and answers its Approve
+  tools. The session steps each call's CallFlow itself and answers its Approve
   steps per call (elicitation, or `input_required` on the stateless revision);
   `approve` only says an approver exists (outside a call it can ask nobody).
 
@@ -64,8 +66,6 @@ Decisions the spec leaves to us:
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
 import hashlib
 import hmac
 import importlib.metadata
@@ -74,18 +74,16 @@ import json
 import os
 import secrets
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 from urllib.parse import unquote, urlsplit
 
 from corral.api import Sandbox
 from corral.config import ConfigError, Remedy, any_face
-from corral.flow import NoApprover
+from corral.flow import CallFlow, NoApprover, Submit
 from corral.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
@@ -96,8 +94,7 @@ from corral.mcp_revisions import (
     lists_roots,
     negotiate,
 )
-from corral.sandbox.messages import error_answer, host_bug_answer
-from corral.sandbox.waiting import PLAIN, WaitPolicy
+from corral.sandbox.messages import Answer, CallRequest, error_answer, host_bug_answer
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.
@@ -110,9 +107,10 @@ ROOTS_KEY = "corral-roots"  # the inputRequests key of the stateless roots quest
 # Why an approval cannot be asked for (NoApprover's hint), and what would let it be.
 NO_ELICITATION = ("this client does not support form elicitation, which is how corral asks; "
                   "use an MCP client that does")
-NO_REQUESTS = ("this server cannot send requests on this connection (HTTP with a handshake "
-               "protocol revision); use a client that speaks protocol 2026-07-28, which "
-               "asks inside the result")
+NO_REQUESTS = ("this server cannot send requests on this connection (an HTTP request that "
+               "does not accept text/event-stream, or one of a tenant with as many calls "
+               "waiting for answers as it may have); use a client that accepts server-sent "
+               "events, or one that speaks protocol 2026-07-28, which asks inside the result")
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -128,8 +126,6 @@ INSTRUCTIONS = (
 )
 
 Approve = Callable[[dict[str, Any]], bool]
-Reply = Callable[[dict[str, Any]], None]
-Job = Callable[[WaitPolicy], None]
 
 # One key per process: a requestState is good for any session of this server process.
 _STATE_KEY = secrets.token_bytes(32)
@@ -288,13 +284,6 @@ class RequestState:
         return cls(**data)
 
 
-def _settle(future: Future[dict[str, Any] | None], value: dict[str, Any] | None = None) -> None:
-    """Answer a question unless it has its answer already (a reply, a cancel and a
-    timeout may race)."""
-    with contextlib.suppress(InvalidStateError):
-        future.set_result(value)
-
-
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
@@ -304,35 +293,78 @@ def call_digest(name: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+
 def _outside_a_call(request: dict[str, Any]) -> bool:
-    """The sandbox's own approve callback: every call's Approve steps are answered
-    per call (McpSession._approve), so this one is never asked by the session."""
+    """The sandbox's own approve callback: the session answers every call's Approve
+    steps itself, so this one only says an approver exists and is never asked."""
     raise NoApprover(NO_ELICITATION)
 
 
-class InputRequired(Exception):
-    """A stateless call needs the client's answers first: end this round with them."""
+# -- actions: what the session asks its face to do ------------------------------
 
-    def __init__(self, requests: dict[str, Any]) -> None:
-        super().__init__("input required")
-        self.requests = requests
+
+@dataclass(frozen=True)
+class Reply:
+    """Send `message`, the response to the client's request `message["id"]`."""
+
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send `message`, which the server starts (handshake revisions only), on the
+    way back of the call `call`. A question (it has an id) waits at most `timeout`
+    seconds: then the face says `timed_out(id)`."""
+
+    message: dict[str, Any]
+    call: str | int
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run `request` (a Submit step of call `call`) in a confined worker with
+    `sandbox.submit`, then tell the session `submitted(call, answer)`."""
+
+    call: str | int
+    sandbox: Sandbox
+    request: CallRequest
+
+
+@dataclass(frozen=True)
+class Drop:
+    """The call `call` ended unanswered (its client withdrew it): no response comes."""
+
+    call: str | int
+
+
+Action = Reply | Send | Run | Drop
 
 
 @dataclass
 class Call:
-    """One `tools/call` in flight."""
+    """One `tools/call` in flight; its state lives here and nowhere else."""
 
     request_id: str | int
     revision: Revision
     capabilities: dict[str, Any]
     name: str
     arguments: dict[str, Any]
-    reply: Reply
+    can_ask: bool  # the face can carry a question to this call's client
     state: RequestState | None = None  # stateless revisions: this round's state
     responses: dict[str, Any] = field(default_factory=dict)  # stateless: inputResponses
+    flow: CallFlow | None = None  # None until the client's roots are known
+    stage: str = "queued"  # queued, running (a Run out), asking (a question out)
     cancelled: bool = False
-    waiting: Future[dict[str, Any] | None] | None = None  # a question out to the client
-    wait: WaitPolicy = PLAIN  # how the face that runs it waits
+
+
+@dataclass
+class Question:
+    """A request the server sent: roots/list (shared by the calls waiting for it)
+    or one call's approval."""
+
+    method: str
+    calls: list[str | int]
 
 
 class McpSession:
@@ -342,58 +374,93 @@ class McpSession:
         self,
         open_sandbox: Callable[[Approve], Sandbox],
         *,
-        send: Callable[[dict[str, Any]], None],
         can_ask: bool = True,
         say_remedy: Callable[[Remedy], str] = any_face,
     ) -> None:
         self._open_sandbox = open_sandbox
         self._say_remedy = say_remedy  # how the face serving this session says a config's fix
-        self._send = send
         self._can_ask = can_ask
         self._sandbox: Sandbox | None = None
         self._tools: list[dict[str, Any]] = []  # specs, as Sandbox.tools() gives them
         self._handshake: Revision | None = None  # set by initialize
         self._capabilities: dict[str, Any] = {}  # the handshake client's
-        self._roots: Future[dict[str, Any] | None] | None = None  # handshake roots/list
+        self._roots: list[str] | None = None  # the handshake client's, once read
+        self._read_roots = False  # _roots holds the client's answer
+        self._roots_question: str | None = None  # a roots/list out to the client
         self.failed = False
         self._calls: dict[str | int, Call] = {}
-        self._replies: dict[str, Future[dict[str, Any] | None]] = {}
-        self._lock = threading.Lock()
+        self._questions: dict[str, Question] = {}
         self._request_ids = itertools.count(1)
         self._ended = False  # input is over: no question can be answered any more
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._calls)
-
     # -- input ------------------------------------------------------------------
 
-    def handle(self, message: object, reply: Reply) -> Job | None:
-        """Answer one message; a tools/call comes back as the job that runs it."""
+    def handle(self, message: object, *, can_ask: bool = True) -> list[Action]:
+        """What to do about one decoded message. `can_ask=False`: the face cannot
+        carry a question back for this request (the session's own flag also counts)."""
         try:
             message = check_message(message)
         except ProtocolError as exc:
-            reply(error_response(exc.request_id, exc.code, exc.message))
-            return None
+            return [Reply(error_response(exc.request_id, exc.code, exc.message))]
         if "method" not in message:
-            self._reply_received(message)
-            return None
+            return self._reply_received(message)
         method, params = message["method"], message["params"]
         if "id" not in message:
-            self._notification(method, params)
-            return None
+            return self._notification(method, params)
         request_id = message["id"]
         try:
             if method == "initialize":
-                reply(response(request_id, self._initialize(params)))
-                return None
+                return [Reply(response(request_id, self._initialize(params)))]
             revision, capabilities = self._revision(method, params)
             if method == "tools/call":
-                return self._start_call(request_id, revision, capabilities, params, reply)
-            reply(response(request_id, self._request(method, revision)))
+                return self._start_call(request_id, revision, capabilities, params, can_ask)
+            return [Reply(response(request_id, self._request(method, revision)))]
         except ProtocolError as exc:
-            reply(error_response(request_id, exc.code, exc.message, exc.data))
-        return None
+            return [Reply(error_response(request_id, exc.code, exc.message, exc.data))]
+
+    def submitted(self, call_id: str | int, answer: Answer | Exception | None) -> list[Action]:
+        """A Run is over: its worker's `answer`, the exception `submit` raised, or
+        None when the face did not run it (the call was cancelled meanwhile)."""
+        call = self._calls.get(call_id)
+        if call is None or call.flow is None or call.stage != "running":
+            return []
+        if call.cancelled or answer is None:
+            return self._drop(call)
+        if isinstance(answer, Exception):
+            return self._failed(call, answer)
+        return self._advance(call, answer)
+
+    def cancelled(self, call_id: str | int) -> bool:
+        """Whether the call is gone or withdrawn (a face skips its queued Run)."""
+        call = self._calls.get(call_id)
+        return call is None or call.cancelled
+
+    def timed_out(self, question_id: str) -> list[Action]:
+        """A question went unanswered for its timeout: tell the client, then go on
+        as if it had said no."""
+        question = self._questions.get(question_id)
+        if question is None:
+            return []
+        notice = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": question_id, "reason": "no answer in time"}}
+        # sent on the way back of a call still waiting for it (HTTP: an open stream)
+        waiting = self._live(question.calls)  # none: every call withdrawn, nothing to say
+        sent: list[Action] = [Send(notice, waiting[0].request_id)] if waiting else []
+        return sent + self._answered(question_id, None)
+
+    def close(self) -> list[Action]:
+        """The input is over: every open question counts as unanswered, and so does
+        any later one. The face then carries out what follows, and `shut`s."""
+        self._ended = True
+        actions: list[Action] = []
+        for question_id in list(self._questions):
+            actions += self._answered(question_id, None)
+        return actions
+
+    def shut(self) -> None:
+        """Close the sandbox (once every call has finished)."""
+        if self._sandbox is not None:
+            self._sandbox.close()
 
     def _revision(
         self, method: str, params: dict[str, Any]
@@ -461,45 +528,44 @@ class McpSession:
             "instructions": INSTRUCTIONS,
         }
 
-    def _start(self) -> None:
-        """Open the sandbox (once): on the first message that needs the tools."""
-        with self._lock:
-            if self._sandbox is not None:
-                return
-            if self.failed:
-                raise ProtocolError(INTERNAL_ERROR, "the sandbox could not start")
-            try:
-                self._sandbox = self._open_sandbox(_outside_a_call)
-            except Exception as exc:
-                self.failed = True
-                why = exc.spelled(self._say_remedy) if isinstance(exc, ConfigError) else exc
-                print(f"corral: error: cannot start the sandbox: {why}", file=sys.stderr)
-                raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {why}") from exc
-            self._tools = self._sandbox.tools()
+    def _start(self) -> Sandbox:
+        """The sandbox, opened on the first message that needs the tools."""
+        if self._sandbox is not None:
+            return self._sandbox
+        if self.failed:
+            raise ProtocolError(INTERNAL_ERROR, "the sandbox could not start")
+        try:
+            self._sandbox = self._open_sandbox(_outside_a_call)
+        except Exception as exc:
+            self.failed = True
+            why = exc.spelled(self._say_remedy) if isinstance(exc, ConfigError) else exc
+            print(f"corral: error: cannot start the sandbox: {why}", file=sys.stderr)
+            raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {why}") from exc
+        self._tools = self._sandbox.tools()
+        return self._sandbox
 
-    def _notification(self, method: str, params: object) -> None:
+    def _notification(self, method: str, params: object) -> list[Action]:
         # Unknown notifications are ignored, as JSON-RPC requires (nobody to answer).
         if method == "notifications/cancelled" and isinstance(params, dict):
-            self._cancel(params.get("requestId"))
-        elif method == "notifications/roots/list_changed":
-            with self._lock:
-                self._roots = None  # the next call asks again
+            return self._cancel(params.get("requestId"))
+        if method == "notifications/roots/list_changed":
+            self._roots, self._read_roots = None, False  # the next call asks again
+        return []
 
-    def _reply_received(self, message: dict[str, Any]) -> None:
+    def _reply_received(self, message: dict[str, Any]) -> list[Action]:
         """A response to a request we sent; an unknown id is ignored."""
         request_id = message.get("id")
-        with self._lock:
-            future = self._replies.pop(request_id, None) if isinstance(request_id, str) else None
-        if future is not None:
-            result = message.get("result")
-            _settle(future, result if isinstance(result, dict) else None)
+        if not isinstance(request_id, str):
+            return []
+        result = message.get("result")
+        return self._answered(request_id, result if isinstance(result, dict) else None)
 
     # -- tool calls -------------------------------------------------------------
 
     def _start_call(
         self, request_id: str | int, revision: Revision | None, capabilities: dict[str, Any],
-        params: dict[str, Any], reply: Reply,
-    ) -> Job:
+        params: dict[str, Any], can_ask: bool,
+    ) -> list[Action]:
         assert revision is not None  # only ping is served without one
         self._start()
         name = params.get("name")
@@ -510,7 +576,10 @@ class McpSession:
             raise ProtocolError(INVALID_PARAMS, "tools/call needs a tool name string")
         if not isinstance(arguments, dict):
             raise ProtocolError(INVALID_PARAMS, "tools/call arguments must be an object")
-        call = Call(request_id, revision, capabilities, name, arguments, reply)
+        if request_id in self._calls:
+            raise ProtocolError(INVALID_REQUEST, f"request id {request_id!r} is already in use")
+        call = Call(request_id, revision, capabilities, name, arguments,
+                    can_ask and self._can_ask)
         if revision.stateless:
             token = params.get("requestState")
             # The digest (of a write's whole content) only when a state is read or made.
@@ -519,170 +588,171 @@ class McpSession:
             )
             responses = params.get("inputResponses")
             call.responses = responses if isinstance(responses, dict) else {}
-        with self._lock:
-            if request_id in self._calls:
-                raise ProtocolError(INVALID_REQUEST, f"request id {request_id!r} is already in use")
-            self._calls[request_id] = call
-        assert self._sandbox is not None
-        return functools.partial(self._run_call, self._sandbox, call)
+        self._calls[request_id] = call
+        return self._with_roots(call)
 
-    def _run_call(self, sandbox: Sandbox, call: Call, wait: WaitPolicy) -> None:
-        call.wait = wait
-        try:
-            # A call cancelled while it waited for a thread is not run at all.
-            answer = None if call.cancelled else self._answer(sandbox, call)
-        finally:
-            with self._lock:
-                del self._calls[call.request_id]
-        if answer is not None and not call.cancelled:
-            call.reply(answer)
-        # else the client withdrew the request: no response, as the spec asks
+    def _with_roots(self, call: Call) -> list[Action]:
+        """Start the call's flow once the client's roots are known (None: no
+        narrowing), asking for them first where the client has some."""
+        if call.state is not None:  # stateless: asked inside the result, once per call
+            if lists_roots(call.capabilities) and not call.state.read_roots:
+                if not (ROOTS_KEY in call.state.asked and ROOTS_KEY in call.responses):
+                    return self._end_round(call, {ROOTS_KEY: {"method": "roots/list"}})
+                try:
+                    call.state.roots = client_roots(call.responses[ROOTS_KEY])
+                except ValueError as exc:
+                    return self._unread_roots(call, exc)
+                call.state.read_roots = True
+            return self._begin(call, call.state.roots)
+        if not (call.can_ask and lists_roots(call.capabilities)) or self._read_roots:
+            return self._begin(call, self._roots if self._read_roots else None)
+        call.stage = "asking"
+        if self._roots_question is not None:
+            self._questions[self._roots_question].calls.append(call.request_id)
+            return []
+        question_id, sent = self._ask(call, "roots/list", {}, ROOTS_TIMEOUT_S)
+        if question_id in self._questions:  # still open (not answered at once by close)
+            self._roots_question = question_id
+        return sent
 
-    def _answer(self, sandbox: Sandbox, call: Call) -> dict[str, Any]:
-        """The response to one tools/call round."""
-        revision = call.revision
+    def _roots_answered(
+        self, calls: list[str | int], answer: dict[str, Any] | None
+    ) -> list[Action]:
+        self._roots_question = None
         try:
-            within = self._within(call)
-            outcome = sandbox.run(
-                sandbox.flow(call.name, call.arguments, within=within, raw=True),
-                approve=functools.partial(self._approve, call), wait=call.wait,
-            )
-        except InputRequired as needed:
-            assert call.state is not None
-            call.state.asked = list(needed.requests)
-            call.state.call = call.state.call or call_digest(call.name, call.arguments)
-            return response(call.request_id, revision.input_required(
-                needed.requests, call.state.seal(), server_info=SERVER_INFO
-            ))
-        except ValueError as exc:  # the client's roots could not be read
-            outcome = error_answer(call.name, "path_denied", f"{exc}.").public()
+            if answer is None:
+                raise ValueError("the client did not list its roots")
+            roots = client_roots(answer)
+        except ValueError as exc:  # every waiting call fails: none runs unnarrowed
+            return [act for call in self._live(calls) for act in self._unread_roots(call, exc)]
+        self._roots, self._read_roots = roots, True
+        return [action for call in self._live(calls) for action in self._begin(call, roots)]
+
+    def _live(self, call_ids: list[str | int]) -> list[Call]:
+        return [self._calls[i] for i in call_ids if i in self._calls]
+
+    def _unread_roots(self, call: Call, exc: ValueError) -> list[Action]:
+        return self._finish(call, error_answer(call.name, "path_denied", f"{exc}.").public())
+
+    def _begin(self, call: Call, within: list[str] | None) -> list[Action]:
+        sandbox = self._start()
+        call.flow = sandbox.flow(call.name, call.arguments, within=within, can_ask=True, raw=True)
+        return self._advance(call, None)
+
+    def _advance(self, call: Call, reply: Any) -> list[Action]:
+        """Step the call's flow with `reply` and act on its next step."""
+        assert call.flow is not None and self._sandbox is not None
+        try:
+            step = call.flow.step(reply)
         except Exception as exc:
-            traceback.print_exc()
-            outcome = host_bug_answer(call.name, exc).public()
-        if not outcome["ok"] and outcome["error"]["code"] == "unknown_tool":
-            return error_response(call.request_id, INVALID_PARAMS, outcome["error"]["message"])
-        result = tool_result(outcome, structured=revision.structured)
-        return response(call.request_id, self._complete(revision, result))
+            return self._failed(call, exc)
+        if step is None:
+            assert call.flow.result is not None
+            return self._finish(call, call.flow.result)
+        if isinstance(step, Submit):
+            call.stage = "running"
+            return [Run(call.request_id, self._sandbox, step.request)]
+        return self._approve(call, step.request)
 
-    def _cancel(self, request_id: object) -> None:
-        with self._lock:
-            call = self._calls.get(request_id) if valid_id(request_id) else None
-            if call is None:
-                return
-            call.cancelled = True
-            waiting = call.waiting
-        if waiting is not None:
-            _settle(waiting)
+    def _failed(self, call: Call, exc: Exception) -> list[Action]:
+        """A host-side bug: reported to the client as an io_error result, not left
+        unanswered."""
+        traceback.print_exception(exc)
+        return self._finish(call, host_bug_answer(call.name, exc).public())
+
+    def _finish(self, call: Call, outcome: dict[str, Any]) -> list[Action]:
+        self._close_call(call)
+        if call.cancelled:
+            return [Drop(call.request_id)]  # withdrawn: no response, as the spec asks
+        if not outcome["ok"] and outcome["error"]["code"] == "unknown_tool":
+            return [Reply(error_response(
+                call.request_id, INVALID_PARAMS, outcome["error"]["message"]))]
+        result = tool_result(outcome, structured=call.revision.structured)
+        return [Reply(response(call.request_id, self._complete(call.revision, result)))]
+
+    def _drop(self, call: Call) -> list[Action]:
+        """End a withdrawn call: nothing more runs and nothing is answered."""
+        call.cancelled = True
+        self._close_call(call)
+        return [Drop(call.request_id)]
+
+    def _close_call(self, call: Call) -> None:
+        if call.flow is not None:
+            call.flow.close()
+        self._calls.pop(call.request_id, None)
+
+    def _end_round(self, call: Call, requests: dict[str, Any]) -> list[Action]:
+        """A stateless call needs the client's answers first: end this round with them."""
+        assert call.state is not None
+        call.state.asked = list(requests)
+        call.state.call = call.state.call or call_digest(call.name, call.arguments)
+        self._close_call(call)
+        return [Reply(response(call.request_id, call.revision.input_required(
+            requests, call.state.seal(), server_info=SERVER_INFO
+        )))]
+
+    def _cancel(self, request_id: object) -> list[Action]:
+        call = self._calls.get(request_id) if valid_id(request_id) else None
+        if call is None:
+            return []
+        if call.stage == "running":
+            call.cancelled = True  # dropped when its Run is over (the face may kill it)
+            return []
+        return self._drop(call)  # queued or asking: its question's answer is ignored
 
     # -- questions to the client ------------------------------------------------
 
-    def _within(self, call: Call) -> list[str] | None:
-        """The client's roots for this call (None: no narrowing)."""
-        if call.state is not None:  # stateless: asked inside the result, once per call
-            if not lists_roots(call.capabilities) or call.state.read_roots:
-                return call.state.roots
-            if ROOTS_KEY in call.state.asked and ROOTS_KEY in call.responses:
-                call.state.roots = client_roots(call.responses[ROOTS_KEY])
-                call.state.read_roots = True
-                return call.state.roots
-            raise InputRequired({ROOTS_KEY: {"method": "roots/list"}})
-        if not (self._can_ask and lists_roots(call.capabilities)):
-            return None
-        with self._lock:
-            if self._roots is None or (self._roots.done() and self._roots.result() is None):
-                self._roots = self._ask_client("roots/list", {})
-            future = self._roots
-        answer = self._wait(call, future, ROOTS_TIMEOUT_S, cancellable=False)
-        if answer is None:
-            raise ValueError("the client did not list its roots")
-        return client_roots(answer)
-
-    def _approve(self, call: Call, request: dict[str, Any]) -> bool:
+    def _approve(self, call: Call, request: dict[str, Any]) -> list[Action]:
         """An Approve step of `call`'s flow: ask the user through the client."""
         if not (call.revision.elicitation and elicits_forms(call.capabilities)):
-            raise NoApprover(NO_ELICITATION)
+            return self._advance(call, NoApprover(NO_ELICITATION))
         message = approval_message(request)
+        params = call.revision.elicitation_params(message)
         if call.state is not None:
-            return self._approve_stateless(call, request, message)
-        if not self._can_ask:
-            raise NoApprover(NO_REQUESTS)
-        with self._lock:
-            future = None if call.cancelled else self._ask_client(
-                "elicitation/create", call.revision.elicitation_params(message)
-            )
-        if future is None:
-            return False
-        reply = self._wait(call, future, ELICITATION_TIMEOUT_S)
-        return reply is not None and reply.get("action") == "accept"
+            return self._approve_stateless(call, request, params)
+        if not call.can_ask:
+            return self._advance(call, NoApprover(NO_REQUESTS))
+        call.stage = "asking"
+        _, sent = self._ask(call, "elicitation/create", params, ELICITATION_TIMEOUT_S)
+        return sent
 
-    def _approve_stateless(self, call: Call, request: dict[str, Any], message: str) -> bool:
+    def _approve_stateless(
+        self, call: Call, request: dict[str, Any], params: dict[str, Any]
+    ) -> list[Action]:
         """An answer from this round's inputResponses, else end the round asking."""
         assert call.state is not None
         key = "corral-approve-" + call_digest(request["tool"], request)[:32]
         if key in call.state.approved:
-            return True
+            return self._advance(call, True)
         if key in call.state.asked and key in call.responses:
             answer = call.responses[key]
             accepted = isinstance(answer, dict) and answer.get("action") == "accept"
             if accepted:
                 call.state.approved.append(key)
-            return accepted
-        params = call.revision.elicitation_params(message)
-        raise InputRequired({key: {"method": "elicitation/create", "params": params}})
+            return self._advance(call, accepted)
+        return self._end_round(call, {key: {"method": "elicitation/create", "params": params}})
 
-    def _ask_client(self, method: str, params: dict[str, Any]) -> Future[dict[str, Any] | None]:
-        """Send a request to the client (the caller holds the lock); its answer (None
-        for an error or no answer) arrives in the future."""
-        request_id = f"corral-{next(self._request_ids)}"
-        future: Future[dict[str, Any] | None] = Future()
+    def _ask(
+        self, call: Call, method: str, params: dict[str, Any], timeout: float
+    ) -> tuple[str, list[Action]]:
+        """Send a request to the client on `call`'s behalf (after `close`, it counts
+        as unanswered at once)."""
+        question_id = f"corral-{next(self._request_ids)}"
+        self._questions[question_id] = Question(method, [call.request_id])
         if self._ended:
-            future.set_result(None)
-            return future
-        self._replies[request_id] = future
-        future.add_done_callback(lambda _: self._forget(request_id))
-        self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        return future
+            return question_id, self._answered(question_id, None)
+        request = {"jsonrpc": "2.0", "id": question_id, "method": method, "params": params}
+        return question_id, [Send(request, call.request_id, timeout)]
 
-    def _forget(self, request_id: str) -> None:
-        with self._lock:
-            self._replies.pop(request_id, None)
-
-    def _wait(
-        self, call: Call, future: Future[dict[str, Any] | None], timeout: float, *,
-        cancellable: bool = True,
-    ) -> dict[str, Any] | None:
-        """The client's answer, or None (error, no answer in time, call cancelled).
-        A question shared by several calls (roots) is not ended by one's cancel."""
-        if cancellable:
-            with self._lock:
-                call.waiting = future
-        call.wait.on_slow()  # the answer must be read while this call waits for it
-        try:
-            return future.result(timeout=timeout)
-        except TimeoutError:
-            with self._lock:
-                request_id = next((i for i, f in self._replies.items() if f is future), None)
-            if request_id is not None:
-                self._send({
-                    "jsonrpc": "2.0", "method": "notifications/cancelled",
-                    "params": {"requestId": request_id, "reason": "no answer in time"},
-                })
-            _settle(future)
-            return None
-        finally:
-            with self._lock:
-                call.waiting = None
-
-    def close(self) -> None:
-        """The input is over: every open question counts as unanswered, and so does
-        any later one; then the sandbox closes (after the calls in flight)."""
-        with self._lock:
-            self._ended = True
-            waiting = list(self._replies.values())
-        for future in waiting:
-            _settle(future)
-
-    def shut(self) -> None:
-        """Close the sandbox (once every job has finished)."""
-        if self._sandbox is not None:
-            self._sandbox.close()
+    def _answered(self, question_id: str, answer: dict[str, Any] | None) -> list[Action]:
+        """The client's answer to a question (None: an error, or no answer)."""
+        question = self._questions.pop(question_id, None)
+        if question is None:
+            return []
+        if question.method == "roots/list":
+            return self._roots_answered(question.calls, answer)
+        actions: list[Action] = []
+        for call in self._live(question.calls):
+            call.stage = "running"  # stepped on at once
+            actions += self._advance(call, answer is not None and answer.get("action") == "accept")
+        return actions

@@ -9,17 +9,19 @@ tests/test_mcp_revisions.py).
 This module is only the stdio face: bytes in and out. What the messages mean,
 for every revision, is mcp_core.McpSession.
 
-Concurrency (stdio.LineServer): one thread at a time reads messages; each
-`tools/call` runs on a thread of a pool, so calls overlap across the sandbox's
-workers and a call waiting for the user's answer blocks nobody else. A call
-that arrives with no other call running is run by the reading thread itself
-(no thread hand-off); once it is slow (waiting.SLOW_CALL_S) or asks the client, a
-pool thread takes over reading (LineServer's inline policy, which the JSON-lines
+Concurrency (stdio.LineServer, driven through mcp_threads.SessionDriver): one
+thread at a time reads messages; each `tools/call` runs on a thread of a pool,
+so calls overlap across the sandbox's workers. A call that asks the client
+holds no thread while it waits: the answer, when it is read, lets it go on. A
+call that arrives with no other call running is run by the reading thread
+itself (no thread hand-off); once it is slow (waiting.SLOW_CALL_S), a pool
+thread takes over reading (LineServer's inline policy, which the JSON-lines
 face shares). Writes to stdout are serialised by one lock.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -28,11 +30,16 @@ from corral.config import Remedy, any_face
 from corral.mcp_core import (
     INVALID_REQUEST,
     PARSE_ERROR,
+    Action,
     Approve,
     McpSession,
     ProtocolError,
+    Reply,
+    Run,
+    Send,
     error_response,
 )
+from corral.mcp_threads import Own, SessionDriver
 from corral.stdio import MAX_LINE_BYTES, Job, LineServer, LineWriter, parse_line, read_lines
 
 # Calls served at once: more than the pool's workers, so calls waiting for a
@@ -59,15 +66,15 @@ class McpServer:
     ) -> None:
         self._out = LineWriter(writer)
         self._lines = LineServer(read_lines(reader), self._receive, MAX_CONCURRENT_CALLS)
-        self._session = McpSession(open_sandbox, send=self._out.write, say_remedy=say_remedy)
+        self._session = McpSession(open_sandbox, say_remedy=say_remedy)
+        self._driver = SessionDriver(self._session, deliver=self._deliver, spawn=self._spawn)
 
     def serve(self) -> bool:
         """Read and answer messages until EOF, then finish the calls in flight and close.
         False if the sandbox could not be started."""
         try:
-            self._lines.run(at_end=self._session.close)
+            self._lines.run(at_end=self._driver.close)
         finally:
-            self._session.close()
             self._session.shut()
         return not self._session.failed
 
@@ -78,10 +85,19 @@ class McpServer:
         except ProtocolError as exc:
             self._out.write(error_response(None, exc.code, exc.message))
             return None
-        job = self._session.handle(message, self._out.write)
+        runs = self._driver.handle(message)
         if self._session.failed:
             self._lines.stop()
-        return job
+        for run in runs[1:]:
+            self._spawn(run)
+        return functools.partial(self._driver.execute, runs[0]) if runs else None
+
+    def _deliver(self, action: Action, _own: Own) -> None:
+        if isinstance(action, Reply | Send):  # a withdrawn call (Drop): nothing to say
+            self._out.write(action.message)
+
+    def _spawn(self, run: Run) -> None:
+        self._lines.spawn(functools.partial(self._driver.execute, run))
 
 
 def serve(

@@ -80,6 +80,17 @@ RULE_CACHE_SIZE = 1024
 
 
 READ_BEFORE_WRITE = ("off", "require")
+EDIT_MATCH = ("tolerant", "exact")  # [edit] match, loosest first
+# [workspace] fallback_encodings may name these: stateless codecs whose bytes
+# round-trip character by character, so an edit changes only the bytes it targets
+# (UTF-7 and the ISO-2022 family are stateful: a change can alter bytes after it).
+LEGACY_ENCODINGS = (
+    "cp1252", "latin-1", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6",
+    "iso8859-7", "iso8859-8", "iso8859-9", "iso8859-10", "iso8859-13", "iso8859-14",
+    "iso8859-15", "iso8859-16", "cp1250", "cp1251", "cp1253", "cp1254", "cp1255", "cp1256",
+    "cp1257", "cp1258", "cp437", "cp850", "cp852", "cp866", "koi8-r", "koi8-u", "mac-roman",
+    "shift_jis", "cp932", "euc-jp", "euc-kr", "cp949", "gbk", "gb18030", "big5", "big5hkscs",
+)
 
 
 @dataclass(frozen=True)
@@ -393,6 +404,9 @@ class Policy:
     # "require": a write, edit or append of an existing file needs this session to have
     # read (or written) the file's current version
     read_before_write: str = "off"
+    # [workspace] fallback_encodings: legacy encodings tried, in order, after UTF-8
+    fallback_encodings: tuple[str, ...] = ()
+    edit_match: str = "tolerant"  # [edit] match: "exact" turns tolerant matching off
     # [workspace] ignore: gitignore patterns listings and searches leave out (not a
     # denial: a named path is read as before)
     ignore: tuple[str, ...] = ()
@@ -407,6 +421,7 @@ class Policy:
             ))
         object.__setattr__(self, "path_regex", tuple(self.path_regex))
         object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
+        object.__setattr__(self, "fallback_encodings", tuple(self.fallback_encodings))
         object.__setattr__(self, "ignore", tuple(self.ignore))
         for tool, mode in self.tool_modes.items():
             _check_action(mode, f"tool mode of {tool!r}")
@@ -419,6 +434,12 @@ class Policy:
             raise PolicyError(
                 f"read_before_write must be 'off' or 'require', not {self.read_before_write!r}"
             )
+        if self.edit_match not in EDIT_MATCH:
+            raise PolicyError(f"edit_match must be 'tolerant' or 'exact', not {self.edit_match!r}")
+        unknown = [name for name in self.fallback_encodings if name not in LEGACY_ENCODINGS]
+        if unknown:
+            raise PolicyError(f"fallback_encodings: {unknown[0]!r} is not one of "
+                              f"{', '.join(LEGACY_ENCODINGS)}")
         names = Counter(rule.name for rule in (*self.rules, *self.workspace_rules))
         duplicates = sorted(name for name, count in names.items() if count > 1)
         if duplicates:
@@ -564,6 +585,8 @@ class Policy:
             "workspace_rules": [rule.to_dict() for rule in self.workspace_rules],
             "hardlinks": self.hardlinks,
             "read_before_write": self.read_before_write,
+            "fallback_encodings": list(self.fallback_encodings),
+            "edit_match": self.edit_match,
             "ignore": list(self.ignore),
         }
 
@@ -579,5 +602,7 @@ class Policy:
             workspace_rules=tuple(Rule.from_dict(r) for r in data.get("workspace_rules", ())),
             hardlinks=data.get("hardlinks", "allow"),
             read_before_write=data.get("read_before_write", "off"),
+            fallback_encodings=tuple(data.get("fallback_encodings", ())),
+            edit_match=data.get("edit_match", "tolerant"),
             ignore=tuple(data.get("ignore", ())),
         )

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 from corral.api import AsyncSandbox, Sandbox, _BaseSandbox, _config_arguments
 from corral.config import Config
-from corral.sandbox.hub import Hub, PooledBroker
+from corral.sandbox.broker import Broker
+from corral.sandbox.hub import Hub
 
 S = TypeVar("S", bound=_BaseSandbox)
 
@@ -36,7 +37,7 @@ class Pool:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         self._hub = Hub(max_workers, idle_timeout_s)
-        self._start = functools.partial(PooledBroker, self._hub)
+        self._start = functools.partial(Broker, hub=self._hub)
         self._lock = threading.Lock()
         # closed ones drop out
         self._sandboxes: weakref.WeakSet[_BaseSandbox] = weakref.WeakSet()

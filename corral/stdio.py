@@ -161,8 +161,9 @@ class LineServer:
     saving the hand-off to a pool thread (~50 us of a ~400 us call here); its
     WaitPolicy's `on_slow` hands reading to a pool thread, which the job calls
     before it waits on anything slow (a worker that does not answer within
-    waiting.SLOW_CALL_S, the client's answer to a question), so replies and
-    cancellations are still read meanwhile. Any other job runs on a pool thread
+    waiting.SLOW_CALL_S), so replies and cancellations are still read
+    meanwhile. `spawn(job)` runs a job on a pool thread (a call an answer let
+    go on). Any other job runs on a pool thread
     while reading goes on; beyond `max_jobs` running there (plus the inline
     one), jobs queue. (Handing
     reading to a pool thread for every call, leader/follower, measured no faster:
@@ -238,6 +239,13 @@ class LineServer:
         finally:
             with self._count:
                 self._running -= 1
+
+    def spawn(self, job: Job) -> None:
+        """Run `job` on a pool thread (a call the answer to a question let go on)."""
+        assert self._pool is not None
+        with self._count:
+            self._running += 1
+        self._pool.submit(self._run, job, WaitPolicy())
 
     def stop(self) -> None:
         """Read no further (called from `handle`)."""

@@ -5,9 +5,9 @@
     token_sha256 = "9f86d0..."              # hex SHA-256 of the bearer token
     config = "/srv/ws/alice/corral.toml"    # or: workspace = "/srv/ws/alice"
 
-Pure: parsing and checking, plus the constant-time token lookup. Relative
-paths are taken from the tenants file's directory. Errors are ConfigError
-naming the file and the key.
+Parsing and checking, the constant-time token lookup, and what a tenant is
+served with. Relative paths are taken from the tenants file's directory. Errors
+are ConfigError naming the file and the key.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from corral.config import ConfigError, read_config
+from corral.config import Config, ConfigError, read_config, resolve_roots
+from corral.trust import narrowed, operator_config
 
 TENANT_KEYS = ("name", "token_sha256", "config", "workspace")
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -96,3 +97,39 @@ def find_tenant(tenants: list[Tenant], token: str | None) -> Tenant | None:
         if hmac.compare_digest(digest, tenant.token_sha256):
             found = tenant
     return found
+
+
+def tenant_config(tenant: Tenant) -> Config:
+    """What a tenant's session is served with: its operator config, or for a
+    `workspace =` tenant the defaults; either narrowed by the workspace's own
+    corral.toml. Never the server account's user config: every workspace tenant
+    would share its extra roots (a channel between them), its rules and its
+    audit log."""
+    if tenant.config is not None:
+        return operator_config(config=tenant.config)
+    assert tenant.workspace is not None  # parse_tenants: exactly one of the two
+    real, others = resolve_roots(tenant.workspace)
+    return narrowed(Config(workspace=real, allowed_paths=others))
+
+
+def server_files(path: str | os.PathLike[str], tenants: list[Tenant]) -> tuple[str, ...]:
+    """The files the server runs on, as real paths: the tenants file and every
+    tenant's config (no tool of any tenant may write them)."""
+    files = [os.fspath(path), *(tenant.config for tenant in tenants if tenant.config)]
+    return tuple(dict.fromkeys(os.path.realpath(file) for file in files))
+
+
+def check_outside_roots(
+    path: str | os.PathLike[str], tenants: list[Tenant], configs: list[Config]
+) -> None:
+    """ConfigError if the tenants file lies inside a tenant's root, where that
+    tenant's agent could rewrite it (a token for another workspace, or its own
+    tenant pointed at a config it wrote, trusted at the next start)."""
+    real = os.path.realpath(path)
+    for index, (tenant, config) in enumerate(zip(tenants, configs, strict=True)):
+        for root in config.roots:
+            if real.startswith(root.path.rstrip("/") + "/"):
+                raise ConfigError(
+                    f"the tenants file lies inside the root {root.path} of tenant "
+                    f"{tenant.name!r}, whose agent could rewrite it; move it out of every "
+                    "tenant's root", file=os.fspath(path), key=f"tenant[{index}]")

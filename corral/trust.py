@@ -192,9 +192,18 @@ def _setting(config: Config, key: Key) -> Any:
     """The value of a key a workspace may narrow, in effect in `config`."""
     if key.section == "tools":
         return config.policy.tool_mode(key.name, writes=False)
-    if key.section in ("workspace", "policy"):  # [workspace] read_only lives in the policy
-        return getattr(config.policy, key.name)
+    field = policy_field(key)
+    if field is not None:
+        return getattr(config.policy, field)
     return getattr(getattr(config, key.section), key.name)
+
+
+def policy_field(key: Key) -> str | None:
+    """The Policy field a key's value lives in ([workspace] read_only, [policy] and
+    [edit] keys travel to the worker with the policy), or None: its section's type."""
+    if key.section in ("workspace", "policy"):
+        return key.name
+    return f"edit_{key.name}" if key.section == "edit" else None
 
 
 def _shown(value: object) -> str:
@@ -258,10 +267,11 @@ def _merged(base: Config, local: Config, data: dict[str, Any]) -> Config:
         for name in items if section != "rules" else ():
             key = BY_PLACE[section, name]
             value = _narrower(key, _setting(local, key), _setting(base, key))
+            field = policy_field(key)
             if section == "tools":
                 modes[name] = value
-            elif section in ("workspace", "policy"):
-                in_policy[name] = value
+            elif field is not None:
+                in_policy[field] = value
             else:
                 sections.setdefault(section, {})[name] = value
     policy = dataclasses.replace(

@@ -120,14 +120,14 @@ def bench_start(workspace: str, starts: int) -> list[float]:
 
 def bench_respawn(workspace: str, respawns: int) -> list[float]:
     broker = start_broker(workspace, workers=1)
-    pool = broker._pool  # the verbs themselves: kill, then time replace()
+    workers = broker._supply  # the verbs themselves: kill, then time lost()
     samples = []
     try:
         for _ in range(respawns):
-            worker = pool.checkout()
+            worker = workers.take()
             os.kill(worker.pid, signal.SIGKILL)
             start = time.perf_counter()
-            pool.replace(worker)
+            workers.lost(worker)
             samples.append(time.perf_counter() - start)
         assert broker.submit(CallRequest(**READ)).public()["ok"]
     finally:

@@ -1,12 +1,14 @@
-"""Malformed-input soak of `corral serve` (MCP over stdio) and `corral serve --jsonl`:
-hypothesis generates batches of broken and half-valid messages (bytes that are not
-UTF-8, JSON that is not an object, NaN, deep nesting, wrong types and ids, real
-tools with random arguments, huge lines); after each batch a few valid calls with
-known answers go in. Every valid call must be answered right, every output line
-must be strict JSON, the server must never die, and its RSS (read from outside
-with psutil) must stay bounded.
+"""Malformed-input soak of `corral serve` (MCP over stdio), `corral serve --jsonl`
+and `corral serve --http`: hypothesis generates batches of broken and half-valid
+messages (bytes that are not UTF-8, JSON that is not an object, NaN, deep nesting,
+wrong types and ids, real tools with random arguments, huge lines); after each
+batch a few valid calls with known answers go in. Every valid call must be
+answered right, every output line (over HTTP: every JSON body) must be strict
+JSON, no HTTP answer may be a 5xx, the server must never die, and its RSS (read
+from outside with psutil) must stay bounded. Over HTTP each message is one POST,
+every other one inside a handshake session.
 
-    python scripts/fuzz_servers.py [--messages 100000] [--face mcp|jsonl|both]
+    python scripts/fuzz_servers.py [--messages 100000] [--face mcp|jsonl|http|all]
 
 tests/test_fuzz_servers.py runs a few hundred messages through `fuzz`.
 """
@@ -14,10 +16,13 @@ tests/test_fuzz_servers.py runs a few hundred messages through `fuzz`.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import http.client
 import json
 import math
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -209,6 +214,98 @@ class Server:
         return self.process.wait(ANSWER_TIMEOUT_S)
 
 
+class HttpServer:
+    """A `corral serve --http` child with one tenant, spoken to over one kept-alive
+    connection; each answer is checked as it comes."""
+
+    TOKEN = "fuzz-token-0123456789"
+
+    def __init__(self, workspace: Path) -> None:
+        top = workspace.parent
+        digest = hashlib.sha256(self.TOKEN.encode()).hexdigest()
+        (top / "tenants.toml").write_text(
+            f'[[tenant]]\nname = "fuzz"\ntoken_sha256 = "{digest}"\nworkspace = "{workspace}"\n')
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        with open(top / "stderr", "wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
+                 "--tenants", str(top / "tenants.toml")], stderr=stderr, env=env, cwd=top)
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while "serving" not in (line := (top / "stderr").read_text()):
+            assert time.monotonic() < deadline and self.process.poll() is None, line
+            time.sleep(0.02)
+        self.port = int(line.split("\n")[0].rsplit(":", 1)[1].split("/")[0])
+        self.ps = psutil.Process(self.process.pid)
+        self.connection = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                     timeout=ANSWER_TIMEOUT_S)
+        self.bad_lines: list[bytes] = []
+        self.answers = 0
+        self.probes = 0
+        self.session = ""
+        initialize = self.post(json.dumps({
+            "jsonrpc": "2.0", "id": "init", "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "fuzz", "version": "0"}}}).encode(), False)
+        assert initialize["result"]["protocolVersion"] == "2025-06-18", initialize
+
+    def post(self, body: bytes, in_session: bool) -> Any:
+        """The JSON answer to one POST (None: none, or not JSON); a 5xx is a bad line."""
+        headers = {"content-type": "application/json", "accept": "application/json",
+                   "authorization": f"Bearer {self.TOKEN}"}
+        if in_session:
+            headers["mcp-session-id"] = self.session
+        for attempt in (1, 2):  # the server closes a connection after some refusals
+            try:
+                self.connection.request("POST", "/mcp", body=body, headers=headers)
+                response = self.connection.getresponse()
+                data = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                self.connection.close()
+                if attempt == 2:
+                    raise
+        self.answers += 1
+        if response.status >= 500:
+            self.bad_lines.append(b"%d %s" % (response.status, data[:200]))
+        self.session = response.getheader("mcp-session-id") or self.session
+        if not response.getheader("content-type", "").startswith("application/json"):
+            return None
+        try:
+            return json.loads(data, parse_constant=_not_json)
+        except ValueError:
+            self.bad_lines.append(data[:200])
+            return None
+
+    def send(self, lines: list[bytes]) -> None:
+        for index, line in enumerate(lines):
+            self.post(line, in_session=bool(index % 2))
+
+    def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A valid call, every other one at the stateless revision (no session)."""
+        self.probes += 1
+        params: dict[str, Any] = {"name": tool, "arguments": args}
+        if self.probes % 2:
+            params["_meta"] = STATELESS_META
+        wanted = f"probe-{self.probes}"
+        answer = self.post(json.dumps({"jsonrpc": "2.0", "id": wanted, "method": "tools/call",
+                                       "params": params}).encode(), not self.probes % 2)
+        assert answer is not None and answer["id"] == wanted, answer
+        result = answer["result"]
+        if result.get("isError"):
+            return {"ok": False, "error": result["structuredContent"]["error"]}
+        return {"ok": True, "result": result["structuredContent"]}
+
+    def rss_mb(self) -> float:
+        return self.ps.memory_info().rss / 2**20
+
+    def close(self) -> int:
+        """0 when the server stopped as SIGINT asks (exit code 130, the shell's way)."""
+        self.connection.close()
+        self.process.send_signal(signal.SIGINT)
+        code = self.process.wait(ANSWER_TIMEOUT_S)
+        return 0 if code == 130 else code
+
+
 def _not_json(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
@@ -232,8 +329,8 @@ def fuzz(face: str, workspace: Path, messages: int, seed: int | None = None) -> 
     (workspace / PROBE).write_text(PROBE_TEXT)
     (workspace / "hello.txt").write_text("hello\n")  # a file the generated calls may change
     (workspace.parent / "outside.txt").write_text("outside\n")
-    server = Server(face, workspace)
-    shaped = mcp_message() if face == "mcp" else jsonl_message()
+    server = HttpServer(workspace) if face == "http" else Server(face, workspace)
+    shaped = jsonl_message() if face == "jsonl" else mcp_message()
     stats: dict[str, Any] = {"sent": 0, "rss_start_mb": server.rss_mb(), "rss_max_mb": 0.0}
     examples = max(1, math.ceil(messages / BATCH))
 
@@ -267,9 +364,9 @@ def fuzz(face: str, workspace: Path, messages: int, seed: int | None = None) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--face", default="both", choices=["mcp", "jsonl", "both"])
+    parser.add_argument("--face", default="all", choices=["mcp", "jsonl", "http", "all"])
     args = parser.parse_args()
-    for face in ["mcp", "jsonl"] if args.face == "both" else [args.face]:
+    for face in ["mcp", "jsonl", "http"] if args.face == "all" else [args.face]:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.monotonic()
             stats = fuzz(face, Path(tmp) / "ws", args.messages)

@@ -26,9 +26,8 @@ import json, os, resource, sys
 sys.path.insert(0, sys.argv[1])
 from corral.config import Limits, SandboxOptions
 from corral.sandbox.messages import CallRequest
-from corral.sandbox.pool import Pool
 from corral.sandbox.protocol import HEADER, send_bytes
-from tests.test_hardening_pool import EvilZygote
+from tests.test_hardening_pool import EvilZygote, Private
 
 BOXES = int(sys.argv[2])
 
@@ -37,8 +36,8 @@ def boxes(fd, request):
     payload = head % request["id"] + b"{}," * BOXES + b'{}]}}'
     send_bytes(fd, HEADER.pack(len(payload)) + payload)
 
-pool = Pool(EvilZygote(boxes), SandboxOptions(workers=1), Limits())
-pool.start()
+pool = Private(EvilZygote(boxes), SandboxOptions(workers=1), Limits())
+pool.workers.start()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 response = pool.call(CallRequest("read_file", {"path": "x"}, id=1))
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before

@@ -11,11 +11,20 @@ from typing import Any
 
 import pytest
 
-from corral.config import Config, ConfigError, HistoryOptions, Limits, SandboxOptions, load_config
+from corral.config import (
+    AuditOptions,
+    Config,
+    ConfigError,
+    HistoryOptions,
+    Limits,
+    SandboxOptions,
+    load_config,
+)
 from corral.config_keys import KEYS, SECTION_KEYS, Key
-from corral.trust import narrow
+from corral.trust import narrow, policy_field
 
-VALUE_TYPES = {"limits": Limits, "sandbox": SandboxOptions, "history": HistoryOptions}
+VALUE_TYPES = {"audit": AuditOptions, "limits": Limits, "sandbox": SandboxOptions,
+               "history": HistoryOptions}
 
 
 @pytest.mark.parametrize("section", sorted(VALUE_TYPES))
@@ -47,8 +56,9 @@ def in_effect(config: Config, key: Key) -> Any:
     """The value `key` has in `config`, read through the public types."""
     if key.section == "tools":
         return config.policy.tool_mode(key.name, writes=False)
-    if key.section in ("workspace", "policy"):
-        return getattr(config.policy, key.name)
+    field = policy_field(key)
+    if field is not None:
+        return getattr(config.policy, field)
     return getattr(getattr(config, key.section), key.name)
 
 

@@ -21,9 +21,8 @@ from mcp.client.session import ClientSession
 from corral import Sandbox
 from corral.cli import main
 from corral.config import ConfigError
-from corral.mcp_core import McpSession
+from corral.mcp_core import McpSession, Reply, Run
 from corral.policy import Policy
-from corral.sandbox.waiting import PLAIN
 from tests.conftest import SECRET
 from tests.test_http import TOKENS, Server, post, sha256
 from tests.test_mcp import REPO, run_session, structured, write_config
@@ -215,11 +214,11 @@ def test_stdio_client_without_elicitation_is_told_what_to_do(
 
 
 def session_answer(session: McpSession, message: dict[str, Any]) -> dict[str, Any]:
-    answers: list[dict[str, Any]] = []
-    job = session.handle(message, answers.append)
-    if job is not None:
-        job(PLAIN)
-    (answer,) = answers
+    actions = session.handle(message)
+    while runs := [action for action in actions if isinstance(action, Run)]:
+        (run,) = runs
+        actions = session.submitted(run.call, run.sandbox.submit(run.request))
+    (answer,) = [action.message for action in actions if isinstance(action, Reply)]
     return answer
 
 
@@ -227,7 +226,7 @@ def test_a_handshake_over_http_is_told_to_use_the_stateless_revision(workspace: 
     """What the HTTP face's handshake sessions are: no requests to the client."""
     policy = Policy({"write_file": "supervised"})
     session = McpSession(lambda approve: Sandbox(workspace, policy=policy, approve=approve),
-                         send=lambda _message: None, can_ask=False)
+                         can_ask=False)
     session_answer(session, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}}},
         "clientInfo": {"name": "t", "version": "1"}}})

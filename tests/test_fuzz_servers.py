@@ -1,6 +1,7 @@
 """Short version of scripts/fuzz_servers.py: a few hundred generated malformed
-messages to `corral serve` and `corral serve --jsonl`; valid calls between them are
-answered right, every output line is strict JSON, the server lives on."""
+messages to `corral serve`, `corral serve --jsonl` and `corral serve --http`; valid
+calls between them are answered right, every output line (every JSON body) is
+strict JSON, no HTTP answer is a 5xx, the server lives on."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ _spec.loader.exec_module(fuzz_servers)
 MESSAGES = 300  # the script sends 100,000
 
 
-@pytest.mark.parametrize("face", ["mcp", "jsonl"])
+@pytest.mark.parametrize("face", ["mcp", "jsonl", "http"])
 def test_malformed_messages_never_break_the_server(tmp_path: Path, face: str):
     stats = fuzz_servers.fuzz(face, tmp_path / "ws", MESSAGES, seed=1)  # raises on a failure
     assert stats["sent"] == MESSAGES

@@ -41,7 +41,7 @@ def test_a_zygote_killed_under_a_call_fails_it_at_once_and_halts(workspace: Path
     slow = CallRequest(**SLOW)
     caller = threading.Thread(target=lambda: answers.append(broker.submit(slow).public()))
     caller.start()
-    busy(broker._pool._idle)
+    busy(broker._supply._idle)
     os.kill(broker.pids()["zygote"], signal.SIGKILL)
     caller.join(SAFETY_NET_S)
     try:
@@ -61,7 +61,7 @@ def test_a_cancelled_async_call_does_not_leak_its_worker(workspace: Path) -> Non
     async def scenario() -> dict[str, Any]:
         sandbox = AsyncSandbox(workspace, workers=1, limits=Limits(timeout_s=0.5))
         try:
-            pool = sandbox._executor._pool
+            pool = sandbox._executor._supply
             slow = asyncio.create_task(sandbox.call("grep", SLOW["arguments"]))
             await asyncio.to_thread(busy, pool._idle)
             assert not pool._idle  # the slow call holds the only worker

@@ -20,8 +20,9 @@ import pytest
 
 from corral.config import Limits, SandboxOptions
 from corral.sandbox.messages import CallRequest
-from corral.sandbox.pool import MAX_BOOT_KILLS, Pool, SandboxError
+from corral.sandbox.pool import MAX_BOOT_KILLS, CallPath, SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
+from corral.sandbox.worker_set import WorkerSet
 
 FRAME_LIMIT = 1 << 20  # small, so an oversize announcement is cheap to make
 LAYERS = {"landlock_abi": 0, "seccomp": False, "no_new_privs": False, "rlimits": False}
@@ -53,7 +54,7 @@ class EvilZygote:
         self.spawned = 0
         self.children: set[int] = set()
 
-    def spawn(self) -> tuple[int, socket.socket, int]:
+    def spawn(self, *_: object) -> tuple[int, socket.socket, int]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         behaviour = self.evil if self.spawned == self.killed_at_boot else honest
         killed = self.spawned < self.killed_at_boot
@@ -96,16 +97,32 @@ def _serve(fd: int, behaviour: Behaviour) -> None:  # pragma: no cover - the fak
         behaviour(fd, request)
 
 
-@pytest.fixture
-def make_pool() -> Iterator[Callable[..., Pool]]:
-    pools: list[Pool] = []
+class Private:
+    """A private sandbox's workers (a WorkerSet of `zygote`'s) and its call path."""
 
-    def make(evil: Behaviour, timeout_s: float = 10.0, **zygote: int) -> Pool:
+    def __init__(self, zygote: Any, options: SandboxOptions, limits: Limits) -> None:
+        self.workers = WorkerSet(zygote, options, limits)
+        self.path = CallPath(self.workers, options, limits)
+
+    def call(self, request: CallRequest) -> Any:
+        return self.path.call(request)
+
+    def pids(self) -> list[int]:
+        return self.workers.pids()
+
+    def close(self) -> None:
+        self.workers.close()
+
+
+@pytest.fixture
+def make_pool() -> Iterator[Callable[..., Private]]:
+    pools: list[Private] = []
+
+    def make(evil: Behaviour, timeout_s: float = 10.0, **zygote: int) -> Private:
         options = SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT)
-        fake = EvilZygote(evil, **zygote)
-        pool = Pool(fake, options, Limits(timeout_s=timeout_s))  # type: ignore[arg-type]
+        pool = Private(EvilZygote(evil, **zygote), options, Limits(timeout_s=timeout_s))
         pools.append(pool)
-        pool.start()
+        pool.workers.start()
         return pool
 
     yield make
@@ -113,7 +130,7 @@ def make_pool() -> Iterator[Callable[..., Pool]]:
         pool.close()
 
 
-def call(pool: Pool, request_id: int = 1) -> dict[str, Any]:
+def call(pool: Private, request_id: int = 1) -> dict[str, Any]:
     return pool.call(CallRequest(**REQUEST, id=request_id)).to_wire()
 
 

@@ -197,7 +197,7 @@ def test_the_replaced_file_is_kept_not_copied(sb: Sandbox, tree: Path) -> None:
     inode = (tree / "log.txt").stat().st_ino
     old = (tree / "log.txt").read_bytes()
     ok(sb, "write_file", path="log.txt", content="new\n")
-    store = Path(sb._history.path)
+    store = Path(sb._history.work_path)
     kept = [p for p in store.iterdir() if p.name.startswith("b-")]
     if sb.confinement["mount_namespace"]:
         assert [p.read_bytes() for p in kept] == [old]

@@ -31,8 +31,9 @@ def kill_at_record(sb: Sandbox, k: int, run: Callable[[], dict[str, Any]]) -> di
     pid = sb._executor.pids()["workers"][0]
     done = threading.Event()
 
-    def ids() -> set[str]:
-        return {n[2:28] for n in os.listdir(store) if n.startswith("r-")}
+    def ids() -> set[str]:  # the worker writes its records in its work directory
+        names = [n for work in store.glob("w-*") for n in os.listdir(work)]
+        return {n[2:28] for n in names if n.startswith("r-")}
 
     earlier = ids()
 

@@ -25,7 +25,8 @@ EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
 
 
 def used(store: Path) -> int:
-    return sum(p.stat().st_size for p in store.iterdir() if p.is_file())
+    """What the store holds: its records and the kept copies in its work directories."""
+    return sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
 
 
 def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Path) -> None:
@@ -61,13 +62,13 @@ def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="a.txt", content="a")
-        store = Path(sb._history.path)
+        store, work = Path(sb._history.path), Path(sb._history.work_path)
     old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
     (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
-    (store / f"b-{old}-0").write_text("old bytes")
+    (work / f"b-{old}-0").write_text("old bytes")  # its kept copy, where its writer put it
     with Sandbox(workspace, history=options) as sb:
         assert not (store / f"r-{old}.json").exists()
-        assert not (store / f"b-{old}-0").exists()
+        assert not (work / f"b-{old}-0").exists()
         assert [e["path"] for e in sb.history()] == ["a.txt"]
 
 
@@ -145,7 +146,7 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
 def test_no_tool_reaches_the_store(workspace: Path) -> None:
     with Sandbox(workspace, policy=EVERYTHING) as sb:
         ok(sb, "write_file", path="hello.txt", content="recorded")
-        store = sb._history.path
+        store = sb._history.work_path
         blob = next(p for p in os.listdir(store) if p.startswith("b-"))
         relative = os.path.relpath(store, workspace)
         for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):

@@ -56,8 +56,8 @@ def test_a_call_is_served_after_the_calls_queued_before_it(workspace: Path, work
 @pytest.mark.parametrize("stop", ["halt", "close"])
 def test_a_call_waiting_in_line_fails_when_the_pool_stops(workspace: Path, stop: str) -> None:
     broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), SandboxOptions(workers=1))
-    pool = broker._pool
-    held = pool.checkout()  # the only worker: the next call waits in line
+    pool = broker._supply
+    held = pool.take()  # the only worker: the next call waits in line
     answers: list[Any] = []
     waiting = threading.Thread(
         target=lambda: answers.append(broker.submit(CallRequest("stat_file", {"path": "."}))))
@@ -69,7 +69,7 @@ def test_a_call_waiting_in_line_fails_when_the_pool_stops(workspace: Path, stop:
         waiting.join(30)
         assert not waiting.is_alive()
         assert answers[0].ok is False and answers[0].error["code"] == "worker_crashed"
-        pool.checkin(held)  # handed to nobody: the pool has stopped
+        pool.give_back(held)  # handed to nobody: the pool has stopped
         assert pool._idle == [] and not pool._waiting
     finally:
         broker.close()

@@ -12,12 +12,11 @@ import os
 from typing import Any
 
 import pytest
-from test_hardening_pool import FRAME_LIMIT, REQUEST, EvilZygote, honest, honest_answer
+from test_hardening_pool import FRAME_LIMIT, REQUEST, EvilZygote, Private, honest, honest_answer
 
 from corral import seccomp
 from corral.config import Limits, SandboxOptions
 from corral.sandbox.messages import CallRequest
-from corral.sandbox.pool import Pool
 from corral.seccomp.arches import load_arch, native_arch
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
@@ -35,14 +34,14 @@ def _confined_attempt(name: str, *args: int) -> Any:
     return behaviour
 
 
-def call(pool: Pool, request_id: int) -> dict[str, Any]:
+def call(pool: Private, request_id: int) -> dict[str, Any]:
     return pool.call(CallRequest(**REQUEST, id=request_id)).to_wire()
 
 
-def _pool(behaviour: Any) -> Pool:
+def _pool(behaviour: Any) -> Private:
     options = SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT)
-    pool = Pool(EvilZygote(behaviour), options, Limits())  # type: ignore[arg-type]
-    pool.start()
+    pool = Private(EvilZygote(behaviour), options, Limits())
+    pool.workers.start()
     return pool
 
 
@@ -50,7 +49,7 @@ def test_a_forbidden_call_kills_the_worker_and_is_logged(caplog) -> None:
     pool = _pool(_confined_attempt("ptrace", PTRACE_TRACEME, 0, 0, 0))
     try:
         first = pool.pids()
-        with caplog.at_level(logging.WARNING, logger="corral.sandbox.pool"):
+        with caplog.at_level(logging.WARNING, logger="corral.workers"):
             response = call(pool, 1)
         assert response["ok"] is False
         assert response["error"]["code"] == "worker_crashed"
@@ -69,7 +68,7 @@ def test_control_a_refused_call_leaves_the_worker_serving(caplog) -> None:
     pool = _pool(_confined_attempt("socket", 2, 1, 0))  # AF_INET, SOCK_STREAM: EPERM
     try:
         first = pool.pids()
-        with caplog.at_level(logging.WARNING, logger="corral.sandbox.pool"):
+        with caplog.at_level(logging.WARNING, logger="corral.workers"):
             assert call(pool, 1) == honest_answer(1)
         assert pool.pids() == first
         assert not caplog.records
@@ -79,13 +78,13 @@ def test_control_a_refused_call_leaves_the_worker_serving(caplog) -> None:
 
 def test_other_crashes_are_logged_too(caplog) -> None:
     def dies(fd: int, request: dict[str, Any]) -> None:
-        os._exit(3)
+        os._exit(5)  # not 3: that is EXIT_CONFINE_FAILED, which halts the sandbox
 
     pool = _pool(dies)
     try:
-        with caplog.at_level(logging.WARNING, logger="corral.sandbox.pool"):
+        with caplog.at_level(logging.WARNING, logger="corral.workers"):
             assert call(pool, 1)["error"]["code"] == "worker_crashed"
         assert [r.levelno for r in caplog.records] == [logging.WARNING]
-        assert "exit code 3" in caplog.records[0].getMessage()
+        assert "exit code 5" in caplog.records[0].getMessage()
     finally:
         pool.close()

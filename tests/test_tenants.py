@@ -163,7 +163,8 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
                         held = held_directories(pid)
                     except FileNotFoundError:
                         continue  # evicted meanwhile
-                    own = {str(workspaces[index]), sandboxes[index]._history.path}
+                    history = sandboxes[index]._history
+                    own = {str(workspaces[index]), history.path, history.work_path}
                     if held - own:  # its root, and its own workspace's history store
                         problems.append(f"worker {pid} of tenant {index} holds {held}")
 

@@ -10,7 +10,7 @@ from corral.errors import CorralError
 from corral.fs import Entry
 from corral.tools import render, schema
 from corral.tools.diff import unified_diff
-from corral.tools.edit import Edit, apply
+from corral.tools.edit import Applied, Edit, apply
 from corral.tools.listing import ENTRY_OVERHEAD, hidden, take
 from corral.tools.read import image_type, is_binary, page, split_lines, whole_file_lines
 from corral.tools.registry import TOOLS, validate
@@ -21,7 +21,7 @@ CONTRACT_ARGUMENTS = {
     "read_file": {"path", "offset", "limit", "max_bytes", "encoding", "byte_offset"},
     "write_file": {"path", "content", "encoding", "expected_version"},
     "edit_file": {"path", "old_string", "new_string", "replace_all", "edits",
-                  "expected_version", "dry_run"},
+                  "expected_version", "dry_run", "match"},
     "read_multiple_files": {"paths", "offset", "limit", "max_bytes"},
     "append_file": {"path", "content"},
     "list_directory": {"path", "recursive", "max_entries", "include_hidden"},
@@ -39,7 +39,8 @@ CONTRACT_DEFAULTS = {
     "read_file": {"offset": 1, "limit": 2000, "max_bytes": 262144, "encoding": "utf-8",
                   "byte_offset": 0},
     "write_file": {"encoding": "utf-8", "expected_version": None},
-    "edit_file": {"replace_all": False, "dry_run": False, "expected_version": None},
+    "edit_file": {"replace_all": False, "dry_run": False, "expected_version": None,
+                  "match": "tolerant"},
     "list_directory": {"path": ".", "recursive": False, "max_entries": 500,
                        "include_hidden": True},
     "move_file": {"overwrite": False},
@@ -121,10 +122,11 @@ class TestStrictShapes:
     def test_strict_edit_file_is_one_edit_or_a_list(self) -> None:
         single = validate(TOOLS["edit_file"], {
             "path": "a", "old_string": "x", "new_string": "y", "replace_all": None,
-            "edits": None, "expected_version": None, "dry_run": None,
+            "edits": None, "expected_version": None, "dry_run": None, "match": None,
         })
         assert single == {"path": "a", "old_string": "x", "new_string": "y",
-                          "replace_all": False, "expected_version": None, "dry_run": False}
+                          "replace_all": False, "expected_version": None, "dry_run": False,
+                          "match": "tolerant"}
         many = validate(TOOLS["edit_file"], {
             "path": "a", "old_string": None, "new_string": None, "replace_all": None,
             "edits": [{"old_string": "x", "new_string": "y", "replace_all": None}],
@@ -317,12 +319,12 @@ class TestReadHelpers:
 
 class TestEditHelpers:
     def test_apply_in_order(self) -> None:
-        text, count, _ = apply("f", "a b c", [Edit("a", "x", False), Edit("x b", "y", False)])
-        assert (text, count) == ("y c", 2)
+        applied = apply("f", "a b c", [Edit("a", "x", False), Edit("x b", "y", False)])
+        assert (applied.text, applied.replacements, applied.match) == ("y c", 2, "exact")
 
     def test_apply_tells_what_no_edit_touched(self) -> None:
         edits = [Edit("c", "C", True), Edit("e", "", False)]
-        assert apply("f", "abcdcefg", edits) == ("abCdCfg", 3, (2, 2))
+        assert apply("f", "abcdcefg", edits) == Applied("abCdCfg", 3, "exact", (2, 2))
 
     def test_ambiguous_names_the_count(self) -> None:
         with pytest.raises(CorralError) as caught:
@@ -331,7 +333,8 @@ class TestEditHelpers:
         assert "3 times" in caught.value.message
 
     def test_replace_all_counts_every_occurrence(self) -> None:
-        assert apply("f", "a a a", [Edit("a", "b", True)])[:2] == ("b b b", 3)
+        applied = apply("f", "a a a", [Edit("a", "b", True)])
+        assert (applied.text, applied.replacements) == ("b b b", 3)
 
     def test_no_match_names_the_edit(self) -> None:
         with pytest.raises(CorralError) as caught:
@@ -349,7 +352,8 @@ class TestEditHelpers:
         self, old: str, new: str
     ) -> None:
         before = "".join(f"{n:04d} x\n" for n in range(1000))
-        after, _, unchanged = apply("f", before, [Edit(old, new, False)])
+        applied = apply("f", before, [Edit(old, new, False)])
+        after, unchanged = applied.text, applied.unchanged
         assert unchanged != (0, 0)
         diff = unified_diff("f", before, after, unchanged)
         assert diff == unified_diff("f", before, after)

@@ -1,73 +1,198 @@
 """The host side of history: where a workspace's store lives, what it shows
-(history, checkpoints) and keeping it within its bounds. The host reads and
-trims the store directly (it lies outside every root); every change to the
+(history, checkpoints), keeping it within its bounds, and the only way a record
+enters it (promote.py: a worker's finished record, checked). The host reads and
+writes the store directly (it lies outside every root); every change to the
 tree, undo and rewind included, happens in a confined worker.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
 import os
 import posixpath
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.config import HistoryOptions
-from corral.history.store import Store, id_pid, prepare
+from corral.errors import CorralError
+from corral.history import promote
+from corral.history.promote import Expect
+from corral.history.records import Checkpoint, Entry, Record, State, dump
+from corral.history.store import (
+    CHECKPOINT,
+    COMMITTED,
+    LOCK,
+    RECORD,
+    Store,
+    StoreError,
+    id_pid,
+    make_work,
+    new_id,
+    prepare,
+    publish,
+    remove_temps,
+    work_name,
+)
 
 DAY_S = 86_400.0
+log = logging.getLogger("corral")
 PUBLIC_STATE = ("type", "size", "mode", "version")  # what history() shows of a state
+_LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
-def public(state: dict[str, Any] | None) -> dict[str, Any] | None:
+def public(state: State | None) -> dict[str, Any] | None:
     """A before/after state as a user sees it (None: the path did not exist)."""
     if state is None:
         return None
-    shown = {key: state[key] for key in PUBLIC_STATE if key in state}
-    if state["type"] != "file":
+    shown = {key: getattr(state, key) for key in PUBLIC_STATE if getattr(state, key) is not None}
+    if state.type != "file":
         shown.pop("size", None)  # a directory's or a link's st_size says nothing useful
     return shown
 
 
 EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
+REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
 
 
 class History:
-    """One sandbox's view of its workspace's store."""
+    """One sandbox's view of its workspace's store. `writable`: the roots the
+    sandbox may write; none, and its workers get no store at all."""
 
-    def __init__(self, options: HistoryOptions, workspace: str, roots: Sequence[str]) -> None:
+    def __init__(
+        self, options: HistoryOptions, workspace: str, roots: Sequence[str],
+        writable: Sequence[str] = (),
+    ) -> None:
         self.options = options
         self.workspace = workspace
         self.path = prepare(options.path, workspace, list(roots))
-        self.store = Store.open(self.path)
+        self.writable = frozenset(writable)
         self._lock = threading.Lock()
-        self._usage = self.store.evict(options.max_bytes, options.max_age_days * DAY_S)
+        self.work_path: str | None = None
+        self.work = ""
+        self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
+        # Committing a call's records writes a file in the store (~0.2-2 ms on a busy
+        # disk, and a hash of the kept copy), off the call's path: one thread, in order;
+        # whatever reads the history waits for it first (flush).
+        self._later = ThreadPoolExecutor(1, thread_name_prefix="corral-history")
+        home = _open_dir(self.path)
+        try:
+            self._lock_fd = os.open(LOCK, _LOCK_FLAGS, 0o600, dir_fd=home)
+            work = -1
+            if self.writable:
+                self.work = work_name(sorted(self.writable))
+                make_work(home, self.work)
+                work = os.open(self.work, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                               | os.O_NOFOLLOW, dir_fd=home)
+                self.work_path = os.path.join(self.path, self.work)
+        except OSError as exc:
+            os.close(home)
+            raise StoreError(exc) from None
+        self.store = Store(work, home)
+        with self._locked():
+            remove_temps(home)
+            self._usage = self.store.evict(options.max_bytes, options.max_age_days * DAY_S)
 
     def close(self) -> None:
+        self._later.shutdown(wait=True)  # every answered call's records committed first
         self.store.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This host's threads, and every other host on the store, one at a time."""
+        with self._lock:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # -- records entering the history -----------------------------------------
 
     def dead_writers(self) -> list[int]:
-        """Pids of pending records whose writer is gone (killed mid-call)."""
-        pids = {id_pid(record_id) for record_id in self.store.listing().pending}
-        return sorted(pid for pid in pids if not _alive(pid))
+        """Pids of the pending records whose writer is gone (killed mid-call): no
+        process holds their lock, whatever `kill(pid, 0)` would say of the pid."""
+        if self.work_path is None:
+            return []
+        with self._locked():
+            try:
+                return sorted({id_pid(record_id) for record_id in self.store.orphans()})
+            finally:
+                self.store.release()
+
+    def promote(self, ids: Sequence[str], tool: str, since: float | None) -> None:
+        """A call's answer named these records: commit those that check out, soon."""
+        if self.work_path is None or not ids:
+            return
+        self._later.submit(self._promote, tuple(ids), Expect(self.writable, tool, since))
+
+    def _promote(self, ids: tuple[str, ...], expect: Expect) -> None:
+        try:
+            with self._locked():
+                self._refused(promote.promote(self.store, self.work, ids, expect))
+        except OSError as exc:  # left done in the work directory: the next sweep commits it
+            log.warning("corral: history: committing records failed (%s)", exc.strerror)
+
+    def flush(self) -> None:
+        """Wait until every record promote() was given is committed or refused."""
+        self._later.submit(lambda: None).result()
+
+    def sweep(self) -> None:
+        """Commit what was promoted, then the done records nobody promoted (a
+        settle's, a dead host's)."""
+        if self.work_path is None:
+            return
+        self.flush()
+        with self._locked():
+            ids = promote.done(self.store)
+            if ids:
+                self._refused(promote.promote(
+                    self.store, self.work, ids, Expect(self.writable)))
+
+    def _refused(self, refused: dict[str, str]) -> None:
+        self.refused.update(refused)
+        for name in list(self.refused)[:-REFUSED_KEPT]:
+            del self.refused[name]
 
     def stored(self, size: int) -> None:
         """A call put `size` bytes into the store: once it is over its bound, evict down
         to EVICT_TO of it. Eviction reads the whole store; evicting only back under
         the bound made every later write read it again (~3-5 ms a call on a full
-        store of ~1,000 changes), now one write in many does."""
+        store of ~1,000 changes), now one write in many does. The records being
+        committed go in first: eviction leaves a record it cannot see whole alone."""
         with self._lock:
             self._usage += size
-            if self._usage > self.options.max_bytes:
-                self._usage = self.store.evict(
-                    int(self.options.max_bytes * EVICT_TO), self.options.max_age_days * DAY_S
-                )
+            if self._usage <= self.options.max_bytes:
+                return
+        self.flush()
+        with self._locked():
+            self._usage = self.store.evict(
+                int(self.options.max_bytes * EVICT_TO), self.options.max_age_days * DAY_S
+            )
 
     def checkpoint(self, label: str | None) -> str:
-        return self.store.checkpoint(label)
+        checkpoint = Checkpoint(new_id(), time.time(), label)
+        with self._locked():
+            try:
+                publish(self.store.home, f"{CHECKPOINT}{checkpoint.id}{COMMITTED}",
+                          dump(checkpoint))
+            except OSError as exc:
+                raise StoreError(exc) from None
+        return checkpoint.id
+
+    # -- what it shows --------------------------------------------------------------
 
     def entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
-        """Newest first: one entry per path a change touched, and the checkpoints."""
+        """Newest first: one entry per path a change touched, and the checkpoints (as
+        committed: the caller sweeps first). A store file that is not a valid record
+        is skipped (and logged)."""
         wanted = None if path is None else self._normal(path)
         listing = self.store.listing()
         checkpoints = set() if wanted is not None else set(listing.checkpoints)
@@ -76,16 +201,17 @@ class History:
             if len(found) >= limit:
                 break
             if item_id in checkpoints:
-                info = self.store.checkpoint_info(item_id) or {}
-                found.append({"id": item_id, "time": info.get("time"), "tool": None,
-                              "path": None, "action": "checkpoint", "before": None,
-                              "after": None, "checkpoint": info.get("label")})
+                info = self.store.checkpoint_info(item_id)
+                if info is not None:
+                    found.append({"id": item_id, "time": info["time"], "tool": None,
+                                  "path": None, "action": "checkpoint", "before": None,
+                                  "after": None, "checkpoint": info["label"]})
                 continue
-            record = self.store.record(item_id)
+            record = self.store.load_record(self.store.home, f"{RECORD}{item_id}{COMMITTED}")
             if record is None:
                 continue
-            for entry in record.get("entries", ()):
-                if wanted is None or entry["path"] == wanted:
+            for entry in record.entries:
+                if wanted is None or entry.path == wanted:
                     found.append(_entry(record, entry))
         return found[:limit]
 
@@ -97,23 +223,22 @@ class History:
         return normal
 
 
-def _entry(record: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-    shown = {"id": record["id"], "time": record["time"], "tool": record["tool"],
-             "path": entry["path"], "action": entry["action"],
-             "before": public(entry["before"]), "after": public(entry["after"])}
-    for key in ("to", "source"):
-        if key in entry:
-            shown["destination" if key == "to" else "source"] = entry[key]
-    if "undoes" in record:
-        shown["undoes"] = record["undoes"]
+def _entry(record: Record, entry: Entry) -> dict[str, Any]:
+    shown = {"id": record.id, "time": record.time, "tool": record.tool,
+             "path": entry.path, "action": entry.action,
+             "before": public(entry.before), "after": public(entry.after)}
+    if entry.to is not None:
+        shown["destination"] = entry.to
+    if entry.source is not None:
+        shown["source"] = entry.source
+    if record.undoes is not None:
+        shown["undoes"] = record.undoes
     return shown
 
 
-def _alive(pid: int) -> bool:
+def _open_dir(path: str) -> int:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise CorralError(
+            "io_error", f"the history store {path} cannot be opened ({exc.strerror}).") from None

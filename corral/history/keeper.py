@@ -25,7 +25,6 @@ import contextlib
 import errno
 import os
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,8 @@ from corral.fs import Root, content_version
 from corral.fs._atomic import Land
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from corral.fs.version import chunked_version
-from corral.history.store import Store, StoreError, blob_name, new_id
+from corral.history.records import VERSION
+from corral.history.store import Store, StoreError, blob_name, id_time, new_id
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -95,8 +95,10 @@ class Keeper:
 
     def _pending(self, *entries: dict[str, Any]) -> dict[str, Any]:
         record_id, self._reserved = self._next_id(), None
-        record = {"id": record_id, "time": time.time(), "tool": self.tool, "pid": os.getpid(),
-                  "entries": list(entries)}
+        # dated by its id, which was made before the old file was kept (a copy can take
+        # longer than the host allows between a record's time and its id's)
+        record = {"v": VERSION, "id": record_id, "time": id_time(record_id),
+                  "tool": self.tool, "pid": os.getpid(), "entries": list(entries)}
         if self.undoes is not None:
             record["undoes"] = self.undoes
         if self.group is not None:
@@ -222,11 +224,17 @@ class Keeper:
         record_id = self._next_id()
         blob = blob_name(record_id)
         before: dict[str, Any] = {"type": kind_of(st.st_mode), "mode": stat.S_IMODE(st.st_mode),
-                                  "size": st.st_size, "blob": blob}
+                                  "size": st.st_size}
+        kept = stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
+        if kept:
+            before["blob"] = blob
         if stat.S_ISLNK(st.st_mode):
             before["target"] = os.readlink(name, dir_fd=dir_fd)
         record = self._pending(self._entry(root, rel, "remove", "delete", before, None))
         with self._landing(record):
+            if not kept:  # a symlink's target is in the record; the store takes no links
+                os.unlink(name, dir_fd=dir_fd)
+                return
             try:
                 self._take(dir_fd, name, blob)
             except StoreError:

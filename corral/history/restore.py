@@ -20,6 +20,7 @@ from typing import Any
 from corral.errors import CorralError, shown_path
 from corral.fs import TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
+from corral.history.records import VERSION
 from corral.history.store import Store, id_pid, is_id, new_id
 from corral.policy import Policy, RootSpec
 
@@ -141,7 +142,7 @@ class Restorer:
                 "path_denied", f"{entry['path']} was a symlink, which corral cannot create."
             )
         if "blob" in state:
-            data = self._blob(state["blob"])
+            data = self.store.read_blob(state)  # checked against the record's size and hash
         else:  # an append: the file as it was is the start of what is there
             data = root.read_bytes(rel, max_file_bytes=self.max_file_bytes)[: state["size"]]
         if info is not None and info.type == "dir":
@@ -185,13 +186,12 @@ class Restorer:
             self._unmake(entry, recorded=False)
 
     def _records_after(self, record_id: str) -> Iterator[Record]:
-        """Every record (committed or pending) written after `record_id`."""
-        listing = self.store.listing()
-        for pending, ids in ((False, listing.records), (True, listing.pending)):
-            for later in ids:
-                if later > record_id and (record := self.store.record(
-                        later, pending=pending)) is not None:
-                    yield record
+        """Every record (committed, or waiting in any work directory) written after
+        `record_id`."""
+        for later in self.store.listing().records:
+            if later > record_id and (record := self.store.record(later)) is not None:
+                yield record
+        yield from (record for record in self.store.uncommitted() if record["id"] > record_id)
 
     @staticmethod
     def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
@@ -219,16 +219,6 @@ class Restorer:
                 for temp in self._temps_of(root, entry["rel"], pid):
                     root.unlink(temp)
 
-    def _blob(self, blob: str) -> bytes:
-        fd = self.store.open_blob(blob)
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
-
     # -- settle -------------------------------------------------------------
 
     def landed(self, entry: Entry, record_id: str) -> bool:
@@ -251,7 +241,7 @@ class Restorer:
             root = self.root(entry["root"])
             temp = self._temp_of(root, entry["rel"], pid)
             if temp is None:
-                return _exists(self.store, before.get("blob"))
+                return self.store.has_blob(before)
             # swapped in, the old file (left in the temp) not yet wholly taken: take it
             # now, over a copy the kill cut short
             self.store.remove_blob(before["blob"])
@@ -264,21 +254,11 @@ class Restorer:
         return self.matches(entry, entry["after"])
 
 
-def _exists(store: Store, blob: str | None) -> bool:
-    if blob is None:
-        return False
-    try:
-        os.stat(blob, dir_fd=store.fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def settle(restorer: Restorer, pids: list[int] | None) -> int:
     """Commit or forget the pending records of dead writers (`pids`; None: every
     pending record). Returns how many were settled."""
     settled = 0
-    for record_id in restorer.store.listing().pending:
+    for record_id in restorer.store.orphans():  # pending, their writer gone
         if pids is not None and id_pid(record_id) not in pids:
             continue  # a live writer's: it may be writing that very record now
         record = restorer.store.record(record_id, pending=True)
@@ -367,8 +347,8 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     reasons: dict[str, str] = {}
     restored, conflicts = _revert_one(restorer, _joined(whole), force, reasons, resumed)
     if restored and not conflicts:
-        for record in whole:
-            _finished(store, record["id"])
+        for record in whole:  # the host commits them with the undo's other records
+            restorer.keeper.ids.append(_finished(store, record["id"]))
     return {"restored": restored, "conflicts": conflicts, "undone": target["id"],
             "reasons": reasons, "records": restorer.keeper.ids}
 
@@ -401,13 +381,15 @@ def _joined(records: list[Record]) -> Record:
             "parts": records}
 
 
-def _finished(store: Store, undone: str) -> None:
+def _finished(store: Store, undone: str) -> str:
     """The undo of `undone` is whole: a record without entries says so. Until it is
     written, undo of the same path resumes that undo instead of stepping back."""
     record_id = new_id()
     store.write_pending({"id": record_id, "time": time.time(), "tool": "undo",
-                         "pid": os.getpid(), "entries": [], "undoes": undone, DONE: True})
+                         "pid": os.getpid(), "entries": [], "undoes": undone, DONE: True,
+                         "v": VERSION})
     store.commit(record_id)
+    return record_id
 
 
 def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,

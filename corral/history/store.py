@@ -1,46 +1,76 @@
-"""The history store of one workspace: a flat directory of small files, used
-through a directory fd (a worker holds only that fd; the host opens the path).
+"""The history store of one workspace, used through directory fds.
 
-    r-<id>.pending   a record written before its change lands
-    r-<id>.json      the same record once the change has landed (committed)
-    c-<id>.json      a checkpoint
-    b-<id>-<n>       what the change replaced: the old inode itself (renamed in,
-                     so an atomic write's old file is kept, not copied) or a copy
+    <key>/                the workspace's store; only the host writes here
+      workspace           which workspace this is (a line of text)
+      lock                the host's flock: promoting, settling, evicting, one at a time
+      r-<id>.json         a committed record (records.py), written by the host only
+      c-<id>.json         a checkpoint, likewise
+      t-...               one of those two being written (renamed into place once whole)
+      w-<roots>/          the work directory of the sandboxes that may write exactly
+                          these roots (a hash of their paths): their workers write here
+        r-<id>.pending    a record written before its change lands, flocked by its writer
+        r-<id>.done       the same record once the change has landed
+        c-<id>.done       a checkpoint a rewind made
+        b-<id>-<n>        what the change replaced: the old inode itself (renamed in,
+                          so an atomic write's old file is kept, not copied) or a copy
+
+A worker of a sandbox that may write holds two fds: the store (Landlock: read only)
+and its work directory (read and write, no symlinks); a sandbox that writes nothing
+gets neither. The host promotes a finished record (`.done`) into the store only
+after checking it (promote.py): its shape, its time, its roots, and its blob,
+whose size and content hash the committed record then carries, so a blob changed
+afterwards is refused when an undo reads it. A pending record's writer holds an
+flock on it while it lives: the kernel drops it when the process dies (a zombie
+holds none), so a pending record nobody holds is an orphan for `settle`.
 
 Ids sort in time order: nanoseconds, pid and a per-process counter, fixed-width
-hex. A record is one JSON object {"id", "time", "tool", "pid", "entries":
-[...], "undoes"?}; each entry names one path and its state before and after
-(corral/history/states.py). Nothing here touches a workspace.
-
-Files are written without fsync: the store survives a kill -9 of any process at
-any instant (the kernel holds what was written); after a power loss the file
-system's own ordering (ext4 data=ordered, xfs) keeps a record's data ahead of
-the tree's later rename, but this is not forced.
+hex. Files are written without fsync: the store survives a kill -9 of any process
+at any instant (the kernel holds what was written); after a power loss the file
+system's own ordering (ext4 data=ordered, xfs) keeps a record's data ahead of the
+tree's later rename, but this is not forced.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import json
+import fcntl
+import logging
 import os
 import stat
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.config import ConfigError, Remedy
 from corral.errors import CorralError
-from corral.fs.version import content_version
+from corral.fs._sys import RENAME_NOREPLACE, renameat2
+from corral.fs.version import chunked_version, content_version
+from corral.history.records import (
+    ID_WIDTH,
+    MAX_RECORD_BYTES,
+    BadRecord,
+    Checkpoint,
+    Record,
+    checkpoint_from_bytes,
+    dump,
+    is_id,
+    record_from_bytes,
+)
 
-RECORD, PENDING, CHECKPOINT, BLOB = "r-", ".pending", "c-", "b-"
-_ID_WIDTH = 16 + 6 + 4  # hex: time_ns, pid, counter
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+RECORD, PENDING, DONE, CHECKPOINT, BLOB, WORK = "r-", ".pending", ".done", "c-", "b-", "w-"
+TEMP = "t-"  # a committed record or checkpoint being written by the host
+COMMITTED = ".json"
+META, LOCK = "workspace", "lock"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 _COPY_CHUNK = 1 << 20
 _counter_lock = threading.Lock()
 _last = [0, 0]  # (time_ns of the last id, counter): ids of one process strictly increase
+log = logging.getLogger("corral")
 
 
 class StoreError(CorralError):
@@ -70,12 +100,6 @@ def new_id() -> str:
         return f"{now:016x}{os.getpid() & 0xFFFFFF:06x}{_last[1]:04x}"
 
 
-def is_id(text: object) -> bool:
-    return isinstance(text, str) and len(text) == _ID_WIDTH and all(
-        c in "0123456789abcdef" for c in text
-    )
-
-
 def id_pid(record_id: str) -> int:
     """The pid of the process that made the id (its writer): known even when a
     crash left the record itself empty."""
@@ -89,6 +113,12 @@ def id_time(record_id: str) -> float:
 def workspace_key(workspace: str) -> str:
     """The per-workspace subdirectory: a hash of the workspace's real path."""
     return content_version(os.fsencode(workspace))[:16]
+
+
+def work_name(writable: list[str]) -> str:
+    """The work directory of the sandboxes that may write exactly `writable`: what a
+    record found there may name is what its writer could write anyway."""
+    return WORK + content_version(os.fsencode("\0".join(sorted(writable))))[:16]
 
 
 def state_dir() -> str:
@@ -121,15 +151,20 @@ def check_location(base: str | None, roots: list[str]) -> str:
 
 def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
     """Make (0700) and return the store directory of `workspace` under `base`
-    (default: the state directory). Refused inside a root: a tool could reach it."""
+    (default: the state directory). Refused inside a root: a tool could reach it.
+    Nothing in the store is followed: its own entries are opened O_NOFOLLOW."""
     base = check_location(base, roots)
     path = os.path.join(base, workspace_key(workspace))
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        meta = os.path.join(path, "workspace")
-        if not os.path.exists(meta):
-            with open(meta, "w", encoding="utf-8") as handle:
-                handle.write(workspace + "\n")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        fd = os.open(path, _DIR_FLAGS)
+        try:
+            with contextlib.suppress(FileExistsError):
+                _write_new(fd, META, (workspace + "\n").encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise CorralError(
             "io_error", f"the history store {path} cannot be created ({exc.strerror}); set "
@@ -138,100 +173,144 @@ def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
     return path
 
 
+def make_work(home_fd: int, name: str) -> None:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=home_fd)
+
+
+@dataclass
+class Usage:
+    """The store's bytes: in all, by record or checkpoint id, and where each id's
+    files are ((work directory or "", name)); `writing`: ids not yet committed."""
+
+    total: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)
+    files: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    writing: set[str] = field(default_factory=set)
+
+
 @dataclass(frozen=True)
 class Listing:
     """What the store holds, by name, each kind sorted oldest first."""
 
     records: list[str]  # committed ids
-    pending: list[str]
     checkpoints: list[str]
-    blobs: dict[str, list[str]]  # id -> its blob names
 
 
 class Store:
-    """The store directory behind `fd` (O_RDONLY|O_DIRECTORY). Reads raise OSError;
-    writes that a change depends on raise StoreError."""
+    """A workspace's store (`home`: read-only to a worker) and one work directory
+    (`fd`). Reads raise OSError; writes that a change depends on raise StoreError.
+    A Store serves one call at a time (a worker's calls, or a host under its lock)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, home: int) -> None:
         self.fd = fd
+        self.home = home
+        self._held: dict[str, int] = {}  # pending record id -> its fd, flocked
 
     @classmethod
-    def open(cls, path: str) -> Store:
+    def open(cls, work: str) -> Store:
+        """The store whose work directory is `work` (its parent is the store)."""
         try:
-            return cls(os.open(path, _DIR_FLAGS))
+            fd = os.open(work, _DIR_FLAGS)
         except OSError as exc:
+            raise StoreError(exc) from None
+        try:
+            return cls(fd, os.open("..", _DIR_FLAGS, dir_fd=fd))
+        except OSError as exc:
+            os.close(fd)
             raise StoreError(exc) from None
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.release()
+        for name in ("fd", "home"):
+            if getattr(self, name) >= 0:
+                os.close(getattr(self, name))
+                setattr(self, name, -1)
 
-    # -- writing ------------------------------------------------------------
+    # -- a worker's writing (the work directory) ------------------------------
 
     def _create(self, name: str, data: bytes) -> None:
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600,
-                         dir_fd=self.fd)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            _write_new(self.fd, name, data)
+        except FileExistsError as exc:
+            raise StoreError(exc) from None  # someone else's file: left alone
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=self.fd)
             raise StoreError(exc) from None
 
-    def write_pending(self, record: dict[str, Any]) -> int:
-        """Write a record before its change lands; the bytes it takes."""
-        data = _dump(record)
-        self._create(f"{RECORD}{record['id']}{PENDING}", data)
+    def write_pending(self, wire: dict[str, Any]) -> int:
+        """Write a record before its change lands (checked as the host will check
+        it), and hold its flock until it is committed or dropped (the sign its
+        writer lives); the bytes it takes."""
+        record = Record.from_wire(wire)
+        data = dump(record)
+        name = f"{RECORD}{record.id}{PENDING}"
+        try:
+            fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+        except OSError as exc:
+            raise StoreError(exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:  # a settler took it for a dead writer's first
+                raise StoreError("a record was removed as it was being written")
+            _write_all(fd, data)
+        except BaseException as exc:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self.fd)
+            if isinstance(exc, OSError):
+                raise StoreError(exc) from None
+            raise
+        self._held[record.id] = fd
         return len(data)
 
     def commit(self, record_id: str) -> None:
-        """The change landed. A failure here changes nothing the tree depends on: the
-        record stays pending and is settled later."""
+        """The change landed: the record is done, for the host to promote. A failure
+        here changes nothing the tree depends on: the record stays pending, settled
+        later."""
         with contextlib.suppress(OSError):
-            os.rename(f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}.json",
+            os.rename(f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}{DONE}",
                       src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        self._release(record_id)
 
     def drop(self, record_id: str) -> None:
         """Forget a record whose change did not land, and its blobs."""
-        for name in (f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}.json"):
+        for name in (f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}{DONE}"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=self.fd)
         self.remove_blob(blob_name(record_id))
+        self._release(record_id)
 
     def checkpoint(self, label: str | None) -> str:
-        checkpoint = new_id()
-        cp = {"id": checkpoint, "time": time.time(), "label": label}
-        self._create(f"{CHECKPOINT}{checkpoint}.json", _dump(cp))
-        return checkpoint
+        """A checkpoint a worker makes (before a rewind): done, for the host to promote."""
+        checkpoint = Checkpoint(new_id(), time.time(), label)
+        self._create(f"{CHECKPOINT}{checkpoint.id}{DONE}", dump(checkpoint))
+        return checkpoint.id
 
     def stash_copy(self, src_fd: int, blob: str) -> int:
         """Copy what `src_fd` holds (from its start) into a new blob; its size."""
-        size = 0
         try:
-            fd = os.open(blob, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600,
-                         dir_fd=self.fd)
+            fd = os.open(blob, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+        except OSError as exc:
+            raise StoreError(exc) from None
+        try:
             try:
                 offset = 0
                 while chunk := os.pread(src_fd, _COPY_CHUNK, offset):
                     offset += len(chunk)
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(fd, view):]
-                size = offset
+                    _write_all(fd, chunk)
             finally:
                 os.close(fd)
         except OSError as exc:
             self.remove_blob(blob)
             raise StoreError(exc) from None
-        return size
+        return offset
 
     def stash_bytes(self, blob: str, data: bytes) -> None:
+        """A settle keeps a dead writer's old file: a copy that writer cut short goes
+        first (settles are serialised, so no one else is writing it)."""
+        self.remove_blob(blob)
         self._create(blob, data)
 
     def remove_blob(self, blob: str) -> None:
@@ -243,47 +322,131 @@ class Store:
         except FileNotFoundError:
             pass
 
+    def has_blob(self, state: dict[str, Any]) -> bool:
+        """Is a pending record's blob there, and whole (a copy cut short by a kill is
+        not)? A directory blob is whole once it is there."""
+        blob = state.get("blob")
+        if not isinstance(blob, str):
+            return False
+        try:
+            st = os.stat(blob, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            return state.get("type") == "dir"
+        return stat.S_ISREG(st.st_mode) and st.st_size == state.get("size")
+
+    # -- settling a dead writer's records ----------------------------------------
+
+    @contextlib.contextmanager
+    def settling(self) -> Iterator[None]:
+        """One settle at a time on this work directory (two would each copy the same
+        blob); the orphans it claimed are released after."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            self.release()
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def orphans(self) -> list[str]:
+        """Ids of the pending records whose writer is gone (nobody holds their
+        flock), oldest first; each stays claimed (locked) by this Store until it is
+        committed, dropped or released, so its writer cannot be mid-way meanwhile."""
+        found = []
+        for name in sorted(_names(self.fd)):
+            record_id = name[2:-len(PENDING)]
+            if not (name.startswith(RECORD) and name.endswith(PENDING) and is_id(record_id)):
+                continue
+            if record_id in self._held or self._claim(name, record_id):
+                found.append(record_id)
+        return found
+
+    def _claim(self, name: str, record_id: str) -> bool:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False  # its writer lives
+        self._held[record_id] = fd
+        return True
+
+    def _release(self, record_id: str) -> None:
+        fd = self._held.pop(record_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def release(self) -> None:
+        for record_id in list(self._held):
+            self._release(record_id)
+
     # -- reading ------------------------------------------------------------
 
     def listing(self) -> Listing:
-        records, pending, checkpoints = [], [], []
-        blobs: dict[str, list[str]] = {}
-        with os.scandir(self.fd) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.startswith(BLOB):
-                    blobs.setdefault(name[2:2 + _ID_WIDTH], []).append(name)
-                elif name.startswith(RECORD) and name.endswith(".json"):
+        records, checkpoints = [], []
+        for name in _names(self.home):
+            if name.endswith(COMMITTED) and is_id(name[2:-5]):
+                if name.startswith(RECORD):
                     records.append(name[2:-5])
-                elif name.startswith(RECORD) and name.endswith(PENDING):
-                    pending.append(name[2:-len(PENDING)])
-                elif name.startswith(CHECKPOINT) and name.endswith(".json"):
+                elif name.startswith(CHECKPOINT):
                     checkpoints.append(name[2:-5])
-        return Listing(sorted(records), sorted(pending), sorted(checkpoints), blobs)
+        return Listing(sorted(records), sorted(checkpoints))
 
     def record(self, record_id: str, *, pending: bool = False) -> dict[str, Any] | None:
-        name = f"{RECORD}{record_id}{PENDING if pending else '.json'}"
-        return self._load(name)
+        """A committed (or, `pending`, this work directory's pending) record, checked;
+        None if it is not there or not a valid record (reported in the log)."""
+        if pending:
+            name, fd = f"{RECORD}{record_id}{PENDING}", self.fd
+        else:
+            name, fd = f"{RECORD}{record_id}{COMMITTED}", self.home
+        record = self.load_record(fd, name)
+        return None if record is None else record.to_wire()
+
+    def uncommitted(self) -> Iterator[dict[str, Any]]:
+        """The records no host has committed yet (pending, or done and waiting for
+        it), checked, each work directory's oldest first: every work directory's, as
+        sandboxes that write other sets of roots may have changed the same paths."""
+        for where, fd in self._dirs():
+            if not where:
+                continue
+            try:
+                records = [record for name in sorted(_names(fd))
+                           if name.startswith(RECORD) and name.endswith((PENDING, DONE))
+                           and (record := self.load_record(fd, name)) is not None]
+            finally:
+                os.close(fd)
+            yield from (record.to_wire() for record in records)
+
+    def load_record(self, dir_fd: int, name: str) -> Record | None:
+        try:
+            data = read_small(dir_fd, name)
+            if data is None:
+                return None
+            record = record_from_bytes(data)
+            if name[2:2 + ID_WIDTH] != record.id:
+                raise BadRecord("a record under another record's name")
+            return record
+        except (BadRecord, OSError) as why:
+            skipped(name, why)
+            return None
 
     def checkpoint_info(self, cp_id: str) -> dict[str, Any] | None:
-        return self._load(f"{CHECKPOINT}{cp_id}.json")
-
-    def _load(self, name: str) -> dict[str, Any] | None:
+        name = f"{CHECKPOINT}{cp_id}{COMMITTED}"
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
-        except FileNotFoundError:
+            data = read_small(self.home, name)
+            if data is None:
+                return None
+            checkpoint = checkpoint_from_bytes(data)
+            if checkpoint.id != cp_id:
+                raise BadRecord("a checkpoint under another's name")
+            return checkpoint.to_wire()
+        except (BadRecord, OSError) as why:
+            skipped(name, why)
             return None
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        try:
-            value = json.loads(b"".join(chunks))
-        except ValueError:
-            return None  # torn by a crash mid-create: it never described a change that landed
-        return value if isinstance(value, dict) else None
 
     def records(self, newest_first: bool = True) -> Iterator[dict[str, Any]]:
         ids = self.listing().records
@@ -293,66 +456,220 @@ class Store:
                 yield record
 
     def open_blob(self, blob: str) -> int:
-        return os.open(blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                       dir_fd=self.fd)
+        """A committed record's blob ("w-<roots>/b-<id>-0"), neither part followed."""
+        where, _, name = blob.rpartition("/")
+        if not where:
+            return os.open(name, _READ_FLAGS, dir_fd=self.home)
+        work = os.open(where, _DIR_FLAGS, dir_fd=self.home)
+        try:
+            return os.open(name, _READ_FLAGS, dir_fd=work)
+        finally:
+            os.close(work)
 
-    # -- bounds ---------------------------------------------------------------
+    def read_blob(self, state: dict[str, Any]) -> bytes:
+        """A committed blob's bytes, checked against the size and content hash the
+        record holds; CorralError (nothing written yet) if they differ."""
+        blob, size, digest = state.get("blob"), state.get("size"), state.get("hash")
+        if not (isinstance(blob, str) and isinstance(digest, str) and isinstance(size, int)):
+            raise CorralError("io_error", "the record keeps no verified copy of this file.")
+        try:
+            fd = self.open_blob(blob)
+        except OSError as exc:
+            raise CorralError("io_error", f"the kept copy is gone ({exc.strerror}).") from None
+        try:
+            st = os.fstat(fd)
+            chunks = []
+            if stat.S_ISREG(st.st_mode) and st.st_size == size:
+                while chunk := os.read(fd, _COPY_CHUNK):
+                    chunks.append(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if len(data) != size or content_version(data) != digest:
+            raise CorralError(
+                "io_error", "the kept copy of the old file is damaged or was replaced "
+                "(its size or hash differs from the record's); nothing was written.")
+        return data
 
-    def usage(self) -> tuple[int, list[tuple[str, int]]]:
-        """Total bytes, and (id, bytes) of every record and checkpoint, oldest first."""
-        sizes: dict[str, int] = {}
-        total = 0
-        with os.scandir(self.fd) as entries:
-            for entry in entries:
-                if entry.name.startswith((RECORD, CHECKPOINT, BLOB)):
-                    try:
-                        size = _size(self.fd, entry.name, entry.stat(follow_symlinks=False))
-                    except OSError:
-                        continue
-                    key = entry.name[2:2 + _ID_WIDTH]
-                    sizes[key] = sizes.get(key, 0) + size
-                    total += size
-        return total, sorted(sizes.items())
+
+    # -- bounds (the host) ------------------------------------------------------
+
+    def usage(self) -> Usage:
+        """What every record and checkpoint holds, with its blobs (in any work
+        directory): one read through the store."""
+        usage = Usage()
+        for where, name, size in self._kept(usage.writing):
+            key = name[2:2 + ID_WIDTH]
+            usage.files.setdefault(key, []).append((where, name))
+            usage.sizes[key] = usage.sizes.get(key, 0) + size
+            usage.total += size
+        return usage
+
+    def _kept(self, writing: set[str]) -> Iterator[tuple[str, str, int]]:
+        """(work directory or "", name, bytes) of every file of the store that a record
+        or checkpoint holds; adds to `writing` the ids of the records not yet committed
+        (their blobs are among those yielded, but are no one's to evict)."""
+        for where, fd in self._dirs():
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        name = entry.name
+                        if where and name.endswith((PENDING, DONE)):
+                            writing.add(name[2:2 + ID_WIDTH])
+                        if not name.startswith((RECORD, CHECKPOINT, BLOB)) or (
+                            where and not name.startswith(BLOB)
+                        ):
+                            continue
+                        with contextlib.suppress(OSError):
+                            st = entry.stat(follow_symlinks=False)
+                            yield where, name, entry_size(fd, name, st)
+            finally:
+                if where:
+                    os.close(fd)
+
+    def _dirs(self) -> Iterator[tuple[str, int]]:
+        yield "", self.home
+        for name in _names(self.home):
+            if name.startswith(WORK):
+                with contextlib.suppress(OSError):
+                    yield name, os.open(name, _DIR_FLAGS, dir_fd=self.home)
 
     def evict(self, max_bytes: int, max_age_s: float, keep_newest: int = 1) -> int:
         """Remove the oldest records and checkpoints (with their blobs) until the store
         is within max_bytes and nothing is older than max_age_s; the newest
         `keep_newest` stay whatever their size (the last change stays undoable).
-        Pending records are never evicted. Returns the bytes now held."""
-        total, items = self.usage()
-        listing = self.listing()
-        pending = set(listing.pending)
+        Returns the bytes now held."""
+        usage = self.usage()
+        total = usage.total
         horizon = time.time() - max_age_s
-        evictable = [(i, size) for i, size in items if i not in pending]
-        for record_id, size in evictable[: max(0, len(evictable) - keep_newest)]:
-            if total <= max_bytes and id_time(record_id) >= horizon:
+        ids = sorted(set(usage.sizes) - usage.writing)
+        for record_id in ids[: max(0, len(ids) - keep_newest)]:
+            if total <= max_bytes and (not is_id(record_id) or id_time(record_id) >= horizon):
                 break
-            for name in (f"{RECORD}{record_id}.json", f"{CHECKPOINT}{record_id}.json"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=self.fd)
-            for blob in listing.blobs.get(record_id, ()):
-                self.remove_blob(blob)
-            total -= size
+            for where, name in usage.files[record_id]:
+                with contextlib.suppress(OSError):
+                    self._remove(where, name)
+            total -= usage.sizes[record_id]
         return total
 
+    def _remove(self, where: str, name: str) -> None:
+        fd = os.open(where, _DIR_FLAGS, dir_fd=self.home) if where else self.home
+        try:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except IsADirectoryError:
+                _remove_tree(fd, name)
+        finally:
+            if where:
+                os.close(fd)
 
-def _size(dir_fd: int, name: str, st: os.stat_result) -> int:
-    """Bytes a store entry holds; a directory blob (a moved-away tree) counts what is in it."""
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_blocks * 512 if st.st_nlink == 1 else st.st_size
-    total = 0
-    fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_new(dir_fd: int, name: str, data: bytes) -> None:
+    """A new file `name` holding `data`. O_EXCL: an existing name (a symlink planted
+    there included) is never opened, and never removed: it may be another's."""
+    fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=dir_fd)
     try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                total += _size(fd, entry.name, entry.stat(follow_symlinks=False))
+        _write_all(fd, data)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+
+
+def publish(dir_fd: int, name: str, data: bytes) -> bool:
+    """A new file `name` holding `data`, whole or not at all: written under a temp
+    name, then renamed in without replacing (a host killed mid-write leaves only the
+    temp, which `remove_temps` clears). False if `name` exists (left as it is).
+    The caller holds the store's lock, so no other host writes the same temp."""
+    temp = f"{TEMP}{name}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp, dir_fd=dir_fd)
+    _write_new(dir_fd, temp, data)
+    try:
+        renameat2(dir_fd, temp, dir_fd, name, RENAME_NOREPLACE)
+    except FileExistsError:
+        os.unlink(temp, dir_fd=dir_fd)
+        return False
+    return True
+
+
+def remove_temps(dir_fd: int) -> None:
+    """What hosts killed in `publish` left (the caller holds the store's lock)."""
+    for name in _names(dir_fd):
+        if name.startswith(TEMP):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+
+
+def read_small(dir_fd: int, name: str) -> bytes | None:
+    """A store file's bytes, if it is a regular file (never followed) of at most
+    MAX_RECORD_BYTES; None if it is not there; BadRecord if it is not a small file."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadRecord("a symlink, not a record") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadRecord("not a regular file")
+        if st.st_size > MAX_RECORD_BYTES:
+            raise BadRecord("a file too big to be a record")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)
-    return total
+
+
+def hash_blob(dir_fd: int, name: str, size: int | None) -> str | None:
+    """The content hash of a regular-file blob of `size` bytes; None if it is not
+    one (gone, a symlink, another type, another size)."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return None
+        return chunked_version(iter(lambda: os.read(fd, _COPY_CHUNK), b""))
+    finally:
+        os.close(fd)
+
+
+_reported: set[str] = set()
+REPORTED_KEPT = 10_000  # names already reported; a worker can make many, so it is bounded
+
+
+def skipped(name: str, why: object) -> None:
+    """A store file that is not a valid record: skipped, and said once per name."""
+    if name not in _reported:
+        if len(_reported) >= REPORTED_KEPT:
+            _reported.clear()
+        _reported.add(name)
+        log.warning("corral: history: skipped %s in the store: %s", name, why)
+
+
+def _names(dir_fd: int) -> list[str]:
+    with os.scandir(dir_fd) as entries:
+        return [entry.name for entry in entries]
 
 
 def _remove_tree(dir_fd: int, name: str) -> None:
-    fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as entries:
             children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
@@ -366,5 +683,17 @@ def _remove_tree(dir_fd: int, name: str) -> None:
     os.rmdir(name, dir_fd=dir_fd)
 
 
-def _dump(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+def entry_size(dir_fd: int, name: str, st: os.stat_result) -> int:
+    """Bytes a store entry holds; a directory blob (a moved-away tree) counts what is in it."""
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_blocks * 512 if st.st_nlink == 1 else st.st_size
+    total = 0
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                total += entry_size(fd, entry.name, entry.stat(follow_symlinks=False))
+    finally:
+        os.close(fd)
+    return total
+

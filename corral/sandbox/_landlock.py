@@ -37,8 +37,9 @@ READ_WRITE = (
     READ | FSAccess.WRITE_FILE | FSAccess.TRUNCATE | FSAccess.MAKE_REG | FSAccess.MAKE_DIR
     | FSAccess.REMOVE_FILE | FSAccess.REMOVE_DIR | FSAccess.REFER
 )
-# The history store: what a rw root gets, plus taking a deleted symlink in by rename.
-STORE = READ_WRITE | FSAccess.MAKE_SYM
+# A history work directory: what a rw root gets (never symlinks: a deleted one's
+# target is kept in its record, not the link itself).
+STORE = READ_WRITE
 ERRORS = (OSError, landlock.LandlockError)  # what a failed restriction raises
 
 

@@ -1,7 +1,8 @@
 """The broker: the executor api.py dispatches through. Every tool runs in a
 confined worker; the host only frames requests and results and never opens a
-workspace path itself. `Executor` is the interface (Broker here, a shared pool's
-hub.PooledBroker); `Sandbox` holds one and never knows which.
+workspace path itself. `Executor` is the interface; `Broker` is the one
+implementation, over a private WorkerSet or, given a hub, a lane of a shared
+pool. `Sandbox` holds one and never knows which.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import dataclasses
 import itertools
 import os
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from corral.config import LAYERS, Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
+from corral.sandbox.hub import Hub
 from corral.sandbox.messages import Answer, CallRequest, HistoryRequest
-from corral.sandbox.pool import Pool, SandboxError, ZygoteHandle
-from corral.sandbox.waiting import PLAIN, WaitPolicy
+from corral.sandbox.pool import CallPath, SandboxError, Supply, ZygoteHandle
+from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+from corral.sandbox.worker_set import WorkerSet
 
 Submittable = CallRequest | HistoryRequest
 
@@ -38,72 +41,69 @@ class Executor(Protocol):
 
 
 class Broker:
-    """Starts the zygote and the pool; refuses to start without the required layers."""
-
-    _sweeper: threading.Thread | None = None  # the start-up sweep (a private pool's only)
+    """Starts a sandbox's supply of workers (a private zygote and WorkerSet, or a
+    lane of `hub`: no process of its own until a call needs one); refuses to start
+    without the required layers."""
 
     def __init__(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-        history: str | None = None,
+        history: str | None = None, hub: Hub | None = None,
     ) -> None:
         """history: the workspace's history store directory (None: history off)."""
         check_known(options.require)
-        config = {
-            "roots": [[spec.path, spec.mode] for spec in roots],
-            "limits": dataclasses.asdict(limits),
-            "policy": policy.to_dict(),
-            "options": dataclasses.asdict(options),
-            "host_pid": os.getpid(),
-            "history": history,
-            # The death signal follows the thread that forked, not the process: only
-            # the main thread lives as long as the host. Elsewhere the zygote relies
-            # on its control channel ending, which happens however the host dies.
-            "pdeathsig": threading.current_thread() is threading.main_thread(),
-        }
-        self._zygote = ZygoteHandle(config)
-        self._pool = Pool(self._zygote, options, limits)
+        supply: Supply = (
+            _private(roots, limits, policy, options, history) if hub is None
+            else hub.open_lane(roots, limits, policy, options, history)
+        )
         try:
-            self._pool.start()
-            self._confinement = summarise(self._pool.confinement)
+            supply.start()
+            self._confinement = summarise(supply.confinement)
             check_required(self._confinement, options.require)
         except BaseException:
-            self._pool.close()
+            supply.close()
             raise
+        self._supply = supply
+        self._calls = CallPath(supply, options, limits)
         self._ids = itertools.count(1)
         self._owner = os.getpid()
-        # asubmit's threads: one per worker, since no more calls can run at once.
+        # asubmit's threads: one per worker, since no more calls can run at once
+        # (made as calls need them).
         self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
-        self._start_sweep()
-
-    def _start_sweep(self) -> None:
-        """Temp files a killed host's workers left go in the background: the walk costs
-        ~4 us an entry, and the first calls need not wait for it; close() waits."""
-        self._sweeper = threading.Thread(
-            target=self._pool.sweep_temps, name="corral-sweep", daemon=True
+        # Temp files a killed host's workers left go in the background: the walk costs
+        # ~4 us an entry, and the first calls need not wait for it; close() waits. A
+        # shared pool's sweeps share its few threads rather than one per sandbox.
+        self._sweep: Future[int] = (
+            _on_thread(supply.sweep_temps) if hub is None else hub.sweeps.submit(supply.sweep_temps)
         )
-        self._sweeper.start()
 
     def submit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
         """Run one request in a worker; a worker's failure is an error answer."""
         if os.getpid() != self._owner:
             # A forked copy would talk over the same sockets as its parent.
             raise SandboxError("A sandbox cannot be used in a process forked after it started.")
-        return self._pool.call(request.numbered(next(self._ids)), wait)
+        return self._calls.call(request.numbered(next(self._ids)), wait)
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
-        """submit() on a broker thread, so the event loop never blocks on a worker
-        (a private pool's call runs to its end; a shared pool's can be cancelled:
-        hub.PooledBroker)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._threads, self.submit, request, wait
+        """submit() on a broker thread, so the event loop never blocks on a worker.
+        Cancelling the awaiting task cancels the call where its supply allows: a
+        shared pool's queued call never runs, a running one loses its worker; a
+        private sandbox's call runs to its end."""
+        cancel = Cancel()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._threads, self.submit, request, WaitPolicy(wait.spin, wait.on_slow, cancel)
         )
+        try:
+            return await future
+        except asyncio.CancelledError:
+            cancel.cancel()
+            raise
 
     def close(self) -> None:
-        """Stop the workers and the zygote; nothing of the sandbox outlives this."""
+        """Stop the workers (and a private zygote); nothing of the sandbox outlives this."""
         self._threads.shutdown(wait=True)
-        if self._sweeper is not None:  # so every start's sweep finishes (a timeout bounds it)
-            self._sweeper.join()
-        self._pool.close()
+        if not self._sweep.cancel():  # not begun: never needed; begun: let it finish
+            self._sweep.result()
+        self._supply.close()
 
     @property
     def confinement(self) -> dict[str, Any]:
@@ -111,7 +111,43 @@ class Broker:
 
     def pids(self) -> dict[str, Any]:
         """The zygote's and the workers' pids (for doctor and tests)."""
-        return {"zygote": self._zygote.pid, "workers": self._pool.pids()}
+        return {"zygote": self._supply.zygote.pid, "workers": self._supply.pids()}
+
+
+def _private(
+    roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
+    history: str | None,
+) -> WorkerSet:
+    """A private sandbox's zygote (its roots and policy in its start config) and workers."""
+    zygote = ZygoteHandle({
+        "roots": [[spec.path, spec.mode] for spec in roots],
+        "limits": dataclasses.asdict(limits),
+        "policy": policy.to_dict(),
+        "options": dataclasses.asdict(options),
+        "host_pid": os.getpid(),
+        "history": history,
+        # The death signal follows the thread that forked, not the process: only
+        # the main thread lives as long as the host. Elsewhere the zygote relies
+        # on its control channel ending, which happens however the host dies.
+        "pdeathsig": threading.current_thread() is threading.main_thread(),
+    })
+    return WorkerSet(zygote, options, limits)
+
+
+def _on_thread(work: Callable[[], int]) -> Future[int]:
+    """`work` on a daemon thread of its own (an exit need not wait for it), as a
+    Future already running: close() always lets it finish."""
+    future: Future[int] = Future()
+    future.set_running_or_notify_cancel()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="corral-sweep", daemon=True).start()
+    return future
 
 
 def summarise(layers: dict[str, Any]) -> dict[str, Any]:

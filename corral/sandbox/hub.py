@@ -1,9 +1,9 @@
 """A shared pool: one zygote, many sandboxes ("lanes"), workers on demand.
 
-Each lane is a sandbox's pool (the verbs of pool.Pool) whose workers the one
-zygote forks from that sandbox's own root fds, sent with each spawn request, so
-a worker is confined to its sandbox's roots and never serves another. Workers
-are forked when a call needs one and exit after `idle_timeout_s` idle; at most
+Each lane is a sandbox's supply of workers (pool.Supply), which the one zygote
+forks from that sandbox's own root fds, sent with each spawn request, so a
+worker is confined to its sandbox's roots and never serves another. Workers are
+forked when a call needs one and exit after `idle_timeout_s` idle; at most
 `max_workers` exist at once. A call that finds no worker of its lane idle
 queues; queued calls are granted round-robin across lanes (one grant per lane
 per turn), so a lane that floods cannot starve a quiet one. When the pool is
@@ -13,14 +13,14 @@ MIN_LIFE_S: capacity moves towards an even split, never ping-pongs between two
 lanes of equal share, and when more lanes are busy than there are workers they
 take turns in slices of MIN_LIFE_S rather than paying a fork for every call.
 
-One lock (the hub's) guards every lane's state and the hub's counters.
+The Hub owns the one worker table (a Share per lane: its workers, idle ones,
+queue and state) under its one lock; a Lane holds only what its sandbox was
+made with and asks the hub for everything else.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import itertools
 import json
 import os
 import threading
@@ -28,24 +28,28 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec
-from corral.sandbox.broker import Broker, Submittable, check_known, check_required, summarise
-from corral.sandbox.messages import Answer
 from corral.sandbox.pool import (
-    RSS_CHECK_EVERY,
     SWEEP_FAILURES,
     BootKilled,
-    Pool,
     SandboxError,
     Worker,
     ZygoteHandle,
+    check_boot,
+    describe_exit,
+    fork_worker,
+    halt_if_unconfined,
+    log,
+    log_halt,
+    sweep_on,
 )
 from corral.sandbox.protocol import MAX_ROOTS
-from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+from corral.sandbox.waiting import Cancel
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
@@ -71,20 +75,38 @@ class Ticket:
         self.victim: int | None = None  # pid of a worker killed to make room: reap it first
 
 
-class Lane(Pool):
-    """One sandbox's workers in a shared pool (pool.Pool's call path, on demand)."""
+@dataclass(eq=False)
+class Share:
+    """A lane's row in the hub's worker table."""
+
+    workers: set[Worker] = field(default_factory=set)
+    idle: dict[Worker, float] = field(default_factory=dict)  # idle since, oldest first
+    spawning: int = 0  # forks reserved and not yet in `workers`
+    busy: int = 0  # calls holding a worker of the lane or leave to fork one
+    queue: deque[Ticket] = field(default_factory=deque)
+    in_ring: bool = False  # in the hub's turn order
+    halted: str | None = None
+    closed: bool = False
+
+    @property
+    def held(self) -> int:
+        return len(self.workers) + self.spawning
+
+
+class Lane:
+    """One sandbox's supply in a shared pool (pool.Supply): workers of its own roots,
+    forked on demand in the slots the hub grants."""
 
     def __init__(
         self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
         options: SandboxOptions, history: str | None = None,
     ) -> None:
-        super().__init__(hub.zygote, options, limits)
-        self._cond = hub.lock  # every lane's state is the hub's, under its one lock
         self.hub = hub
+        self.zygote = hub.zygote
+        self.options = options
+        self.limits = limits
         self.cap = options.workers
-        self.queue: deque[Ticket] = deque()
-        self.in_ring = False
-        self.busy = 0  # calls holding a worker of this lane or leave to fork one
+        self.confinement: dict[str, Any] = {}
         self.roots = [[spec.path, spec.mode] for spec in roots]
         self.setup = {
             "roots": self.roots, "limits": dataclasses.asdict(limits),
@@ -99,17 +121,19 @@ class Lane(Pool):
             for spec in roots:
                 self.root_fds.append(os.open(spec.path, DIR_FLAGS))
         except OSError as exc:
-            self._close_fds()
+            self.close_fds()
             raise SandboxError(f"The sandbox cannot open its root {exc.filename}: "
                                f"{exc.strerror}.") from None
 
-    @property
-    def held(self) -> int:
-        return len(self._workers) + self._spawning
+    def start(self) -> None:
+        """The pool's first sandbox forks a worker at once, to learn what the kernel gives."""
+        if not self.hub.confinement:
+            self.give_back(self.take())
+        self.confinement = dict(self.hub.confinement)
 
-    def checkout(self, cancel: Cancel | None = None) -> Worker:
-        """A worker of this lane: an idle one, or a fresh fork, as the hub grants;
-        `cancel` (the caller's) may kill it from now on."""
+    def take(self, cancel: Cancel | None = None) -> Worker:
+        """An idle worker of this lane or a fresh fork, as the hub grants; `cancel`
+        (the caller's) may kill it from now on."""
         while True:
             ticket = self.hub.acquire(self, cancel)
             worker = ticket.worker
@@ -119,135 +143,100 @@ class Lane(Pool):
                 except BootKilled as exc:  # the OOM killer or an operator: this call fails
                     raise SandboxError(f"A new worker was killed while starting ({exc}).") from None
             elif not worker.looks_alive():  # ended while idle: queue again for another
-                self.murder_worker(worker)
-                self.hub.done(self)
+                self.lost(worker)
                 continue
             if cancel is not None:
-                with self._cond:
-                    cancel.worker = worker
-                    if cancel.cancelled:
-                        worker.kill()  # cancelled while it forked: the call ends at once
+                cancel.attach(worker)
             return worker
 
-    def checkin(self, worker: Worker) -> None:
-        """Back to idle (the hub may hand it on at once), or recycled."""
-        worker.calls += 1
-        if worker.calls >= worker.max_calls or self._rss_over(worker):
-            self.murder_worker(worker)
-            self.hub.done(self)
-            return
+    def give_back(self, worker: Worker) -> None:
+        """Idle again (the hub may hand it on at once)."""
         self.hub.release(self, worker)
 
-    def replace(self, worker: Worker) -> int | None:
-        """Kill a worker that failed its call; its successor is forked on demand."""
-        code = self.murder_worker(worker)
+    def lost(self, worker: Worker) -> int | None:
+        """Kill and reap it; its successor is forked when a call needs one."""
+        code = self._murder(worker)
+        halt_if_unconfined(code, self.halt)
         self.hub.done(self)
         return code
 
-    def manage_workers(self) -> None:
-        """Nothing to keep at size: workers are forked when a call needs one."""
-
     def sweep_temps(self) -> int:
-        """pool.Pool.sweep_temps on a worker of this lane, taken as a call takes one
-        (within max_workers, in its turn), then left idle for the first call."""
+        """sweep_on, on a worker of this lane taken as a call takes one (within
+        max_workers, in its turn), then left idle for the first call."""
         try:
-            worker = self.checkout()
+            worker = self.take()
         except SandboxError:
             return 0
         try:
-            removed = self._sweep_on(worker)
+            removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
         except SWEEP_FAILURES:
-            self.replace(worker)
+            self.lost(worker)
             return 0
-        self.checkin(worker)
+        self.give_back(worker)
         return removed
 
     def halt(self, reason: str) -> None:
-        super().halt(reason)
-        with self._cond:
-            for ticket in self.queue:
-                ticket.ready.notify()
+        """Fail closed: kill its idle workers and refuse every later call."""
+        self.hub.halt(self, reason)
 
     def close(self) -> None:
         """Kill this lane's workers (a call in flight ends with worker_crashed) and
         reap them; the zygote and the other lanes go on."""
-        with self._cond:
-            self._closed = True
-            pids = [worker.pid for worker in self._workers]
-            while self._idle:
-                self._retire(self._idle.pop())
-            for worker in self._workers:
-                worker.kill()  # busy: its caller retires it
-            for ticket in self.queue:
-                ticket.ready.notify()
-            self.hub.forget(self)
-        for pid in pids:
+        for pid in self.hub.close_lane(self):
             self.zygote.wait(pid)
-        self._close_fds()
+        self.close_fds()
 
-    def _fork_granted(self, victim: int | None) -> Worker:
-        """Fork and boot a worker in the slot the hub reserved (after the worker it
-        evicted for the slot is reaped, so the process count never passes the bound)."""
-        try:
-            try:
-                worker = self._fork(victim)
-            except BaseException:
-                with self._cond:
-                    self.hub.processes -= 1  # the slot reserved for it
-                raise
-            finally:
-                with self._cond:
-                    self._spawning -= 1
-            self.confinement = self.confinement or self.hub.confinement
-            self._boot(worker)  # halts the lane (and raises) if it came up wrong
-        except BaseException:
-            self.hub.done(self)
-            raise
-        with self._cond:
-            self.hub.confinement = self.hub.confinement or dict(self.confinement)
-        return worker
+    def pids(self) -> list[int]:
+        return self.hub.pids(self)
 
-    def _fork(self, after: int | None = None) -> Worker:
-        """pool.Pool._fork, with this sandbox's setup and root fds."""
-        pid, sock, pidfd = self.zygote.spawn(self.setup, self.root_fds, after)
-        limit = self.options.max_calls_per_worker
-        worker = Worker(pid, sock, pidfd, limit, born=time.monotonic())
-        with self._cond:
-            self._workers.add(worker)
-        return worker
+    def sole(self) -> bool:
+        return self.hub.sole(self)
 
-    def _boot(self, worker: Worker) -> None:
-        super()._boot(worker)
-        if worker.roots != self.roots:  # defence in depth: never serve another's roots
-            self.murder_worker(worker)
-            self.halt(f"a worker came up with roots {worker.roots}, not {self.roots}")
-            raise SandboxError(f"The sandbox halted: {self._halted}.")
-
-    def _retire(self, worker: Worker) -> None:
-        """pool.Pool._retire, and the hub's process count and idle list follow."""
-        if worker in self._workers:
-            self.hub.processes -= 1
-            self.hub.idle.pop(worker, None)
-        super()._retire(worker)
-
-    def _detach(self, cancel: Cancel | None) -> None:
-        if cancel is not None:
-            with self._cond:
-                cancel.worker = None
-
-    def _rss_over(self, worker: Worker) -> bool:
-        return (
-            worker.calls % RSS_CHECK_EVERY == 0
-            and worker.rss_mb() > self.options.max_worker_rss_mb
-        )
-
-    def _close_fds(self) -> None:
+    def close_fds(self) -> None:
         while self.root_fds:
             os.close(self.root_fds.pop())
 
+    def _fork_granted(self, victim: int | None) -> Worker:
+        """Fork and boot a worker in the slot the hub reserved, after the worker it
+        evicted for the slot is reaped (so the process count never passes the bound)."""
+        try:
+            try:
+                if victim is not None:
+                    self.hub.reap_evicted(victim)
+                worker = fork_worker(self.zygote, self.options, self.setup, self.root_fds,
+                                     jitter=False)
+            except BaseException:
+                self.hub.unreserve(self)
+                raise
+            self.hub.add(self, worker)
+            self._boot(worker)
+        except BaseException:
+            self.hub.done(self)
+            raise
+        return worker
+
+    def _boot(self, worker: Worker) -> None:
+        """check_boot against the pool's confinement, then its roots: a worker that came
+        up any other way halts the lane (SandboxError)."""
+        if check_boot(worker, self.options.max_frame_bytes, self.hub.confinement,
+                      self._murder, self.halt):
+            if worker.roots == self.roots:
+                self.hub.learn(worker)
+                return
+            # defence in depth: never serve another's roots
+            code = self._murder(worker)
+            self.halt(f"a worker came up with roots {worker.roots}, not {self.roots} "
+                      f"({describe_exit(code, 'gone')})")
+        raise SandboxError(f"The sandbox halted: {self.hub.halted(self)}.")
+
+    def _murder(self, worker: Worker) -> int | None:
+        """SIGKILL a worker and reap it; its exit code."""
+        self.hub.retire(worker, self)
+        return self.zygote.wait(worker.pid)
+
 
 class Hub:
-    """The shared pool's state: the zygote, its lanes, the fair queue, the reaper."""
+    """The shared pool's state: the zygote, the worker table, the fair queue, the reaper."""
 
     def __init__(self, max_workers: int, idle_timeout_s: float) -> None:
         if max_workers < 1:
@@ -256,11 +245,10 @@ class Hub:
             raise ValueError(f"idle_timeout_s must be positive, not {idle_timeout_s}")
         self.max_workers = max_workers
         self.idle_timeout_s = idle_timeout_s
-        self._rlock = threading.RLock()  # reentrant: pool.Pool's verbs nest under it
+        self._rlock = threading.RLock()  # reentrant: a ticket's wait and a lane's halt nest
         self.lock = threading.Condition(self._rlock)
-        self.lanes: set[Lane] = set()
+        self.shares: dict[Lane, Share] = {}
         self.waiting: deque[Lane] = deque()  # lanes with queued calls, in turn order
-        self.idle: dict[Worker, tuple[Lane, float]] = {}  # oldest idle first
         self.processes = 0  # live workers and forks reserved, of every lane
         self.queued = 0
         self.confinement: dict[str, Any] = {}
@@ -286,9 +274,9 @@ class Hub:
         lane = Lane(self, roots, limits, policy, options, history)
         with self.lock:
             if self.closed:
-                lane._close_fds()
+                lane.close_fds()
                 raise SandboxError("The pool is closed.")
-            self.lanes.add(lane)
+            self.shares[lane] = Share()
         return lane
 
     # -- the fair queue --------------------------------------------------------
@@ -297,12 +285,13 @@ class Hub:
         """Queue a call of `lane` and wait for its grant (SandboxError if the lane
         closes or halts first, CallCancelled if its caller gives up)."""
         with self.lock:
-            lane._check_usable()
+            share = self._row(lane)
+            self._check(share)
             ticket = Ticket(self._rlock)
-            lane.queue.append(ticket)
+            share.queue.append(ticket)
             self.queued += 1
-            if not lane.in_ring:
-                lane.in_ring = True
+            if not share.in_ring:
+                share.in_ring = True
                 self.waiting.append(lane)
             if cancel is not None:
                 cancel.lock, cancel.ticket = self._rlock, ticket
@@ -311,15 +300,16 @@ class Hub:
                 while not ticket.granted:
                     if cancel is not None and cancel.cancelled:
                         raise CallCancelled("The call was cancelled before it ran.")
-                    lane._check_usable()
+                    self._check(share)
                     # a worker may turn old enough to be taken with nothing else happening
                     if not ticket.ready.wait(MIN_LIFE_S):
                         self._dispatch()
             except BaseException:
                 if ticket.granted:  # granted as it failed: give the grant back
-                    self._give_back(lane, ticket)
+                    self._give_back(share, ticket)
+                    self._ended(lane, share)
                 else:
-                    lane.queue.remove(ticket)
+                    share.queue.remove(ticket)
                     self.queued -= 1
                 raise
             finally:
@@ -330,23 +320,21 @@ class Hub:
     def release(self, lane: Lane, worker: Worker) -> None:
         """A call is done with its worker: idle it and serve the queue."""
         with self.lock:
-            lane.busy -= 1
-            if lane._closed or lane._halted:
-                lane._retire(worker)
+            share = self._row(lane)
+            share.busy -= 1
+            if share.closed or share.halted:
+                self._retire(worker, share)
             else:
-                lane._idle.append(worker)
-                self.idle[worker] = (lane, time.monotonic())
+                share.idle[worker] = time.monotonic()
+            self._ended(lane, share)
             self._dispatch()
 
     def done(self, lane: Lane) -> None:
         """A call is done without a worker to give back (it died or was recycled)."""
         with self.lock:
-            lane.busy -= 1
-            self._dispatch()
-
-    def forget(self, lane: Lane) -> None:
-        with self.lock:
-            self.lanes.discard(lane)
+            share = self._row(lane)
+            share.busy -= 1
+            self._ended(lane, share)
             self._dispatch()
 
     def _dispatch(self) -> None:
@@ -354,69 +342,177 @@ class Hub:
         stalled = 0
         while self.waiting and stalled < len(self.waiting):
             lane = self.waiting.popleft()
-            if not lane.queue:
-                lane.in_ring = False
+            share = self.shares.get(lane)
+            if share is None or not share.queue:
+                if share is not None:
+                    share.in_ring = False
                 continue
-            if lane.busy < lane.cap and self._grant(lane):
+            if share.busy < lane.cap and self._grant(share):
                 stalled = 0
             else:
                 stalled += 1
-            if lane.queue:
+            if share.queue:
                 self.waiting.append(lane)
             else:
-                lane.in_ring = False
+                share.in_ring = False
 
-    def _grant(self, lane: Lane) -> bool:
+    def _grant(self, share: Share) -> bool:
         """Give the lane's first queued call a worker: its own idle one, a new
         slot, or the slot of an idle worker of a lane holding more than it."""
-        ticket = lane.queue[0]
-        if lane._idle:
-            ticket.worker = lane._idle.pop()
-            del self.idle[ticket.worker]
+        ticket = share.queue[0]
+        if share.idle:
+            ticket.worker, _ = share.idle.popitem()  # the one idle least long
         elif self.processes < self.max_workers:
             self.processes += 1
-            lane._spawning += 1
+            share.spawning += 1
         else:
-            victim = self._victim(lane.held)
+            victim = self._victim(share.held)
             if victim is None:
                 return False
-            owner, _ = self.idle[victim]
-            owner._idle.remove(victim)
-            owner._retire(victim)  # kills it; the new fork waits until it is reaped
-            ticket.victim = victim.pid
+            worker, owner = victim
+            del owner.idle[worker]
+            self._retire(worker, owner)  # kills it; the new fork waits until it is reaped
+            ticket.victim = worker.pid
             self.processes += 1
-            lane._spawning += 1
-        lane.queue.popleft()
+            share.spawning += 1
+        share.queue.popleft()
         self.queued -= 1
-        lane.busy += 1
+        share.busy += 1
         ticket.granted = True
         ticket.ready.notify()
         return True
 
-    def _victim(self, held: int) -> Worker | None:
+    def _victim(self, held: int) -> tuple[Worker, Share] | None:
         """The idle worker of the lane holding the most (more than `held`), oldest
         idle first, among those older than MIN_LIFE_S."""
-        best: Worker | None = None
-        most = held
+        best: tuple[Worker, Share] | None = None
+        most, since_best = held, 0.0
         born_before = time.monotonic() - MIN_LIFE_S
-        for worker, (owner, _) in self.idle.items():
-            if owner.held > most and worker.born <= born_before:
-                best, most = worker, owner.held
+        for share in self.shares.values():
+            if share.held < most or (share.held == most and best is None):
+                continue
+            for worker, since in share.idle.items():
+                if worker.born > born_before:
+                    continue
+                if share.held > most or since < since_best:
+                    best, most, since_best = (worker, share), share.held, since
+                break
         return best
 
-    def _give_back(self, lane: Lane, ticket: Ticket) -> None:
+    def _give_back(self, share: Share, ticket: Ticket) -> None:
         """Undo a grant its caller cannot use (it was cancelled or its lane closed)."""
+        share.busy -= 1
         if ticket.worker is not None:
-            lane.busy -= 1
-            lane._idle.append(ticket.worker)
-            self.idle[ticket.worker] = (lane, time.monotonic())
+            if share.closed or share.halted:
+                self._retire(ticket.worker, share)  # as release() does
+            else:
+                share.idle[ticket.worker] = time.monotonic()
         else:
-            lane._spawning -= 1
+            share.spawning -= 1
             self.processes -= 1
-            lane.busy -= 1
             if ticket.victim is not None:
                 self._orphans.append(ticket.victim)
         self._dispatch()
+
+    # -- the worker table --------------------------------------------------------
+
+    def add(self, lane: Lane, worker: Worker) -> None:
+        """A worker forked in a slot reserved for `lane`."""
+        with self.lock:
+            share = self._row(lane)
+            share.spawning -= 1
+            share.workers.add(worker)
+
+    def unreserve(self, lane: Lane) -> None:
+        """A reserved slot whose fork failed."""
+        with self.lock:
+            self._row(lane).spawning -= 1
+            self.processes -= 1
+
+    def retire(self, worker: Worker, lane: Lane) -> None:
+        """Kill and forget a worker of `lane` (the caller reaps it)."""
+        with self.lock:
+            self._retire(worker, self._row(lane))
+
+    def _retire(self, worker: Worker, share: Share) -> None:
+        """Kill and forget a worker; caller holds the lock (pidfds are used under it only)."""
+        if worker in share.workers:
+            share.workers.discard(worker)
+            share.idle.pop(worker, None)
+            self.processes -= 1
+            worker.kill()
+            worker.close()
+
+    def reap_evicted(self, pid: int) -> None:
+        """Reap a worker killed to make room for another lane's, and say so."""
+        code = self.zygote.wait(pid)
+        log.info("corral: worker %d evicted for another sandbox: %s", pid,
+                 describe_exit(code, "gone"))
+
+    def learn(self, worker: Worker) -> None:
+        """The first confined worker tells the pool what the kernel gives."""
+        with self.lock:
+            self.confinement = self.confinement or dict(worker.layers or {})
+
+    def halt(self, lane: Lane, reason: str) -> None:
+        """Fail `lane` closed: kill its idle workers and refuse its later calls."""
+        with self.lock:
+            share = self._row(lane)
+            if share.halted is None and not share.closed:
+                share.halted = reason
+                log_halt(reason)
+            for worker in list(share.idle):
+                self._retire(worker, share)
+            for ticket in share.queue:
+                ticket.ready.notify()
+
+    def halted(self, lane: Lane) -> str | None:
+        with self.lock:
+            return self._row(lane).halted
+
+    def close_lane(self, lane: Lane) -> list[int]:
+        """Kill `lane`'s workers (busy ones: their callers retire them); its row goes
+        when its last call ends. Returns the pids to reap."""
+        with self.lock:
+            share = self._row(lane)
+            if share.closed:
+                return []
+            share.closed = True
+            pids = [worker.pid for worker in share.workers]
+            for worker in list(share.idle):
+                self._retire(worker, share)
+            for worker in share.workers:
+                worker.kill()
+            for ticket in share.queue:
+                ticket.ready.notify()
+            self._ended(lane, share)
+            self._dispatch()
+        return pids
+
+    def _row(self, lane: Lane) -> Share:
+        """`lane`'s row; a closed, empty one if it has gone."""
+        return self.shares.get(lane) or Share(closed=True)
+
+    def _ended(self, lane: Lane, share: Share) -> None:
+        """Drop a closed lane's row once no call holds anything of it; caller holds the lock."""
+        if share.closed and share.busy == 0:
+            self.shares.pop(lane, None)
+
+    def pids(self, lane: Lane) -> list[int]:
+        with self.lock:
+            return sorted(worker.pid for worker in self._row(lane).workers)
+
+    def sole(self, lane: Lane) -> bool:
+        """No other call of `lane` holds a worker (an unlocked read)."""
+        share = self._row(lane)
+        return len(share.idle) + 1 >= len(share.workers)
+
+    @staticmethod
+    def _check(share: Share) -> None:
+        if share.closed:
+            raise SandboxError("The sandbox is closed.")
+        if share.halted:
+            raise SandboxError(f"The sandbox halted: {share.halted}.")
 
     # -- idle workers ----------------------------------------------------------
 
@@ -426,43 +522,44 @@ class Hub:
             with self.lock:
                 expired = self._expired()
                 while not expired and not self.closed:
-                    oldest = next(iter(self.idle.values()), None)
+                    oldest = min((next(iter(share.idle.values()))
+                                  for share in self.shares.values() if share.idle), default=None)
                     wait = self.idle_timeout_s if oldest is None else (
-                        oldest[1] + self.idle_timeout_s - time.monotonic())
+                        oldest + self.idle_timeout_s - time.monotonic())
                     self.lock.wait(max(wait, 0.001))
                     expired = self._expired()
                 if self.closed:
                     return
-                pids = [worker.pid for worker in expired] + self._take_orphans()
-                for worker in expired:
-                    lane, _ = self.idle[worker]
-                    lane._idle.remove(worker)
-                    lane._retire(worker)
+                for worker, share in expired:
+                    self._retire(worker, share)
+                orphans, self._orphans = self._orphans, []
                 self._dispatch()
-            for pid in pids:
-                self.zygote.discard(pid)
+            for worker, _ in expired:
+                code = self.zygote.wait(worker.pid)
+                log.info("corral: worker %d reaped after %gs idle: %s", worker.pid,
+                         self.idle_timeout_s, describe_exit(code, "gone"))
+            for pid in orphans:
+                self.reap_evicted(pid)
 
-    def _expired(self) -> list[Worker]:
+    def _expired(self) -> list[tuple[Worker, Share]]:
         limit = time.monotonic() - self.idle_timeout_s
         expired = []
-        for worker, (_, since) in self.idle.items():
-            if since > limit:
-                break
-            expired.append(worker)
+        for share in self.shares.values():
+            for worker, since in share.idle.items():
+                if since > limit:
+                    break
+                expired.append((worker, share))
         return expired
-
-    def _take_orphans(self) -> list[int]:
-        orphans, self._orphans = self._orphans, []
-        return orphans
 
     # -- the whole pool ----------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
         with self.lock:
+            open_ = [share for share in self.shares.values() if not share.closed]
             return {
-                "sandboxes": len(self.lanes),
-                "workers": sum(len(lane._workers) for lane in self.lanes),
-                "busy_workers": sum(lane.busy for lane in self.lanes),
+                "sandboxes": len(open_),
+                "workers": sum(len(share.workers) for share in open_),
+                "busy_workers": sum(share.busy for share in open_),
                 "queued_calls": self.queued,
             }
 
@@ -471,7 +568,7 @@ class Hub:
         with self.lock:
             if self.closed:
                 return
-            lanes = list(self.lanes)
+            lanes = [lane for lane, share in self.shares.items() if not share.closed]
         for lane in lanes:
             lane.close()
         with self.lock:
@@ -480,52 +577,3 @@ class Hub:
         self._reaper.join()
         self.sweeps.shutdown(wait=True)
         self.zygote.stop()
-
-
-
-class PooledBroker(Broker):
-    """broker.Broker's executor interface over a lane of a shared pool: no process
-    of its own until a call needs one. A call's caller may cancel it (WaitPolicy.cancel,
-    which asubmit sets): the lane honours it (Lane.checkout)."""
-
-    def __init__(
-        self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
-        options: SandboxOptions, history: str | None = None,
-    ) -> None:
-        check_known(options.require)
-        self._zygote = hub.zygote
-        self._pool = lane = hub.open_lane(roots, limits, policy, options, history)
-        try:
-            if not hub.confinement:  # the pool's first sandbox: learn what the kernel gives
-                lane.checkin(lane.checkout())
-            lane.confinement = dict(hub.confinement)
-            self._confinement = summarise(hub.confinement)
-            check_required(self._confinement, options.require)
-        except BaseException:
-            lane.close()
-            raise
-        self._ids = itertools.count(1)
-        self._owner = os.getpid()
-        # asubmit's threads: up to the lane's share, as in Broker (made as calls need them)
-        self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
-        # Broker's start-up sweep, on the pool's sweep threads rather than one per sandbox
-        self._sweep = hub.sweeps.submit(lane.sweep_temps)
-
-    def close(self) -> None:
-        self._threads.shutdown(wait=True)
-        if not self._sweep.cancel():  # not begun: never needed; begun: let it finish
-            self._sweep.result()
-        self._pool.close()
-
-    async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
-        """submit() on a thread; cancelling the awaiting task cancels the call (a
-        queued call never runs, a running one loses its worker: Lane.checkout)."""
-        cancel = Cancel()
-        future = asyncio.get_running_loop().run_in_executor(
-            self._threads, self.submit, request, WaitPolicy(wait.spin, wait.on_slow, cancel)
-        )
-        try:
-            return await future
-        except asyncio.CancelledError:
-            cancel.cancel()
-            raise

@@ -94,6 +94,7 @@ class Meta(NamedTuple):
     needs_approval: tuple[NeedsApproval, ...] = ()
     history_bytes: int = 0  # what this call added to the history store
     seen: Mapping[str, str] = _NO_VERSIONS  # read_before_write versions
+    history_ids: tuple[str, ...] = ()  # the records it made, for the host to check and commit
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -104,6 +105,8 @@ class Meta(NamedTuple):
             wire["history_bytes"] = self.history_bytes
         if self.seen:
             wire["seen"] = dict(self.seen)
+        if self.history_ids:
+            wire["history_ids"] = list(self.history_ids)
         return wire
 
     @classmethod
@@ -124,10 +127,13 @@ class Meta(NamedTuple):
             seen = {}
         elif not (type(seen) is dict and all(type(v) is str for v in seen.values())):
             raise Malformed("meta.seen that is not an object of versions")
+        ids = wire.get("history_ids", [])
+        if not (type(ids) is list and all(type(i) is str for i in ids)):
+            raise Malformed("meta.history_ids that is not a list of ids")
         return cls(
             tuple([_touched(t) for t in touched]), wire.get("bytes", 0),
             tuple([_needs_approval(n) for n in needs]) if needs else (),
-            wire.get("history_bytes", 0), seen,
+            wire.get("history_bytes", 0), seen, tuple(ids),
         )
 
 

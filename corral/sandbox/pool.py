@@ -1,9 +1,12 @@
-"""The host side of the sandbox: the zygote's handle and the worker pool.
+"""The host side of the sandbox: the zygote's handle, its workers, and the one
+call path over a supply of them.
 
-There is no arbiter thread: the thread that makes a call watches its own
-deadline, and the pool's verbs (gunicorn's, minus the loop) run on whichever
-thread finds work for them. The pool never opens a workspace path; the only
-fds it holds are its sockets to the zygote and workers, and pidfds.
+A call goes checkout -> exchange -> check in or replace (CallPath), whatever
+supplies its workers (Supply): a private sandbox's WorkerSet (worker_set.py) or
+a lane of a shared pool (hub.Lane). What both supplies do alike lives here too:
+forking a worker, checking its boot report, the start-up sweep of temp files.
+The host never opens a workspace path here; the only fds it holds are its
+sockets to the zygote and workers, and pidfds.
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
@@ -34,7 +36,6 @@ from corral.sandbox.messages import (
     BootReport,
     CallRequest,
     CleanupRequest,
-    Discard,
     FindTemps,
     HistoryRequest,
     Malformed,
@@ -89,7 +90,9 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 ZYGOTE_ENVIRONMENT = ("LANG", "PYTHONHOME", "PYTHONUTF8")
 ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
 
-log = logging.getLogger(__name__)
+# Every worker's end an operator should see (a halt, a kill at boot, a recycle, an
+# eviction, an idle reap), with its decoded exit; a call's crash too.
+log = logging.getLogger("corral.workers")
 T = TypeVar("T")
 
 Request = CallRequest | HistoryRequest | CleanupRequest
@@ -100,7 +103,7 @@ class SandboxError(Exception):
 
 
 class CallFailed(Exception):
-    """A call the worker could not answer (timeout, crash, halted pool): its code
+    """A call the worker could not answer (timeout, crash, halted sandbox): its code
     and message become the call's error answer."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -264,12 +267,10 @@ class ZygoteHandle:
 
     def spawn(
         self, setup: dict[str, Any] | None = None, root_fds: Sequence[int] = (),
-        after: int | None = None,
     ) -> tuple[int, socket.socket, int]:
         """Fork one worker: (pid, socket, pidfd). A shared pool's zygote needs the
-        sandbox's `setup` (its start config) and its root fds; `after`: the pid of
-        a worker killed to make room, reaped before the fork."""
-        message, fds = self._ask(Spawn(setup, after), max_fds=2, send_fds=root_fds)
+        sandbox's `setup` (its start config) and its root fds."""
+        message, fds = self._ask(Spawn(setup), max_fds=2, send_fds=root_fds)
         if message is None or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
@@ -287,20 +288,6 @@ class ZygoteHandle:
         except SandboxError:
             return None
         return None if reply is None else reply.get("code")
-
-    def discard(self, pid: int) -> None:
-        """Tell the zygote to reap a killed worker without keeping its exit code."""
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                write_frame(
-                    self._sock.fileno(), Discard(pid).to_wire(), CONTROL_FRAME_BYTES,
-                    time.monotonic() + CONTROL_TIMEOUT_S,
-                )
-            except (ProtocolError, OSError):
-                self._closed = True
-                self._sock.close()
 
     def _ask(
         self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int] = ()
@@ -336,67 +323,65 @@ class ZygoteHandle:
             self.process.wait()
 
 
-class _Waiter:
-    """A call waiting for a worker of a private pool: handed one in its turn."""
+class Supply(Protocol):
+    """Where a sandbox's call path gets its workers: a WorkerSet of its own (a
+    private sandbox) or a hub.Lane (a sandbox of a shared pool). Its state is
+    guarded by one lock, the supply's own or its hub's; the call path holds none."""
 
-    __slots__ = ("ready", "worker")
+    zygote: ZygoteHandle
+    confinement: dict[str, Any]
 
-    def __init__(self, lock: threading.RLock) -> None:
-        self.ready = threading.Condition(lock)  # the pool's lock: one waiter per call
-        self.worker: Worker | None = None
+    def start(self) -> None:
+        """Have a worker confined, so `confinement` is known (SandboxError if none can be)."""
+
+    def take(self, cancel: Cancel | None) -> Worker:
+        """A live worker for one call, in the call's turn; SandboxError if none will
+        come (halted, closed, or the caller cancelled)."""
+
+    def give_back(self, worker: Worker) -> None:
+        """A worker whose call went well: idle again, or to the next call waiting."""
+
+    def lost(self, worker: Worker) -> int | None:
+        """A worker that must not serve again (it crashed, timed out, misbehaved or
+        is recycled): kill it, reap it, return its exit code; the supply makes up
+        for it (at once, or when a call needs one)."""
+
+    def close(self) -> None:
+        """Kill every worker (a call in flight ends with worker_crashed) and reap them."""
+
+    def sweep_temps(self) -> int:
+        """Remove the temp files of writers that died unseen (sweep_on), on a worker
+        the supply finds for it; returns how many were removed."""
+
+    def pids(self) -> list[int]:
+        """The pids of the supply's live workers."""
+
+    def sole(self) -> bool:
+        """No other call holds a worker now (an unlocked guess: a wrong one costs speed)."""
 
 
-class Pool:
-    """N confined workers forked by one zygote; one call per worker at a time,
-    given to waiting calls in their order of arrival."""
+class CallPath:
+    """The one call path: checkout (Supply.take) -> exchange -> check in (give back,
+    or recycle) or replace (Supply.lost). Failures of the worker become error answers."""
 
-    def __init__(self, zygote: ZygoteHandle, options: SandboxOptions, limits: Limits) -> None:
-        self.zygote = zygote
+    def __init__(self, supply: Supply, options: SandboxOptions, limits: Limits) -> None:
+        self.supply = supply
         self.options = options
         self.limits = limits
-        self.confinement: dict[str, Any] = {}
         # What a tool's answer can need under these limits (answers.py): a bigger
         # one, or one of more values, is a misbehaving worker's, refused undecoded.
         size, self.answer_values = answer_limits(limits)
         self.answer_bytes = min(size, options.max_frame_bytes)
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        # Calls waiting for a worker, oldest first: a freed worker goes to the first,
-        # never to whichever thread asks next (a thread whose call just ended would
-        # take it back at once, and another could wait for hundreds of calls).
-        self._waiting: deque[_Waiter] = deque()
-        self._idle: list[Worker] = []
-        self._workers: set[Worker] = set()
-        self._spawning = 0  # forks in progress, counted towards the target size
-        self._halted: str | None = None
-        self._closed = False
-
-    def start(self) -> None:
-        """Fork every worker first, then read their reports: they confine in parallel.
-        The first report sets the confinement every later worker must match."""
-        forked = [self._fork() for _ in range(self.options.workers)]
-        for worker in forked:
-            try:
-                self._boot(worker)
-            except BootKilled:
-                continue  # replaced below
-            with self._cond:
-                self._idle.append(worker)
-        self.manage_workers()
-        with self._cond:
-            self._check_usable()
 
     def call(self, request: CallRequest | HistoryRequest, wait: WaitPolicy = PLAIN) -> Answer:
-        """Run one call on an idle worker; failures of the worker become error answers."""
+        """Run one call on a worker; failures of the worker become error answers."""
         try:
-            return self._run(request, lambda wire: Answer.from_wire(wire, request), wait)
+            return self.run(request, lambda wire: Answer.from_wire(wire, request), wait)
         except CallFailed as failed:
             return error_answer(request.tool, failed.code, failed.message, id=request.id)
 
-    def _run(
-        self, request: Request, parse: Callable[[dict[str, Any]], T], wait: WaitPolicy,
-    ) -> T:
-        """`request` on an idle worker, its answer frame made into a T by `parse`
+    def run(self, request: Request, parse: Callable[[dict[str, Any]], T], wait: WaitPolicy) -> T:
+        """`request` on a worker, its answer frame made into a T by `parse`
         (messages.*.from_wire: Malformed loses the worker); CallFailed otherwise."""
         limit = self.options.max_frame_bytes
         try:
@@ -405,16 +390,14 @@ class Pool:
             why = "too_large" if isinstance(exc, FrameTooLarge) else "invalid_arguments"
             raise CallFailed(why, f"The request cannot be sent: {exc}.") from None
         try:
-            worker = self.checkout(wait.cancel)
+            worker = self.supply.take(wait.cancel)
         except SandboxError as exc:
             raise CallFailed("worker_crashed", str(exc)) from None
         timeout = self.limits.timeout_s
         tool = request.tool
         try:
             # only a lone call spins: concurrent ones would take the GIL from each other
-            # (an unlocked read: a wrong guess costs a little speed, nothing else)
-            alone = len(self._idle) + 1 >= len(self._workers)
-            spin = wait.spin and self.options.spin and alone
+            spin = wait.spin and self.options.spin and self.supply.sole()
             try:
                 wire = worker.exchange(
                     frame, time.monotonic() + timeout, self.answer_bytes, wait, spin,
@@ -429,14 +412,15 @@ class Pool:
                 raise
             except Exception as exc:
                 # reading its answer failed as nothing foresaw: the worker's state is
-                # unknown, and a worker neither replaced nor checked in would jam the pool
+                # unknown, and a worker neither replaced nor checked in would jam the supply
                 raise WorkerMisbehaved(
                     f"its answer could not be read ({type(exc).__name__}: {exc})"
                 ) from exc
             finally:
-                self._detach(wait.cancel)
+                if wait.cancel is not None:
+                    wait.cancel.detach()  # the call is over: a late cancel kills nothing
         except TimeoutError:
-            self.replace(worker)
+            self.supply.lost(worker)
             self.clean_after(worker.pid, request, wait)
             raise CallFailed(
                 "timeout",
@@ -444,28 +428,26 @@ class Pool:
                 "its worker was stopped.",
             ) from None
         except WorkerLost as exc:
-            code = self.replace(worker)
+            code = self.supply.lost(worker)
             self.clean_after(worker.pid, request, wait)
-            what = (
-                f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
-                else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
-            )
-            if code == -signal.SIGSYS:
-                # the seccomp profile kills a worker only for a call corral never makes
-                what = "was killed by SIGSYS: it attempted a system call the sandbox forbids"
-                log.error(
-                    "corral: worker %d running %s was killed by SIGSYS: it attempted a "
-                    "system call the seccomp profile forbids outright (a compromised "
-                    "worker?); the pool replaced it", worker.pid, tool,
-                )
-            else:
-                log.warning("corral: worker %d running %s %s; the pool replaced it",
-                            worker.pid, tool, what)
-            raise CallFailed(
-                "worker_crashed", f"The worker running {tool} {what}; the pool replaced it.",
-            ) from None
+            raise CallFailed("worker_crashed", _crashed(worker.pid, tool, code, exc)) from None
         self.checkin(worker)
         return answer
+
+    def checkin(self, worker: Worker) -> None:
+        """Back to the supply, or recycled (max calls, RSS cap) without failing anyone."""
+        worker.calls += 1
+        if worker.calls >= worker.max_calls:
+            why = f"after {worker.calls} calls"
+        elif worker.calls % RSS_CHECK_EVERY == 0 and (
+            (rss := worker.rss_mb()) > self.options.max_worker_rss_mb
+        ):
+            why = f"at {rss:.0f} MiB of RSS"
+        else:
+            self.supply.give_back(worker)
+            return
+        code = self.supply.lost(worker)
+        log.info("corral: worker %d recycled %s: %s", worker.pid, why, describe_exit(code, "gone"))
 
     def clean_after(self, pid: int, request: Request, wait: WaitPolicy) -> None:
         """Have a live worker remove the temp files a killed one may have left. A
@@ -476,231 +458,107 @@ class Pool:
         cleanup = CleanupRequest.after(pid, request)
         for _ in range(CLEANUP_ATTEMPTS):
             try:
-                self._run(cleanup, lambda wire: removed_from_wire(wire, cleanup), wait.quiet())
+                self.run(cleanup, lambda wire: removed_from_wire(wire, cleanup), wait.quiet())
                 return
             except CallFailed:
                 continue
 
-    def sweep_temps(self) -> int:
-        """Remove the temp files of writers that died mid-write unseen by this pool
-        (a killed host's workers die with it). A worker of its own, outside the pool
-        (so no call waits for it and no count changes), lists every temp file; the
-        host keeps those whose writer's pid is alive now (another sandbox's worker on
-        the same workspace), and the worker removes exactly the other names: a pid
-        reused since the listing can only keep a file. Returns how many were removed."""
-        try:
-            pid, sock, pidfd = self.zygote.spawn()
-        except SandboxError:
-            return 0
-        worker = Worker(pid, sock, pidfd, max_calls=2)
-        try:
-            worker.boot(self.options.max_frame_bytes)
-            if worker.layers is None or worker.layers != self.confinement:
-                return 0  # not confined as the pool's workers are: it runs nothing
-            return self._sweep_on(worker)
-        except SWEEP_FAILURES:
-            return 0
-        finally:
-            worker.kill()
-            worker.close()
-            self.zygote.wait(pid)
 
-    def _sweep_on(self, worker: Worker) -> int:
-        """sweep_temps' two requests on `worker` (SWEEP_FAILURES if either fails)."""
-        find = FindTemps(1)
-        listed = temps_from_wire(self._exchange(worker, find), find)
-        dead = tuple((index, path) for index, path, pid in listed if not _alive(pid))
-        if not dead:
-            return 0
-        remove = RemoveTemps(dead, 2)
-        return removed_from_wire(self._exchange(worker, remove), remove)
+def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
+    """The error message of a call whose worker was lost, and its log line."""
+    if code == -signal.SIGSYS:
+        # the seccomp profile kills a worker only for a call corral never makes
+        log.error(
+            "corral: worker %d running %s was killed by SIGSYS: it attempted a system "
+            "call the seccomp profile forbids outright (a compromised worker?); it was "
+            "replaced", pid, tool,
+        )
+        what = "was killed by SIGSYS: it attempted a system call the sandbox forbids"
+    else:
+        what = (
+            f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
+            else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
+        )
+        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what)
+    return f"The worker running {tool} {what}; the pool replaced it."
 
-    def _exchange(self, worker: Worker, request: FindTemps | RemoveTemps) -> dict[str, Any]:
-        limit = self.options.max_frame_bytes
-        deadline = time.monotonic() + self.limits.timeout_s
-        return worker.exchange(encode(request.to_wire(), limit), deadline, limit, PLAIN)
 
-    def checkout(self, cancel: Cancel | None = None) -> Worker:
-        """Take an idle worker, or wait in line for one; a worker that died idle is
-        replaced first. (A private pool's calls are not cancelled: see hub.Lane.)"""
-        while True:
-            with self._cond:
-                worker = self._take_in_turn()
-            if worker.looks_alive():
-                return worker
-            self.replace(worker)
+def fork_worker(
+    zygote: ZygoteHandle, options: SandboxOptions, setup: dict[str, Any] | None = None,
+    root_fds: Sequence[int] = (), jitter: bool = True,
+) -> Worker:
+    """Have the zygote fork one worker (for a shared pool's sandbox: its `setup` and
+    root fds). jitter: recycle it up to RECYCLE_JITTER later than max_calls_per_worker."""
+    pid, sock, pidfd = zygote.spawn(setup, root_fds)
+    limit = options.max_calls_per_worker
+    extra = random.randint(0, int(limit * RECYCLE_JITTER)) if jitter else 0
+    return Worker(pid, sock, pidfd, limit + extra, born=time.monotonic())
 
-    def _take_in_turn(self) -> Worker:
-        """An idle worker if no call waits before this one, else the one handed to
-        this call when its turn comes; caller holds the lock."""
-        self._check_usable()
-        if self._idle and not self._waiting:
-            return self._idle.pop()
-        waiter = _Waiter(self._lock)
-        self._waiting.append(waiter)
-        try:
-            while waiter.worker is None:
-                waiter.ready.wait()
-                if waiter.worker is None:
-                    self._check_usable()
-            self._check_usable()  # halted or closed since it was handed one
-        except BaseException:
-            if waiter.worker is None:
-                self._waiting.remove(waiter)
-            else:  # the next call's, or retired if the pool stopped
-                self._give(waiter.worker)
-            raise
-        return waiter.worker
 
-    def _give(self, worker: Worker) -> None:
-        """An idle worker to the call waiting longest, else to the idle list (retired
-        if the pool is closed or halted); caller holds the lock."""
-        if self._closed or self._halted:
-            self._retire(worker)
-        elif self._waiting:
-            waiter = self._waiting.popleft()
-            waiter.worker = worker
-            waiter.ready.notify()
+def check_boot(
+    worker: Worker, max_bytes: int, confinement: dict[str, Any],
+    kill: Callable[[Worker], int | None], halt: Callable[[str], None],
+) -> bool:
+    """Read a new worker's report: True if it came up confined as `confinement` (any
+    way, if that is still empty). Otherwise `kill` kills and reaps it, `halt` fails
+    its supply closed with the worker's decoded exit, and False; BootKilled instead
+    if something outside SIGKILLed it before it reported (the OOM killer, an
+    operator): not its own failure."""
+    report = worker.boot(max_bytes)
+    if worker.layers is None:
+        ended_alone = report is None and not worker.looks_alive()
+        code = kill(worker)
+        ended = describe_exit(code, "it sent no report")
+        if report is not None and report.confine_error:
+            halt(f"a worker could not confine itself: {report.confine_error} ({ended})")
+        elif code == EXIT_CONFINE_FAILED:
+            halt(f"a worker could not confine itself ({ended})")
+        elif ended_alone and code == -signal.SIGKILL:
+            log.warning("corral: worker %d was %s while starting, before it reported",
+                        worker.pid, ended)
+            raise BootKilled(ended)
         else:
-            self._idle.append(worker)
+            halt(f"a worker did not start ({ended})")
+        return False
+    if confinement and worker.layers != confinement:
+        code = kill(worker)
+        halt(f"a worker came up confined differently ({worker.layers}; "
+             f"{describe_exit(code, 'gone')})")
+        return False
+    return True
 
-    def _detach(self, cancel: Cancel | None) -> None:
-        """The call's worker is no longer its cancel handle's to kill (hub.Lane)."""
 
-    def checkin(self, worker: Worker) -> None:
-        """Back to idle, or recycled (max calls, RSS cap) without failing anyone."""
-        worker.calls += 1
-        if worker.calls >= worker.max_calls or (
-            worker.calls % RSS_CHECK_EVERY == 0
-            and worker.rss_mb() > self.options.max_worker_rss_mb
-        ):
-            self.replace(worker)
-            return
-        with self._cond:
-            self._give(worker)
+def halt_if_unconfined(code: int | None, halt: Callable[[str], None]) -> None:
+    """A worker that ended with EXIT_CONFINE_FAILED halts its supply: one that
+    respawned would either loop forever or, worse, serve unconfined."""
+    if code == EXIT_CONFINE_FAILED:
+        halt(f"a worker could not confine itself ({describe_exit(code, '')})")
 
-    def replace(self, worker: Worker) -> int | None:
-        """Murder a worker, then manage the pool back to size; returns its exit code."""
-        code = self.murder_worker(worker)
-        self.manage_workers()
-        return code
 
-    def manage_workers(self) -> None:
-        """Spawn workers until the pool is back at its target size; a worker that
-        fails to start halts the pool (in _boot) rather than being retried, unless
-        something else killed it, a few times in a row at most."""
-        killed = 0
-        while True:
-            with self._cond:
-                if self._closed or self._halted:
-                    return
-                if len(self._workers) + self._spawning >= self.options.workers:
-                    return
-                self._spawning += 1
-            try:
-                fresh = self._fork()
-                self._boot(fresh)
-            except BootKilled as exc:
-                killed += 1
-                if killed > MAX_BOOT_KILLS:
-                    self.halt(f"{killed} workers in a row were killed while starting ({exc})")
-                    return
-                continue
-            except SandboxError as exc:
-                self.halt(str(exc).rstrip("."))
-                return
-            finally:
-                with self._cond:
-                    self._spawning -= 1
-            with self._cond:
-                self._give(fresh)
+def log_halt(reason: str) -> None:
+    log.error("corral: a sandbox halted, failing closed: %s", reason)
 
-    def murder_worker(self, worker: Worker) -> int | None:
-        """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote."""
-        with self._cond:
-            self._retire(worker)
-        return self.reap_worker(worker.pid)
 
-    def reap_worker(self, pid: int) -> int | None:
-        """Decode how a worker ended. A confinement failure halts the pool: a pool
-        that respawned would either loop forever or, worse, serve unconfined."""
-        code = self.zygote.wait(pid)
-        if code == EXIT_CONFINE_FAILED:
-            self.halt("a worker could not confine itself")
-        return code
+def sweep_on(worker: Worker, max_bytes: int, timeout_s: float) -> int:
+    """Remove the temp files of writers that died mid-write unseen (a killed host's
+    workers die with it): `worker` lists every temp file; the host keeps those whose
+    writer's pid is alive now (another sandbox's worker on the same workspace), and
+    the worker removes exactly the other names: a pid reused since the listing can
+    only keep a file. Returns how many were removed; SWEEP_FAILURES if a request fails."""
+    find = FindTemps(1)
+    listed = temps_from_wire(_exchange(worker, find, max_bytes, timeout_s), find)
+    dead = tuple((index, path) for index, path, pid in listed if not _alive(pid))
+    if not dead:
+        return 0
+    remove = RemoveTemps(dead, 2)
+    return removed_from_wire(_exchange(worker, remove, max_bytes, timeout_s), remove)
 
-    def halt(self, reason: str) -> None:
-        """Fail closed: kill every idle worker and refuse every later call."""
-        with self._cond:
-            if self._halted is None:
-                self._halted = reason
-            while self._idle:
-                self._retire(self._idle.pop())
-            self._wake_waiting()
-            self._cond.notify_all()
 
-    def close(self) -> None:
-        """Kill every worker (a call in flight ends with worker_crashed) and stop the zygote."""
-        with self._cond:
-            self._closed = True
-            while self._idle:
-                self._retire(self._idle.pop())
-            for worker in self._workers:
-                worker.kill()  # busy: its caller retires it
-            self._wake_waiting()
-            self._cond.notify_all()
-        self.zygote.stop()
-
-    def _wake_waiting(self) -> None:
-        """Every waiting call sees the pool halted or closed; caller holds the lock."""
-        for waiter in self._waiting:
-            waiter.ready.notify()
-
-    def pids(self) -> list[int]:
-        with self._cond:
-            return sorted(worker.pid for worker in self._workers)
-
-    def _fork(self) -> Worker:
-        pid, sock, pidfd = self.zygote.spawn()
-        limit = self.options.max_calls_per_worker
-        worker = Worker(pid, sock, pidfd, limit + random.randint(0, int(limit * RECYCLE_JITTER)))
-        with self._cond:
-            self._workers.add(worker)
-        return worker
-
-    def _boot(self, worker: Worker) -> None:
-        """Read a new worker's report; anything but the pool's confinement halts it."""
-        report = worker.boot(self.options.max_frame_bytes)
-        if worker.layers is None:
-            confine_error = report.confine_error if report is not None else None
-            if confine_error:
-                self.halt(f"a worker could not confine itself: {confine_error}")
-            ended_alone = report is None and not worker.looks_alive()
-            code = self.murder_worker(worker)  # halts as well on EXIT_CONFINE_FAILED
-            if ended_alone and code == -signal.SIGKILL and not self._halted:
-                # the OOM killer or an operator, not its own failure: worth another try
-                raise BootKilled(describe_exit(code, ""))
-            self.halt(f"a worker did not start ({describe_exit(code, 'it sent no report')})")
-        elif self.confinement and worker.layers != self.confinement:
-            self.murder_worker(worker)
-            self.halt(f"a worker came up confined differently ({worker.layers})")
-        else:
-            self.confinement = self.confinement or dict(worker.layers)
-            return
-        raise SandboxError(f"The sandbox halted: {self._halted}.")
-
-    def _retire(self, worker: Worker) -> None:
-        """Kill and forget a worker; caller holds the lock (pidfds are used under it only)."""
-        if worker in self._workers:
-            self._workers.discard(worker)
-            worker.kill()
-            worker.close()
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise SandboxError("The sandbox is closed.")
-        if self._halted:
-            raise SandboxError(f"The sandbox halted: {self._halted}.")
+def _exchange(
+    worker: Worker, request: FindTemps | RemoveTemps, max_bytes: int, timeout_s: float,
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    return worker.exchange(encode(request.to_wire(), max_bytes), deadline, max_bytes, PLAIN)
 
 
 def _alive(pid: int) -> bool:

@@ -1,10 +1,10 @@
 """How a caller's thread waits for its call: one explicit policy, made by the face
-that knows the caller and passed down the call path (flow -> broker -> pool ->
+that knows the caller and passed down the call path (flow -> broker -> CallPath ->
 Worker.exchange), instead of state the lower layers would look up.
 
 - spin: poll (yielding the CPU) up to ANSWER_SPIN_S for the answer before sleeping.
   A stat or small read answers within it, and a thread woken from sleep costs ~3x
-  its own work. The pool spins only for a lone call (concurrent ones would take
+  its own work. Only a sandbox's lone call spins (concurrent ones would take
   the GIL from each other), and `[sandbox] spin = false` turns it off everywhere.
 - on_slow: told once when the answer has not started within SLOW_CALL_S, and
   before the call waits on anything else slow (the client's answer to an approval
@@ -58,6 +58,23 @@ class Cancel:
                 self.worker.kill()
             elif self.ticket is not None:
                 self.ticket.ready.notify()
+
+    def attach(self, worker: _Killable) -> None:
+        """The call runs on `worker` now: a cancel kills it (at once if the call was
+        cancelled while its worker was being found). Called once queued (lock set)."""
+        assert self.lock is not None
+        with self.lock:
+            self.worker = worker
+            if self.cancelled:
+                worker.kill()
+
+    def detach(self) -> None:
+        """The call is done with its worker: a late cancel kills nothing."""
+        lock = self.lock
+        if lock is None:  # never queued where a cancel could reach its worker
+            return
+        with lock:
+            self.worker = None
 
 
 def _nothing() -> None:

@@ -33,6 +33,7 @@ from corral.sandbox.messages import (
     CleanupRequest,
     FindTemps,
     HistoryRequest,
+    Meta,
     RemoveTemps,
     error_answer,
     request_from_wire,
@@ -69,7 +70,7 @@ class Setup:
     policy: Policy
     options: SandboxOptions
     context: Context
-    store: Store | None  # this workspace's history store (its fd), None: history off
+    store: Store | None  # this workspace's history store, None: history off or nothing to write
 
     @classmethod
     def open(cls, config: dict[str, Any]) -> Setup:
@@ -118,10 +119,11 @@ class Setup:
         return cls(roots, limits, policy, options, context, store)
 
     def confined_dirs(self) -> list[Any]:
-        """What Landlock lets the worker reach: the roots, and the history store."""
+        """What Landlock lets the worker reach: the roots, and the history store (read
+        only: the records, which only the host writes) with its work directory."""
         dirs: list[Any] = list(self.roots.all())
         if self.store is not None:
-            dirs.append(StoreDir(self.store.fd))
+            dirs += [StoreDir(self.store.home, mode="ro"), StoreDir(self.store.fd)]
         return dirs
 
     def close(self) -> None:
@@ -134,7 +136,8 @@ class Setup:
 
 @dataclass(frozen=True)
 class StoreDir:
-    """The store as confine() sees a root: its fd, and the rights of mode "store"."""
+    """A store directory as confine() sees a root: its fd, and its rights (mode
+    "store": a work directory's, "ro": the records')."""
 
     fd: int
     path: str = ""
@@ -294,7 +297,7 @@ def _settle_writers(setup: Setup, pids: list[int]) -> None:
     between swapping its new file in and taking the old one into the store left
     the old file in its temp, the only copy an undo has. Best effort."""
     if setup.store is not None and pids:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), setup.store.settling():
             restore.settle(_restorer(setup, "settle"), pids)
 
 
@@ -309,12 +312,13 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
     """undo, rewind or settle: an answer, never an exception."""
     op, tool = request.op, request.tool
     try:
+        if setup.policy.read_only or not any(r.mode == "rw" for r in setup.roots.all()):
+            raise CorralError("read_only", f"this sandbox is read-only: nothing to {op}.")
         if setup.store is None:
             raise CorralError("invalid_arguments", "history is not enabled for this sandbox.")
-        if setup.policy.read_only:
-            raise CorralError("read_only", f"this sandbox is read-only: nothing to {op}.")
         if op == "settle":
-            settled = restore.settle(_restorer(setup, "settle"), list(request.pids))
+            with setup.store.settling():
+                settled = restore.settle(_restorer(setup, "settle"), list(request.pids))
             result: dict[str, Any] = {"settled": settled}
         elif op == "undo" and request.path is not None:
             result = restore.undo(setup.roots, setup.store, setup.policy, setup.limits,
@@ -330,7 +334,13 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
         why = os.strerror(error.errno) if isinstance(error, OSError) and error.errno else (
             type(error).__name__)
         return error_answer(tool, "io_error", f"{op} failed: {why}.", id=request.id)
-    return Answer(True, tool, result, "", id=request.id)
+    finally:
+        if setup.store is not None:
+            setup.store.release()
+    # the records it made, for the host to promote (a rewind's checkpoint first)
+    made = [result["checkpoint"]] if "checkpoint" in result else []
+    meta = Meta(history_ids=tuple(made + list(result.get("records", ()))))
+    return Answer(True, tool, result, "", meta=meta, id=request.id)
 
 
 def _send(

@@ -7,6 +7,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.fs import Expect, content_version
+from corral.tools import matching
 from corral.tools.access import content, open_target, require_read
 from corral.tools.base import (
     BOOLEAN,
@@ -21,8 +22,7 @@ from corral.tools.base import (
     shape,
 )
 from corral.tools.diff import capped, unified_diff
-from corral.tools.read import is_binary
-from corral.tools.write import utf8
+from corral.tools.encodings import decode
 
 DIFF_TEXT_LINES = 400  # diff lines shown to a model; the full diff stays in result.diff
 
@@ -63,41 +63,130 @@ def edits_of(args: dict[str, Any]) -> list[Edit]:
     return edits
 
 
+_LOOSENED = {  # what each tolerant level ignored, as messages say it
+    "whitespace": "trailing whitespace and line endings",
+    "indentation": "indentation",
+    "unicode": "indentation and look-alike characters (quotes, dashes, spaces)",
+}
+SHOWN_PLACES = 5  # line numbers an ambiguous_match message lists
+
+
+@dataclass
+class Applied:
+    """What apply() did: the new text, the replacements made, the loosest match level
+    any edit needed, and how many characters at the start and at the end no edit
+    touched (the diff need not look at them)."""
+
+    text: str
+    replacements: int
+    match: str
+    unchanged: tuple[int, int]
+
+
 def apply(
-    path: str, text: str, edits: list[Edit], max_new_bytes: int | None = None
-) -> tuple[str, int, tuple[int, int]]:
-    """The text after every edit in order, the number of replacements, and how many
-    characters at the start and at the end no edit touched (the diff need not look
-    at them). max_new_bytes bounds the bytes the replacements put in (count x
-    new_string), checked before each one is made: replace_all multiplies a small
-    new_string."""
+    path: str, text: str, edits: list[Edit], max_new_bytes: int | None = None,
+    *, tolerant: bool = True,
+) -> Applied:
+    """The text after every edit in order. Each old_string is found exactly, else
+    (tolerant) on matching's ladder. max_new_bytes bounds the bytes the replacements
+    put in (count x new_string), checked before each one is made: replace_all
+    multiplies a small new_string."""
     total = 0
     new_bytes = 0
+    level = 0
     head = tail = len(text)
     for index, edit in enumerate(edits):
         which = f"edit {index + 1} of {len(edits)}: " if len(edits) > 1 else ""
-        count = text.count(edit.old)
-        if count == 0:
-            raise CorralError("no_match", f"{which}old_string was not found in {path}.")
-        if count > 1 and not edit.replace_all:
-            raise CorralError(
-                "ambiguous_match",
-                f"{which}old_string occurs {count} times in {path}; add surrounding context "
-                "to make it unique, or set replace_all.",
-            )
-        new_bytes += count * len(edit.new.encode("utf-8", "surrogatepass"))
+        spans, found, count = _locate(path, text, edit, which, tolerant)
+        level = max(level, matching.LEVELS.index(found))
+        if spans is None:  # exact: str.find and str.replace, the fast path
+            first = text.find(edit.old)
+            new = edit.new
+            if "\n" in new:  # a CRLF file stays CRLF
+                new = matching.fit_endings(new, matching.line_ending(text, first))
+            new_bytes += count * len(new.encode("utf-8", "surrogatepass"))
+        else:
+            new_bytes += sum(len(span.new.encode("utf-8", "surrogatepass")) for span in spans)
         if max_new_bytes is not None and new_bytes > max_new_bytes:
             raise CorralError(
                 "too_large",
                 f"the edit of {path} would write {new_bytes} new bytes, over the write limit "
                 f"of {max_new_bytes} bytes.",
             )
-        first = text.find(edit.old)
-        last = first if count == 1 else text.rfind(edit.old)  # at or past the last replaced
-        head, tail = min(head, first), min(tail, len(text) - last - len(edit.old))
-        text = text.replace(edit.old, edit.new)
+        if spans is None:
+            last = first if count == 1 else text.rfind(edit.old)  # at or past the last replaced
+            head, tail = min(head, first), min(tail, len(text) - last - len(edit.old))
+            text = text.replace(edit.old, new)
+        else:
+            head, tail = min(head, spans[0].start), min(tail, len(text) - spans[-1].end)
+            text = _replace(text, spans)
         total += count
-    return text, total, (head, tail)
+    return Applied(text, total, matching.LEVELS[level], (head, tail))
+
+
+def _locate(
+    path: str, text: str, edit: Edit, which: str, tolerant: bool
+) -> tuple[list[matching.Span] | None, str, int]:
+    """(None, "exact", count) when old_string is in the text as given; else the
+    places the ladder found it at its first level that did, that level and their
+    count. Raises no_match (naming the closest region) or ambiguous_match (never
+    settled by a looser level)."""
+    count = text.count(edit.old)
+    if count > 1 and not edit.replace_all:
+        raise CorralError(
+            "ambiguous_match",
+            f"{which}old_string occurs {count} times in {path}; add surrounding context "
+            "to make it unique, or set replace_all.",
+        )
+    if count:
+        return None, "exact", count
+    found = matching.tolerant(text, edit.old, edit.new)
+    if found is not None and tolerant:
+        level, spans = found
+        if len(spans) > matching.MAX_WINDOWS:
+            raise CorralError(
+                "ambiguous_match",
+                f"{which}old_string is not in {path} as written; ignoring {_LOOSENED[level]} "
+                f"it matches more than {matching.MAX_WINDOWS} places; give the exact text.",
+            )
+        if len(spans) > 1 and not edit.replace_all:
+            places = ", ".join(str(text.count("\n", 0, span.start) + 1)
+                               for span in spans[:SHOWN_PLACES])
+            raise CorralError(
+                "ambiguous_match",
+                f"{which}old_string is not in {path} as written; ignoring "
+                f"{_LOOSENED[level]} it matches {len(spans)} places (from lines {places}); "
+                "add surrounding context to make it unique, or set replace_all.",
+            )
+        kept = _apart(spans)
+        return kept, level, len(kept)
+    message = f"{which}old_string was not found in {path}."
+    if found is not None:  # match: "exact" was asked for
+        line = text.count("\n", 0, found[1][0].start) + 1
+        message += (f" It matches at line {line} ignoring {_LOOSENED[found[0]]}, which "
+                    "match='exact' does not allow.")
+    else:
+        message += matching.lesson(text, edit.old)
+    raise CorralError("no_match", message)
+
+
+def _apart(spans: list[matching.Span]) -> list[matching.Span]:
+    """The spans that do not overlap an earlier one (replace_all of overlapping
+    windows replaces the first of them, as str.replace does)."""
+    kept: list[matching.Span] = []
+    for span in spans:
+        if not kept or span.start >= kept[-1].end:
+            kept.append(span)
+    return kept
+
+
+def _replace(text: str, spans: list[matching.Span]) -> str:
+    parts, at = [], 0
+    for span in spans:
+        parts += [text[at : span.start], span.new]
+        at = span.end
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
@@ -109,11 +198,14 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     if args["expected_version"] is not None and args["expected_version"] != content_version(data):
         raise CorralError("conflict", f"{path} changed since version {args['expected_version']}.")
     require_read(ctx, root, path, data)
-    if is_binary(data):
+    decoded = decode(data, ctx.policy.fallback_encodings)
+    if decoded is None:
         raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
-    before = data.decode("utf-8")
-    after, replacements, unchanged = apply(path, before, edits, ctx.limits.max_write_bytes)
-    new_data = utf8(after, "new_string")
+    before = decoded.text
+    tolerant = args["match"] != "exact" and ctx.policy.edit_match != "exact"
+    applied = apply(path, before, edits, ctx.limits.max_write_bytes, tolerant=tolerant)
+    after, replacements, unchanged = applied.text, applied.replacements, applied.unchanged
+    new_data = decoded.encode(after, "new_string")
     if len(new_data) > ctx.limits.max_file_bytes:
         raise CorralError(
             "too_large",
@@ -141,17 +233,21 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     result = {
         "path": path,
         "replacements": replacements,
+        "match": applied.match,
         "version": version,
         "diff": diff,
         "diff_truncated": cut,
         "dry_run": args["dry_run"],
     }
-    return Outcome(result, _text(path, replacements, diff, args["dry_run"]), len(new_data))
+    text = _text(path, replacements, applied.match, diff, args["dry_run"])
+    return Outcome(result, text, len(new_data))
 
 
-def _text(path: str, replacements: int, diff: str, dry_run: bool) -> str:
+def _text(path: str, replacements: int, match: str, diff: str, dry_run: bool) -> str:
     plural = "replacement" if replacements == 1 else "replacements"
     head = f"{'Would edit' if dry_run else 'Edited'} {path}: {replacements} {plural}."
+    if match != "exact":
+        head += f" (old_string matched ignoring {_LOOSENED[match]}.)"
     lines = diff.splitlines()
     if len(lines) > DIFF_TEXT_LINES:
         lines = [*lines[:DIFF_TEXT_LINES], f"[diff cut: {len(lines)} lines in result.diff]"]
@@ -168,8 +264,11 @@ EDIT_TOOLS = [
         description=(
             "Change part of a text file by exact string replacement. old_string must occur "
             "exactly once (include a few surrounding lines to make it unique) unless "
-            "replace_all is true; whitespace and indentation must match the file exactly, "
-            "and old_string must not include the line-number prefix that read_file shows. "
+            "replace_all is true; copy it from the file as it is. If it is not found as "
+            "written, one unique match that differs only in trailing whitespace, line "
+            "endings, indentation or look-alike quotes and dashes is used (result.match says "
+            "which) and new_string is re-indented to fit; a miss names the closest lines. "
+            "old_string must not include the line-number prefix that read_file shows. "
             "For several changes pass edits=[{old_string, new_string}, ...]: they apply in "
             "order and either all succeed or the file is left untouched. dry_run=true "
             "returns the diff without writing."
@@ -199,10 +298,19 @@ EDIT_TOOLS = [
                 },
                 "dry_run": {"type": "boolean", "default": False,
                             "description": "Return the diff without writing."},
+                "match": {
+                    "type": "string", "enum": ["tolerant", "exact"], "default": "tolerant",
+                    "description": "'exact': old_string must match byte for byte; "
+                    "'tolerant' also accepts one unique match that differs only in "
+                    "trailing whitespace, line endings, indentation or look-alike quotes "
+                    "and dashes.",
+                },
             },
             ("path",),
         ),
-        output_schema=shape({"path": STRING, "replacements": INTEGER, "version": STRING,
+        output_schema=shape({"path": STRING, "replacements": INTEGER,
+                             "match": {"type": "string", "enum": list(matching.LEVELS)},
+                             "version": STRING,
                              "diff": STRING, "diff_truncated": BOOLEAN, "dry_run": BOOLEAN}),
         annotations=mcp_hints(read_only=False, destructive=True, idempotent=False),
         writes=True,

@@ -27,9 +27,9 @@ from corral.tools.base import (
     path_prop,
     shape,
 )
+from corral.tools.encodings import decode, utf8_text
 
 HARD_READ_CEILING = 4 * 1024 * 1024  # content per call, whatever the config says: frames stay small
-BINARY_SNIFF = 8192  # a NUL in the first 8 KiB means binary, as git decides
 MAX_FILES = 50  # read_multiple_files: paths per call
 DEFAULT_LIMIT = 2000  # lines per read: a screenful of context for a model
 DEFAULT_MAX_BYTES = 262144
@@ -59,17 +59,6 @@ def image_type(data: bytes) -> str | None:
 def is_binary(data: bytes) -> bool:
     """NUL bytes near the start, or not valid UTF-8 (reading it as text would lose bytes)."""
     return utf8_text(data) is None
-
-
-def utf8_text(data: bytes) -> str | None:
-    """The text of `data`, or None when it is binary (see is_binary): one decode
-    serves both the check and a whole-file read (~0.5 ms a MiB)."""
-    if b"\0" in data[:BINARY_SNIFF]:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -209,18 +198,24 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             "invalid_arguments", "argument 'offset' must not be 0 (lines start at 1)."
         )
     root, rel, check = open_target(ctx, path, write=False)
-    data = content(ctx, root, rel, check)
+    data = file = content(ctx, root, rel, check)
     version = content_version(data)
     whole_text = None
+    shown_encoding = args["encoding"]
     if args["encoding"] == "utf-8":
         media_type = image_type(data)
         if media_type is not None:
             return _image(path, data, media_type, version, budget)
         whole_text = utf8_text(data)
         if whole_text is None:
-            raise CorralError(
-                "binary_file", f"{path} is a binary file; read it with encoding='base64'."
-            )
+            decoded = decode(data, ctx.policy.fallback_encodings)
+            if decoded is None:
+                raise CorralError(
+                    "binary_file", f"{path} is a binary file; read it with encoding='base64'."
+                )
+            # paged as its UTF-8 text: line numbers and byte offsets count that text
+            whole_text, shown_encoding = decoded.text, decoded.encoding
+            data = whole_text.encode("utf-8", "surrogatepass")
     total = whole_file_lines(data, args, budget) if whole_text is not None else None
     if total is not None:  # the common read of a whole file: never split into lines
         chosen, skip, raw = Page(1, total, None), 0, data
@@ -246,13 +241,13 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             else whole_text if raw is data and whole_text is not None
             else raw.decode("utf-8", "ignore")  # "ignore" only drops a char split by a cut
         ),
-        "encoding": args["encoding"],
+        "encoding": shown_encoding,
         "total_lines": total,
         "start_line": chosen.start,
         "lines_read": chosen.count,
         "truncated": chosen.next_offset is not None or next_byte is not None,
         "next_offset": chosen.next_offset,
-        "size": len(data),
+        "size": len(file),
         "version": version,
     }
     if next_byte is not None:
@@ -359,7 +354,9 @@ _PAGING = {
 _READ_RESULT = {
     "path": STRING,
     "content": STRING,
-    "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+    # "base64", "utf-8", or the file's own encoding when it is not UTF-8 (the content
+    # is text all the same): "utf-16-le", "cp1252", ...
+    "encoding": STRING,
     "total_lines": INTEGER,
     "start_line": INTEGER,
     "lines_read": INTEGER,
@@ -388,7 +385,9 @@ READ_TOOLS = [
             "true, call again with offset=next_offset; a line longer than max_bytes comes back "
             "cut, with next_byte_offset: read its rest with offset=start_line and "
             "byte_offset=next_byte_offset. Images (png, jpeg, gif, webp, bmp) come "
-            "back as an image; other binary files fail unless encoding is 'base64'. The result "
+            "back as an image; UTF-16/UTF-32 files and the workspace's legacy encodings come "
+            "back as text, result.encoding naming the file's encoding; other binary files "
+            "fail unless encoding is 'base64'. The result "
             "carries a version you can pass to write_file or edit_file as expected_version."
         ),
         input_schema=obj(

@@ -107,6 +107,8 @@ def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     }
     if call.keep is not None and call.keep.stored:
         response["meta"]["history_bytes"] = call.keep.stored
+    if call.keep is not None and call.keep.ids:
+        response["meta"]["history_ids"] = call.keep.ids
     if call.wrote:
         response["meta"]["seen"] = call.wrote
     return response

@@ -1,0 +1,170 @@
+"""The host lets a record into the history only through here. A worker wrote it
+(in its work directory), so it is input: its shape, its time, its roots, its tool
+and its blob are checked, and the committed record the host writes carries the
+blob's place, size and content hash, which an undo checks before writing a byte.
+A record that fails is dropped (with its blob) and reported, never committed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import posixpath
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from corral.history.records import (
+    BadRecord,
+    Entry,
+    Record,
+    State,
+    checkpoint_from_bytes,
+    dump,
+    record_from_bytes,
+)
+from corral.history.store import (
+    CHECKPOINT,
+    COMMITTED,
+    DONE,
+    RECORD,
+    Store,
+    blob_name,
+    hash_blob,
+    id_pid,
+    id_time,
+    is_id,
+    publish,
+    read_small,
+    skipped,
+)
+
+# Workers and host read one clock; this much slack covers a step of it (NTP) between
+# the two readings, and no more: a record dated later than that is refused.
+CLOCK_SLACK_S = 1.0
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a record may be: the roots its writer could write (those of the work
+    directory it lies in), and for a call's own records the call's tool and the
+    wall-clock time it started."""
+
+    writable: frozenset[str]
+    tool: str | None = None
+    since: float | None = None
+
+
+def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict[str, str]:
+    """Commit the done records and checkpoints `ids` of the work directory `work`
+    (store.fd); returns {name: why} of those refused. A name already committed, or
+    gone (another host promoted it), is left as it is."""
+    refused: dict[str, str] = {}
+    for item in ids:
+        if not is_id(item):
+            refused[str(item)[:64]] = "not an id"
+            continue
+        for prefix in (RECORD, CHECKPOINT):
+            name = f"{prefix}{item}{DONE}"
+            try:
+                data = read_small(store.fd, name)
+                if data is None:
+                    continue
+                if prefix == RECORD:
+                    value = dump(_checked(store, work, item, data, expect))
+                else:
+                    checkpoint = checkpoint_from_bytes(data)
+                    _check(checkpoint.id == item, "a checkpoint under another's name")
+                    _check_time(item, checkpoint.time, expect)
+                    value = dump(checkpoint)
+            except (BadRecord, OSError) as why:
+                refused[name] = str(why)
+                skipped(name, why)
+                _drop(store, item, name)
+                continue
+            publish(store.home, f"{prefix}{item}{COMMITTED}", value)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=store.fd)
+    return refused
+
+
+def done(store: Store) -> list[str]:
+    """The ids of every done record and checkpoint of the work directory."""
+    with os.scandir(store.fd) as entries:
+        return sorted(
+            entry.name[2:-len(DONE)] for entry in entries
+            if entry.name.endswith(DONE) and entry.name.startswith((RECORD, CHECKPOINT))
+        )
+
+
+def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expect) -> Record:
+    record = record_from_bytes(data)
+    _check(record.id == record_id, "a record under another record's name")
+    _check(record.pid == id_pid(record_id), "a record whose pid is not its id's")
+    _check_time(record_id, record.time, expect)
+    if expect.tool is not None:
+        _check(record.tool == expect.tool,
+               f"a record of {record.tool!r} from a {expect.tool!r} call")
+    if record.undoes is not None:
+        _check(record.tool == "undo", "an undoes from something other than undo")
+        _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
+    entries = tuple(_entry(store, work, record_id, entry, expect) for entry in record.entries)
+    return dataclasses.replace(record, entries=entries)
+
+
+def _check_time(item: str, made: float, expect: Expect) -> None:
+    now = time.time()
+    at = id_time(item)
+    _check(at <= now + CLOCK_SLACK_S and made <= now + CLOCK_SLACK_S, "dated in the future")
+    _check(abs(made - at) <= CLOCK_SLACK_S, "a time that is not its id's")
+    if expect.since is not None:
+        _check(at >= expect.since - CLOCK_SLACK_S, "older than the call that made it")
+
+
+def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect) -> Entry:
+    _check(entry.root in expect.writable, "a path in a root this sandbox does not write")
+    for rel in (entry.rel, *entry.made):
+        _check(_plain(rel), "a path that is not plainly beneath its root")
+    for state in (entry.before, entry.after):
+        _check(state is None or state.hash is None, "a state that claims its own hash")
+    _check(entry.after is None or entry.after.blob is None, "an after state with a blob")
+    before = entry.before
+    if before is None or before.blob is None:
+        return entry
+    blob = blob_name(record_id)
+    _check(before.blob == blob, "a blob of another record")
+    kept = f"{work}/{blob}"
+    if before.type == "dir":  # what an undo needs of it is that it was a directory
+        return dataclasses.replace(entry, before=dataclasses.replace(before, blob=kept))
+    _check(before.type == "file", "a blob of something that is not a file")
+    digest = hash_blob(store.fd, blob, before.size)
+    _check(digest is not None, "a blob that is missing, not a file or cut short")
+    return dataclasses.replace(entry, before=State(**{
+        **before.to_wire(), "blob": kept, "hash": digest}))
+
+
+def _committed(store: Store, record_id: str) -> bool:
+    try:
+        os.stat(f"{RECORD}{record_id}{COMMITTED}", dir_fd=store.home, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _plain(rel: str) -> bool:
+    return rel == "." or (
+        bool(rel) and not rel.startswith("/") and posixpath.normpath(rel) == rel
+        and rel != ".." and not rel.startswith("../") and "\0" not in rel
+    )
+
+
+def _drop(store: Store, item: str, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=store.fd)
+    if name.startswith(RECORD):
+        store.remove_blob(blob_name(item))
+
+
+def _check(condition: object, why: str) -> None:
+    if not condition:
+        raise BadRecord(why)
