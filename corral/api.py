@@ -39,6 +39,7 @@ from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, Executor
 from corral.sandbox.messages import Answer, CallRequest, HistoryRequest, error_answer
 from corral.sandbox.waiting import PLAIN, WaitPolicy
+from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
 from corral.trust import narrowed
 
@@ -202,12 +203,23 @@ class _BaseSandbox:
 
     # -- what a call is -------------------------------------------------------------
 
-    def tools(self) -> list[dict[str, Any]]:
-        """Specs of the tools the policy lets a model see."""
-        return [
+    def tools(self, format: str | None = None, strict: bool = False) -> list[dict[str, Any]]:
+        """Specs of the tools the policy lets a model see: corral's own shape, or with
+        `format` ("mcp", "openai", "openai-responses", "anthropic") the shape that
+        provider takes, as `corral tools --format F [--strict]` prints it. `strict`:
+        schemas for strict tool calling. No I/O, so AsyncSandbox's is not awaited."""
+        if format is not None and format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+        specs = [
             tool.spec() for tool in TOOLS.values()
             if self._policy.tool_mode(tool.name, writes=tool.writes) != "deny"
         ]
+        if format is not None:
+            return [FORMATS[format](spec, strict) for spec in specs]
+        if strict:
+            for spec in specs:
+                spec["input_schema"] = strict_schema(spec["input_schema"])
+        return specs
 
     def flow(
         self, tool: Any, arguments: Any = None, *, within: Sequence[str] | None = None,

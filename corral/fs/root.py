@@ -500,13 +500,16 @@ class Root:
                 os.close(fd)
 
     def walk(
-        self, rel: str, *, guard: Guard = None, prune: Callable[[str], bool] | None = None
+        self, rel: str, *, guard: Guard = None, prune: Callable[[str], bool] | None = None,
+        entered: Callable[[str, list[str]], None] | None = None,
     ) -> Iterator[Entry]:
         """Depth-first, sorted by name, paths relative to `rel`; never descends into
         symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW.
-        prune(path) -> True: that directory is listed but not entered."""
+        prune(path) -> True: that directory is listed but not entered.
+        entered(path, names): each directory's names, before its entries ("": rel)."""
         with translated("walk", rel):
-            walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune)
+            walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune,
+                                   entered=entered)
         return (_entry(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
