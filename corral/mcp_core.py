@@ -84,6 +84,8 @@ from typing import Any, TypeGuard
 from urllib.parse import unquote, urlsplit
 
 from corral.api import Sandbox
+from corral.calls.messages import error_answer, host_bug_answer
+from corral.calls.waiting import PLAIN, WaitPolicy
 from corral.config import ConfigError, Remedy, any_face
 from corral.flow import NoApprover
 from corral.mcp_revisions import (
@@ -96,8 +98,6 @@ from corral.mcp_revisions import (
     lists_roots,
     negotiate,
 )
-from corral.sandbox.messages import error_answer, host_bug_answer
-from corral.sandbox.waiting import PLAIN, WaitPolicy
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.

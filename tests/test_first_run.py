@@ -19,11 +19,11 @@ import pytest
 from mcp.client.session import ClientSession
 
 from corral import Sandbox
+from corral.calls.waiting import PLAIN
 from corral.cli import main
 from corral.config import ConfigError
 from corral.mcp_core import McpSession
 from corral.policy import Policy
-from corral.sandbox.waiting import PLAIN
 from tests.conftest import SECRET
 from tests.test_http import TOKENS, Server, post, sha256
 from tests.test_mcp import REPO, run_session, structured, write_config

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 from tests.hardening_calls import CALLS, POLICY, code_of, make_tree
 
 REPO = str(Path(__file__).resolve().parents[1])

@@ -78,7 +78,7 @@ def test_start_keeps_the_temp_of_another_sandboxs_running_write(tmp_path: Path):
 
 
 def test_a_temp_listing_of_the_wrong_shape_loses_the_worker():
-    from corral.sandbox.messages import FindTemps, Malformed, temps_from_wire
+    from corral.calls.messages import FindTemps, Malformed, temps_from_wire
 
     request = FindTemps(0)
     assert temps_from_wire({"id": 0, "temps": [[0, "a/.corral-tmp-1-x", 1]]}, request)

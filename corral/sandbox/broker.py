@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from corral.calls.messages import Answer, CallRequest, HistoryRequest
+from corral.calls.waiting import PLAIN, Cancel, WaitPolicy
 from corral.config import LAYERS, Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.hub import Hub
-from corral.sandbox.messages import Answer, CallRequest, HistoryRequest
-from corral.sandbox.pool import CallPath, SandboxError, Supply, ZygoteHandle
-from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+from corral.sandbox.pool import CallPath, Supply, ZygoteHandle
 from corral.sandbox.worker_set import WorkerSet
 
 Submittable = CallRequest | HistoryRequest

@@ -31,13 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.calls.waiting import Cancel
 from corral.config import Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import (
     SWEEP_FAILURES,
     BootKilled,
-    SandboxError,
     Worker,
     ZygoteHandle,
     check_boot,
@@ -49,7 +50,6 @@ from corral.sandbox.pool import (
     sweep_on,
 )
 from corral.sandbox.protocol import MAX_ROOTS
-from corral.sandbox.waiting import Cancel
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.

@@ -29,9 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import psutil
 
-from corral.config import Limits, SandboxOptions
-from corral.sandbox.answers import answer_limits, decode_answer
-from corral.sandbox.messages import (
+from corral.calls.messages import (
     Answer,
     BootReport,
     CallRequest,
@@ -46,6 +44,10 @@ from corral.sandbox.messages import (
     removed_from_wire,
     temps_from_wire,
 )
+from corral.calls.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
+from corral.config import Limits, SandboxOptions
+from corral.errors import SandboxError
+from corral.sandbox.answers import answer_limits, decode_answer
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
@@ -60,7 +62,6 @@ from corral.sandbox.protocol import (
     send_bytes,
     write_frame,
 )
-from corral.sandbox.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
@@ -96,10 +97,6 @@ log = logging.getLogger("corral.workers")
 T = TypeVar("T")
 
 Request = CallRequest | HistoryRequest | CleanupRequest
-
-
-class SandboxError(Exception):
-    """The sandbox cannot start, or has halted (failing closed)."""
 
 
 class CallFailed(Exception):

@@ -18,14 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral._prctl import set_parent_death_signal
-from corral.config import Limits, SandboxOptions
-from corral.errors import CorralError
-from corral.fs import Root, Roots, temp_owner
-from corral.history import restore
-from corral.history.store import Store
-from corral.policy import Policy
-from corral.sandbox.confine import confine
-from corral.sandbox.messages import (
+from corral.calls.messages import (
     CLEANUP_ARGUMENTS,
     Answer,
     BootReport,
@@ -38,6 +31,13 @@ from corral.sandbox.messages import (
     error_answer,
     request_from_wire,
 )
+from corral.config import Limits, SandboxOptions
+from corral.errors import CorralError
+from corral.fs import Root, Roots, temp_owner
+from corral.history import restore
+from corral.history.store import Store
+from corral.policy import Policy
+from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,

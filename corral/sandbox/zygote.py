@@ -34,9 +34,9 @@ from typing import Any
 
 from corral._malloc import keep_freed_memory
 from corral._prctl import set_parent_death_signal
+from corral.calls.messages import Discard, Spawn, Wait, control_from_wire
 from corral.policy import Policy
 from corral.sandbox import confine, worker
-from corral.sandbox.messages import Discard, Spawn, Wait, control_from_wire
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     MAX_ROOTS,

@@ -25,13 +25,13 @@ Wire shapes (one JSON object per frame):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from corral.audit import TOUCHED_FIELDS
 from corral.errors import ERROR_CODES, CorralError
 from corral.jsonfast import is_raw
-from corral.tools.base import NeedsApproval, Touched
 
 if TYPE_CHECKING:
     from msgspec import Raw
@@ -47,6 +47,42 @@ _NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
 
 class Malformed(ValueError):
     """A frame that is not the message it should be (the text says what it is)."""
+
+
+# -- what a call touched -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Touched:
+    """One path a call touched, for the audit record (never contents)."""
+
+    path: str  # as the caller gave it
+    root: str  # the root's absolute path
+    resolved: str  # root-relative, after resolution
+    decision: str
+    rule: str | None
+
+    def to_wire(self) -> dict[str, Any]:
+        """As it travels to the host, and as the audit log records it (its fields are
+        audit.TOUCHED_FIELDS)."""
+        return {"path": self.path, "root": self.root, "resolved": self.resolved,
+                "decision": self.decision, "rule": self.rule}
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    """A resolved path a supervised call stopped before acting on: the host asks
+    about it and sends the call again with `key` approved."""
+
+    key: str  # access.approval_key(root, resolved)
+    root: str
+    resolved: str
+    path: str  # as the caller gave it
+    rule: str | None  # the supervised rule; "" or None: the tool's mode
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "root": self.root, "resolved": self.resolved,
+                "path": self.path, "rule": self.rule}
 
 
 # -- fields ------------------------------------------------------------------
