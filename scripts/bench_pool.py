@@ -78,7 +78,7 @@ def bench_reads(workspace: str, calls: int) -> dict[str, float]:
     plain = timed(lambda: plain_read(path), calls)
     root = Root(workspace)
     context = Context(Roots(root), Limits(), Policy())
-    in_process = timed(lambda: execute(context, dict(READ)), calls)
+    in_process = timed(lambda: execute(context, CallRequest(**READ)), calls)
     root.close()
     broker = start_broker(workspace)
     try:
