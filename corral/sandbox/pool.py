@@ -64,6 +64,9 @@ from corral.sandbox.protocol import (
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
+# A worker that reported it could not confine itself exits at once; its own exit code
+# (EXIT_CONFINE_FAILED) is awaited this long before it is killed, so the halt names it.
+CONFINE_FAILED_EXIT_S = 5.0
 # The zygote's first answer comes after its imports: seconds on a loaded machine at worst.
 START_TIMEOUT_S = 30.0
 # Later answers take a fork or a waitpid on a SIGKILLed worker (which may finish an fsync).
@@ -181,6 +184,12 @@ class Worker:
         except (ProtocolError, OSError, psutil.Error, Malformed):
             return None
         return report
+
+    def ended_within(self, timeout_s: float) -> bool:
+        """Whether the worker's process ends within `timeout_s` (its pidfd turns readable)."""
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
 
     def looks_alive(self) -> bool:
         """An idle worker has nothing to say: anything readable means it ended."""
@@ -516,6 +525,8 @@ def check_boot(
     report = worker.boot(max_bytes)
     if worker.layers is None:
         ended_alone = report is None and not worker.looks_alive()
+        if report is not None and report.confine_error:
+            worker.ended_within(CONFINE_FAILED_EXIT_S)  # its exit code, not our SIGKILL
         code = kill(worker)
         ended = describe_exit(code, "it sent no report")
         if report is not None and report.confine_error:
