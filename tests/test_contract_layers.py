@@ -75,3 +75,14 @@ def test_every_frame_written_is_a_typed_messages_wire() -> None:
                     and message.func.attr == "to_wire"):
                 loose.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert loose == []
+
+
+def test_fs_imports_only_the_layers_below_it() -> None:
+    """Root's history hook is a Protocol with a no-op default (NO_KEEP): fs never
+    imports history, which sits above it."""
+    below = ("corral.fs", "corral.policy", "corral.globs", "corral.audit", "corral.seccomp",
+             "corral._prctl", "corral._syscall", "corral.errors")
+    for path in sorted((PACKAGE / "fs").glob("*.py")):
+        found = [name for name in imported(path)
+                 if within(name, ("corral",)) and not within(name, below) and name != "corral"]
+        assert found == [], f"fs/{path.name} imports {found}"

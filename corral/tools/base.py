@@ -11,8 +11,7 @@ from typing import Any
 from corral.calls.messages import NeedsApproval as NeedsApproval  # re-exported: the tools'
 from corral.calls.messages import Touched as Touched  # vocabulary, as the host's
 from corral.config import Limits
-from corral.fs import Roots
-from corral.history.keeper import Keeper
+from corral.fs import NO_KEEP, Keep, Roots
 from corral.history.store import Store
 from corral.policy import Policy
 
@@ -37,7 +36,7 @@ class Context:
     # call may use ("." the whole root; none: nothing in that root). None: no narrowing.
     within: dict[str, list[str]] | None = None
     history: Store | None = None  # this workspace's history store (None: history off)
-    keep: Keeper | None = None  # records this call's changes, when history is on
+    keep: Keep = NO_KEEP  # records this call's changes: a history Keeper when history is on
     seen: dict[str, str] = field(default_factory=dict)  # read_before_write: key -> version
     wrote: dict[str, str] = field(default_factory=dict)  # versions this call left (append)
 

@@ -74,10 +74,11 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
         wrote={},
     )
     size = 0
+    keeper: Keeper | None = None
     try:
         tool = lookup(name)
         if ctx.history is not None and tool.writes:
-            call.keep = Keeper(ctx.history, ctx.roots.workspace.path, tool.name)
+            call.keep = keeper = Keeper(ctx.history, ctx.roots.workspace.path, tool.name)
         call.seen = dict(request.seen or {})
         # Checked here too, not only in the host: the worker trusts no request.
         mode = ctx.policy.tool_mode(tool.name, writes=tool.writes)
@@ -87,20 +88,19 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
         call.supervised = mode == "supervised"
         outcome = tool.run(call, validate(tool, request.arguments))
         size = outcome.bytes
-        return Answer(True, tool.name, outcome.result, outcome.text, meta=_meta(call, size),
-                      id=request.id)
+        return Answer(True, tool.name, outcome.result, outcome.text,
+                      meta=_meta(call, size, keeper), id=request.id)
     except CorralError as error:
         failure = as_given(call, error)
     except Exception as error:  # the worker must answer every request
         failure = CorralError("io_error", _unexpected(call.tool, error))
-    return error_answer(call.tool, failure, meta=_meta(call, size), id=request.id)
+    return error_answer(call.tool, failure, meta=_meta(call, size, keeper), id=request.id)
 
 
-def _meta(call: Context, size: int) -> Meta:
+def _meta(call: Context, size: int, keeper: Keeper | None) -> Meta:
     """What the call did, for the host (never shown to a caller)."""
-    keep = call.keep
     return Meta(
         tuple(call.touched), size, tuple(call.needs_approval),
-        keep.stored if keep is not None else 0, call.wrote,
-        tuple(keep.ids) if keep is not None else (),
+        keeper.stored if keeper is not None else 0, call.wrote,
+        tuple(keeper.ids) if keeper is not None else (),
     )
