@@ -22,6 +22,7 @@ from corral.audit import Audit
 from corral.calls.messages import Answer, CallRequest, HistoryRequest, error_answer
 from corral.calls.waiting import PLAIN, WaitPolicy
 from corral.config import (
+    AuditOptions,
     Config,
     ConfigError,
     HistoryOptions,
@@ -98,11 +99,30 @@ def _start_executor(
     return Broker(roots, limits, policy, options, history)
 
 
-def _open_audit(audit: str | os.PathLike[str] | Audit | None) -> tuple[Audit | None, bool]:
-    """(the audit log, whether this sandbox owns it and closes it)."""
-    if audit is None or isinstance(audit, Audit):
-        return audit, False
-    return Audit(audit), True
+def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
+                roots: Sequence[str]) -> tuple[Audit | None, bool]:
+    """(the audit log, whether this sandbox owns it and closes it). Its key must lie
+    outside every root: a worker may read anything in one."""
+    if audit is None:
+        return None, False
+    if isinstance(audit, Audit):
+        opened, owned = audit, False
+    elif isinstance(audit, AuditOptions):
+        if audit.path is None:
+            return None, False
+        opened = Audit(audit.path, key_file=audit.key_file, max_bytes=audit.max_bytes)
+        owned = True
+    else:
+        opened, owned = Audit(audit), True
+    key = opened.key_file  # a real path
+    real_roots = [os.path.realpath(root) for root in roots]
+    inside = next((r for r in real_roots if key and os.path.commonpath((key, r)) == r), None)
+    if inside is not None:
+        if owned:
+            opened.close()
+        raise ValueError(f"the audit key file {key} lies inside the root {inside}, where a "
+                         "worker could read it; keep [audit] key_file outside every root")
+    return opened, owned
 
 
 class _BaseSandbox:
@@ -121,7 +141,7 @@ class _BaseSandbox:
         limits: Limits | None = None,
         workers: int | None = None,
         approve: Approve | None = None,
-        audit: str | os.PathLike[str] | Audit | None = None,
+        audit: str | os.PathLike[str] | Audit | AuditOptions | None = None,
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
@@ -138,7 +158,7 @@ class _BaseSandbox:
         ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
         self._approve = approve
-        self._audit, self._owns_audit = _open_audit(audit)
+        self._audit, self._owns_audit = _open_audit(audit, [r.path for r in self._roots])
         self._policy = config.policy
         if self._audit is not None:  # no tool may rewrite the log of what tools did
             self._policy = self._policy.protecting(os.path.realpath(self._audit.path))
@@ -468,7 +488,8 @@ def _config_arguments(
         "limits": config.limits,
         "options": config.sandbox,
         "allowed_paths": config.allowed_paths,
-        "audit": config.audit_path,
+        "audit": AuditOptions(config.audit_path, config.audit_key_file, config.audit_max_bytes)
+        if config.audit_path else None,
         "history": config.history,
     }
     arguments.update(overrides)

@@ -1,4 +1,4 @@
-"""The `corral` command: doctor, call, tools, serve, mcp-config.
+"""The `corral` command: doctor, call, tools, serve, mcp-config, history, audit.
 
 Exit codes: 0 success; 1 a tool call that returned an error result, a sandbox
 that could not start (e.g. a layer in `require` that the kernel lacks), or a
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import shlex
 import sys
@@ -23,9 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from corral import __version__, cli_history, jsonl_server, mcp_server
+from corral import __version__, audit_verify, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
 from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside, probe
+from corral.audit import AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, SandboxError, did_you_mean
 from corral.history.store import check_location
@@ -537,6 +539,56 @@ def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) ->
     config.set_defaults(run=cmd_mcp_config)
 
 
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    path, key_file = args.path, args.key
+    if path is None or key_file is None:  # what the operator's config names
+        config = operator_config(args.workspace, args.config)
+        path = path or config.audit_path
+        key_file = key_file or (config.audit_key_file if path == config.audit_path else None)
+    if path is None:
+        raise UsageError("no audit log: name one, or set [audit] path in the config")
+    paths = audit_verify.log_set(os.path.abspath(path))
+    for name in paths:
+        if not os.path.isfile(name):
+            raise UsageError(f"{name}: no such audit log")
+    try:
+        key = read_key(key_file) if key_file else None
+    except AuditError as exc:
+        raise UsageError(str(exc)) from None
+    verdict = audit_verify.verify(paths, key, args.head, continues=args.continues)
+    for note in verdict.notes:
+        print(f"corral: {note}", file=sys.stderr)
+    if not verdict.ok:
+        print(f"broken: {verdict.broken}")
+        return EXIT_FAILED
+    print(f"ok {verdict.records} records")
+    if verdict.head:
+        print(f"head {verdict.head}")
+    return EXIT_OK
+
+
+def add_audit(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
+    audit = commands.add_parser(
+        "audit", parents=common, help="check the audit log's chain",
+        description="verify: check that every record's prev matches the line before it, "
+        "across the rotated files PATH.1, PATH.2, ... and PATH. Prints `ok N records` and "
+        "the chain's head (exit 0), or `broken: FILE:LINE: why` for the first broken line "
+        "(exit 1).",
+    )
+    audit.add_argument("action", choices=["verify"], help="what to do (verify)")
+    audit.add_argument("path", metavar="PATH", nargs="?",
+                       help="the log (default: [audit] path of the config); a rotated "
+                       "file PATH.N alone is checked alone")
+    audit.add_argument("--key", metavar="FILE",
+                       help="the HMAC key file (default: [audit] key_file of the config)")
+    audit.add_argument("--head", metavar="DIGEST",
+                       help="a head printed before: it must still be in the chain (records "
+                       "removed from the end are found only this way)")
+    audit.add_argument("--continues", action="store_true",
+                       help="the oldest file continues a chain whose earlier files are gone")
+    audit.set_defaults(run=cmd_audit_verify)
+
+
 def add_history(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
     """corral history | checkpoint | undo | rewind (corral/cli_history.py)."""
     cli_history.add_commands(commands, common, open_history_sandbox)
@@ -551,6 +603,7 @@ COMMANDS: list[Callable[[Commands, list[argparse.ArgumentParser]], None]] = [
     add_serve,
     add_mcp_config,
     add_history,
+    add_audit,
 ]
 
 

@@ -61,6 +61,8 @@ def _check_fields(value: object, section: str) -> None:
     refused where it is made, not when a call first trips over it."""
     for key in section_keys(section):
         field_value = getattr(value, key.name)
+        if field_value is None and key.default is None:  # "none": the setting is off
+            continue
         what = f"{type(value).__name__}.{key.name}"
         if key.kind == "int" and (isinstance(field_value, bool) or not isinstance(
                 field_value, int) or field_value < 1):
@@ -121,6 +123,19 @@ class HistoryOptions:
 
 
 @dataclass(frozen=True)
+class AuditOptions:
+    """[audit]: the tamper-evident log; Sandbox(audit=AuditOptions(...)) opens it
+    and closes it. Each field's default and meaning: config_keys.KEYS."""
+
+    path: str | None = default("audit", "path")
+    key_file: str | None = default("audit", "key_file")
+    max_bytes: int | None = default("audit", "max_bytes")
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "audit")
+
+
+@dataclass(frozen=True)
 class Config:
     workspace: str  # real absolute path
     allowed_paths: tuple[RootSpec, ...] = ()
@@ -131,6 +146,8 @@ class Config:
     source: str | None = None  # the operator's file this came from
     narrowed_by: str | None = None  # the workspace's own corral.toml, applied on top
     history: HistoryOptions = field(default_factory=HistoryOptions)
+    audit_key_file: str | None = None  # absolute; None: the chain is plain SHA-256
+    audit_max_bytes: int | None = None  # None: the log is never rotated
 
     @property
     def roots(self) -> tuple[RootSpec, ...]:
@@ -436,7 +453,9 @@ class _Parser:
         root, read_only, specs = workspace["root"], workspace["read_only"], workspace[
             "allowed_paths"]
         real, others = resolve_roots(root, specs, read_only=read_only, source=self.source)
-        audit_path = self.audit(data)
+        audit = self.section(data, "audit")
+        audit_path = audit.get("path")
+        self.check_audit(audit, [real, *(spec.path for spec in others)])
         # No tool may rewrite the policy it runs under or the log of what it did.
         protected = tuple(os.path.realpath(p) for p in (self.source, audit_path) if p)
         return Config(
@@ -448,7 +467,27 @@ class _Parser:
             audit_path=audit_path,
             source=self.source,
             history=HistoryOptions(**self.section(data, "history")),
+            audit_key_file=audit.get("key_file"),
+            audit_max_bytes=audit.get("max_bytes"),
         )
+
+    def check_audit(self, audit: dict[str, Any], roots: list[str]) -> None:
+        """The key and the rotation need a log, and the key must lie outside every
+        root (a worker can read anything inside one). api.py checks the key again
+        for a Sandbox made in Python."""
+        for name in ("key_file", "max_bytes"):
+            if name in audit and audit.get("path") is None:
+                raise self.fail(f"[audit] {name}", "set without [audit] path: there is no "
+                                "log to chain or rotate")
+        key = audit.get("key_file")
+        if key is None:
+            return
+        real_key = os.path.realpath(key)
+        for root in roots:
+            real_root = os.path.realpath(root)
+            if os.path.commonpath((real_key, real_root)) == real_root:
+                raise self.fail("[audit] key_file", f"{key} lies inside the root {root}, "
+                                "where a worker could read it; keep the key outside every root")
 
     def section(self, data: dict[str, Any], name: str, defaults: bool = False) -> dict[str, Any]:
         """The keys the section sets (every key of it with `defaults`), each parsed as
@@ -554,7 +593,3 @@ class _Parser:
         if not isinstance(value, list):
             raise self.fail(key, f"expected an array, got {_type_name(value)}")
         return value
-
-    def audit(self, data: dict[str, Any]) -> str | None:
-        path: str | None = self.section(data, "audit").get("path")
-        return path

@@ -54,8 +54,8 @@ def test_a_worker_killed_mid_append_leaves_it_whole_or_cut_back(workspace: Path)
                 assert answer["error"]["code"] == "worker_crashed", answer
                 landed_inside += bool(seen)
             last = sb.history("log.txt", limit=1)
-            store = Path(sb._history.path)
-            assert not [p for p in store.iterdir() if p.name.endswith(".pending")]
+            work = Path(sb._history.work_path)  # where workers write their records
+            assert not [p for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
             if now != before:  # the append landed: its record says so
                 assert last and last[0]["after"]["size"] == len(now)
     assert landed_inside >= 1  # at least one kill found the append half-written

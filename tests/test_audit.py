@@ -28,7 +28,7 @@ def test_one_line_per_record_with_every_field_in_order(tmp_path: Path) -> None:
         audit.record(tool="write_file", ok=False, error="path_denied", path="notes.txt",
                      resolved=".env", root="/w", decision="deny", rule="block-dotenv")
     first, second = lines(log)
-    assert list(first) == ["time", *FIELDS[:-1]]
+    assert list(first) == ["time", *FIELDS[:-1], "prev"]
     assert first["bytes"] == 12 and first["ok"] is True and first["error"] is None
     assert second["resolved"] == ".env" and second["rule"] == "block-dotenv"
     assert datetime.fromisoformat(first["time"]).utcoffset().total_seconds() == 0

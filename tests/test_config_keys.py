@@ -11,11 +11,20 @@ from typing import Any
 
 import pytest
 
-from corral.config import Config, ConfigError, HistoryOptions, Limits, SandboxOptions, load_config
+from corral.config import (
+    AuditOptions,
+    Config,
+    ConfigError,
+    HistoryOptions,
+    Limits,
+    SandboxOptions,
+    load_config,
+)
 from corral.config_keys import KEYS, SECTION_KEYS, Key
 from corral.trust import narrow
 
-VALUE_TYPES = {"limits": Limits, "sandbox": SandboxOptions, "history": HistoryOptions}
+VALUE_TYPES = {"audit": AuditOptions, "limits": Limits, "sandbox": SandboxOptions,
+               "history": HistoryOptions}
 
 
 @pytest.mark.parametrize("section", sorted(VALUE_TYPES))

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_helpers import snapshot
+from history_helpers import commit_done, left, promoted, settled, snapshot, work_store
 
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
 from corral.history import keeper as keeper_module
-from corral.history import promote, restore
+from corral.history import restore
 from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
 from corral.policy import Policy, RootSpec
@@ -121,22 +121,6 @@ EXPECTED_NEW = {"write": {"f.txt": NEW}, "append": {"f.txt": OLD + NEW}, "delete
                 "move": {"g.txt": OLD}}
 
 
-def settled(workspace: Path, work: Path, pids: list[int] | None) -> Store:
-    """What the host has done after a crash: a worker settled the dead writers'
-    records (`pids`), the host promoted what was done."""
-    root, store = Root(str(workspace)), Store.open(str(work))
-    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
-    with store.settling():
-        restore.settle(restorer, pids)
-    promote.promote(store, work.name, promote.done(store),
-                    promote.Expect(frozenset({str(workspace)})))
-    return store
-
-
-def left(work: Path, *endings: str) -> list[str]:
-    return sorted(p.name for p in work.iterdir() if p.name.endswith(endings))
-
-
 @pytest.mark.parametrize("action", ["write", "append", "delete", "move"])
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
 def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point: str) -> None:
@@ -228,64 +212,73 @@ def _die_mid_append() -> None:
     _atomic.append_whole = torn  # type: ignore[assignment]
 
 
-@pytest.mark.parametrize("exists", [True, False])
-def test_a_torn_append_is_cut_back_when_settled(tmp_path: Path, exists: bool) -> None:
-    """A writer killed inside its append left part of it: settling cuts the file
-    back to what it held (removes a file the append created, and the directories it
-    made), so history and tree agree and nothing half-written stays."""
-    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
-    workspace.mkdir()
-    store_dir.mkdir()
-    target = workspace / "log.txt" if exists else workspace / "new" / "log.txt"
-    if exists:
-        target.write_bytes(OLD)
+def _torn_append(workspace: Path, work: Path, rel: str) -> int:
+    """In a forked child, an append to `rel` that dies part-way; the dead child's pid."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - dies inside the append
         try:
             _die_mid_append()
             root = Root(str(workspace))
-            keep = Keeper(Store.open(str(store_dir)), root.path, "append_file")
-            root.append(str(target.relative_to(workspace)), NEW * 1000, max_file_bytes=1 << 20,
-                        keep=keep)
+            keep = Keeper(Store.open(str(work)), root.path, "append_file")
+            root.append(rel, NEW * 1000, max_file_bytes=1 << 20, keep=keep)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+    return pid
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_a_torn_append_is_cut_back_when_settled(tmp_path: Path, exists: bool) -> None:
+    """A writer killed inside its append left part of it: settling cuts the file
+    back to what it held (removes a file the append created, and the directories it
+    made), so history and tree agree and nothing half-written stays."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    work, store = work_store(tmp_path / "store")
+    target = workspace / "log.txt" if exists else workspace / "new" / "log.txt"
+    if exists:
+        target.write_bytes(OLD)
+    pid = _torn_append(workspace, work, str(target.relative_to(workspace)))
     assert target.exists() and target.stat().st_size not in (0, len(OLD))  # torn
-    root, store = Root(str(workspace)), Store.open(str(store_dir))
-    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
-    assert restore.settle(restorer, [pid]) == 1
-    assert store.listing().pending == [] and store.listing().records == []
+    restorer = restore.Restorer(Roots(Root(str(workspace))), store, Policy(), 1 << 20, "settle")
+    with store.settling():
+        assert restore.settle(restorer, [pid]) == 1
+    assert left(work, ".pending", ".done") == []  # dropped: there is nothing to promote
+    assert promoted(store, work, workspace).listing().records == []
     if exists:
         assert target.read_bytes() == OLD
     else:
         assert list(workspace.iterdir()) == []
 
 
-def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("later", ["committed", "done here", "done in another work directory"])
+def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path, later: str) -> None:
     """Cutting back would take a later append's bytes too: the torn one stays, and
-    its record goes (an undo of it would be a conflict)."""
-    workspace, store_dir = tmp_path / "ws", tmp_path / "store"
+    its record goes (an undo of it would be a conflict). The later append is seen
+    whether the host has committed its record yet or not (it commits a call's
+    records off the call's path, after the settle may have run), and whichever
+    sandbox made it (one writing other roots too has a work directory of its own)."""
+    workspace = tmp_path / "ws"
     workspace.mkdir()
-    store_dir.mkdir()
+    work, store = work_store(tmp_path / "store")
     (workspace / "log.txt").write_bytes(OLD)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - dies inside the append
-        try:
-            _die_mid_append()
-            root = Root(str(workspace))
-            keep = Keeper(Store.open(str(store_dir)), root.path, "append_file")
-            root.append("log.txt", NEW * 1000, max_file_bytes=1 << 20, keep=keep)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    root, store = Root(str(workspace)), Store.open(str(store_dir))
+    pid = _torn_append(workspace, work, "log.txt")
+    root = Root(str(workspace))
+    other = tmp_path / "store" / "w-other"
+    other.mkdir()
+    writer = Store.open(str(other)) if later == "done in another work directory" else store
     root.append("log.txt", b"later\n", max_file_bytes=1 << 20,
-                keep=Keeper(store, root.path, "append_file"))
+                keep=Keeper(writer, root.path, "append_file"))
+    if later == "committed":
+        promoted(store, work, workspace)
     torn = (workspace / "log.txt").read_bytes()
     restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
-    restore.settle(restorer, [pid])
+    with store.settling():
+        assert restore.settle(restorer, [pid]) == 1
     assert (workspace / "log.txt").read_bytes() == torn
+    promoted(writer, other if writer is not store else work, workspace)
     assert len(store.listing().records) == 1  # the later append's
+    assert left(work, ".pending", ".done") == left(other, ".pending", ".done") == []
 
 
 def _fs_calls_die_at(n: int, exdev: bool) -> None:
@@ -316,16 +309,17 @@ def _fs_calls_die_at(n: int, exdev: bool) -> None:
         os.rename = rename  # type: ignore[assignment]
 
 
-def _restore_scene(base: Path) -> tuple[Root, Store, str, dict[str, Any]]:
-    """A tree, a checkpoint, changes of every kind after it; and the tree as it was."""
-    workspace, store_dir = base / "ws", base / "store"
+def _restore_scene(base: Path) -> tuple[Root, Path, Store, str, dict[str, Any]]:
+    """A tree, a checkpoint, changes of every kind after it, committed; and the tree
+    as it was."""
+    workspace = base / "ws"
     (workspace / "d").mkdir(parents=True)
-    store_dir.mkdir()
+    work, store = work_store(base / "store")
     (workspace / "a.txt").write_bytes(OLD)
     (workspace / "log.txt").write_bytes(OLD)
     (workspace / "gone.txt").write_bytes(OLD)
     (workspace / "d" / "x.txt").write_bytes(OLD)
-    root, store = Root(str(workspace), durable=False), Store.open(str(store_dir))
+    root = Root(str(workspace), durable=False)
     at_checkpoint = snapshot(workspace)
     cp = store.checkpoint(None)
     root.write_atomic("a.txt", NEW, keep=Keeper(store, root.path, "write_file"))
@@ -333,7 +327,8 @@ def _restore_scene(base: Path) -> tuple[Root, Store, str, dict[str, Any]]:
     root.append("log.txt", NEW, max_file_bytes=1 << 20, keep=Keeper(store, root.path, "append"))
     root.rename("d", root, "e", keep=Keeper(store, root.path, "move_file"))
     root.unlink("gone.txt", keep=Keeper(store, root.path, "delete_file"))
-    return root, store, cp, at_checkpoint
+    promoted(store, work, workspace)
+    return root, work, store, cp, at_checkpoint
 
 
 @pytest.mark.parametrize("exdev", [False, True])
@@ -341,17 +336,28 @@ def test_a_rewind_killed_at_any_step_then_run_again_gives_the_checkpoint(
     tmp_path: Path, exdev: bool
 ) -> None:
     """Killed at the n-th file-system call, for every n until one run finishes: once
-    settled, no temp file is left, and the same rewind again gives the checkpoint."""
+    settled and what was done committed (as the host does before the next undo or
+    rewind), no temp file is left and nothing is pending, and the same rewind again
+    gives the checkpoint."""
     for n in range(1, 500):
         base = tmp_path / str(n)
-        root, store, cp, at_checkpoint = _restore_scene(base)
+        root, work, store, cp, at_checkpoint = _restore_scene(base)
+        at_rewind = snapshot(base / "ws")
         pid = os.fork()
         if pid == 0:  # pragma: no cover - dies at the n-th call, or finishes
             _fs_calls_die_at(n, exdev)
             restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
             os._exit(0)
         _, status = os.waitpid(pid, 0)
-        restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"), [pid])
+        before_rewind = snapshot(base / "ws")
+        with store.settling():
+            restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"),
+                           [pid])
+        refused = commit_done(store, work, root.path)
+        if refused:  # killed writing its checkpoint, its first step: torn, and nothing changed
+            assert [name[:2] for name in refused] == ["c-"], (n, refused)
+            assert before_rewind == snapshot(base / "ws") == at_rewind, n
+        assert left(work, ".pending", ".done") == [], n
         tree = snapshot(base / "ws")
         assert [p for p in tree if ".corral-tmp-" in p] == [], n
         if os.waitstatus_to_exitcode(status) == 0:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from conftest import ok
+from history_helpers import promoted, work_store
 
 from corral import AsyncSandbox, CorralError, Sandbox
 from corral.config import HistoryOptions, Limits
 from corral.fs import Root, Roots
 from corral.history import restore
 from corral.history.keeper import Keeper
-from corral.history.store import Store
 from corral.policy import Policy
 
 OFF = HistoryOptions(enabled=False)
@@ -119,10 +119,11 @@ def test_undo_of_a_directory_made_keeps_what_was_written_in_it(tmp_path: Path) -
     take every file written in it since along (where the store is on the same
     mount as the tree, as outside a worker's mount namespace)."""
     (tmp_path / "ws").mkdir()
-    (tmp_path / "store").mkdir()
-    root, store = Root(str(tmp_path / "ws")), Store.open(str(tmp_path / "store"))
+    work, store = work_store(tmp_path / "store")
+    root = Root(str(tmp_path / "ws"))
     root.mkdir("a", keep=Keeper(store, root.path, "create_directory"))
     root.write_atomic("a/x.txt", b"x\n", keep=Keeper(store, root.path, "write_file"))
+    promoted(store, work, root.path)
     outcome = restore.undo(Roots(root), store, Policy(), Limits(), "a", force=False)
     assert outcome["conflicts"] == ["a"], outcome
     assert (tmp_path / "ws" / "a" / "x.txt").read_bytes() == b"x\n"

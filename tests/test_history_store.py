@@ -62,13 +62,13 @@ def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="a.txt", content="a")
-        store = Path(sb._history.path)
+        store, work = Path(sb._history.path), Path(sb._history.work_path)
     old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
     (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
-    (store / f"b-{old}-0").write_text("old bytes")
+    (work / f"b-{old}-0").write_text("old bytes")  # its kept copy, where its writer put it
     with Sandbox(workspace, history=options) as sb:
         assert not (store / f"r-{old}.json").exists()
-        assert not (store / f"b-{old}-0").exists()
+        assert not (work / f"b-{old}-0").exists()
         assert [e["path"] for e in sb.history()] == ["a.txt"]
 
 

@@ -21,13 +21,16 @@ from typing import Any
 import pytest
 from confined import run_confined
 from conftest import ok
+from history_helpers import promoted, work_store
 
 from corral import Sandbox
 from corral.api import _start_executor
 from corral.calls.control import SandboxSetup
-from corral.config import HistoryOptions, SandboxOptions
-from corral.fs import Root, content_version
+from corral.config import HistoryOptions, Limits, SandboxOptions
+from corral.fs import Root, Roots, content_version
+from corral.history import restore
 from corral.history.keeper import Keeper
+from corral.history.promote import CLOCK_SLACK_S
 from corral.history.store import Store, StoreError, new_id
 from corral.policy import Policy
 from corral.sandbox import worker
@@ -184,6 +187,34 @@ def test_a_future_dated_record_from_a_worker_is_refused(
     assert sb.undo("hello.txt")["error"]["code"] == "not_found"
     assert (workspace / "hello.txt").read_bytes() == now
     assert not list(Path(started.history).iterdir())  # dropped, its blob too
+
+
+def test_a_change_that_took_long_to_keep_its_old_file_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move over a file first copies that file into the store, under a blob named
+    after the record's id, which is made before the copy: a copy longer than the
+    host's clock slack (a big file, a slow disk) must not make the record look
+    forged ("a time that is not its id's"), or the change could not be undone."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_bytes(b"moved\n")
+    (workspace / "b.txt").write_bytes(b"replaced\n")
+    work, store = work_store(tmp_path / "store")
+    copy = Store.stash_copy
+
+    def slow_copy(self: Store, src_fd: int, blob: str) -> int:
+        time.sleep(CLOCK_SLACK_S + 0.2)  # as a big file takes to copy
+        return copy(self, src_fd, blob)
+
+    monkeypatch.setattr(Store, "stash_copy", slow_copy)
+    root = Root(str(workspace))
+    root.rename("a.txt", root, "b.txt", overwrite=True, keep=Keeper(store, root.path, "move_file"))
+    promoted(store, work, workspace)  # nothing refused
+    outcome = restore.undo(Roots(root), store, Policy(), Limits(), "b.txt", force=False)
+    assert outcome["conflicts"] == [], outcome
+    assert (workspace / "a.txt").read_bytes() == b"moved\n"
+    assert (workspace / "b.txt").read_bytes() == b"replaced\n"
 
 
 @pytest.mark.parametrize("change", [

@@ -25,7 +25,6 @@ import contextlib
 import errno
 import os
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from corral.fs._atomic import Land
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from corral.fs.version import chunked_version
 from corral.history.records import VERSION
-from corral.history.store import Store, StoreError, blob_name, new_id
+from corral.history.store import Store, StoreError, blob_name, id_time, new_id
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -96,8 +95,10 @@ class Keeper:
 
     def _pending(self, *entries: dict[str, Any]) -> dict[str, Any]:
         record_id, self._reserved = self._next_id(), None
-        record = {"v": VERSION, "id": record_id, "time": time.time(), "tool": self.tool,
-                  "pid": os.getpid(), "entries": list(entries)}
+        # dated by its id, which was made before the old file was kept (a copy can take
+        # longer than the host allows between a record's time and its id's)
+        record = {"v": VERSION, "id": record_id, "time": id_time(record_id),
+                  "tool": self.tool, "pid": os.getpid(), "entries": list(entries)}
         if self.undoes is not None:
             record["undoes"] = self.undoes
         if self.group is not None:

@@ -186,7 +186,8 @@ class Restorer:
             self._unmake(entry, recorded=False)
 
     def _records_after(self, record_id: str) -> Iterator[Record]:
-        """Every record (committed, or in the work directory) written after `record_id`."""
+        """Every record (committed, or waiting in any work directory) written after
+        `record_id`."""
         for later in self.store.listing().records:
             if later > record_id and (record := self.store.record(later)) is not None:
                 yield record

@@ -407,12 +407,19 @@ class Store:
         return None if record is None else record.to_wire()
 
     def uncommitted(self) -> Iterator[dict[str, Any]]:
-        """This work directory's records the host has not committed yet (pending, or
-        done and waiting for it), checked, oldest first."""
-        for name in sorted(_names(self.fd)):
-            if name.startswith(RECORD) and name.endswith((PENDING, DONE)) and (
-                    record := self.load_record(self.fd, name)) is not None:
-                yield record.to_wire()
+        """The records no host has committed yet (pending, or done and waiting for
+        it), checked, each work directory's oldest first: every work directory's, as
+        sandboxes that write other sets of roots may have changed the same paths."""
+        for where, fd in self._dirs():
+            if not where:
+                continue
+            try:
+                records = [record for name in sorted(_names(fd))
+                           if name.startswith(RECORD) and name.endswith((PENDING, DONE))
+                           and (record := self.load_record(fd, name)) is not None]
+            finally:
+                os.close(fd)
+            yield from (record.to_wire() for record in records)
 
     def load_record(self, dir_fd: int, name: str) -> Record | None:
         try:
