@@ -6,6 +6,8 @@ below tools/, and every frame written is a typed message's to_wire()."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,13 @@ def test_fs_imports_only_the_layers_below_it() -> None:
         found = [name for name in imported(path)
                  if within(name, ("corral",)) and not within(name, below) and name != "corral"]
         assert found == [], f"fs/{path.name} imports {found}"
+
+
+def test_the_zygote_loads_nothing_of_the_hosts_audit_log() -> None:
+    """The messages name a touched path's fields themselves: importing corral.audit for
+    them would load hmac and OpenSSL (~4 MiB of RSS) into the zygote and every worker."""
+    code = ("import sys, corral.sandbox.zygote, corral.sandbox.worker; "
+            "print(sorted(m for m in ('corral.audit', 'hmac', '_hashlib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=PACKAGE.parent, check=True)
+    assert done.stdout.strip() == "[]"
