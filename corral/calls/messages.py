@@ -1,7 +1,8 @@
-"""The messages between host, zygote and worker: one immutable, typed value each
-(a NamedTuple: a frozen dataclass costs ~0.5 ms to create at import, and every
-sandbox's zygote imports these eleven, ~5 ms of each sandbox start), with
-`to_wire()` (the JSON object a frame carries) and `from_wire()`.
+"""The messages between host and worker: one immutable, typed value each (a
+NamedTuple: a frozen dataclass costs ~0.5 ms to create at import, and every
+sandbox's zygote imports these, ~5 ms of each sandbox start), with `to_wire()`
+(the JSON object a frame carries) and `from_wire()`. A worker builds its answer
+as an Answer too (tools/registry.execute), never as a dict.
 
 A worker is confined because the code in it may be made to misbehave, so what it
 sends is untrusted: `Answer.from_wire` and `BootReport.from_wire` check every
