@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from corral.audit import Audit
+from corral.calls.messages import Answer, CallRequest, HistoryRequest, error_answer
+from corral.calls.waiting import PLAIN, WaitPolicy
 from corral.config import (
     AuditOptions,
     Config,
@@ -37,8 +39,6 @@ from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, Executor
-from corral.sandbox.messages import Answer, CallRequest, HistoryRequest, error_answer
-from corral.sandbox.waiting import PLAIN, WaitPolicy
 from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
 from corral.trust import narrowed
@@ -68,6 +68,15 @@ def default_store_inside(options: HistoryOptions, roots: Sequence[str]) -> str |
             "passed with --config (Python: history=HistoryOptions(path=...))"
         )
     return None
+
+def probe() -> dict[str, Any]:
+    """The confinement layers this kernel offers (`corral doctor` sets them beside
+    what a worker got: Sandbox.confinement). Imported when asked: the probe's
+    modules (Landlock, seccomp) are the zygote's, ~20 ms the host need not load."""
+    from corral.sandbox.probe import probe as kernel
+
+    return kernel()
+
 
 Approve = Callable[[dict[str, Any]], Any]
 # What starts a sandbox's executor: a private pool (Broker), or a lane of a shared one.

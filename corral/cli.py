@@ -26,14 +26,12 @@ from typing import Any, NoReturn
 
 from corral import __version__, audit_verify, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
-from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside
+from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside, probe
 from corral.audit import AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
-from corral.errors import CorralError, did_you_mean
+from corral.errors import CorralError, SandboxError, did_you_mean
 from corral.history.store import check_location
 from corral.mcp_core import Approve
-from corral.sandbox.pool import SandboxError
-from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
 from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.mcp_core import Action, McpSession, Run, Send
-from corral.sandbox.waiting import WaitPolicy
+from corral.calls.waiting import WaitPolicy
 
 Own = Callable[[Action], None]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import MAX_BOOT_KILLS, CallPath, SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 from corral.sandbox.worker_set import WorkerSet

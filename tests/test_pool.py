@@ -19,10 +19,10 @@ from typing import Any
 import psutil
 import pytest
 
+from corral.calls.messages import Answer, CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import Answer, CallRequest
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
@@ -270,7 +270,7 @@ HOST = textwrap.dedent(
     import json, sys, time
     from corral.config import Limits, SandboxOptions
     from corral.policy import Policy, RootSpec
-    from corral.sandbox.messages import CallRequest
+    from corral.calls.messages import CallRequest
     from corral.sandbox.broker import Broker
 
     def start():
