@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from corral.audit import Audit
+from corral.calls.messages import Answer, CallRequest, HistoryRequest, error_answer
+from corral.calls.waiting import PLAIN, WaitPolicy
 from corral.config import (
     AuditOptions,
     Config,
@@ -37,8 +39,7 @@ from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, Executor
-from corral.sandbox.messages import Answer, CallRequest, HistoryRequest, error_answer
-from corral.sandbox.waiting import PLAIN, WaitPolicy
+from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
 from corral.trust import narrowed
 
@@ -67,6 +68,15 @@ def default_store_inside(options: HistoryOptions, roots: Sequence[str]) -> str |
             "passed with --config (Python: history=HistoryOptions(path=...))"
         )
     return None
+
+def probe() -> dict[str, Any]:
+    """The confinement layers this kernel offers (`corral doctor` sets them beside
+    what a worker got: Sandbox.confinement). Imported when asked: the probe's
+    modules (Landlock, seccomp) are the zygote's, ~20 ms the host need not load."""
+    from corral.sandbox.probe import probe as kernel
+
+    return kernel()
+
 
 Approve = Callable[[dict[str, Any]], Any]
 # What starts a sandbox's executor: a private pool (Broker), or a lane of a shared one.
@@ -202,12 +212,23 @@ class _BaseSandbox:
 
     # -- what a call is -------------------------------------------------------------
 
-    def tools(self) -> list[dict[str, Any]]:
-        """Specs of the tools the policy lets a model see."""
-        return [
+    def tools(self, format: str | None = None, strict: bool = False) -> list[dict[str, Any]]:
+        """Specs of the tools the policy lets a model see: corral's own shape, or with
+        `format` ("mcp", "openai", "openai-responses", "anthropic") the shape that
+        provider takes, as `corral tools --format F [--strict]` prints it. `strict`:
+        schemas for strict tool calling. No I/O, so AsyncSandbox's is not awaited."""
+        if format is not None and format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+        specs = [
             tool.spec() for tool in TOOLS.values()
             if self._policy.tool_mode(tool.name, writes=tool.writes) != "deny"
         ]
+        if format is not None:
+            return [FORMATS[format](spec, strict) for spec in specs]
+        if strict:
+            for spec in specs:
+                spec["input_schema"] = strict_schema(spec["input_schema"])
+        return specs
 
     def flow(
         self, tool: Any, arguments: Any = None, *, within: Sequence[str] | None = None,

@@ -26,14 +26,12 @@ from typing import Any, NoReturn
 
 from corral import __version__, audit_verify, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
-from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside
+from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside, probe
 from corral.audit import AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
-from corral.errors import CorralError, did_you_mean
+from corral.errors import CorralError, SandboxError, did_you_mean
 from corral.history.store import check_location
 from corral.mcp_core import Approve
-from corral.sandbox.pool import SandboxError
-from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
 from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS
@@ -282,8 +280,8 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def cmd_tools(args: argparse.Namespace) -> int:
     with open_sandbox(args) as sandbox:
-        specs = sandbox.tools()
-    print_json([FORMATS[args.format](spec, args.strict) for spec in specs])
+        specs = sandbox.tools(format=args.format, strict=args.strict)
+    print_json(specs)
     return EXIT_OK
 
 
@@ -346,6 +344,7 @@ CLIENTS = {  # --client: where the printed block goes
     "(Claude Code), or add it to Claude Code with:",
     "cursor": "paste it into ~/.cursor/mcp.json, or .cursor/mcp.json in a project",
     "vscode": "paste it into .vscode/mcp.json in the project",
+    "codex": "paste it into ~/.codex/config.toml, or .codex/config.toml in a trusted project",
 }
 
 
@@ -380,9 +379,19 @@ def config_block(servers: str, server: dict[str, Any]) -> str:
     return text.replace('"args": null', f'"args": {args}')
 
 
+def toml_block(command: str, arguments: list[str]) -> str:
+    """Codex's [mcp_servers.corral] table. A JSON string is a TOML basic string
+    (the same quotes and escapes), so json.dumps spells each value."""
+    args = ", ".join(json.dumps(argument, ensure_ascii=False) for argument in arguments)
+    return (f"[mcp_servers.corral]\ncommand = {json.dumps(command, ensure_ascii=False)}\n"
+            f"args = [{args}]")
+
+
 def cmd_mcp_config(args: argparse.Namespace) -> int:
     command, *arguments = server_command(args)
-    if args.client == "vscode":
+    if args.client == "codex":
+        print(toml_block(command, arguments))
+    elif args.client == "vscode":
         print(config_block("servers", {"type": "stdio", "command": command, "args": arguments}))
     else:
         print(config_block("mcpServers", {"command": command, "args": arguments}))
@@ -536,7 +545,8 @@ def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) ->
     )
     config.add_argument(
         "--client", choices=sorted(CLIENTS),
-        help="claude: the block and a `claude mcp add` command; cursor, vscode: their mcp.json",
+        help="claude: the block and a `claude mcp add` command; cursor, vscode: their "
+        "mcp.json; codex: its config.toml table",
     )
     config.set_defaults(run=cmd_mcp_config)
 

@@ -461,7 +461,7 @@ class _Parser:
         return Config(
             workspace=real,
             allowed_paths=others,
-            policy=self.policy(data, read_only, protected),
+            policy=self.policy(data, workspace, protected),
             limits=Limits(**self.section(data, "limits")),
             sandbox=SandboxOptions(**self.section(data, "sandbox")),
             audit_path=audit_path,
@@ -511,6 +511,8 @@ class _Parser:
                          for i, item in enumerate(self.array(value, where)))
         if key.kind == "path":
             return os.path.abspath(self.path(value, where))
+        if key.kind == "globs":  # as in git, any line is a pattern (a malformed one
+            return self.strings(value, where)  # matches nothing)
         if key.kind == "regexes":
             regexes = self.strings(value, where)
             for index, pattern in enumerate(regexes):
@@ -535,7 +537,8 @@ class _Parser:
                                                   ROOT_MODES)))
         return specs
 
-    def policy(self, data: dict[str, Any], read_only: bool, protected: tuple[str, ...]) -> Policy:
+    def policy(self, data: dict[str, Any], workspace: dict[str, Any],
+               protected: tuple[str, ...]) -> Policy:
         modes = self.section(data, "tools")
         section = self.section(data, "policy", defaults=True)
         rules = self.rules(data.get("rules", []))
@@ -543,9 +546,10 @@ class _Parser:
         edit = self.section(data, "edit", defaults=True)
         return self.check(
             lambda: Policy(modes, rules, section["default_action"], section["path_regex"],
-                           read_only, protected, hardlinks=section["hardlinks"],
+                           workspace["read_only"], protected, hardlinks=section["hardlinks"],
                            read_before_write=section["read_before_write"],
-                           fallback_encodings=encodings, edit_match=edit["match"]),
+                           fallback_encodings=encodings, edit_match=edit["match"],
+                           ignore=workspace["ignore"]),
             "[[rules]]",
         )
 

@@ -46,6 +46,7 @@ KINDS = (
     "choices",  # an array of `choices`
     "path",     # a string, relative to the config file's directory
     "regexes",  # an array of Python regexes
+    "globs",    # an array of gitignore patterns
     "roots",    # an array of {path, mode} tables or path strings
 )
 # How a workspace's own corral.toml may set the key (see trust.py):
@@ -96,6 +97,8 @@ KEYS: tuple[Key, ...] = (
     Key("workspace", "fallback_encodings", "choices", [], "union",
         "legacy encodings tried in order after UTF-8: such files read as text and are "
         "edited in their encoding", choices=LEGACY_ENCODINGS),
+    Key("workspace", "ignore", "globs", [], "union",
+        "gitignore patterns listings and searches leave out, beside .gitignore files"),
     *(Key("tools", name, "choice", "deny" if name in DEFAULT_OFF else "allow", "order",
           f"whether {name} may run", choices=ACTIONS, order=_BY_STRICTNESS)
       for name in TOOL_NAMES),

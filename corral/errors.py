@@ -96,6 +96,10 @@ class PolicyError(ValueError):
     """A policy that cannot be built: bad action, bad glob or regex, a system root."""
 
 
+class SandboxError(Exception):
+    """The sandbox cannot start, or has halted (failing closed)."""
+
+
 def did_you_mean(word: object, choices: Iterable[str], end: str = "") -> str:
     """"; did you mean 'x'?" for the choice closest to a misspelt name, else `end`."""
     if not isinstance(word, str):

@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corral.calls.messages import Answer, CallRequest, NeedsApproval, error_answer
 from corral.errors import CorralError
 from corral.policy import Policy
-from corral.sandbox.messages import Answer, CallRequest, NeedsApproval, error_answer
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
 

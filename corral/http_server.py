@@ -58,6 +58,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from corral import jsonfast
+from corral.calls.waiting import Cancel, WaitPolicy
 from corral.config import ConfigError, Remedy
 from corral.http_guard import RETRY_AFTER_S, guarded
 from corral.mcp_core import (
@@ -75,7 +76,6 @@ from corral.mcp_core import (
 from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
 from corral.mcp_threads import SessionDriver
 from corral.pool import Pool
-from corral.sandbox.waiting import Cancel, WaitPolicy
 from corral.stdio import parse_line
 from corral.tenants import Tenant, find_tenant, tenant_config
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 
 from corral.api import Sandbox
-from corral.sandbox.messages import error_answer
-from corral.sandbox.waiting import WaitPolicy
+from corral.calls.messages import error_answer
+from corral.calls.waiting import WaitPolicy
 from corral.stdio import (
     MAX_LINE_BYTES,
     Job,

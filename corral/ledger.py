@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from corral.audit import Audit
+from corral.calls.messages import Answer, Meta
 from corral.history.host import History
 from corral.policy import Policy
-from corral.sandbox.messages import Answer, Meta
 from corral.tools.access import TOOL_MODE_RULE, approval_key
 from corral.tools.registry import TOOLS
 from corral.tools.render import escaped

@@ -82,6 +82,7 @@ from typing import Any, TypeGuard
 from urllib.parse import unquote, urlsplit
 
 from corral.api import Sandbox
+from corral.calls.messages import Answer, CallRequest, error_answer, host_bug_answer
 from corral.config import ConfigError, Remedy, any_face
 from corral.flow import CallFlow, NoApprover, Submit
 from corral.mcp_revisions import (
@@ -94,7 +95,6 @@ from corral.mcp_revisions import (
     lists_roots,
     negotiate,
 )
-from corral.sandbox.messages import Answer, CallRequest, error_answer, host_bug_answer
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.

@@ -407,6 +407,9 @@ class Policy:
     # [workspace] fallback_encodings: legacy encodings tried, in order, after UTF-8
     fallback_encodings: tuple[str, ...] = ()
     edit_match: str = "tolerant"  # [edit] match: "exact" turns tolerant matching off
+    # [workspace] ignore: gitignore patterns listings and searches leave out (not a
+    # denial: a named path is read as before)
+    ignore: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Normalise lists to tuples so a policy compares equal however it was built (the
@@ -419,6 +422,7 @@ class Policy:
         object.__setattr__(self, "path_regex", tuple(self.path_regex))
         object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
         object.__setattr__(self, "fallback_encodings", tuple(self.fallback_encodings))
+        object.__setattr__(self, "ignore", tuple(self.ignore))
         for tool, mode in self.tool_modes.items():
             _check_action(mode, f"tool mode of {tool!r}")
         _check_action(self.default_action, "default_action")
@@ -583,6 +587,7 @@ class Policy:
             "read_before_write": self.read_before_write,
             "fallback_encodings": list(self.fallback_encodings),
             "edit_match": self.edit_match,
+            "ignore": list(self.ignore),
         }
 
     @classmethod
@@ -599,4 +604,5 @@ class Policy:
             read_before_write=data.get("read_before_write", "off"),
             fallback_encodings=tuple(data.get("fallback_encodings", ())),
             edit_match=data.get("edit_match", "tolerant"),
+            ignore=tuple(data.get("ignore", ())),
         )

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from corral import jsonfast
-from corral.sandbox.messages import host_bug_answer
-from corral.sandbox.waiting import WaitPolicy
+from corral.calls.messages import host_bug_answer
+from corral.calls.waiting import WaitPolicy
 
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
 # while a client that never sends a newline cannot grow the host without bound.

@@ -29,11 +29,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 from corral.tools.base import Context
 from corral.tools.registry import execute
 
@@ -78,7 +78,7 @@ def bench_reads(workspace: str, calls: int) -> dict[str, float]:
     plain = timed(lambda: plain_read(path), calls)
     root = Root(workspace)
     context = Context(Roots(root), Limits(), Policy())
-    in_process = timed(lambda: execute(context, dict(READ)), calls)
+    in_process = timed(lambda: execute(context, CallRequest(**READ)), calls)
     root.close()
     broker = start_broker(workspace)
     try:

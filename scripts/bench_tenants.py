@@ -40,6 +40,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corral import Pool, Sandbox
+from corral.calls.messages import CallRequest
 from corral.config import Limits
 from corral.fs import Root, Roots
 from corral.policy import Policy
@@ -71,7 +72,7 @@ def make_workspaces(top: str, count: int) -> list[str]:
 
 def in_process(workspace: str) -> Callable[[], Any]:
     context = Context(Roots(Root(workspace)), Limits(), Policy())
-    return lambda: execute(context, {"tool": "stat_file", "arguments": dict(STAT)})
+    return lambda: execute(context, CallRequest("stat_file", dict(STAT)))
 
 
 def timed(fn: Callable[[], Any], count: int, gap_s: float = 0.0) -> list[float]:

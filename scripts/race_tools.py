@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corral import Sandbox
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, _sys
 from corral.fs.version import content_version
@@ -191,7 +192,7 @@ class _caller:
         root = Root(str(self.ws), resolver="openat2" if self.resolver == "auto" else self.resolver)
         self.root = root
         ctx = Context(Roots(root), Limits(), POLICY)
-        return lambda tool, args: execute(ctx, {"tool": tool, "arguments": args})
+        return lambda tool, args: execute(ctx, CallRequest(tool, args)).public()
 
     def __exit__(self, *exc: object) -> None:
         if self.level == "sandbox":

@@ -27,11 +27,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.fs._atomic import TEMP_PREFIX
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 
 WORKERS = 3
 # The killer pauses this long between kills, so calls also run on settled workers.

@@ -9,8 +9,8 @@ from typing import Any
 
 import psutil
 
+from corral.calls.messages import Answer, CallRequest
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import Answer, CallRequest
 
 GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
 

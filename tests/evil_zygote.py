@@ -12,8 +12,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import CallPath
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 from corral.sandbox.worker_set import WorkerSet

@@ -25,7 +25,7 @@ ATTACK = r"""
 import json, os, resource, sys
 sys.path.insert(0, sys.argv[1])
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.messages import CallRequest
+from corral.calls.messages import CallRequest
 from corral.sandbox.protocol import HEADER, send_bytes
 from tests.evil_zygote import EvilZygote, Private
 

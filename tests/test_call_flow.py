@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from corral import Approve, AsyncSandbox, CallFlow, NoApprover, Sandbox, Submit
+from corral.calls.messages import Answer
 from corral.policy import Policy
-from corral.sandbox.messages import Answer
 
 SUPERVISED_WRITE = Policy(tool_modes={"write_file": "supervised"})
 

@@ -71,7 +71,8 @@ def cases(key: Key) -> tuple[Any, Any, Any]:
     if key.narrows == "order":  # the operator in the middle ground is not needed: ends
         return key.order[0], key.order[-1], None
     if key.narrows == "union":
-        return key.default, [key.choices[0]], None  # adding to a union can only narrow
+        added = key.choices[0] if key.choices else "build/"
+        return key.default, [added], None  # adding to a union can only narrow
     if key.narrows == "itself":
         return ".", ".", ".."
     if key.narrows == "empty":

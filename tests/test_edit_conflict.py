@@ -14,7 +14,7 @@ from corral.fs import Root, Roots
 from corral.policy import Policy
 from corral.tools import edit
 from corral.tools.base import Context
-from corral.tools.registry import execute
+from tests.wire_calls import execute
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ import pytest
 from confined import ConfinedChild, run_confined
 
 from corral import seccomp
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from corral import AsyncSandbox
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 
 SLOW_LINE = "a" * 40 + "!\n"  # (a+)+$ backtracks through every split of the run
 SLOW = {"tool": "grep", "arguments": {"pattern": "(a+)+$", "path": "slow.txt"}, "approved": []}

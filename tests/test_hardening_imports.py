@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 from tests.hardening_calls import CALLS, POLICY, code_of, make_tree
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -27,27 +27,27 @@ REPO = str(Path(__file__).resolve().parents[1])
 # a cleanup request and the encoding of every answer. Prints the modules it loaded
 # after the zygote's preload, and the codes the calls gave.
 CHILD = textwrap.dedent("""
-    import dataclasses, json, sys
+    import json, sys
     sys.path[:] = {path!r}
     from corral.sandbox import confine, zygote
     from corral.sandbox.worker import Setup, answer
+    from corral.calls.control import SandboxSetup
+    from corral.calls.messages import request_from_wire
     from corral.config import Limits, SandboxOptions
+    from corral.policy import RootSpec
     from corral.sandbox.protocol import encode
     from tests.hardening_calls import CALLS, POLICY, code_of
-    config = {{
-        "roots": [[{workspace!r}, "rw"]], "limits": dataclasses.asdict(Limits()),
-        "policy": POLICY.to_dict(), "options": dataclasses.asdict(SandboxOptions()),
-    }}
-    setup = Setup.open(config)
+    sandbox = SandboxSetup.of([RootSpec({workspace!r}, "rw")], Limits(), POLICY, SandboxOptions())
+    setup = Setup.open(sandbox, POLICY)
     confine.prepare()
     before = set(sys.modules)
     codes = []
     for i, (request, _) in enumerate(CALLS):
-        response = answer({{**request, "id": i}}, setup)
+        response = answer(request_from_wire({{**request, "id": i}}), setup).to_wire()
         encode(response, 1 << 26)
         codes.append(code_of(response))
     cleanup = {{"pid": 1 << 22, "tool": "write_file", "arguments": {{"path": "new/x"}}}}
-    encode(answer({{"id": -1, "cleanup": cleanup}}, setup), 1 << 26)
+    encode(answer(request_from_wire({{"id": -1, "cleanup": cleanup}}), setup).to_wire(), 1 << 26)
     print(json.dumps({{"loaded": sorted(set(sys.modules) - before), "codes": codes}}))
 """)
 

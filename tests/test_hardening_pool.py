@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from evil_zygote import FRAME_LIMIT, REQUEST, Behaviour, EvilZygote, Private, honest, honest_answer
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import MAX_BOOT_KILLS, SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 

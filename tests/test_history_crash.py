@@ -4,7 +4,6 @@ short version of scripts/crash_history.py (kill -9 of a worker and of a host).""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import fcntl
 import os
@@ -23,7 +22,7 @@ from corral.history import keeper as keeper_module
 from corral.history import restore
 from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
-from corral.policy import Policy
+from corral.policy import Policy, RootSpec
 
 crash_history = load_script("crash_history")
 
@@ -179,11 +178,11 @@ def test_the_start_up_sweep_keeps_a_dead_writers_old_file(tmp_path: Path) -> Non
     workspace, work = tmp_path / "ws", tmp_path / "store" / "w-test"
     pid = _crashed_change(workspace, work, "new file swapped in", "write")
     assert (workspace / "f.txt").read_bytes() == NEW
-    setup = worker.Setup.open({
-        "roots": [[str(workspace), "rw"]], "limits": dataclasses.asdict(Limits()),
-        "policy": Policy().to_dict(), "options": dataclasses.asdict(SandboxOptions()),
-        "history": str(work),
-    })
+    from corral.calls.control import SandboxSetup
+
+    roots = [RootSpec(str(workspace), "rw")]
+    setup = worker.Setup.open(
+        SandboxSetup.of(roots, Limits(), Policy(), SandboxOptions(), str(work)), Policy())
     try:
         temps = worker.find_temps(setup)
         assert [owner for _, _, owner in temps] == [pid]  # the old file, in the dead one's temp

@@ -25,6 +25,7 @@ from history_helpers import promoted, work_store
 
 from corral import Sandbox
 from corral.api import _start_executor
+from corral.calls.control import SandboxSetup
 from corral.config import HistoryOptions, Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
 from corral.history import restore
@@ -49,11 +50,8 @@ class Started:
     def setup(self) -> worker.Setup:
         """What a worker of this sandbox serves with (as its zygote builds it)."""
         sb = self.sb
-        return worker.Setup.open({
-            "roots": [[r.path, r.mode] for r in sb.roots],
-            "limits": dataclasses.asdict(sb.limits), "policy": sb.policy.to_dict(),
-            "options": dataclasses.asdict(SandboxOptions()), "history": self.history,
-        })
+        return worker.Setup.open(SandboxSetup.of(
+            sb.roots, sb.limits, sb.policy, SandboxOptions(), self.history), sb.policy)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from corral import stdio
-from corral.sandbox.waiting import WaitPolicy
+from corral.calls.waiting import WaitPolicy
 from tests.conftest import SECRET
 
 REPO = Path(__file__).resolve().parent.parent

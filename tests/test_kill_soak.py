@@ -73,13 +73,13 @@ def test_start_keeps_the_temp_of_another_sandboxs_running_write(tmp_path: Path):
 
 
 def test_a_temp_listing_of_the_wrong_shape_loses_the_worker():
-    from corral.sandbox.messages import FindTemps, Malformed, temps_from_wire
+    from corral.calls.messages import FindTemps, Malformed, TempList
 
     request = FindTemps(0)
-    assert temps_from_wire({"id": 0, "temps": [[0, "a/.corral-tmp-1-x", 1]]}, request)
+    assert TempList.from_wire({"id": 0, "temps": [[0, "a/.corral-tmp-1-x", 1]]}, request)
     for temps in (None, [[0, "x"]], [["0", "x", 1]], [[0, "x", -1]], [[0, 1, 1]], {"0": 1}):
         with pytest.raises(Malformed):
-            temps_from_wire({"id": 0, "temps": temps}, request)
+            TempList.from_wire({"id": 0, "temps": temps}, request)
 
 
 def test_a_sandbox_of_a_shared_pool_sweeps_and_closes(tmp_path: Path):

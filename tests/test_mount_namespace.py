@@ -18,13 +18,13 @@ import pytest
 from confined import run_confined
 
 from corral import Sandbox
+from corral.calls.messages import CallRequest
 from corral.cli import main as cli_main
 from corral.config import HistoryOptions, Limits, SandboxOptions
 from corral.fs import Root
 from corral.policy import Policy, RootSpec
 from corral.sandbox import _mountns, probe
 from corral.sandbox.broker import Broker, check_required, summarise
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import SandboxError
 
 KERNEL = probe.probe()

@@ -4,8 +4,6 @@ tenant's corral.toml must not stall the host or the shared zygote for others."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import signal
 import socket
@@ -15,6 +13,7 @@ from typing import Any
 import pytest
 
 from corral import globs, policy
+from corral.calls.control import SandboxSetup
 from corral.config import (
     WORKSPACE_MAX_GLOBS_PER_RULE,
     WORKSPACE_MAX_RULES,
@@ -103,14 +102,11 @@ def test_each_glob_is_compiled_a_few_times_not_once_per_rule(
     assert calls <= builtins + 8 * WORKSPACE_MAX_RULES
 
 
-def spawn_setup(root: Path, rules: int) -> dict[str, Any]:
-    """A shared pool's start config for one sandbox, as a lane sends it."""
+def spawn_setup(root: Path, rules: int) -> SandboxSetup:
+    """A shared pool's setup for one sandbox, as a lane sends it."""
     rule_list = tuple(policy.Rule(f"r{i}", "deny", ("*",), (f"d{i}/**",)) for i in range(rules))
-    return {
-        "roots": [[str(root), "rw"]], "limits": dataclasses.asdict(Limits()),
-        "policy_json": json.dumps(policy.Policy(rules=rule_list).to_dict()),
-        "options": dataclasses.asdict(SandboxOptions()), "history": None,
-    }
+    return SandboxSetup.of([policy.RootSpec(str(root), "rw")], Limits(),
+                           policy.Policy(rules=rule_list), SandboxOptions())
 
 
 def test_the_shared_zygote_compiles_a_sandboxs_policy_once_not_per_fork(

@@ -18,10 +18,10 @@ import psutil
 import pytest
 from broker_helpers import MakeBroker, as_result, call, running, wait_gone
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
@@ -222,7 +222,7 @@ HOST = textwrap.dedent(
     import json, sys, time
     from corral.config import Limits, SandboxOptions
     from corral.policy import Policy, RootSpec
-    from corral.sandbox.messages import CallRequest
+    from corral.calls.messages import CallRequest
     from corral.sandbox.broker import Broker
 
     def start():

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 
 BUSY_THREADS = 4
 BUSY_CALLS = 200  # each; the busy threads stop after these whatever happens

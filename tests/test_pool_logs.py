@@ -15,11 +15,11 @@ import pytest
 from evil_zygote import REQUEST, EvilZygote, Private, honest
 
 from corral import Pool
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
 from corral.sandbox.hub import MIN_LIFE_S
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.protocol import EXIT_CONFINE_FAILED
 

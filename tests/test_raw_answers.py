@@ -14,12 +14,12 @@ import msgspec
 import pytest
 
 from corral import Sandbox, jsonfast
+from corral.calls.messages import Answer, CallRequest, Malformed
 from corral.config import Limits, SandboxOptions
 from corral.mcp_core import response, tool_result
 from corral.policy import Policy
 from corral.sandbox import pool
 from corral.sandbox.answers import UNCHECKED_BYTES, decode_answer
-from corral.sandbox.messages import Answer, CallRequest, Malformed
 from corral.sandbox.protocol import ProtocolError
 from corral.stdio import LineWriter
 

@@ -148,6 +148,7 @@ def test_python_example_runs_a_tool_call_end_to_end(
     offered = {tool["function"]["name"] for tool in first["tools"]}
     assert {"read_file", "grep", "edit_file"} <= offered and "delete_file" not in offered
     assert first["tools"][0]["function"]["parameters"]["type"] == "object"
+    assert all(tool["function"]["strict"] for tool in first["tools"])  # sb.tools(strict=True)
     answers = {m["tool_call_id"]: m["content"] for m in second["messages"] if m["role"] == "tool"}
     assert answers["call_1"].startswith("     1\t# corral\n")
     assert answers["call_2"].startswith("outside_workspace: ")

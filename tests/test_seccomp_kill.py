@@ -15,8 +15,8 @@ import pytest
 from evil_zygote import FRAME_LIMIT, REQUEST, EvilZygote, Private, honest, honest_answer
 
 from corral import seccomp
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.messages import CallRequest
 from corral.seccomp.arches import load_arch, native_arch
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable, Iterator
 
 from corral import stdio
+from corral.calls.waiting import WaitPolicy
 from corral.sandbox import pool
-from corral.sandbox.waiting import WaitPolicy
 
 
 def serve(lines: Iterator[bytes], handle: Callable) -> list[bool]:

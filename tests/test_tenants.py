@@ -7,8 +7,6 @@ the per-sandbox cap, fairness under a flood, and cancellation."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import os
 import statistics
 import threading
@@ -22,9 +20,10 @@ import pytest
 from conftest import SECRET, err, ok
 
 from corral import Pool, Sandbox
+from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
-from corral.policy import Policy
+from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import ZygoteHandle
 from corral.sandbox.protocol import read_frame, write_frame
 
@@ -190,14 +189,10 @@ def test_landlock_domain_of_a_tenants_worker_refuses_another_tenants_files(
     tenants: tuple[Path, Path],
 ) -> None:
     a, b = tenants
-    zygote = ProbeZygote({"roots": None, "host_pid": os.getpid(), "pdeathsig": False})
+    zygote = ProbeZygote(None)
     fd = os.open(a, DIR_FLAGS)
     try:
-        setup = {
-            "roots": [[str(a), "rw"]], "limits": dataclasses.asdict(Limits()),
-            "policy_json": json.dumps(Policy().to_dict()),
-            "options": dataclasses.asdict(SandboxOptions()),
-        }
+        setup = SandboxSetup.of([RootSpec(str(a), "rw")], Limits(), Policy(), SandboxOptions())
         pid, sock, pidfd = zygote.spawn(setup, [fd])
         sock.setblocking(True)
         report = read_frame(sock.fileno(), 1 << 20)

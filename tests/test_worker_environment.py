@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.messages import CallRequest
 from corral.sandbox.pool import zygote_environment
 
 SECRET_VALUE = "sk-test-not-a-real-key-0123456789"

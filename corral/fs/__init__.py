@@ -2,16 +2,18 @@
 
 from corral.fs._atomic import TEMP_PREFIX, Expect, temp_owner
 from corral.fs._errors import CrossFilesystem
-from corral.fs.root import Entry, FileInfo, MoveGuard, Root, WriteOutcome
+from corral.fs.root import NO_KEEP, Entry, FileInfo, Keep, MoveGuard, Root, WriteOutcome
 from corral.fs.roots import Roots
 from corral.fs.version import content_version
 
 __all__ = [
+    "NO_KEEP",
     "TEMP_PREFIX",
     "CrossFilesystem",
     "Entry",
     "Expect",
     "FileInfo",
+    "Keep",
     "MoveGuard",
     "Root",
     "Roots",

@@ -27,16 +27,20 @@ class Walk:
     it is exhausted, closed or collected, even if it was never iterated.
     strict: a subdirectory that cannot be opened raises instead of being skipped
     (a check of every entry must not pass over what it could not see).
-    prune(path): True -> that subdirectory is yielded but not entered."""
+    prune(path): True -> that subdirectory is yielded but not entered.
+    entered(path, names): told each directory's names as it is read, before any of
+    them is yielded (path "" is the start)."""
 
     def __init__(
-        self, fd: int, *, strict: bool = False, prune: Callable[[str], bool] | None = None
+        self, fd: int, *, strict: bool = False, prune: Callable[[str], bool] | None = None,
+        entered: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         self._strict = strict
         self._prune = prune
+        self._entered = entered
         self._stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result]]]] = []
         try:
-            self._stack.append((fd, "", iter(entries(fd))))
+            self._stack.append((fd, "", iter(self._entries(fd, ""))))
         except BaseException:
             os.close(fd)
             raise
@@ -66,11 +70,17 @@ class Walk:
                 raise
             return  # vanished, replaced by a link or unreadable: list what can be
         try:
-            self._stack.append((child, path + "/", iter(entries(child))))
+            self._stack.append((child, path + "/", iter(self._entries(child, path))))
         except OSError:
             os.close(child)
             if self._strict:
                 raise
+
+    def _entries(self, dir_fd: int, path: str) -> list[tuple[str, os.stat_result]]:
+        found = entries(dir_fd)
+        if self._entered is not None:
+            self._entered(path, [name for name, _ in found])
+        return found
 
     def close(self) -> None:
         while self._stack:

@@ -71,7 +71,8 @@ class _DirectoryMove(Exception):
 class Keep(Protocol):
     """A history keeper (corral/history): each change below calls it at the instant
     the change lands, after resolution and the guard, so it can record what is
-    replaced before it is gone. `made`: directories the call created on the way."""
+    replaced before it is gone; NO_KEEP, the default, records nothing. `made`:
+    directories the call created on the way."""
 
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,
@@ -90,6 +91,43 @@ class Keep(Protocol):
         self, src: tuple[Root, str, int, str, os.stat_result],
         dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
     ) -> None: ...
+
+    def together(self) -> AbstractContextManager[None]:
+        """The changes made inside are one change to undo."""
+        ...
+
+
+class NoKeep:
+    """The Keep of a change nobody records (history off): each change lands as is."""
+
+    def writing(
+        self, root: Root, rel: str, made: list[str], version: str, size: int,
+        st: os.stat_result | None,
+    ) -> AbstractContextManager[_atomic.Land]:
+        return contextlib.nullcontext(_atomic.rename_into_place)
+
+    def appending(
+        self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
+    ) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def making_dir(self, root: Root, rel: str, made: list[str]) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def remove(self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result) -> None:
+        (os.rmdir if stat.S_ISDIR(st.st_mode) else os.unlink)(name, dir_fd=dir_fd)
+
+    def move(
+        self, src: tuple[Root, str, int, str, os.stat_result],
+        dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
+    ) -> None:
+        _sys.renameat2(src[2], src[3], dst[2], dst[3], flags)
+
+    def together(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+NO_KEEP = NoKeep()
 
 
 @dataclass(frozen=True)
@@ -500,13 +538,16 @@ class Root:
                 os.close(fd)
 
     def walk(
-        self, rel: str, *, guard: Guard = None, prune: Callable[[str], bool] | None = None
+        self, rel: str, *, guard: Guard = None, prune: Callable[[str], bool] | None = None,
+        entered: Callable[[str, list[str]], None] | None = None,
     ) -> Iterator[Entry]:
         """Depth-first, sorted by name, paths relative to `rel`; never descends into
         symlinks; opens each subdirectory beneath its parent fd with O_NOFOLLOW.
-        prune(path) -> True: that directory is listed but not entered."""
+        prune(path) -> True: that directory is listed but not entered.
+        entered(path, names): each directory's names, before its entries ("": rel)."""
         with translated("walk", rel):
-            walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune)
+            walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune,
+                                   entered=entered)
         return (_entry(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
@@ -530,7 +571,7 @@ class Root:
         mode: int | None = None,
         max_file_bytes: int | None = None,
         guard: Guard = None,
-        keep: Keep | None = None,
+        keep: Keep = NO_KEEP,
     ) -> WriteOutcome:
         """Temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target's directory, write,
         fsync, old file's mode (set-id bits dropped), rename over the target, fsync
@@ -558,11 +599,8 @@ class Root:
             if mode is None and st is not None:
                 mode = stat.S_IMODE(st.st_mode)
             version = content_version(data)
-            recording = _nothing(_atomic.rename_into_place) if keep is None else keep.writing(
-                self, t.rel, made, version, len(data), st
-            )
             try:
-                with recording as land:
+                with keep.writing(self, t.rel, made, version, len(data), st) as land:
                     _atomic.replace(
                         t.dir_fd, name, data, mode=mode, expect=expect,
                         exclusive=exclusive, current_limit=max_file_bytes, land=land,
@@ -596,7 +634,7 @@ class Root:
 
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
-        keep: Keep | None = None,
+        keep: Keep = NO_KEEP,
     ) -> int:
         """One O_APPEND write (creates the file and parents if missing); refuses
         nlink > 1 with path_denied; too_large if the result would pass
@@ -614,10 +652,8 @@ class Root:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
             # a file this call creates is recorded before the create, an existing one's
             # size once it is open
-            creating = keep is not None and t.st is None
-            with keep.appending(self, t.rel, made, None, data) if (
-                keep is not None and creating
-            ) else _nothing():
+            creating = t.st is None
+            with keep.appending(self, t.rel, made, None, data) if creating else _nothing():
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
                 try:
                     # appends of one file, and cutting a torn one back, go one at a time:
@@ -634,11 +670,10 @@ class Root:
                         raise self._too_large(
                             "append", rel, st.st_size + len(data), max_file_bytes
                         )
-                    if keep is None or creating:
+                    with _nothing() if creating else keep.appending(
+                        self, t.rel, made, st.st_size, data
+                    ):
                         _atomic.append_whole(fd, data)
-                    else:
-                        with keep.appending(self, t.rel, made, st.st_size, data):
-                            _atomic.append_whole(fd, data)
                     return os.fstat(fd).st_size
                 finally:
                     os.close(fd)
@@ -672,7 +707,7 @@ class Root:
                 os.close(fd)
 
     def mkdir(
-        self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep | None = None
+        self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep = NO_KEEP
     ) -> bool:
         """Returns False if it already existed as a directory; already_exists if a
         non-directory is there. keep: records the directories made."""
@@ -685,11 +720,8 @@ class Root:
                 return False
             if t.st is None:
                 try:
-                    if keep is None:
+                    with keep.making_dir(self, t.rel, made):
                         os.mkdir(t.leaf, 0o777, dir_fd=t.dir_fd)
-                    else:
-                        with keep.making_dir(self, t.rel, made):
-                            os.mkdir(t.leaf, 0o777, dir_fd=t.dir_fd)
                     return True
                 except FileExistsError:
                     pass  # lost a race: judge what is there now
@@ -704,7 +736,7 @@ class Root:
                 return False
             raise OSError(errno.EEXIST, "exists")
 
-    def unlink(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
+    def unlink(self, rel: str, *, guard: Guard = None, keep: Keep = NO_KEEP) -> None:
         """Regular files and symlinks (the link, not its target) only; a directory
         -> is_a_directory. keep: takes the file away into the history store instead."""
         with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
@@ -715,17 +747,14 @@ class Root:
                 raise OSError(errno.EISDIR, "directory")
             if t.trailing_slash:
                 raise OSError(errno.ENOTDIR, "not a directory")
-            if keep is None:
-                os.unlink(name, dir_fd=t.dir_fd)
-            else:
-                keep.remove(self, t.rel, t.dir_fd, name, t.st)
+            keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
-    def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep | None = None) -> None:
+    def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep = NO_KEEP) -> None:
         """Remove an empty directory (undo of a create_directory); a non-empty one
         fails io_error, anything else not_a_directory."""
-        # with keep, exclusively: the keeper renames the directory away (into the store)
-        # and no call of corral's may add a name in it between the check and that
-        with self._locked(exclusive=True) if keep is not None else _nothing(), self._at(
+        # exclusively: a keeper renames the directory away (into the store), and no
+        # call of corral's may add a name in it between the check and that
+        with self._locked(exclusive=True), self._at(
             "rmdir", rel, follow=False, guard=guard, changes=True, named=True
         ) as t:
             name = t.name()
@@ -733,16 +762,13 @@ class Root:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a directory")
-            if keep is None:
-                os.rmdir(name, dir_fd=t.dir_fd)
-                return
             if _has_entries(t.dir_fd, name):  # a rename would take them along
                 raise OSError(errno.ENOTEMPTY, "not empty")
             keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
-        guard: MoveGuard = UNGUARDED, keep: Keep | None = None,
+        guard: MoveGuard = UNGUARDED, keep: Keep = NO_KEEP,
     ) -> None:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
         (already_exists); a directory into itself -> invalid_arguments. `guard`
@@ -765,7 +791,7 @@ class Root:
 
     def _rename(
         self, src: str, dst_root: Root, dst: str, overwrite: bool, exclusive: bool,
-        guard: MoveGuard, keep: Keep | None,
+        guard: MoveGuard, keep: Keep,
     ) -> None:
         with self._at("move", src, follow=False, guard=guard.source, named=True) as s:
             src_name = s.name()
@@ -788,13 +814,10 @@ class Root:
                     self._guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
                 flags = 0 if overwrite else _sys.RENAME_NOREPLACE
                 try:
-                    if keep is None:
-                        _sys.renameat2(s.dir_fd, src_name, d.dir_fd, dst_name, flags)
-                    else:
-                        keep.move(
-                            (self, s.rel, s.dir_fd, src_name, s.st),
-                            (dst_root, d.rel, d.dir_fd, dst_name, d.st), flags,
-                        )
+                    keep.move(
+                        (self, s.rel, s.dir_fd, src_name, s.st),
+                        (dst_root, d.rel, d.dir_fd, dst_name, d.st), flags,
+                    )
                 except OSError as exc:
                     if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
                         raise CrossFilesystem("move", src) from None

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
-from corral.fs import TEMP_PREFIX, MoveGuard, Root, Roots, content_version
+from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
 from corral.history.records import VERSION
 from corral.history.store import Store, id_pid, is_id, new_id
@@ -155,7 +155,7 @@ class Restorer:
         root = self.root(entry["root"])
         for made in reversed(entry.get("made") or ()):
             with contextlib.suppress(CorralError):
-                root.rmdir(made, keep=self.keeper if recorded else None)
+                root.rmdir(made, keep=self.keeper if recorded else NO_KEEP)
 
     def _unmove(self, source: Entry, destination: Entry, tool: str) -> None:
         src_root, dst_root = self.root(source["root"]), self.root(destination["root"])

@@ -8,7 +8,6 @@ pool. `Sandbox` holds one and never knows which.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import os
 import threading
@@ -16,12 +15,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from corral.calls.control import SandboxSetup
+from corral.calls.messages import Answer, CallRequest, HistoryRequest
+from corral.calls.waiting import PLAIN, Cancel, WaitPolicy
 from corral.config import LAYERS, Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.hub import Hub
-from corral.sandbox.messages import Answer, CallRequest, HistoryRequest
-from corral.sandbox.pool import CallPath, SandboxError, Supply, ZygoteHandle
-from corral.sandbox.waiting import PLAIN, Cancel, WaitPolicy
+from corral.sandbox.pool import CallPath, Supply, ZygoteHandle
 from corral.sandbox.worker_set import WorkerSet
 
 Submittable = CallRequest | HistoryRequest
@@ -53,9 +54,10 @@ class Broker:
     ) -> None:
         """history: the workspace's history store directory (None: history off)."""
         check_known(options.require)
+        setup = SandboxSetup.of(roots, limits, policy, options, history)
         supply: Supply = (
-            _private(roots, limits, policy, options, history) if hub is None
-            else hub.open_lane(roots, limits, policy, options, history)
+            WorkerSet(ZygoteHandle(setup), options, limits) if hub is None
+            else hub.open_lane(setup)
         )
         try:
             supply.start()
@@ -114,26 +116,6 @@ class Broker:
     def pids(self) -> dict[str, Any]:
         """The zygote's and the workers' pids (for doctor and tests)."""
         return {"zygote": self._supply.zygote.pid, "workers": self._supply.pids()}
-
-
-def _private(
-    roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-    history: str | None,
-) -> WorkerSet:
-    """A private sandbox's zygote (its roots and policy in its start config) and workers."""
-    zygote = ZygoteHandle({
-        "roots": [[spec.path, spec.mode] for spec in roots],
-        "limits": dataclasses.asdict(limits),
-        "policy": policy.to_dict(),
-        "options": dataclasses.asdict(options),
-        "host_pid": os.getpid(),
-        "history": history,
-        # The death signal follows the thread that forked, not the process: only
-        # the main thread lives as long as the host. Elsewhere the zygote relies
-        # on its control channel ending, which happens however the host dies.
-        "pdeathsig": threading.current_thread() is threading.main_thread(),
-    })
-    return WorkerSet(zygote, options, limits)
 
 
 def _on_thread(work: Callable[[], int]) -> Future[int]:

@@ -20,24 +20,21 @@ made with and asks the hub for everything else.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.config import Limits, SandboxOptions
+from corral.calls.control import SandboxSetup
+from corral.calls.waiting import Cancel
+from corral.errors import SandboxError
 from corral.fs._resolve import DIR_FLAGS
-from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import (
     SWEEP_FAILURES,
     BootKilled,
-    SandboxError,
     Worker,
     ZygoteHandle,
     check_boot,
@@ -49,7 +46,6 @@ from corral.sandbox.pool import (
     sweep_on,
 )
 from corral.sandbox.protocol import MAX_ROOTS
-from corral.sandbox.waiting import Cancel
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
@@ -97,28 +93,20 @@ class Lane:
     """One sandbox's supply in a shared pool (pool.Supply): workers of its own roots,
     forked on demand in the slots the hub grants."""
 
-    def __init__(
-        self, hub: Hub, roots: Sequence[RootSpec], limits: Limits, policy: Policy,
-        options: SandboxOptions, history: str | None = None,
-    ) -> None:
+    def __init__(self, hub: Hub, setup: SandboxSetup) -> None:
         self.hub = hub
         self.zygote = hub.zygote
-        self.options = options
-        self.limits = limits
-        self.cap = options.workers
+        self.setup = setup
+        self.options = setup.options
+        self.limits = setup.limits
+        self.cap = setup.options.workers
         self.confinement: dict[str, Any] = {}
-        self.roots = [[spec.path, spec.mode] for spec in roots]
-        self.setup = {
-            "roots": self.roots, "limits": dataclasses.asdict(limits),
-            # JSON text: the zygote decodes and compiles it once, not at every fork
-            "policy_json": json.dumps(policy.to_dict()), "options": dataclasses.asdict(options),
-            "history": history,  # the workspace's history store, opened by the zygote
-        }
+        self.roots = [[spec.path, spec.mode] for spec in setup.roots]  # as a worker reports them
         # Opened once, held until close: every worker gets the very directories the
         # sandbox was made with, whatever is renamed or replaced at those paths later.
         self.root_fds: list[int] = []
         try:
-            for spec in roots:
+            for spec in setup.roots:
                 self.root_fds.append(os.open(spec.path, DIR_FLAGS))
         except OSError as exc:
             self.close_fds()
@@ -254,24 +242,17 @@ class Hub:
         self.confinement: dict[str, Any] = {}
         self.closed = False
         self._orphans: list[int] = []  # evicted workers whose grant went unused: reap later
-        self.zygote = ZygoteHandle({
-            "roots": None, "host_pid": os.getpid(),
-            # as in broker.Broker: the death signal follows the thread that forked
-            "pdeathsig": threading.current_thread() is threading.main_thread(),
-        })
+        self.zygote = ZygoteHandle(None)
         self._reaper = threading.Thread(target=self._reap_idle, name="corral-reaper", daemon=True)
         self._reaper.start()
         self.sweeps = ThreadPoolExecutor(SWEEP_THREADS, thread_name_prefix="corral-sweep")
 
-    def open_lane(
-        self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-        history: str | None = None,
-    ) -> Lane:
-        if len(roots) > MAX_ROOTS:
+    def open_lane(self, setup: SandboxSetup) -> Lane:
+        if len(setup.roots) > MAX_ROOTS:
             raise SandboxError(
-                f"A sandbox in a pool may have at most {MAX_ROOTS} roots, not {len(roots)}."
+                f"A sandbox in a pool may have at most {MAX_ROOTS} roots, not {len(setup.roots)}."
             )
-        lane = Lane(self, roots, limits, policy, options, history)
+        lane = Lane(self, setup)
         with self.lock:
             if self.closed:
                 lane.close_fds()

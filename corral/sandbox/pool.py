@@ -29,9 +29,8 @@ from typing import Any, Protocol, TypeVar
 
 import psutil
 
-from corral.config import Limits, SandboxOptions
-from corral.sandbox.answers import answer_limits, decode_answer
-from corral.sandbox.messages import (
+from corral.calls.control import Reply, SandboxSetup, Spawn, Wait, ZygoteStart
+from corral.calls.messages import (
     Answer,
     BootReport,
     CallRequest,
@@ -39,13 +38,15 @@ from corral.sandbox.messages import (
     FindTemps,
     HistoryRequest,
     Malformed,
+    Removed,
     RemoveTemps,
-    Spawn,
-    Wait,
+    TempList,
     error_answer,
-    removed_from_wire,
-    temps_from_wire,
 )
+from corral.calls.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
+from corral.config import Limits, SandboxOptions
+from corral.errors import SandboxError
+from corral.sandbox.answers import answer_limits, decode_answer
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
@@ -60,10 +61,12 @@ from corral.sandbox.protocol import (
     send_bytes,
     write_frame,
 )
-from corral.sandbox.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
+# A worker that reported it could not confine itself exits at once; its own exit code
+# (EXIT_CONFINE_FAILED) is awaited this long before it is killed, so the halt names it.
+CONFINE_FAILED_EXIT_S = 5.0
 # The zygote's first answer comes after its imports: seconds on a loaded machine at worst.
 START_TIMEOUT_S = 30.0
 # Later answers take a fork or a waitpid on a SIGKILLed worker (which may finish an fsync).
@@ -96,10 +99,6 @@ log = logging.getLogger("corral.workers")
 T = TypeVar("T")
 
 Request = CallRequest | HistoryRequest | CleanupRequest
-
-
-class SandboxError(Exception):
-    """The sandbox cannot start, or has halted (failing closed)."""
 
 
 class CallFailed(Exception):
@@ -186,6 +185,12 @@ class Worker:
             return None
         return report
 
+    def ended_within(self, timeout_s: float) -> bool:
+        """Whether the worker's process ends within `timeout_s` (its pidfd turns readable)."""
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
+
     def looks_alive(self) -> bool:
         """An idle worker has nothing to say: anything readable means it ended."""
         poller = select.poll()
@@ -234,7 +239,9 @@ class ZygoteHandle:
     # What the exec'd interpreter runs, given the control channel's fd.
     ENTRY = "from corral.sandbox.zygote import main; main({fd})"
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, setup: SandboxSetup | None) -> None:
+        """Start the zygote for a private sandbox's `setup` (None: a shared pool's,
+        whose every spawn brings its sandbox's)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # -S and the host's own sys.path: the same modules, without site's start-up cost.
         path = [PACKAGE_PARENT, *sys.path]
@@ -251,35 +258,42 @@ class ZygoteHandle:
         self._sock = ours
         self._lock = threading.Lock()
         self._closed = False
+        # The death signal follows the thread that forked, not the process: only the
+        # main thread lives as long as the host. Elsewhere the zygote relies on its
+        # control channel ending, which happens however the host dies.
+        main_thread = threading.current_thread() is threading.main_thread()
+        start = ZygoteStart(setup, os.getpid(), pdeathsig=main_thread)
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            write_frame(ours.fileno(), config, CONTROL_FRAME_BYTES, deadline)
-            reply = read_frame(ours.fileno(), CONTROL_FRAME_BYTES, deadline)
+            write_frame(ours.fileno(), start.to_wire(), CONTROL_FRAME_BYTES, deadline)
+            wire = read_frame(ours.fileno(), CONTROL_FRAME_BYTES, deadline)
+            reply = None if wire is None else Reply.from_wire(wire)
         except TimeoutError:
-            reply = {"error": f"the zygote did not answer within {START_TIMEOUT_S:g} seconds"}
-        except (ProtocolError, OSError) as exc:
-            reply = {"error": f"the zygote broke its channel: {exc}"}
-        if reply is None or "error" in reply:
+            reply = Reply(error=f"the zygote did not answer within {START_TIMEOUT_S:g} seconds")
+        except (ProtocolError, OSError, Malformed) as exc:
+            reply = Reply(error=f"the zygote broke its channel: {exc}")
+        if reply is None or reply.error is not None:
             self.stop()
-            reason = reply["error"] if reply else f"it exited with code {self.process.returncode}"
+            reason = reply.error if reply else f"it exited with code {self.process.returncode}"
             raise SandboxError(f"The sandbox could not start: {reason}.")
-        self.pid: int = reply["pid"]
+        assert reply.pid is not None
+        self.pid: int = reply.pid
 
     def spawn(
-        self, setup: dict[str, Any] | None = None, root_fds: Sequence[int] = (),
+        self, setup: SandboxSetup | None = None, root_fds: Sequence[int] = (),
     ) -> tuple[int, socket.socket, int]:
         """Fork one worker: (pid, socket, pidfd). A shared pool's zygote needs the
-        sandbox's `setup` (its start config) and its root fds."""
-        message, fds = self._ask(Spawn(setup), max_fds=2, send_fds=root_fds)
-        if message is None or len(fds) != 2:
+        sandbox's `setup` and its root fds."""
+        reply, fds = self._ask(Spawn(setup), max_fds=2, send_fds=root_fds)
+        if reply is None or reply.pid is None or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
-            if message is not None and "error" in message:
-                raise SandboxError(f"The zygote could not start a worker: {message['error']}.")
+            if reply is not None and reply.error is not None:
+                raise SandboxError(f"The zygote could not start a worker: {reply.error}.")
             raise SandboxError("The zygote is gone, so no worker can be started.")
         sock = socket.socket(fileno=fds[0])
         sock.setblocking(False)
-        return int(message["pid"]), sock, fds[1]
+        return reply.pid, sock, fds[1]
 
     def wait(self, pid: int) -> int | None:
         """Exit code of a worker that was killed or ended; None if unknown."""
@@ -287,25 +301,29 @@ class ZygoteHandle:
             reply, _ = self._ask(Wait(pid), max_fds=0)
         except SandboxError:
             return None
-        return None if reply is None else reply.get("code")
+        return None if reply is None else reply.code
 
     def _ask(
         self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int] = ()
-    ) -> tuple[dict[str, Any] | None, list[int]]:
+    ) -> tuple[Reply | None, list[int]]:
         """One request (with `send_fds` attached) and its reply. A channel that fails
-        or times out is closed for good: a late reply would otherwise answer the next
-        request."""
+        or times out, or a reply that is none, is closed for good: a late reply would
+        otherwise answer the next request."""
         with self._lock:
             if self._closed:
                 raise SandboxError("The sandbox is closed.")
             deadline = time.monotonic() + CONTROL_TIMEOUT_S
+            fds: list[int] = []
             try:
                 frame = encode(request.to_wire(), CONTROL_FRAME_BYTES)
                 if send_fds:  # the fds ride on the first byte; the rest as any frame
                     frame = frame[socket.send_fds(self._sock, [frame[:1]], list(send_fds)):]
                 send_bytes(self._sock.fileno(), frame, deadline)
-                return recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds, deadline)
-            except (ProtocolError, OSError) as exc:  # TimeoutError included
+                wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds, deadline)
+                return (None if wire is None else Reply.from_wire(wire)), fds
+            except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
+                for fd in fds:
+                    os.close(fd)
                 self._closed = True
                 self._sock.close()  # the zygote sees the end and takes its workers down
                 raise SandboxError(f"The zygote broke its channel: {exc}.") from None
@@ -458,7 +476,7 @@ class CallPath:
         cleanup = CleanupRequest.after(pid, request)
         for _ in range(CLEANUP_ATTEMPTS):
             try:
-                self.run(cleanup, lambda wire: removed_from_wire(wire, cleanup), wait.quiet())
+                self.run(cleanup, lambda wire: Removed.from_wire(wire, cleanup), wait.quiet())
                 return
             except CallFailed:
                 continue
@@ -484,7 +502,7 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
 
 
 def fork_worker(
-    zygote: ZygoteHandle, options: SandboxOptions, setup: dict[str, Any] | None = None,
+    zygote: ZygoteHandle, options: SandboxOptions, setup: SandboxSetup | None = None,
     root_fds: Sequence[int] = (), jitter: bool = True,
 ) -> Worker:
     """Have the zygote fork one worker (for a shared pool's sandbox: its `setup` and
@@ -507,6 +525,8 @@ def check_boot(
     report = worker.boot(max_bytes)
     if worker.layers is None:
         ended_alone = report is None and not worker.looks_alive()
+        if report is not None and report.confine_error:
+            worker.ended_within(CONFINE_FAILED_EXIT_S)  # its exit code, not our SIGKILL
         code = kill(worker)
         ended = describe_exit(code, "it sent no report")
         if report is not None and report.confine_error:
@@ -546,12 +566,12 @@ def sweep_on(worker: Worker, max_bytes: int, timeout_s: float) -> int:
     the worker removes exactly the other names: a pid reused since the listing can
     only keep a file. Returns how many were removed; SWEEP_FAILURES if a request fails."""
     find = FindTemps(1)
-    listed = temps_from_wire(_exchange(worker, find, max_bytes, timeout_s), find)
-    dead = tuple((index, path) for index, path, pid in listed if not _alive(pid))
+    listed = TempList.from_wire(_exchange(worker, find, max_bytes, timeout_s), find)
+    dead = tuple((index, path) for index, path, pid in listed.temps if not _alive(pid))
     if not dead:
         return 0
     remove = RemoveTemps(dead, 2)
-    return removed_from_wire(_exchange(worker, remove, max_bytes, timeout_s), remove)
+    return Removed.from_wire(_exchange(worker, remove, max_bytes, timeout_s), remove).removed
 
 
 def _exchange(

@@ -18,14 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral._prctl import set_parent_death_signal
-from corral.config import Limits, SandboxOptions
-from corral.errors import CorralError
-from corral.fs import Root, Roots, temp_owner
-from corral.history import restore
-from corral.history.store import Store
-from corral.policy import Policy
-from corral.sandbox.confine import confine
-from corral.sandbox.messages import (
+from corral.calls.control import SandboxSetup
+from corral.calls.messages import (
     CLEANUP_ARGUMENTS,
     Answer,
     BootReport,
@@ -34,10 +28,20 @@ from corral.sandbox.messages import (
     FindTemps,
     HistoryRequest,
     Meta,
+    Removed,
     RemoveTemps,
+    Request,
+    TempList,
     error_answer,
     request_from_wire,
 )
+from corral.config import Limits, SandboxOptions
+from corral.errors import CorralError
+from corral.fs import Root, Roots, temp_owner
+from corral.history import restore
+from corral.history.store import Store
+from corral.policy import Policy
+from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,
@@ -63,7 +67,7 @@ SWEEP_MAX_ENTRIES = 250_000
 
 @dataclass(frozen=True)
 class Setup:
-    """What every worker serves with; built once in the zygote from the start config."""
+    """What every worker serves with; built once in the zygote from its SandboxSetup."""
 
     roots: Roots
     limits: Limits
@@ -73,34 +77,34 @@ class Setup:
     store: Store | None  # this workspace's history store, None: history off or nothing to write
 
     @classmethod
-    def open(cls, config: dict[str, Any]) -> Setup:
-        """Open the root fds (workers inherit them) and rebuild the host's settings."""
-        options = _options(config)
+    def open(cls, sandbox: SandboxSetup, policy: Policy) -> Setup:
+        """Open the root fds (workers inherit them) and the history store."""
+        durable = _durable(sandbox.options)
         opened = [
-            Root(path, mode=mode, resolver=options.resolver, durable=_durable(options))
-            for path, mode in config["roots"]
+            Root(spec.path, mode=spec.mode, resolver=sandbox.options.resolver, durable=durable)
+            for spec in sandbox.roots
         ]
-        return cls._build(config, options, opened, Policy.from_dict(config["policy"]))
+        return cls._build(sandbox, opened, policy)
 
     @classmethod
     def adopt(
-        cls, config: dict[str, Any], fds: list[int], policies: Callable[[str], Policy]
+        cls, sandbox: SandboxSetup, fds: list[int], policies: Callable[[str], Policy]
     ) -> Setup:
         """The same from root fds the host opened and sent (a shared pool's zygote
         holds no roots of its own: each spawn brings its sandbox's), and the policy
-        `policies` makes of config["policy_json"], the policy as JSON text (the
-        zygote's keeps what it built). Takes the fds: they are closed on failure,
-        and by close() afterwards."""
+        `policies` makes of the setup's JSON text (the zygote's keeps what it
+        built). Takes the fds: they are closed on failure, and by close() afterwards."""
         opened: list[Root] = []
         try:
-            if len(fds) != len(config["roots"]) or not fds:
-                raise ValueError(f"{len(config['roots'])} roots came with {len(fds)} fds")
-            options = _options(config)
-            for (path, mode), fd in zip(config["roots"], fds, strict=True):
+            if len(fds) != len(sandbox.roots) or not fds:
+                raise ValueError(f"{len(sandbox.roots)} roots came with {len(fds)} fds")
+            durable = _durable(sandbox.options)
+            for spec, fd in zip(sandbox.roots, fds, strict=True):
                 opened.append(Root.from_fd(
-                    fd, path, mode=mode, resolver=options.resolver, durable=_durable(options)
+                    fd, spec.path, mode=spec.mode, resolver=sandbox.options.resolver,
+                    durable=durable,
                 ))
-            return cls._build(config, options, opened, policies(config["policy_json"]))
+            return cls._build(sandbox, opened, policies(sandbox.policy))
         except BaseException:
             for fd in fds[len(opened):]:
                 os.close(fd)
@@ -109,14 +113,11 @@ class Setup:
             raise
 
     @classmethod
-    def _build(
-        cls, config: dict[str, Any], options: SandboxOptions, opened: list[Root], policy: Policy
-    ) -> Setup:
+    def _build(cls, sandbox: SandboxSetup, opened: list[Root], policy: Policy) -> Setup:
         roots = Roots(opened[0], opened[1:])
-        limits = Limits(**config["limits"])
-        store = Store.open(config["history"]) if config.get("history") else None
-        context = Context(roots, limits, policy, history=store)
-        return cls(roots, limits, policy, options, context, store)
+        store = Store.open(sandbox.history) if sandbox.history else None
+        context = Context(roots, sandbox.limits, policy, history=store)
+        return cls(roots, sandbox.limits, policy, sandbox.options, context, store)
 
     def confined_dirs(self) -> list[Any]:
         """What Landlock lets the worker reach: the roots, and the history store (read
@@ -144,10 +145,6 @@ class StoreDir:
     mode: str = "store"
 
 
-def _options(config: dict[str, Any]) -> SandboxOptions:
-    return SandboxOptions(**{**config["options"], "require": tuple(config["options"]["require"])})
-
-
 def _durable(options: SandboxOptions) -> bool:
     return options.durability != "none"
 
@@ -161,12 +158,12 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
         dirs = setup.confined_dirs()
         layers = confine(dirs, keep_fds=[fd, *(d.fd for d in dirs)], limits=setup.limits)
     except Exception as exc:
-        _send(fd, BootReport(confine_error=f"{type(exc).__name__}: {exc}").to_wire(), setup)
+        _send(fd, BootReport(confine_error=f"{type(exc).__name__}: {exc}"), setup)
         return EXIT_CONFINE_FAILED
     layers["openat2"] = setup.roots.workspace.resolver == "openat2"
     # the roots it holds, so the host can check a worker serves the sandbox it asked for
     roots = tuple((root.path, root.mode) for root in setup.roots.all())
-    _send(fd, BootReport(layers, os.getpid(), roots).to_wire(), setup)
+    _send(fd, BootReport(layers, os.getpid(), roots), setup)
     return serve(fd, setup)
 
 
@@ -178,11 +175,12 @@ def serve(fd: int, setup: Setup) -> int:
         if setup.options.spin:
             _spin_for_request(poller)
         try:
-            request = read_sole_frame(fd, setup.options.max_frame_bytes)
+            wire = read_sole_frame(fd, setup.options.max_frame_bytes)
         except ProtocolError:
             return EXIT_BAD_FRAME
-        if request is None:
+        if wire is None:
             return 0
+        request = request_from_wire(wire)
         _send(fd, answer(request, setup), setup, request)
 
 
@@ -194,32 +192,31 @@ def _spin_for_request(poller: select.poll) -> None:
         os.sched_yield()
 
 
-def answer(wire: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """One request's answer, on the wire; the registry never raises (it gives each
-    call its own Context)."""
-    request = request_from_wire(wire)
+def answer(request: Request, setup: Setup) -> Answer | Removed | TempList:
+    """One request's answer; the registry never raises (it gives each call its own
+    Context)."""
     match request:
+        case CallRequest():
+            called = execute(setup.context, request)
+            _say_if_a_root_was_removed(called, setup)
+            return called
         case CleanupRequest():
-            return {"id": request.id, "removed": clean_after(request, setup)}
+            return Removed(request.id, clean_after(request, setup))
         case RemoveTemps():
-            return {"id": request.id, "removed": remove_temps(request.temps, setup)}
+            return Removed(request.id, remove_temps(request.temps, setup))
         case FindTemps():
-            return {"id": request.id, "temps": find_temps(setup)}
+            return TempList(request.id, find_temps(setup))
         case HistoryRequest():
-            return history(request, setup).to_wire()
-    response = execute(setup.context, wire)
-    _say_if_a_root_was_removed(response, setup)
-    response["id"] = request.id
-    return response
+            return history(request, setup)
 
 
-def _say_if_a_root_was_removed(response: dict[str, Any], setup: Setup) -> None:
+def _say_if_a_root_was_removed(called: Answer, setup: Setup) -> None:
     """A not_found that comes from a root directory deleted under the running sandbox
     says so: "no such file or directory" alone sends an agent looking for the wrong
     thing. (The workers keep the deleted directory open: nothing lands anywhere.)"""
-    files = (response.get("result") or {}).get("files") or []  # read_multiple_files
+    files = (called.result or {}).get("files") or []  # read_multiple_files
     errors = [
-        error for error in [response.get("error"), *(f.get("error") for f in files)]
+        error for error in [called.error, *(f.get("error") for f in files)]
         if isinstance(error, dict) and error.get("code") == "not_found"
     ]
     if not errors:
@@ -259,9 +256,9 @@ def clean_after(crash: CleanupRequest, setup: Setup) -> int:
     return removed
 
 
-def find_temps(setup: Setup) -> list[list[Any]]:
-    """Every temp file in the writable roots: [root index, path, pid of its writer]."""
-    found: list[list[Any]] = []
+def find_temps(setup: Setup) -> tuple[tuple[int, str, int], ...]:
+    """Every temp file in the writable roots: (root index, path, pid of its writer)."""
+    found: list[tuple[int, str, int]] = []
     for index, root in enumerate(setup.roots.all()):
         if root.mode != "rw":
             continue
@@ -271,8 +268,8 @@ def find_temps(setup: Setup) -> list[list[Any]]:
                     break
                 pid = temp_owner(posixpath.basename(entry.path))
                 if pid is not None and entry.type == "file":
-                    found.append([index, entry.path, pid])
-    return found
+                    found.append((index, entry.path, pid))
+    return tuple(found)
 
 
 def remove_temps(temps: tuple[tuple[int, str], ...], setup: Setup) -> int:
@@ -344,20 +341,20 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
 
 
 def _send(
-    fd: int, message: dict[str, Any], setup: Setup, request: dict[str, Any] | None = None
+    fd: int, message: Answer | Removed | TempList | BootReport, setup: Setup,
+    request: Request | None = None,
 ) -> None:
     limit = setup.options.max_frame_bytes
     try:
-        frame = encode(message, limit, finite=True)  # its floats are stat times
+        frame = encode(message.to_wire(), limit, finite=True)  # its floats are stat times
     except ProtocolError as exc:
-        frame = encode(_unsendable(request or {}, exc), limit)
+        frame = encode(_unsendable(request, exc).to_wire(), limit)
     send_bytes(fd, frame)
 
 
-def _unsendable(request: dict[str, Any], exc: ProtocolError) -> dict[str, Any]:
+def _unsendable(request: Request | None, exc: ProtocolError) -> Answer:
     """A result that cannot travel becomes an error result, not a dead worker."""
     code = "too_large" if isinstance(exc, FrameTooLarge) else "io_error"
-    sent = request_from_wire(request)
-    tool = sent.tool if isinstance(sent, CallRequest | HistoryRequest) else None
+    tool = request.tool if isinstance(request, CallRequest | HistoryRequest) else None
     return error_answer(tool, code, f"The result cannot be returned: {exc}.",
-                        id=sent.id).to_wire()
+                        id=0 if request is None else request.id)

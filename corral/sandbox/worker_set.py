@@ -10,12 +10,13 @@ import threading
 from collections import deque
 from typing import Any
 
+from corral.calls.waiting import Cancel
 from corral.config import Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.sandbox.pool import (
     MAX_BOOT_KILLS,
     SWEEP_FAILURES,
     BootKilled,
-    SandboxError,
     Worker,
     ZygoteHandle,
     check_boot,
@@ -24,7 +25,6 @@ from corral.sandbox.pool import (
     log_halt,
     sweep_on,
 )
-from corral.sandbox.waiting import Cancel
 
 
 class _Waiter:

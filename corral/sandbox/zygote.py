@@ -3,10 +3,10 @@ threaded host) that preloads everything a worker needs, opens the root fds
 once, and forks confined workers on request. Each worker's socket and a pidfd
 for it travel back to the broker over SCM_RIGHTS.
 
-Control channel (a Unix socket pair with the broker, frames of protocol.py):
-the first frame is the start config (its "roots" null for a shared pool's
-zygote, which opens no roots: each spawn then carries {"setup": the sandbox's
-config, its policy as JSON text, compiled once per sandbox} with its root fds
+Control channel (a Unix socket pair with the broker, frames of protocol.py,
+messages of calls/control.py): the first frame is ZygoteStart (its setup null
+for a shared pool's zygote, which opens no roots: each spawn then carries its
+sandbox's SandboxSetup, the policy compiled once per sandbox, with its root fds
 attached, which the zygote closes once the worker is forked, so no worker ever
 holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
 [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
@@ -30,13 +30,21 @@ import selectors
 import signal
 import socket
 import sys
-from typing import Any
 
 from corral._malloc import keep_freed_memory
 from corral._prctl import set_parent_death_signal
+from corral.calls.control import (
+    Discard,
+    Reply,
+    SandboxSetup,
+    Spawn,
+    Wait,
+    ZygoteStart,
+    control_from_wire,
+)
+from corral.calls.messages import Malformed
 from corral.policy import Policy
 from corral.sandbox import confine, worker
-from corral.sandbox.messages import Discard, Spawn, Wait, control_from_wire
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     MAX_ROOTS,
@@ -58,21 +66,31 @@ def main(control_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
     keep_freed_memory()  # for the workers it forks: each answer reuses the last one's pages
     control = socket.socket(fileno=control_fd)
-    config = read_frame(control_fd, CONTROL_FRAME_BYTES)
-    if config is None:
+    wire = read_frame(control_fd, CONTROL_FRAME_BYTES)
+    if wire is None:
         return
-    if config["pdeathsig"]:
+    try:
+        start = ZygoteStart.from_wire(wire)
+    except Malformed as exc:
+        _reply(control_fd, Reply(error=str(exc)))
+        return
+    if start.pdeathsig:
         set_parent_death_signal(signal.SIGKILL)
-        if os.getppid() != config["host_pid"]:
+        if os.getppid() != start.host_pid:
             return
     try:
-        setup = None if config["roots"] is None else worker.Setup.open(config)
+        setup = None if start.setup is None else worker.Setup.open(
+            start.setup, compiled(start.setup.policy))
         confine.prepare()  # compile the seccomp profile once, not in every worker
     except Exception as exc:
-        write_frame(control_fd, {"error": str(exc)}, CONTROL_FRAME_BYTES)
+        _reply(control_fd, Reply(error=str(exc)))
         return
-    write_frame(control_fd, {"pid": os.getpid()}, CONTROL_FRAME_BYTES)
+    _reply(control_fd, Reply(os.getpid()))
     Zygote(control, setup).serve()
+
+
+def _reply(control_fd: int, reply: Reply) -> None:
+    write_frame(control_fd, reply.to_wire(), CONTROL_FRAME_BYTES)
 
 
 class Zygote:
@@ -112,7 +130,13 @@ class Zygote:
             request, fds = recv_frame_with_fds(self.control, CONTROL_FRAME_BYTES, MAX_ROOTS)
         except (ProtocolError, ConnectionError):
             return False
-        op = None if request is None else control_from_wire(request)
+        try:
+            op = None if request is None else control_from_wire(request)
+        except Malformed as exc:  # a spawn whose setup is none: it fails, nothing more
+            for fd in fds:
+                os.close(fd)
+            _reply(self.control.fileno(), Reply(error=str(exc)))
+            return True
         match op:
             case Spawn(setup=setup, after=after) if (self.setup is None) == (setup is not None):
                 if after is not None:  # a worker killed to make room: gone before the fork
@@ -121,29 +145,28 @@ class Zygote:
             case Discard(pid=pid):
                 self.forget(pid)
             case Wait(pid=pid):
-                reply = {"pid": pid, "code": self.wait(pid)}
-                write_frame(self.control.fileno(), reply, CONTROL_FRAME_BYTES)
+                _reply(self.control.fileno(), Reply(pid, self.wait(pid)))
             case _:
                 return False  # the channel ended, or not our broker talking: stop, never guess
         return True
 
-    def fork_for(self, config: dict[str, Any] | None, fds: list[int]) -> None:
-        """Fork a worker for the private pool's setup, or for the shared pool's
-        sandbox `config` and its root fds (closed here once the worker has them)."""
-        if config is None:
+    def fork_for(self, setup: SandboxSetup | None, fds: list[int]) -> None:
+        """Fork a worker for the private pool's setup, or for a shared pool's sandbox
+        `setup` and its root fds (closed here once the worker has them)."""
+        if setup is None:
             for fd in fds:  # none are expected; never keep strays
                 os.close(fd)
             self.fork_one(self.setup)  # type: ignore[arg-type]
             return
         try:
-            setup = worker.Setup.adopt(config, fds, compiled)
+            ready = worker.Setup.adopt(setup, fds, compiled)
         except Exception as exc:
-            write_frame(self.control.fileno(), {"error": str(exc)}, CONTROL_FRAME_BYTES)
+            _reply(self.control.fileno(), Reply(error=str(exc)))
             return
         try:
-            self.fork_one(setup)
+            self.fork_one(ready)
         finally:
-            setup.close()
+            ready.close()
 
     def fork_one(self, setup: worker.Setup) -> None:
         """Fork a worker on a fresh socket pair; hand the broker its end and a pidfd."""
@@ -166,7 +189,7 @@ class Zygote:
         pidfd = os.pidfd_open(pid)  # race-free: the child cannot be reaped before we wait
         try:
             send_frame_with_fds(
-                self.control, {"pid": pid}, [ours.fileno(), pidfd], CONTROL_FRAME_BYTES
+                self.control, Reply(pid).to_wire(), [ours.fileno(), pidfd], CONTROL_FRAME_BYTES
             )
         finally:
             ours.close()

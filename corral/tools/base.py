@@ -8,44 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.calls.messages import NeedsApproval as NeedsApproval  # re-exported: the tools'
+from corral.calls.messages import Touched as Touched  # vocabulary, as the host's
 from corral.config import Limits
-from corral.fs import Roots
-from corral.history.keeper import Keeper
+from corral.fs import NO_KEEP, Keep, Roots
 from corral.history.store import Store
 from corral.policy import Policy
-
-
-@dataclass(frozen=True, slots=True)
-class Touched:
-    """One path a call touched, for the audit record (never contents)."""
-
-    path: str  # as the caller gave it
-    root: str  # the root's absolute path
-    resolved: str  # root-relative, after resolution
-    decision: str
-    rule: str | None
-
-    def to_wire(self) -> dict[str, Any]:
-        """As it travels to the host, and as the audit log records it (its fields are
-        audit.TOUCHED_FIELDS)."""
-        return {"path": self.path, "root": self.root, "resolved": self.resolved,
-                "decision": self.decision, "rule": self.rule}
-
-
-@dataclass(frozen=True, slots=True)
-class NeedsApproval:
-    """A resolved path a supervised call stopped before acting on: the host asks
-    about it and sends the call again with `key` approved."""
-
-    key: str  # access.approval_key(root, resolved)
-    root: str
-    resolved: str
-    path: str  # as the caller gave it
-    rule: str | None  # the supervised rule; "" or None: the tool's mode
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"key": self.key, "root": self.root, "resolved": self.resolved,
-                "path": self.path, "rule": self.rule}
 
 
 @dataclass
@@ -68,7 +36,7 @@ class Context:
     # call may use ("." the whole root; none: nothing in that root). None: no narrowing.
     within: dict[str, list[str]] | None = None
     history: Store | None = None  # this workspace's history store (None: history off)
-    keep: Keeper | None = None  # records this call's changes, when history is on
+    keep: Keep = NO_KEEP  # records this call's changes: a history Keeper when history is on
     seen: dict[str, str] = field(default_factory=dict)  # read_before_write: key -> version
     wrote: dict[str, str] = field(default_factory=dict)  # versions this call left (append)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -99,7 +98,7 @@ def move_file(ctx: Context, args: dict[str, Any]) -> Outcome:
             src_rel, max_file_bytes=ctx.limits.max_file_bytes, guard=src_check
         )
         # one move to undo, as a rename is
-        with ctx.keep.together() if ctx.keep is not None else contextlib.nullcontext():
+        with ctx.keep.together():
             dst_root.write_atomic(
                 dst_rel, data, exclusive=not args["overwrite"], make_parents=False,
                 mode=info.mode, guard=dst_check, keep=ctx.keep,

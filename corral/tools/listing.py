@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from corral.fs import TEMP_PREFIX, Entry, Root
+from corral.policy import RootSpec
 from corral.tools import render
-from corral.tools.access import joined, open_target, visibility
+from corral.tools.access import joined, open_target, visibility, within
 from corral.tools.base import (
     BOOLEAN,
     INTEGER,
@@ -22,6 +23,7 @@ from corral.tools.base import (
     path_prop,
     shape,
 )
+from corral.tools.ignore import Ignores
 
 DEFAULT_MAX_ENTRIES = 500
 
@@ -56,17 +58,60 @@ def in_flight(path: str) -> bool:
 
 
 def shown(
-    ctx: Context, root: Root, seen: Resolved, entries: Iterable[Entry], include_hidden: bool
+    ctx: Context, root: Root, seen: Resolved, entries: Iterable[Entry], include_hidden: bool,
+    ignores: Ignores | None = None,
 ) -> Iterator[Entry]:
-    """Entries a caller may see: policy-denied paths are not listed at all. `seen.path`
-    is read per entry: a lazy walk runs its guard only when iteration starts."""
+    """Entries a caller may see: policy-denied paths are not listed at all, ignored
+    ones are counted in `ignores.skipped` (after the policy: a denied name is not
+    even counted). `seen.path` is read per entry: a lazy walk runs its guard only
+    when iteration starts."""
     visible = visibility(ctx, root)
     for entry in entries:
         path = entry.path
         if in_flight(path) or (not include_hidden and hidden(path)):
             continue
-        if visible(joined(seen.path, path)):
-            yield entry
+        resolved = joined(seen.path, path)
+        if not visible(resolved):
+            continue
+        if ignores is not None and ignores.ignored(resolved, entry.type == "dir"):
+            ignores.skipped += 1
+            continue
+        yield entry
+
+
+def ignoring(ctx: Context, root: Root, args: dict[str, Any]) -> Ignores | None:
+    """The ignore rules a walk honours, None under include_ignored. Only ignore
+    files the policy allows are read: what a denied or supervised file says must
+    not show, even as what it hides."""
+    if args["include_ignored"]:
+        return None
+    spec, decide, tool = RootSpec(root.path, root.mode), ctx.policy.decide, ctx.tool
+
+    def readable(resolved: str) -> bool:
+        return within(ctx, root, resolved) and decide(
+            tool, spec, resolved, write=False).action == "allow"
+
+    return Ignores(root, readable, ctx.policy.ignore)
+
+
+def walked(
+    root: Root, rel: str, seen: Resolved, ignores: Ignores | None, include_hidden: bool = True
+) -> Iterator[Entry]:
+    """A lazy walk that does not enter hidden directories (unless include_hidden) or
+    ignored ones: an ignored node_modules/ costs one entry, not twenty thousand."""
+    def prune(path: str) -> bool:
+        if not include_hidden and hidden(path):
+            return True
+        return ignores is not None and ignores.ignored(joined(seen.path, path), True)
+
+    def entered(path: str, names: list[str]) -> None:
+        directory = joined(seen.path, path) if path else seen.path
+        if ignores is not None:
+            ignores.entered("" if directory == "." else directory, names)
+
+    needed = ignores is not None or not include_hidden
+    return root.walk(rel, guard=seen, prune=prune if needed else None,
+                     entered=entered if ignores is not None else None)
 
 
 # What one listed entry adds to a result beside its name: the JSON of its type,
@@ -104,10 +149,12 @@ def list_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     limit = min(args["max_entries"], ctx.limits.max_list_entries)
     root, rel, check = open_target(ctx, path, write=False)
     seen = Resolved(check)
-    if args["recursive"]:  # a hidden tree (.git, .venv) left out is not walked either
-        prune = None if args["include_hidden"] else hidden
-        walked = root.walk(rel, guard=seen, prune=prune)  # lazy: taken only up to the limit
-        listed: Iterable[Entry] = shown(ctx, root, seen, walked, args["include_hidden"])
+    ignores = None
+    if args["recursive"]:  # a hidden or ignored tree left out is not walked either
+        ignores = ignoring(ctx, root, args)
+        tree = walked(root, rel, seen, ignores, args["include_hidden"])  # lazy: taken up to
+        listed: Iterable[Entry] = shown(  # the limit
+            ctx, root, seen, tree, args["include_hidden"], ignores)
     else:
         scanned = root.scandir(rel, guard=seen)
         listed = list(shown(ctx, root, seen, scanned, args["include_hidden"]))
@@ -120,8 +167,26 @@ def list_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
         ],
         "count": len(entries),
         "truncated": truncated,
+        "ignored": 0 if ignores is None else ignores.skipped,
     }
-    return Outcome(result, _text(path, entries, truncated))
+    text = _text(path, entries, truncated)
+    return Outcome(result, text + ignored_note(result["ignored"], "\n" if entries else " "))
+
+
+def ignored_note(skipped: int, before: str) -> str:
+    """What a listing or search says of what it left out."""
+    if not skipped:
+        return ""
+    return (f"{before}[{skipped} ignored entries left out (.gitignore, .ignore); "
+            "include_ignored=true shows them]")
+
+
+IGNORED: dict[str, Any] = {"type": "integer", "minimum": 0,
+           "description": "Entries left out by ignore files (an ignored directory counts "
+                          "once: it is not entered)."}
+INCLUDE_IGNORED: dict[str, Any] = {"type": "boolean", "default": False,
+                   "description": "Include what .gitignore and .ignore files exclude (and "
+                                  ".git itself)."}
 
 
 def _text(path: str, entries: list[Entry], truncated: bool) -> str:
@@ -147,9 +212,9 @@ LISTING_TOOLS = [
         description=(
             "List a directory's entries with their type (file, dir, symlink, other), size "
             "and modification time. recursive=true lists the whole tree beneath it with "
-            "paths relative to the directory; symlinks are shown, never followed. The "
-            "listing stops at max_entries with truncated=true; then list a subdirectory or "
-            "use search_files with a glob."
+            "paths relative to the directory; symlinks are shown, never followed, and "
+            "what .gitignore files exclude is left out. The listing stops at max_entries "
+            "with truncated=true; then list a subdirectory or use search_files with a glob."
         ),
         input_schema=obj(
             {
@@ -161,6 +226,9 @@ LISTING_TOOLS = [
                                 "description": "Most entries to return."},
                 "include_hidden": {"type": "boolean", "default": True,
                                    "description": "Include names that start with a dot."},
+                "include_ignored": {
+                    **INCLUDE_IGNORED,
+                    "description": "With recursive: " + INCLUDE_IGNORED["description"]},
             },
         ),
         output_schema=shape({
@@ -172,6 +240,7 @@ LISTING_TOOLS = [
             })),
             "count": INTEGER,
             "truncated": BOOLEAN,
+            "ignored": IGNORED,
         }),
         annotations=mcp_hints(read_only=True, destructive=False, idempotent=True),
         writes=False,

@@ -1,5 +1,5 @@
-"""Every tool by name, argument validation, and `execute`: one request in, one
-result dict out, never an exception (it runs inside the worker's serve loop)."""
+"""Every tool by name, argument validation, and `execute`: one CallRequest in, one
+Answer out, never an exception (it runs inside the worker's serve loop)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dataclasses
 import os
 from typing import Any
 
+from corral.calls.messages import Answer, CallRequest, Meta, error_answer
 from corral.errors import CorralError, did_you_mean
 from corral.history.keeper import Keeper
 from corral.tools import schema
@@ -55,12 +56,6 @@ def validate(tool: Tool, arguments: Any) -> dict[str, Any]:
     return schema.validate(tool.input_schema, arguments)
 
 
-def error_result(tool: str, error: CorralError) -> dict[str, Any]:
-    """A tool's failure as the worker sends it (the host reads it as messages.Answer;
-    meta is added by execute)."""
-    return {"ok": False, "tool": tool, "error": error.to_dict()}
-
-
 def _unexpected(tool: str, error: Exception) -> str:
     # Never str(error): an OSError's text may hold a host path.
     if isinstance(error, OSError) and error.errno is not None:
@@ -68,47 +63,44 @@ def _unexpected(tool: str, error: Exception) -> str:
     return f"{tool or 'the call'} failed unexpectedly ({type(error).__name__})."
 
 
-def execute(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
-    """Run one request {"tool", "arguments", "approved"} and return the contract's
-    result dict plus "meta" (touched paths, bytes, needs_approval) for the host."""
-    name = request.get("tool")
-    within = request.get("within")
+def execute(ctx: Context, request: CallRequest) -> Answer:
+    """Run one call: the contract's result, or its error, with the Meta the host
+    reads (touched paths, bytes, needs_approval, history)."""
+    name = request.tool
     call = dataclasses.replace(
-        ctx, approved=frozenset(request.get("approved") or ()), touched=[],
-        within=ctx.roots.narrow(within) if isinstance(within, list) else None,
+        ctx, approved=frozenset(request.approved), touched=[],
+        within=None if request.within is None else ctx.roots.narrow(list(request.within)),
         tool=shown_name(name) if isinstance(name, str) else "", needs_approval=[], given={},
         wrote={},
     )
     size = 0
+    keeper: Keeper | None = None
     try:
         tool = lookup(name)
         if ctx.history is not None and tool.writes:
-            call.keep = Keeper(ctx.history, ctx.roots.workspace.path, tool.name)
-        call.seen = request.get("seen") or {}
+            call.keep = keeper = Keeper(ctx.history, ctx.roots.workspace.path, tool.name)
+        call.seen = dict(request.seen or {})
         # Checked here too, not only in the host: the worker trusts no request.
         mode = ctx.policy.tool_mode(tool.name, writes=tool.writes)
         if mode == "deny":
             why = ctx.policy.disabled_reason(tool.name, writes=tool.writes)
             raise CorralError("tool_disabled", why)
         call.supervised = mode == "supervised"
-        outcome = tool.run(call, validate(tool, request.get("arguments", {})))
+        outcome = tool.run(call, validate(tool, request.arguments))
         size = outcome.bytes
-        response: dict[str, Any] = {
-            "ok": True, "tool": tool.name, "result": outcome.result, "text": outcome.text
-        }
+        return Answer(True, tool.name, outcome.result, outcome.text,
+                      meta=_meta(call, size, keeper), id=request.id)
     except CorralError as error:
-        response = error_result(call.tool, as_given(call, error))
+        failure = as_given(call, error)
     except Exception as error:  # the worker must answer every request
-        response = error_result(call.tool, CorralError("io_error", _unexpected(call.tool, error)))
-    response["meta"] = {  # sandbox/messages.py's Meta, on the wire
-        "touched": [t.to_wire() for t in call.touched],
-        "bytes": size,
-        "needs_approval": [n.to_wire() for n in call.needs_approval],
-    }
-    if call.keep is not None and call.keep.stored:
-        response["meta"]["history_bytes"] = call.keep.stored
-    if call.keep is not None and call.keep.ids:
-        response["meta"]["history_ids"] = call.keep.ids
-    if call.wrote:
-        response["meta"]["seen"] = call.wrote
-    return response
+        failure = CorralError("io_error", _unexpected(call.tool, error))
+    return error_answer(call.tool, failure, meta=_meta(call, size, keeper), id=request.id)
+
+
+def _meta(call: Context, size: int, keeper: Keeper | None) -> Meta:
+    """What the call did, for the host (never shown to a caller)."""
+    return Meta(
+        tuple(call.touched), size, tuple(call.needs_approval),
+        keeper.stored if keeper is not None else 0, call.wrote,
+        tuple(keeper.ids) if keeper is not None else (),
+    )

@@ -25,7 +25,16 @@ from corral.tools.base import (
     path_prop,
     shape,
 )
-from corral.tools.listing import Resolved, listing_budget, shown
+from corral.tools.listing import (
+    IGNORED,
+    INCLUDE_IGNORED,
+    Resolved,
+    ignored_note,
+    ignoring,
+    listing_budget,
+    shown,
+    walked,
+)
 from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget, split_lines
 
 DEFAULT_MAX_FILES = 500
@@ -89,7 +98,9 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
     matches: list[str] = []
     truncated = False
     budget = listing_budget(ctx)  # the paths as JSON carries them, as a listing counts
-    for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
+    ignores = ignoring(ctx, root, args)
+    tree = walked(root, rel, seen, ignores)
+    for entry in shown(ctx, root, seen, tree, include_hidden=True, ignores=ignores):
         if pattern.fullmatch(entry.path):
             match = shown_path(ctx, root, joined(seen.path, entry.path))
             budget -= 3 + render.text_size(match)
@@ -97,12 +108,14 @@ def search_files(ctx: Context, args: dict[str, Any]) -> Outcome:
                 truncated = True
                 break
             matches.append(match)
+    skipped = 0 if ignores is None else ignores.skipped
     result = {"pattern": args["pattern"], "path": path, "matches": matches,
-              "truncated": truncated}
+              "truncated": truncated, "ignored": skipped}
     if not matches:
-        return Outcome(result, f"No paths under {path} match {args['pattern']}.")
+        text = f"No paths under {path} match {args['pattern']}."
+        return Outcome(result, text + ignored_note(skipped, " "))
     note = [f"[cut at {len(matches)} matches; narrow the pattern]"] if truncated else []
-    return Outcome(result, "\n".join([*matches, *note]))
+    return Outcome(result, "\n".join([*matches, *note]) + ignored_note(skipped, "\n"))
 
 
 def _searchable(ctx: Context, root: Root, resolved: str, approved_dir: bool) -> None:
@@ -127,6 +140,7 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
     found = Found(
         regex, min(args["max_results"], MAX_MATCHES), read_budget(ctx, HARD_READ_CEILING)
     )
+    ignores = None
     if info.type != "dir":
         # A file named explicitly: its errors are the caller's to see.
         data = content(ctx, root, rel, check)
@@ -135,16 +149,20 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
         found.search(shown_path(ctx, root, seen.path), data)
     else:
         approved_dir = approval_key(root.path, seen.path) in ctx.approved
-        for entry in shown(ctx, root, seen, root.walk(rel, guard=seen), include_hidden=True):
+        ignores = ignoring(ctx, root, args)
+        tree = walked(root, rel, seen, ignores)
+        for entry in shown(ctx, root, seen, tree, include_hidden=True, ignores=ignores):
             if entry.type != "file" or not wanted(entry.path):
                 continue
             resolved = joined(seen.path, entry.path)
             text = _read_quietly(ctx, root, resolved, approved_dir)
             if text is not None and found.search(shown_path(ctx, root, resolved), text):
                 break
+    skipped = 0 if ignores is None else ignores.skipped
     result = {"pattern": args["pattern"], "path": path, "matches": found.matches,
-              "files_searched": found.files, "truncated": found.truncated}
-    return Outcome(result, _grep_text(result))
+              "files_searched": found.files, "truncated": found.truncated, "ignored": skipped}
+    note = ignored_note(skipped, " " if not found.matches else "\n")
+    return Outcome(result, _grep_text(result) + note)
 
 
 class Found:
@@ -220,7 +238,8 @@ SEARCH_TOOLS = [
             "'*' stays within one directory level, '**' spans any number of them, so use "
             "'**/*.py' for Python files at any depth and '*.py' for the top level only. "
             "Returned paths are relative to the workspace (absolute in other allowed "
-            "directories) and can be passed straight to the other tools."
+            "directories) and can be passed straight to the other tools. What .gitignore "
+            "files exclude is left out."
         ),
         input_schema=obj(
             {
@@ -229,11 +248,12 @@ SEARCH_TOOLS = [
                 "path": {**path_prop("Directory to search"), "default": "."},
                 "max_results": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_FILES,
                                 "description": "Most paths to return."},
+                "include_ignored": INCLUDE_IGNORED,
             },
             ("pattern",),
         ),
         output_schema=shape({"pattern": STRING, "path": STRING, "matches": list_of(STRING),
-                             "truncated": BOOLEAN}),
+                             "truncated": BOOLEAN, "ignored": IGNORED}),
         annotations=mcp_hints(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=search_files,
@@ -245,7 +265,8 @@ SEARCH_TOOLS = [
             "Search file contents for a Python regular expression, line by line, in one "
             "file or every file beneath a directory. Returns path, line number and the "
             "matching line. glob narrows the files searched ('*.py' matches by file name "
-            "at any depth, 'src/**/*.ts' by path). Binary files are skipped. Escape regex "
+            "at any depth, 'src/**/*.ts' by path). Binary files and what .gitignore files "
+            "exclude are skipped. Escape regex "
             "metacharacters such as ( [ . * when you mean them literally."
         ),
         input_schema=obj(
@@ -260,13 +281,14 @@ SEARCH_TOOLS = [
                 "max_results": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_MATCHES,
                                 "description": f"Most matching lines to return "
                                                f"(at most {MAX_MATCHES})."},
+                "include_ignored": INCLUDE_IGNORED,
             },
             ("pattern",),
         ),
         output_schema=shape({
             "pattern": STRING, "path": STRING,
             "matches": list_of(shape({"path": STRING, "line": INTEGER, "text": STRING})),
-            "files_searched": INTEGER, "truncated": BOOLEAN,
+            "files_searched": INTEGER, "truncated": BOOLEAN, "ignored": IGNORED,
         }),
         annotations=mcp_hints(read_only=True, destructive=False, idempotent=True),
         writes=False,

@@ -1,7 +1,8 @@
-"""The messages between host, zygote and worker: one immutable, typed value each
-(a NamedTuple: a frozen dataclass costs ~0.5 ms to create at import, and every
-sandbox's zygote imports these eleven, ~5 ms of each sandbox start), with
-`to_wire()` (the JSON object a frame carries) and `from_wire()`.
+"""The messages between host and worker: one immutable, typed value each (a
+NamedTuple: a frozen dataclass costs ~0.5 ms to create at import, and every
+sandbox's zygote imports these, ~5 ms of each sandbox start), with `to_wire()`
+(the JSON object a frame carries) and `from_wire()`. A worker builds its answer
+as an Answer too (tools/registry.execute), never as a dict.
 
 A worker is confined because the code in it may be made to misbehave, so what it
 sends is untrusted: `Answer.from_wire` and `BootReport.from_wire` check every
@@ -15,23 +16,23 @@ Wire shapes (one JSON object per frame):
     history  {"id", "history": "undo"|"rewind"|"settle", "tool", ...its fields}
     cleanup  {"id", "cleanup": {"pid", "tool", "arguments"}}   after a crash
              {"id", "cleanup": {"temps": [[root index, path], ...]}}
-               both answer {"id", "removed": count}
+               both answer {"id", "removed": count} (Removed)
              {"id", "find_temps": true} -> {"id", "temps": [[root index, path, pid], ...]}
+               (TempList)
     answer   {"id", "ok", "tool", "result"+"text" | "error", "meta"}
     boot     {"confinement", "pid", "roots"} | {"confine_error"}
-    zygote   {"op": "spawn", "setup"?, "after"?} | {"op": "wait", "pid"} | {"op": "discard", "pid"}
+(The zygote's control channel: control.py.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from corral.audit import TOUCHED_FIELDS
 from corral.errors import ERROR_CODES, CorralError
 from corral.jsonfast import is_raw
-from corral.tools.base import NeedsApproval, Touched
 
 if TYPE_CHECKING:
     from msgspec import Raw
@@ -49,10 +50,46 @@ class Malformed(ValueError):
     """A frame that is not the message it should be (the text says what it is)."""
 
 
+# -- what a call touched -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Touched:
+    """One path a call touched, for the audit record (never contents)."""
+
+    path: str  # as the caller gave it
+    root: str  # the root's absolute path
+    resolved: str  # root-relative, after resolution
+    decision: str
+    rule: str | None
+
+    def to_wire(self) -> dict[str, Any]:
+        """As it travels to the host, and as the audit log records it (its fields are
+        audit.TOUCHED_FIELDS)."""
+        return {"path": self.path, "root": self.root, "resolved": self.resolved,
+                "decision": self.decision, "rule": self.rule}
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    """A resolved path a supervised call stopped before acting on: the host asks
+    about it and sends the call again with `key` approved."""
+
+    key: str  # access.approval_key(root, resolved)
+    root: str
+    resolved: str
+    path: str  # as the caller gave it
+    rule: str | None  # the supervised rule; "" or None: the tool's mode
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "root": self.root, "resolved": self.resolved,
+                "path": self.path, "rule": self.rule}
+
+
 # -- fields ------------------------------------------------------------------
 
 
-def _count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -67,7 +104,9 @@ def _optional_string(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
-_TOUCHED_STRINGS = tuple(name for name in TOUCHED_FIELDS if name != "rule")  # rule may be null
+# rule may be null. Touched's own fields, not audit's TOUCHED_FIELDS (the same, as
+# test_audit checks): importing audit would load hmac and OpenSSL (~4 MiB) into the zygote.
+_TOUCHED_STRINGS = tuple(f.name for f in fields(Touched) if f.name != "rule")
 
 
 def _touched(wire: Any) -> Touched:
@@ -118,9 +157,9 @@ class Meta(NamedTuple):
             raise Malformed("meta.touched entries without their paths")
         if not isinstance(needs, list):
             raise Malformed("meta.needs_approval entries without their paths")
-        if not _count(wire.get("bytes", 0)):
+        if not is_count(wire.get("bytes", 0)):
             raise Malformed("meta.bytes that is not a count")
-        if not _count(wire.get("history_bytes", 0)):
+        if not is_count(wire.get("history_bytes", 0)):
             raise Malformed("meta.history_bytes that is not a count")
         seen = wire.get("seen")
         if seen is None:
@@ -174,7 +213,7 @@ class CallRequest(NamedTuple):
         within, seen, approved = wire.get("within"), wire.get("seen"), wire.get("approved")
         return cls(
             wire.get("tool"), wire.get("arguments", {}),
-            tuple([a for a in approved if type(a) is str]) if approved else (),
+            tuple([a for a in approved if type(a) is str]) if type(approved) is list else (),
             tuple(within) if type(within) is list else None,
             seen if type(seen) is dict else None, _id(wire),
         )
@@ -214,7 +253,7 @@ class HistoryRequest(NamedTuple):
         pids = wire.get("pids")
         return cls(
             str(wire["history"]), wire.get("path"), wire.get("to"), bool(wire.get("force")),
-            tuple(p for p in pids if _count(p)) if isinstance(pids, list) else (), _id(wire),
+            tuple(p for p in pids if is_count(p)) if isinstance(pids, list) else (), _id(wire),
         )
 
 
@@ -273,7 +312,7 @@ def request_from_wire(wire: dict[str, Any]) -> Request:
             temps = cleanup["temps"] if isinstance(cleanup["temps"], list) else []
             return RemoveTemps(tuple(
                 (t[0], t[1]) for t in temps
-                if isinstance(t, list) and len(t) == 2 and _count(t[0]) and isinstance(t[1], str)
+                if isinstance(t, list) and len(t) == 2 and is_count(t[0]) and isinstance(t[1], str)
             ), _id(wire))
         arguments = cleanup.get("arguments")
         return CleanupRequest(
@@ -369,22 +408,42 @@ def host_bug_answer(tool: Any, exc: Exception) -> Answer:
         tool, "io_error", f"internal error in the corral host: {type(exc).__name__}: {exc}")
 
 
-def removed_from_wire(wire: dict[str, Any], request: CleanupRequest | RemoveTemps) -> int:
-    """How many temp files a cleanup removed; Malformed for anything else."""
-    if wire.get("id") != request.id or not _count(wire.get("removed")):
-        raise Malformed("a cleanup answer without a count")
-    return int(wire["removed"])
+class Removed(NamedTuple):
+    """How many temp files a cleanup (CleanupRequest, RemoveTemps) removed."""
+
+    id: int
+    removed: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "removed": self.removed}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any], request: CleanupRequest | RemoveTemps) -> Removed:
+        """The answer to `request`; Malformed for anything else."""
+        if wire.get("id") != request.id or not is_count(wire.get("removed")):
+            raise Malformed("a cleanup answer without a count")
+        return cls(request.id, wire["removed"])
 
 
-def temps_from_wire(wire: dict[str, Any], request: FindTemps) -> list[tuple[int, str, int]]:
+class TempList(NamedTuple):
     """The temp files a FindTemps listed: (root index, path, writer pid)."""
-    temps = wire.get("temps")
-    if wire.get("id") != request.id or not isinstance(temps, list) or not all(
-        isinstance(t, list) and len(t) == 3 and _count(t[0]) and isinstance(t[1], str)
-        and _count(t[2]) for t in temps
-    ):
-        raise Malformed("a temp listing that is not [root index, path, pid] triples")
-    return [(t[0], t[1], t[2]) for t in temps]
+
+    id: int
+    temps: tuple[tuple[int, str, int], ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "temps": [list(t) for t in self.temps]}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any], request: FindTemps) -> TempList:
+        """The answer to `request`; Malformed for anything else."""
+        temps = wire.get("temps")
+        if wire.get("id") != request.id or not isinstance(temps, list) or not all(
+            isinstance(t, list) and len(t) == 3 and is_count(t[0]) and isinstance(t[1], str)
+            and is_count(t[2]) for t in temps
+        ):
+            raise Malformed("a temp listing that is not [root index, path, pid] triples")
+        return cls(request.id, tuple((t[0], t[1], t[2]) for t in temps))
 
 
 # -- a worker's first frame --------------------------------------------------------
@@ -417,56 +476,4 @@ class BootReport(NamedTuple):
         ):
             raise Malformed("a report without its layers and roots")
         pid = wire.get("pid")
-        return cls(layers, pid if _count(pid) else None, tuple((r[0], r[1]) for r in roots))
-
-
-# -- the zygote's control channel ----------------------------------------------------
-
-
-class Spawn(NamedTuple):
-    """Fork one worker (reply {"pid"} with fds [socket, pidfd]). A shared pool's
-    zygote needs the sandbox's `setup`; `after`: a killed worker to reap first."""
-
-    setup: dict[str, Any] | None = None
-    after: int | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"op": "spawn"}
-        if self.setup is not None:
-            wire["setup"] = self.setup
-        if self.after is not None:
-            wire["after"] = self.after
-        return wire
-
-
-class Wait(NamedTuple):
-    """How a worker ended (reply {"pid", "code"})."""
-
-    pid: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"op": "wait", "pid": self.pid}
-
-
-class Discard(NamedTuple):
-    """Reap a killed worker without keeping its code (no reply)."""
-
-    pid: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"op": "discard", "pid": self.pid}
-
-
-ControlOp = Spawn | Wait | Discard
-
-
-def control_from_wire(wire: dict[str, Any]) -> ControlOp | None:
-    """The op a control frame holds; None if it is none (not our broker talking)."""
-    op = wire.get("op")
-    if op == "spawn":
-        after, setup = wire.get("after"), wire.get("setup")
-        return Spawn(setup if isinstance(setup, dict) else None,
-                     after if _count(after) else None)
-    if op in ("wait", "discard") and _count(wire.get("pid")):
-        return Wait(wire["pid"]) if op == "wait" else Discard(wire["pid"])
-    return None
+        return cls(layers, pid if is_count(pid) else None, tuple((r[0], r[1]) for r in roots))
