@@ -5,7 +5,6 @@ skipped. Through the worker pool, over both resolvers; git agreement at the end.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -13,17 +12,13 @@ from typing import Any
 
 import pytest
 from conftest import err, ok
+from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.config import SandboxOptions
 from corral.policy import Policy, Rule
 
-_spec = importlib.util.spec_from_file_location(
-    "ignore_agreement", Path(__file__).resolve().parent.parent / "scripts" / "ignore_agreement.py"
-)
-assert _spec is not None and _spec.loader is not None
-ignore_agreement = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ignore_agreement)
+ignore_agreement = load_script("ignore_agreement")
 
 FILES = {
     ".gitignore": "node_modules/\n*.log\n!keep.log\n",
