@@ -24,14 +24,14 @@ CONTRACT_ARGUMENTS = {
                   "expected_version", "dry_run", "match"},
     "read_multiple_files": {"paths", "offset", "limit", "max_bytes"},
     "append_file": {"path", "content"},
-    "list_directory": {"path", "recursive", "max_entries", "include_hidden"},
+    "list_directory": {"path", "recursive", "max_entries", "include_hidden", "include_ignored"},
     "create_directory": {"path"},
     "stat_file": {"path"},
     "move_file": {"source", "destination", "overwrite"},
     "copy_file": {"source", "destination", "overwrite"},
     "delete_file": {"path"},
-    "search_files": {"pattern", "path", "max_results"},
-    "grep": {"pattern", "path", "glob", "ignore_case", "max_results"},
+    "search_files": {"pattern", "path", "max_results", "include_ignored"},
+    "grep": {"pattern", "path", "glob", "ignore_case", "max_results", "include_ignored"},
     "list_allowed_directories": set(),
 }
 
@@ -42,11 +42,12 @@ CONTRACT_DEFAULTS = {
     "edit_file": {"replace_all": False, "dry_run": False, "expected_version": None,
                   "match": "tolerant"},
     "list_directory": {"path": ".", "recursive": False, "max_entries": 500,
-                       "include_hidden": True},
+                       "include_hidden": True, "include_ignored": False},
     "move_file": {"overwrite": False},
     "copy_file": {"overwrite": False},
-    "search_files": {"path": ".", "max_results": 500},
-    "grep": {"path": ".", "glob": None, "ignore_case": False, "max_results": 200},
+    "search_files": {"path": ".", "max_results": 500, "include_ignored": False},
+    "grep": {"path": ".", "glob": None, "ignore_case": False, "max_results": 200,
+             "include_ignored": False},
 }
 
 READ_ONLY = {"read_file", "read_multiple_files", "list_directory", "stat_file",
