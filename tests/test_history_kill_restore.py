@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,10 @@ def kill_at_record(sb: Sandbox, k: int, run: Callable[[], dict[str, Any]]) -> di
             if len([i for i in ids() - earlier if id_pid(i) == pid]) >= k:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+                    killed.set()
                 return
 
+    killed = threading.Event()
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
@@ -51,6 +54,22 @@ def kill_at_record(sb: Sandbox, k: int, run: Callable[[], dict[str, Any]]) -> di
     finally:
         done.set()
         watcher.join()
+        if killed.is_set():
+            _wait_dead(pid)
+
+
+def _wait_dead(pid: int) -> None:
+    """A kill that landed just as run() returned leaves an idle worker dying, which
+    the next call could still take (and crash with): wait until it is dead."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
 
 
 def temps(root: Path) -> list[Path]:
