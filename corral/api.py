@@ -43,7 +43,7 @@ from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
 from corral.trust import narrowed
 
-__all__ = ["FORCE_HINT", "NO_ONE_TO_ASK", "Approve", "AsyncSandbox", "NoApprover", "Sandbox"]
+__all__ = ["FORCE_HINT", "NO_ONE_TO_ASK", "Approver", "AsyncSandbox", "NoApprover", "Sandbox"]
 
 HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
 log = logging.getLogger("corral")
@@ -78,7 +78,7 @@ def probe() -> dict[str, Any]:
     return kernel()
 
 
-Approve = Callable[[dict[str, Any]], Any]
+Approver = Callable[[dict[str, Any]], Any]  # the approve callback, asked at each Approve step
 # What starts a sandbox's executor: a private pool (Broker), or a lane of a shared one.
 StartExecutor = Callable[..., Executor]
 S = TypeVar("S", bound="_BaseSandbox")
@@ -141,7 +141,7 @@ class _BaseSandbox:
         policy: Policy | None = None,
         limits: Limits | None = None,
         workers: int | None = None,
-        approve: Approve | None = None,
+        approve: Approver | None = None,
         audit: str | os.PathLike[str] | Audit | AuditOptions | None = None,
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
@@ -368,7 +368,7 @@ class Sandbox(_BaseSandbox):
         return self.run(self.flow(tool, arguments, within=within))
 
     def run(
-        self, flow: CallFlow, *, approve: Approve | None = None, wait: WaitPolicy = PLAIN,
+        self, flow: CallFlow, *, approve: Approver | None = None, wait: WaitPolicy = PLAIN,
     ) -> dict[str, Any]:
         """Drive `flow` to its result: its requests run in confined workers (waiting
         as `wait` says), its Approve steps go to `approve` (default: the sandbox's
@@ -439,7 +439,7 @@ class AsyncSandbox(_BaseSandbox):
         return await self.run(self.flow(tool, arguments, within=within))
 
     async def run(
-        self, flow: CallFlow, *, approve: Approve | None = None, wait: WaitPolicy = PLAIN,
+        self, flow: CallFlow, *, approve: Approver | None = None, wait: WaitPolicy = PLAIN,
     ) -> dict[str, Any]:
         """Sandbox.run with awaits; cancelling the awaiting task cancels the call."""
         ask = approve if approve is not None else self._approve

@@ -26,12 +26,11 @@ from typing import Any, NoReturn
 
 from corral import __version__, audit_verify, cli_history, jsonl_server, mcp_server
 from corral._malloc import keep_freed_memory
-from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside, probe
+from corral.api import NO_ONE_TO_ASK, Approver, Sandbox, default_store_inside, probe
 from corral.audit import AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, SandboxError, did_you_mean
 from corral.history.store import check_location
-from corral.mcp_core import Approve
 from corral.stdio import protocol_streams
 from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS
@@ -93,7 +92,7 @@ def effective_config(args: argparse.Namespace) -> Config:
     return config
 
 
-def open_sandbox(args: argparse.Namespace, approve: Approve | None = None) -> Sandbox:
+def open_sandbox(args: argparse.Namespace, approve: Approver | None = None) -> Sandbox:
     return Sandbox.from_config(effective_config(args), approve=approve)
 
 
@@ -234,7 +233,7 @@ def ask_on_terminal(request: dict[str, Any]) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def approver(args: argparse.Namespace) -> Approve | None:
+def approver(args: argparse.Namespace) -> Approver | None:
     """--yes approves every supervised call; a terminal on stdin is asked; else nobody."""
     if args.yes:
         return lambda request: True

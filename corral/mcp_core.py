@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 from urllib.parse import unquote, urlsplit
 
-from corral.api import Sandbox
+from corral.api import Approver, Sandbox
 from corral.calls.messages import Answer, CallRequest, error_answer, host_bug_answer
 from corral.config import ConfigError, Remedy, any_face
 from corral.flow import CallFlow, NoApprover, Submit
@@ -125,7 +125,6 @@ INSTRUCTIONS = (
     "file's `version` back as `expected_version` to avoid overwriting someone else's change."
 )
 
-Approve = Callable[[dict[str, Any]], bool]
 
 # One key per process: a requestState is good for any session of this server process.
 _STATE_KEY = secrets.token_bytes(32)
@@ -372,7 +371,7 @@ class McpSession:
 
     def __init__(
         self,
-        open_sandbox: Callable[[Approve], Sandbox],
+        open_sandbox: Callable[[Approver], Sandbox],
         *,
         can_ask: bool = True,
         say_remedy: Callable[[Remedy], str] = any_face,

@@ -25,13 +25,12 @@ import functools
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from corral.api import Sandbox
+from corral.api import Approver, Sandbox
 from corral.config import Remedy, any_face
 from corral.mcp_core import (
     INVALID_REQUEST,
     PARSE_ERROR,
     Action,
-    Approve,
     McpSession,
     ProtocolError,
     Reply,
@@ -61,7 +60,7 @@ class McpServer:
     """Serves one client on a pair of byte streams until the input ends."""
 
     def __init__(
-        self, open_sandbox: Callable[[Approve], Sandbox], reader: BinaryIO, writer: BinaryIO,
+        self, open_sandbox: Callable[[Approver], Sandbox], reader: BinaryIO, writer: BinaryIO,
         say_remedy: Callable[[Remedy], str] = any_face,
     ) -> None:
         self._out = LineWriter(writer)
@@ -101,7 +100,7 @@ class McpServer:
 
 
 def serve(
-    open_sandbox: Callable[[Approve], Sandbox], reader: BinaryIO, writer: BinaryIO,
+    open_sandbox: Callable[[Approver], Sandbox], reader: BinaryIO, writer: BinaryIO,
     say_remedy: Callable[[Remedy], str] = any_face,
 ) -> bool:
     """Run an MCP server on the given streams until the client closes its end.

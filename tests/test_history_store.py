@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 from confined import run_confined
 from conftest import ok
-from history_helpers import snapshot
+from history_helpers import promoted, snapshot, work_store
 
 from corral import Sandbox
 from corral.config import HistoryOptions, load_config
+from corral.fs import Root
+from corral.history.keeper import Keeper
+from corral.history.records import Record, State
 from corral.history.store import Store, new_id, workspace_key
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
@@ -205,6 +208,34 @@ def test_a_store_is_readable_after_a_torn_record(tmp_path: Path) -> None:
     try:
         (store_dir / f"r-{new_id()}.json").write_text('{"id": ')  # a crash mid-create
         assert list(store.records()) == []
+    finally:
+        store.close()
+
+
+def test_the_store_reads_back_typed_checked_records(tmp_path: Path) -> None:
+    """Undo and rewind read a record as records.Record, its states as State (never a
+    dict's keys): what the Keeper wrote, the host promoted, reads back equal."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_bytes(b"old\n")
+    work, store = work_store(tmp_path / "store")
+    try:
+        root = Root(str(workspace))
+        root.write_atomic("a.txt", b"new\n", keep=Keeper(store, root.path, "write_file"))
+        promoted(store, work, workspace)
+        [record] = list(store.records())
+        assert isinstance(record, Record) and store.record(record.id) == record
+        [entry] = record.entries
+        assert (entry.rel, entry.kind, entry.action) == ("a.txt", "replace", "modify")
+        assert isinstance(entry.before, State) and entry.before.hash is not None
+        assert store.read_blob(entry.before) == b"old\n"
+        blob = f"b-{record.id}-0"  # in the work directory, where the worker kept it
+        assert store.has_blob(State("file", size=4, blob=blob))
+        assert not store.has_blob(State("file", size=5, blob=blob))  # not whole
+        checkpoint = store.checkpoint("label")
+        promoted(store, work, workspace)
+        info = store.checkpoint_info(checkpoint)
+        assert info is not None and info.label == "label"
     finally:
         store.close()
 

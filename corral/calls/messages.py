@@ -298,10 +298,11 @@ class RemoveTemps(NamedTuple):
         return {"id": self.id, "cleanup": {"temps": [list(t) for t in self.temps]}}
 
 
-Request = CallRequest | HistoryRequest | CleanupRequest | FindTemps | RemoveTemps
+# Everything the host sends a worker.
+ToWorker = CallRequest | HistoryRequest | CleanupRequest | FindTemps | RemoveTemps
 
 
-def request_from_wire(wire: dict[str, Any]) -> Request:
+def request_from_wire(wire: dict[str, Any]) -> ToWorker:
     """The request a frame holds (in the worker). Unknown shapes are calls: the
     registry then answers them with its own error."""
     if "tool" in wire and "history" not in wire and "cleanup" not in wire:

@@ -203,9 +203,9 @@ class History:
             if item_id in checkpoints:
                 info = self.store.checkpoint_info(item_id)
                 if info is not None:
-                    found.append({"id": item_id, "time": info["time"], "tool": None,
+                    found.append({"id": item_id, "time": info.time, "tool": None,
                                   "path": None, "action": "checkpoint", "before": None,
-                                  "after": None, "checkpoint": info["label"]})
+                                  "after": None, "checkpoint": info.label})
                 continue
             record = self.store.load_record(self.store.home, f"{RECORD}{item_id}{COMMITTED}")
             if record is None:

@@ -14,9 +14,9 @@ What is kept, per change:
 - a move: the moved inode's number (its undo moves it back); a destination it
   overwrote is copied into the store first.
 - a directory made: nothing (its undo removes it if empty).
-Entry states (`before`/`after`): None for "did not exist", else a dict with
-"type" and, for files, "mode", "size" and where it is kept ("blob"), the
-content "version" or the appended "tail" (a version of the appended bytes).
+Entry states (`before`/`after`, records.State): None for "did not exist", else
+the type and, for files, mode, size and where it is kept (`blob`), the content
+`version` or the appended `tail` (a version of the appended bytes).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from corral.fs import Root, content_version
 from corral.fs._atomic import Land
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from corral.fs.version import chunked_version
-from corral.history.records import VERSION
+from corral.history.records import Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
@@ -60,7 +60,7 @@ def shown(workspace: str, root: Root, rel: str) -> str:
 class _Pending:
     """A write's record, and the target's lstat it was made for."""
 
-    record: dict[str, Any]
+    record: Record
     st: os.stat_result | None
 
 
@@ -82,10 +82,12 @@ class Keeper:
     # -- records --------------------------------------------------------------
 
     def _entry(
-        self, root: Root, rel: str, kind: str, action: str, before: Any, after: Any, **more: Any
-    ) -> dict[str, Any]:
-        return {"root": root.path, "rel": rel, "path": shown(self.workspace, root, rel),
-                "kind": kind, "action": action, "before": before, "after": after, **more}
+        self, root: Root, rel: str, kind: str, action: str, before: State | None,
+        after: State | None, made: Sequence[str] = (), to: str | None = None,
+        source: str | None = None,
+    ) -> Entry:
+        return Entry(root.path, rel, shown(self.workspace, root, rel), kind, action, before,
+                     after, tuple(made), to, source)
 
     def _next_id(self) -> str:
         """The id the next record gets (its blob is named after it before it is written)."""
@@ -93,16 +95,12 @@ class Keeper:
             self._reserved = new_id()
         return self._reserved
 
-    def _pending(self, *entries: dict[str, Any]) -> dict[str, Any]:
+    def _pending(self, *entries: Entry) -> Record:
         record_id, self._reserved = self._next_id(), None
         # dated by its id, which was made before the old file was kept (a copy can take
         # longer than the host allows between a record's time and its id's)
-        record = {"v": VERSION, "id": record_id, "time": id_time(record_id),
-                  "tool": self.tool, "pid": os.getpid(), "entries": list(entries)}
-        if self.undoes is not None:
-            record["undoes"] = self.undoes
-        if self.group is not None:
-            record["group"] = self.group
+        record = Record(record_id, id_time(record_id), self.tool, os.getpid(), entries,
+                        self.undoes, self.group)
         self.stored += self.store.write_pending(record)
         return record
 
@@ -116,17 +114,17 @@ class Keeper:
         finally:
             self.group = None
 
-    def _commit(self, record: dict[str, Any]) -> None:
-        self.store.commit(record["id"])
-        self.ids.append(record["id"])
+    def _commit(self, record: Record) -> None:
+        self.store.commit(record.id)
+        self.ids.append(record.id)
 
     @contextlib.contextmanager
-    def _landing(self, record: dict[str, Any]) -> Iterator[None]:
+    def _landing(self, record: Record) -> Iterator[None]:
         """Commit if the change lands, forget the record if it fails."""
         try:
             yield
         except BaseException:
-            self.store.drop(record["id"])
+            self.store.drop(record.id)
             raise
         self._commit(record)
 
@@ -140,23 +138,22 @@ class Keeper:
         """An atomic write: the record is written first (before the new file's data
         is, so one journal commit carries both), as `st` says the target is; the
         Land it yields swaps the new file in and the old one into the store."""
-        after = {"type": "file", "size": size, "version": version}
+        after = State("file", size=size, version=version)
         current = _Pending(self._pending(self._replacing(root, rel, made, after, st)), st)
 
-        def again(now: os.stat_result | None) -> dict[str, Any]:
+        def again(now: os.stat_result | None) -> Entry:
             """The target changed since it was resolved: record what is there now."""
-            self.store.drop(current.record["id"])
+            self.store.drop(current.record.id)
             current.record = self._pending(self._replacing(root, rel, made, after, now))
             current.st = now
-            entry: dict[str, Any] = current.record["entries"][0]
-            return entry
+            return current.record.entries[0]
 
         def land(dir_fd: int, tmp: str, name: str, flags: int) -> None:
-            entry = current.record["entries"][0]
+            entry = current.record.entries[0]
             now = _lstat(dir_fd, name)
             if not _same(now, current.st):
                 entry = again(now)
-            if entry["before"] is None:
+            if entry.before is None:
                 try:
                     renameat2(dir_fd, tmp, dir_fd, name, flags | RENAME_NOREPLACE)
                     return
@@ -166,23 +163,23 @@ class Keeper:
                     entry = again(now)  # it appeared meanwhile: replace it, kept
             if flags & RENAME_NOREPLACE:
                 raise FileExistsError(errno.EEXIST, "exists")
-            self._swap(dir_fd, tmp, name, entry["before"]["blob"])
+            # the blob _replacing named for what is there: the record's own
+            self._swap(dir_fd, tmp, name, blob_name(current.record.id))
 
         try:
             yield land
         except BaseException:
-            self.store.drop(current.record["id"])
+            self.store.drop(current.record.id)
             raise
         self._commit(current.record)
 
     def _replacing(
-        self, root: Root, rel: str, made: list[str], after: dict[str, Any],
-        st: os.stat_result | None,
-    ) -> dict[str, Any]:
+        self, root: Root, rel: str, made: list[str], after: State, st: os.stat_result | None,
+    ) -> Entry:
         if st is None:
             return self._entry(root, rel, "replace", "create", None, after, made=made)
-        before = {"type": kind_of(st.st_mode), "mode": stat.S_IMODE(st.st_mode),
-                  "size": st.st_size, "blob": blob_name(self._next_id())}
+        before = State(kind_of(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
+                       blob=blob_name(self._next_id()))
         return self._entry(root, rel, "replace", "modify", before, after, made=made)
 
     def _swap(self, dir_fd: int, tmp: str, name: str, blob: str) -> None:
@@ -206,8 +203,8 @@ class Keeper:
         self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
     ) -> Iterator[None]:
         start = size or 0
-        before = None if size is None else {"type": "file", "size": size}
-        after = {"type": "file", "size": start + len(data), "tail": content_version(data)}
+        before = None if size is None else State("file", size=size)
+        after = State("file", size=start + len(data), tail=content_version(data))
         action = "create" if size is None else "modify"
         record = self._pending(self._entry(root, rel, "append", action, before, after, made=made))
         with self._landing(record):
@@ -215,7 +212,7 @@ class Keeper:
 
     @contextlib.contextmanager
     def making_dir(self, root: Root, rel: str, made: list[str]) -> Iterator[None]:
-        entry = self._entry(root, rel, "mkdir", "create", None, {"type": "dir"}, made=made)
+        entry = self._entry(root, rel, "mkdir", "create", None, State("dir"), made=made)
         record = self._pending(entry)
         with self._landing(record):
             yield
@@ -223,13 +220,12 @@ class Keeper:
     def remove(self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result) -> None:
         record_id = self._next_id()
         blob = blob_name(record_id)
-        before: dict[str, Any] = {"type": kind_of(st.st_mode), "mode": stat.S_IMODE(st.st_mode),
-                                  "size": st.st_size}
         kept = stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
-        if kept:
-            before["blob"] = blob
-        if stat.S_ISLNK(st.st_mode):
-            before["target"] = os.readlink(name, dir_fd=dir_fd)
+        before = State(
+            kind_of(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
+            blob=blob if kept else None,
+            target=os.readlink(name, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else None,
+        )
         record = self._pending(self._entry(root, rel, "remove", "delete", before, None))
         with self._landing(record):
             if not kept:  # a symlink's target is in the record; the store takes no links
@@ -252,20 +248,20 @@ class Keeper:
             renameat2(src_fd, src_name, dst_fd, dst_name, flags)
             return
         record_id = self._next_id()
-        moved = {"type": kind_of(src_st.st_mode), "mode": stat.S_IMODE(src_st.st_mode),
-                 "size": src_st.st_size, "ino": src_st.st_ino}
-        if stat.S_ISREG(src_st.st_mode) and src_st.st_size <= HASH_MOVED_BYTES:
-            # by content, not inode: undoing a later change gives the path a new inode
-            moved["version"] = _version(src_fd, src_name)
+        # by content, not inode: undoing a later change gives the path a new inode
+        hashed = stat.S_ISREG(src_st.st_mode) and src_st.st_size <= HASH_MOVED_BYTES
+        moved = State(kind_of(src_st.st_mode), stat.S_IMODE(src_st.st_mode), src_st.st_size,
+                      version=_version(src_fd, src_name) if hashed else None, ino=src_st.st_ino)
         replaced = None
         if dst_st is not None and not flags & RENAME_NOREPLACE:
-            replaced = {"type": kind_of(dst_st.st_mode), "mode": stat.S_IMODE(dst_st.st_mode),
-                        "size": dst_st.st_size}
+            blob = target = None
             if stat.S_ISREG(dst_st.st_mode):  # copied: the rename itself will unlink it
-                replaced["blob"] = blob_name(record_id)
-                self._copy_in(dst_fd, dst_name, replaced["blob"])
+                blob = blob_name(record_id)
+                self._copy_in(dst_fd, dst_name, blob)
             elif stat.S_ISLNK(dst_st.st_mode):
-                replaced["target"] = os.readlink(dst_name, dir_fd=dst_fd)
+                target = os.readlink(dst_name, dir_fd=dst_fd)
+            replaced = State(kind_of(dst_st.st_mode), stat.S_IMODE(dst_st.st_mode),
+                             dst_st.st_size, blob=blob, target=target)
         to = shown(self.workspace, dst_root, dst_rel)
         record = self._pending(
             self._entry(src_root, src_rel, "move_from", "move", moved, None, to=to),

@@ -20,12 +20,9 @@ from typing import Any
 from corral.errors import CorralError, shown_path
 from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
-from corral.history.records import VERSION
+from corral.history.records import Entry, Record, State
 from corral.history.store import Store, id_pid, is_id, new_id
 from corral.policy import Policy, RootSpec
-
-Entry = dict[str, Any]
-Record = dict[str, Any]
 
 
 class Restorer:
@@ -45,40 +42,40 @@ class Restorer:
 
     # -- checking -----------------------------------------------------------
 
-    def matches(self, entry: Entry, state: Any) -> bool:
+    def matches(self, entry: Entry, state: State | None) -> bool:
         """Is the path of `entry` in `state` now?"""
-        root = self.root(entry["root"])
+        root = self.root(entry.root)
         try:
-            info = root.info(entry["rel"])
+            info = root.info(entry.rel)
         except CorralError:
             return False
         if state is None or info is None:
             return state is None and info is None
-        if info.type != state["type"]:
+        if info.type != state.type:
             return False
-        if "ino" in state and "version" not in state:
-            return info.ino == state["ino"]
-        if state["type"] == "symlink":
-            return info.symlink_target == state.get("target")
-        if state["type"] != "file":
+        if state.ino is not None and state.version is None:
+            return info.ino == state.ino
+        if state.type == "symlink":
+            return info.symlink_target == state.target
+        if state.type != "file":
             return True
-        if "size" in state and info.size != state["size"]:
+        if state.size is not None and info.size != state.size:
             return False
-        if "version" in state or "tail" in state:
-            data = root.read_bytes(entry["rel"], max_file_bytes=self.max_file_bytes)
-            if "version" in state:
-                return content_version(data) == state["version"]
-            before = (entry.get("before") or {}).get("size", 0)
-            return content_version(data[before:]) == state["tail"]
+        if state.version is not None or state.tail is not None:
+            data = root.read_bytes(entry.rel, max_file_bytes=self.max_file_bytes)
+            if state.version is not None:
+                return content_version(data) == state.version
+            before = (entry.before.size or 0) if entry.before is not None else 0
+            return content_version(data[before:]) == state.tail
         return True
 
-    def check(self, record: Record, tool: str) -> None:
-        """path_denied unless the policy lets `tool` write every path of the record."""
-        for entry in record["entries"]:
-            root = self.root(entry["root"])
+    def check(self, entries: list[Entry], tool: str) -> None:
+        """path_denied unless the policy lets `tool` write every path of `entries`."""
+        for entry in entries:
+            root = self.root(entry.root)
             if root.mode != "rw":
-                raise CorralError("read_only", f"{entry['path']} lies in a read-only root.")
-            for rel in (entry["rel"], *entry.get("made", ())):
+                raise CorralError("read_only", f"{entry.path} lies in a read-only root.")
+            for rel in (entry.rel, *entry.made):
                 self._allowed(tool, root, rel)
 
     def _allowed(self, tool: str, root: Root, rel: str) -> None:
@@ -107,20 +104,16 @@ class Restorer:
 
     def revert(self, record: Record) -> None:
         """Put every path of `record` back to its `before` state."""
-        for part in record.get("parts", ()):  # several undone as one (_joined)
-            self.revert(part)
-        if "parts" in record:
-            return
-        entries = record["entries"]
-        if entries and entries[0]["kind"] == "move_from":
-            self._unmove(entries[0], entries[1], record["tool"])
+        entries = record.entries
+        if entries and entries[0].kind == "move_from":
+            self._unmove(entries[0], entries[1], record.tool)
             return
         for entry in reversed(entries):
-            self._put(entry, entry["before"])
+            self._put(entry, entry.before)
             self._unmake(entry)
 
-    def _put(self, entry: Entry, state: Any) -> None:
-        root, rel, keep = self.root(entry["root"]), entry["rel"], self.keeper
+    def _put(self, entry: Entry, state: State | None) -> None:
+        root, rel, keep = self.root(entry.root), entry.rel, self.keeper
         info = root.info(rel)
         if state is None:
             if info is None:
@@ -130,7 +123,7 @@ class Restorer:
             else:
                 root.unlink(rel, keep=keep)
             return
-        kind = state["type"]
+        kind = state.type
         if kind == "dir":
             if info is None or info.type != "dir":
                 if info is not None:
@@ -139,47 +132,47 @@ class Restorer:
             return
         if kind == "symlink":
             raise CorralError(
-                "path_denied", f"{entry['path']} was a symlink, which corral cannot create."
+                "path_denied", f"{entry.path} was a symlink, which corral cannot create."
             )
-        if "blob" in state:
+        if state.blob is not None:
             data = self.store.read_blob(state)  # checked against the record's size and hash
         else:  # an append: the file as it was is the start of what is there
-            data = root.read_bytes(rel, max_file_bytes=self.max_file_bytes)[: state["size"]]
+            data = root.read_bytes(rel, max_file_bytes=self.max_file_bytes)[: state.size]
         if info is not None and info.type == "dir":
             root.rmdir(rel, keep=keep)
-        root.write_atomic(rel, data, mode=state.get("mode"), keep=keep)
+        root.write_atomic(rel, data, mode=state.mode, keep=keep)
 
     def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
         """Remove the directories the change made on its way, deepest first, if empty
         (`recorded`: as changes of their own; not when the change itself never landed)."""
-        root = self.root(entry["root"])
-        for made in reversed(entry.get("made") or ()):
+        root = self.root(entry.root)
+        for made in reversed(entry.made):
             with contextlib.suppress(CorralError):
                 root.rmdir(made, keep=self.keeper if recorded else NO_KEEP)
 
     def _unmove(self, source: Entry, destination: Entry, tool: str) -> None:
-        src_root, dst_root = self.root(source["root"]), self.root(destination["root"])
-        if src_root.info(source["rel"]) is None:
-            dst_root.rename(destination["rel"], src_root, source["rel"], keep=self.keeper,
+        src_root, dst_root = self.root(source.root), self.root(destination.root)
+        if src_root.info(source.rel) is None:
+            dst_root.rename(destination.rel, src_root, source.rel, keep=self.keeper,
                             guard=self._moving(tool, dst_root, src_root))
-        elif destination["before"] is None and dst_root.info(destination["rel"]) is not None:
-            raise CorralError("already_exists", f"{source['path']} exists again.")
+        elif destination.before is None and dst_root.info(destination.rel) is not None:
+            raise CorralError("already_exists", f"{source.path} exists again.")
         # (else moved back already, by an undo a kill cut short: it passed the checks)
-        if destination["before"] is not None:
-            self._put(destination, destination["before"])
+        if destination.before is not None:
+            self._put(destination, destination.before)
 
     def _cut_back(self, entry: Entry, record_id: str) -> None:
         """An append its writer was killed inside left part of its bytes: cut the file
         back to its size before (remove it, and the directories made for it, if the
         append created it), unless a later change of it was recorded (cutting would
         take that change's bytes too: then the torn part stays, a conflict to undo)."""
-        root, rel = self.root(entry["root"]), entry["rel"]
-        size = None if entry["before"] is None else entry["before"]["size"]
+        root, rel = self.root(entry.root), entry.rel
+        size = None if entry.before is None else entry.before.size
 
         def untouched_since() -> bool:
             return not any(
-                (e["root"], e["rel"]) == (entry["root"], rel)
-                for record in self._records_after(record_id) for e in record["entries"]
+                (e.root, e.rel) == (entry.root, rel)
+                for record in self._records_after(record_id) for e in record.entries
             )
 
         if root.cut_back(rel, size, untouched_since) and size is None:
@@ -191,7 +184,7 @@ class Restorer:
         for later in self.store.listing().records:
             if later > record_id and (record := self.store.record(later)) is not None:
                 yield record
-        yield from (record for record in self.store.uncommitted() if record["id"] > record_id)
+        yield from (record for record in self.store.uncommitted() if record.id > record_id)
 
     @staticmethod
     def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
@@ -213,10 +206,10 @@ class Restorer:
     def forget_temps(self, record: Record, pid: int) -> None:
         """Remove the temp files the dead writer `pid` of `record` left beside its
         paths, once the record is settled: any writer's, undo's and rewind's too."""
-        for entry in record["entries"]:
+        for entry in record.entries:
             with contextlib.suppress(CorralError):
-                root = self.root(entry["root"])
-                for temp in self._temps_of(root, entry["rel"], pid):
+                root = self.root(entry.root)
+                for temp in self._temps_of(root, entry.rel, pid):
                     root.unlink(temp)
 
     # -- settle -------------------------------------------------------------
@@ -224,9 +217,9 @@ class Restorer:
     def landed(self, entry: Entry, record_id: str) -> bool:
         """Did the change of a pending entry land (its writer died mid-call)? A torn
         append is cut back first: it did not land."""
-        kind, before, pid = entry["kind"], entry["before"], id_pid(record_id)
+        kind, before, pid = entry.kind, entry.before, id_pid(record_id)
         if kind == "append":
-            if self.matches(entry, entry["after"]):
+            if self.matches(entry, entry.after):
                 return True
             self._cut_back(entry, record_id)
             return False
@@ -236,22 +229,22 @@ class Restorer:
         if kind == "remove":
             return self.matches(entry, None)
         if kind == "replace" and before is not None:
-            if not self.matches(entry, entry["after"]):
+            if not self.matches(entry, entry.after):
                 return False
-            root = self.root(entry["root"])
-            temp = self._temp_of(root, entry["rel"], pid)
-            if temp is None:
+            root = self.root(entry.root)
+            temp = self._temp_of(root, entry.rel, pid)
+            if temp is None or before.blob is None:
                 return self.store.has_blob(before)
             # swapped in, the old file (left in the temp) not yet wholly taken: take it
             # now, over a copy the kill cut short
-            self.store.remove_blob(before["blob"])
-            self.store.stash_bytes(before["blob"], root.read_bytes(
+            self.store.remove_blob(before.blob)
+            self.store.stash_bytes(before.blob, root.read_bytes(
                 temp, max_file_bytes=self.max_file_bytes))
             root.unlink(temp)
             return True
         if kind == "move_from":
             return self.matches(entry, None)
-        return self.matches(entry, entry["after"])
+        return self.matches(entry, entry.after)
 
 
 def settle(restorer: Restorer, pids: list[int] | None) -> int:
@@ -267,7 +260,7 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             settled += 1
             continue
         try:
-            landed = all(restorer.landed(e, record_id) for e in record["entries"])
+            landed = all(restorer.landed(e, record_id) for e in record.entries)
         except CorralError:
             landed = True  # cannot tell: keep it; an undo will call it a conflict
         if landed:
@@ -284,11 +277,7 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
 
 
 def _keys(record: Record) -> set[tuple[str, str]]:
-    return {(entry["root"], entry["rel"]) for entry in record["entries"]}
-
-
-def _paths(record: Record) -> list[str]:
-    return [entry["path"] for entry in record["entries"]]
+    return {(entry.root, entry.rel) for entry in record.entries}
 
 
 def _key_of(roots: Roots, path: str) -> set[tuple[str, str]]:
@@ -322,15 +311,15 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     records = store.records()
     for record in records:
         seen.append(record)
-        if record.get("undoes"):
-            if record.get(DONE):
-                undone.add(record["undoes"])
-            elif record["undoes"] not in undone:
-                steps = begun.setdefault(record["undoes"], {})
-                for entry in record["entries"]:
-                    steps.setdefault((entry["root"], entry["rel"]), entry)
+        if record.undoes is not None:
+            if record.done:
+                undone.add(record.undoes)
+            elif record.undoes not in undone:
+                steps = begun.setdefault(record.undoes, {})
+                for entry in record.entries:
+                    steps.setdefault((entry.root, entry.rel), entry)
             continue
-        if record["id"] in undone:
+        if record.id in undone:
             continue
         if _keys(record) & keys:
             target = record
@@ -340,20 +329,17 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
             "not_found", f"there is no recorded change of {shown_path(path)} to undo."
         )
     whole = _group_of(target, seen, records, undone)
-    restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target["id"])
+    restorer = Restorer(roots, store, policy, limits.max_file_bytes, "undo", target.id)
     # resuming an undo a kill cut short: a path it already put back is as it left it
-    resumed = {key for key, step in begun.get(target["id"], {}).items()
-               if restorer.matches(step, step["after"])}
+    resumed = {key for key, step in begun.get(target.id, {}).items()
+               if restorer.matches(step, step.after)}
     reasons: dict[str, str] = {}
-    restored, conflicts = _revert_one(restorer, _joined(whole), force, reasons, resumed)
+    restored, conflicts = _revert_one(restorer, whole, force, reasons, resumed)
     if restored and not conflicts:
         for record in whole:  # the host commits them with the undo's other records
-            restorer.keeper.ids.append(_finished(store, record["id"]))
-    return {"restored": restored, "conflicts": conflicts, "undone": target["id"],
+            restorer.keeper.ids.append(_finished(store, record.id))
+    return {"restored": restored, "conflicts": conflicts, "undone": target.id,
             "reasons": reasons, "records": restorer.keeper.ids}
-
-
-DONE = "done"
 
 
 def _group_of(target: Record, seen: list[Record], older: Iterator[Record],
@@ -361,33 +347,22 @@ def _group_of(target: Record, seen: list[Record], older: Iterator[Record],
     """A change recorded as several (a move between roots: a copy, then a delete) is
     undone whole: the records of `target`'s group not undone yet, newest first. Their
     ids all follow the group's own; `older` goes on from where the search stopped."""
-    group = target.get("group")
+    group = target.group
     if group is None:
         return [target]
     for record in older:
-        if record["id"] < group:
+        if record.id < group:
             break
         seen.append(record)
-    return [r for r in seen if r.get("group") == group and r["id"] not in undone
-            and not r.get("undoes")]
-
-
-def _joined(records: list[Record]) -> Record:
-    """Records undone as one: checked together, reverted newest first (`records`
-    is newest first)."""
-    if len(records) == 1:
-        return records[0]
-    return {**records[-1], "entries": [e for r in reversed(records) for e in r["entries"]],
-            "parts": records}
+    return [r for r in seen if r.group == group and r.id not in undone and r.undoes is None]
 
 
 def _finished(store: Store, undone: str) -> str:
     """The undo of `undone` is whole: a record without entries says so. Until it is
     written, undo of the same path resumes that undo instead of stepping back."""
     record_id = new_id()
-    store.write_pending({"id": record_id, "time": time.time(), "tool": "undo",
-                         "pid": os.getpid(), "entries": [], "undoes": undone, DONE: True,
-                         "v": VERSION})
+    store.write_pending(Record(record_id, time.time(), "undo", os.getpid(), (), undoes=undone,
+                               done=True))
     store.commit(record_id)
     return record_id
 
@@ -405,15 +380,15 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
     # a path this rewind has put back is as corral found it then: not a conflict
     trusted: set[tuple[str, str]] = set()
     for record in store.records():  # newest first, listed once: this rewind's own are not in it
-        if record["id"] <= to:
+        if record.id <= to:
             break
-        if record["id"] in restorer.keeper.ids:
+        if record.id in restorer.keeper.ids:
             continue
         keys = _keys(record)
         if keys & poisoned:
             poisoned |= keys
             continue
-        done, failed = _revert_one(restorer, record, force, reasons, trusted)
+        done, failed = _revert_one(restorer, [record], force, reasons, trusted)
         restored += [p for p in done if p not in restored]
         if failed:
             conflicts += [p for p in failed if p not in conflicts]
@@ -426,24 +401,27 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
 
 
 def _revert_one(
-    restorer: Restorer, record: Record, force: bool, reasons: dict[str, str],
+    restorer: Restorer, records: list[Record], force: bool, reasons: dict[str, str],
     trusted: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[list[str], list[str]]:
-    """(restored paths, conflicting paths) of reverting one record; a path in
-    `trusted` is not checked against the record's after state."""
-    paths = _paths(record)
+    """(restored paths, conflicting paths) of reverting one change: `records`, newest
+    first (a group's several: checked together as the oldest's tool, reverted newest
+    first); a path in `trusted` is not checked against the record's after state."""
+    entries = [e for r in reversed(records) for e in r.entries]
+    paths = [e.path for e in entries]
     try:
-        restorer.check(record, record["tool"])
+        restorer.check(entries, records[-1].tool)
         if not force:
             changed = [
-                e["path"] for e in record["entries"]
-                if (e["root"], e["rel"]) not in trusted and not restorer.matches(e, e["after"])
+                e.path for e in entries
+                if (e.root, e.rel) not in trusted and not restorer.matches(e, e.after)
             ]
             if changed:
                 for path in changed:
                     reasons[path] = "changed since by something other than corral"
                 return [], changed
-        restorer.revert(record)
+        for record in records:
+            restorer.revert(record)
     except CorralError as error:
         for path in paths:
             reasons[path] = error.message

@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from corral.config import ConfigError, Remedy
 from corral.errors import CorralError
@@ -54,6 +53,7 @@ from corral.history.records import (
     BadRecord,
     Checkpoint,
     Record,
+    State,
     checkpoint_from_bytes,
     dump,
     is_id,
@@ -239,12 +239,11 @@ class Store:
                 os.unlink(name, dir_fd=self.fd)
             raise StoreError(exc) from None
 
-    def write_pending(self, wire: dict[str, Any]) -> int:
+    def write_pending(self, record: Record) -> int:
         """Write a record before its change lands (checked as the host will check
         it), and hold its flock until it is committed or dropped (the sign its
         writer lives); the bytes it takes."""
-        record = Record.from_wire(wire)
-        data = dump(record)
+        data = dump(Record.from_wire(record.to_wire()))
         name = f"{RECORD}{record.id}{PENDING}"
         try:
             fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
@@ -322,19 +321,19 @@ class Store:
         except FileNotFoundError:
             pass
 
-    def has_blob(self, state: dict[str, Any]) -> bool:
+    def has_blob(self, state: State) -> bool:
         """Is a pending record's blob there, and whole (a copy cut short by a kill is
         not)? A directory blob is whole once it is there."""
-        blob = state.get("blob")
-        if not isinstance(blob, str):
+        blob = state.blob
+        if blob is None:
             return False
         try:
             st = os.stat(blob, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return False
         if stat.S_ISDIR(st.st_mode):
-            return state.get("type") == "dir"
-        return stat.S_ISREG(st.st_mode) and st.st_size == state.get("size")
+            return state.type == "dir"
+        return stat.S_ISREG(st.st_mode) and st.st_size == state.size
 
     # -- settling a dead writer's records ----------------------------------------
 
@@ -396,17 +395,16 @@ class Store:
                     checkpoints.append(name[2:-5])
         return Listing(sorted(records), sorted(checkpoints))
 
-    def record(self, record_id: str, *, pending: bool = False) -> dict[str, Any] | None:
+    def record(self, record_id: str, *, pending: bool = False) -> Record | None:
         """A committed (or, `pending`, this work directory's pending) record, checked;
         None if it is not there or not a valid record (reported in the log)."""
         if pending:
             name, fd = f"{RECORD}{record_id}{PENDING}", self.fd
         else:
             name, fd = f"{RECORD}{record_id}{COMMITTED}", self.home
-        record = self.load_record(fd, name)
-        return None if record is None else record.to_wire()
+        return self.load_record(fd, name)
 
-    def uncommitted(self) -> Iterator[dict[str, Any]]:
+    def uncommitted(self) -> Iterator[Record]:
         """The records no host has committed yet (pending, or done and waiting for
         it), checked, each work directory's oldest first: every work directory's, as
         sandboxes that write other sets of roots may have changed the same paths."""
@@ -419,7 +417,7 @@ class Store:
                            and (record := self.load_record(fd, name)) is not None]
             finally:
                 os.close(fd)
-            yield from (record.to_wire() for record in records)
+            yield from records
 
     def load_record(self, dir_fd: int, name: str) -> Record | None:
         try:
@@ -434,7 +432,7 @@ class Store:
             skipped(name, why)
             return None
 
-    def checkpoint_info(self, cp_id: str) -> dict[str, Any] | None:
+    def checkpoint_info(self, cp_id: str) -> Checkpoint | None:
         name = f"{CHECKPOINT}{cp_id}{COMMITTED}"
         try:
             data = read_small(self.home, name)
@@ -443,12 +441,12 @@ class Store:
             checkpoint = checkpoint_from_bytes(data)
             if checkpoint.id != cp_id:
                 raise BadRecord("a checkpoint under another's name")
-            return checkpoint.to_wire()
+            return checkpoint
         except (BadRecord, OSError) as why:
             skipped(name, why)
             return None
 
-    def records(self, newest_first: bool = True) -> Iterator[dict[str, Any]]:
+    def records(self, newest_first: bool = True) -> Iterator[Record]:
         ids = self.listing().records
         for record_id in reversed(ids) if newest_first else ids:
             record = self.record(record_id)
@@ -466,11 +464,11 @@ class Store:
         finally:
             os.close(work)
 
-    def read_blob(self, state: dict[str, Any]) -> bytes:
+    def read_blob(self, state: State) -> bytes:
         """A committed blob's bytes, checked against the size and content hash the
         record holds; CorralError (nothing written yet) if they differ."""
-        blob, size, digest = state.get("blob"), state.get("size"), state.get("hash")
-        if not (isinstance(blob, str) and isinstance(digest, str) and isinstance(size, int)):
+        blob, size, digest = state.blob, state.size, state.hash
+        if blob is None or digest is None or size is None:
             raise CorralError("io_error", "the record keeps no verified copy of this file.")
         try:
             fd = self.open_blob(blob)

@@ -98,7 +98,7 @@ ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
 log = logging.getLogger("corral.workers")
 T = TypeVar("T")
 
-Request = CallRequest | HistoryRequest | CleanupRequest
+Runnable = CallRequest | HistoryRequest | CleanupRequest  # what run() sends a worker
 
 
 class CallFailed(Exception):
@@ -398,7 +398,7 @@ class CallPath:
         except CallFailed as failed:
             return error_answer(request.tool, failed.code, failed.message, id=request.id)
 
-    def run(self, request: Request, parse: Callable[[dict[str, Any]], T], wait: WaitPolicy) -> T:
+    def run(self, request: Runnable, parse: Callable[[dict[str, Any]], T], wait: WaitPolicy) -> T:
         """`request` on a worker, its answer frame made into a T by `parse`
         (messages.*.from_wire: Malformed loses the worker); CallFailed otherwise."""
         limit = self.options.max_frame_bytes
@@ -467,7 +467,7 @@ class CallPath:
         code = self.supply.lost(worker)
         log.info("corral: worker %d recycled %s: %s", worker.pid, why, describe_exit(code, "gone"))
 
-    def clean_after(self, pid: int, request: Request, wait: WaitPolicy) -> None:
+    def clean_after(self, pid: int, request: Runnable, wait: WaitPolicy) -> None:
         """Have a live worker remove the temp files a killed one may have left. A
         cleanup whose own worker dies is tried again (it writes nothing itself);
         it runs even when its call was cancelled."""

@@ -30,8 +30,8 @@ from corral.calls.messages import (
     Meta,
     Removed,
     RemoveTemps,
-    Request,
     TempList,
+    ToWorker,
     error_answer,
     request_from_wire,
 )
@@ -192,7 +192,7 @@ def _spin_for_request(poller: select.poll) -> None:
         os.sched_yield()
 
 
-def answer(request: Request, setup: Setup) -> Answer | Removed | TempList:
+def answer(request: ToWorker, setup: Setup) -> Answer | Removed | TempList:
     """One request's answer; the registry never raises (it gives each call its own
     Context)."""
     match request:
@@ -342,7 +342,7 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
 
 def _send(
     fd: int, message: Answer | Removed | TempList | BootReport, setup: Setup,
-    request: Request | None = None,
+    request: ToWorker | None = None,
 ) -> None:
     limit = setup.options.max_frame_bytes
     try:
@@ -352,7 +352,7 @@ def _send(
     send_bytes(fd, frame)
 
 
-def _unsendable(request: Request | None, exc: ProtocolError) -> Answer:
+def _unsendable(request: ToWorker | None, exc: ProtocolError) -> Answer:
     """A result that cannot travel becomes an error result, not a dead worker."""
     code = "too_large" if isinstance(exc, FrameTooLarge) else "io_error"
     tool = request.tool if isinstance(request, CallRequest | HistoryRequest) else None
