@@ -19,9 +19,9 @@ import pytest
 from mcp.client.session import ClientSession
 
 from corral import Sandbox
-from corral.cli import main
 from corral.config import ConfigError
-from corral.mcp_core import McpSession, Reply, Run
+from corral.faces.cli import main
+from corral.faces.mcp_core import McpSession, Reply, Run
 from corral.policy import Policy
 from tests.conftest import SECRET
 from tests.test_http import TOKENS, Server, post, sha256

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral import cli, http_server
+from corral.faces import cli, http_server
 from tests.test_http import TOKENS, Server, call, post, sha256
 from tests.test_mcp import REPO
 

@@ -16,8 +16,8 @@ import pytest
 from conftest import err, ok
 
 from corral import Sandbox
-from corral.cli import main
 from corral.config import ConfigError, SandboxOptions
+from corral.faces.cli import main
 from corral.policy import Policy, RootSpec, Rule
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"

@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from corral.mcp_core import Action, McpSession, Run, Send
 from corral.calls.waiting import WaitPolicy
+from corral.faces.mcp_core import Action, McpSession, Run, Send
 
 Own = Callable[[Action], None]
 
