@@ -18,7 +18,7 @@ PACKAGE = Path(corral.__file__).parent
 # The faces: what a person or a client talks to, above corral.pool in the layout: every
 # module of corral/faces/, and the top-level entry points that re-export them.
 FACES = (*sorted(f"faces/{path.name}" for path in (PACKAGE / "faces").glob("*.py")),
-         "__main__.py")
+         "__main__.py", "cli.py", "mcp_server.py")
 # What corral/calls/ may import: the layers below tools/ (docs/development.md).
 BELOW_TOOLS = ("corral.calls", "corral.history", "corral.config", "corral.config_keys",
                "corral.fs", "corral.policy", "corral.globs", "corral.audit", "corral.errors",
