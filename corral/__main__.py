@@ -2,6 +2,6 @@
 
 import sys
 
-from corral.cli import main
+from corral.faces.cli import main
 
 sys.exit(main())

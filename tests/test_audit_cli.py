@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from corral.audit import Audit
-from corral.cli import main
+from corral.faces.cli import main
 
 KEY = b"s" * 32
 

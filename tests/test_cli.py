@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral.cli import main, missing_layers
+from corral.faces.cli import main, missing_layers
 
 REPO = Path(__file__).resolve().parent.parent
 # What both OpenAI and Anthropic accept as a tool name.

@@ -17,8 +17,8 @@ from terminal import CORRAL, TIMEOUT, on_terminal_stdin, on_terminal_stdout
 
 import corral
 from corral import Sandbox
-from corral.cli import verdict
 from corral.config import TOOL_NAMES, load_config
+from corral.faces.cli import verdict
 from corral.policy import Policy
 
 

@@ -15,9 +15,10 @@ import pytest
 import corral
 
 PACKAGE = Path(corral.__file__).parent
-# The faces: what a person or a client talks to, above corral.pool in the layout.
-FACES = ("cli", "cli_history", "mcp_server", "jsonl_server", "http_server", "http_guard",
-         "tenants", "mcp_core", "mcp_threads", "mcp_revisions", "stdio")
+# The faces: what a person or a client talks to, above corral.pool in the layout: every
+# module of corral/faces/, and the top-level entry points that re-export them.
+FACES = (*sorted(f"faces/{path.name}" for path in (PACKAGE / "faces").glob("*.py")),
+         "__main__.py", "cli.py", "mcp_server.py")
 # What corral/calls/ may import: the layers below tools/ (docs/development.md).
 BELOW_TOOLS = ("corral.calls", "corral.history", "corral.config", "corral.config_keys",
                "corral.fs", "corral.policy", "corral.globs", "corral.audit", "corral.errors",
@@ -44,9 +45,16 @@ def within(name: str, packages: tuple[str, ...]) -> bool:
 
 @pytest.mark.parametrize("face", FACES)
 def test_a_face_imports_nothing_from_the_sandbox(face: str) -> None:
-    found = [name for name in imported(PACKAGE / f"{face}.py")
-             if within(name, ("corral.sandbox",))]
-    assert found == [], f"{face}.py imports {found}"
+    found = [name for name in imported(PACKAGE / face) if within(name, ("corral.sandbox",))]
+    assert found == [], f"{face} imports {found}"
+
+
+def test_nothing_below_the_faces_imports_them() -> None:
+    """The faces sit on top: the public API and every layer below it import none of them."""
+    above = [f"{path.relative_to(PACKAGE)}: {name}" for path in sorted(PACKAGE.rglob("*.py"))
+             if str(path.relative_to(PACKAGE)) not in FACES
+             for name in imported(path) if within(name, ("corral.faces",))]
+    assert above == []
 
 
 def test_the_calls_contract_imports_only_layers_below_tools() -> None:

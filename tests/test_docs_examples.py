@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.cli import build_parser
 from corral.config_keys import KEYS
+from corral.faces.cli import build_parser
 from tests.http_helpers import TOKENS, Server, post
 
 REPO = Path(__file__).resolve().parent.parent
@@ -250,8 +250,8 @@ def test_the_needs_uvicorn_error_says_to_install_from_the_clone(tmp_path: Path) 
     (tmp_path / "ws").mkdir()
     (tmp_path / "tenants.toml").write_text(
         f'[[tenant]]\nname = "a"\ntoken_sha256 = "{"0" * 64}"\nworkspace = "ws"\n')
-    without_uvicorn = ("import sys; sys.modules['uvicorn'] = None; from corral.cli import main; "
-                       "sys.exit(main(sys.argv[1:]))")
+    without_uvicorn = ("import sys; sys.modules['uvicorn'] = None; "
+                       "from corral.faces.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run(
         [sys.executable, "-c", without_uvicorn, "serve", "--http", "127.0.0.1:0",
          "--tenants", str(tmp_path / "tenants.toml")],

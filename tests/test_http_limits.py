@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral import cli, http_server
+from corral.faces import cli, http_server
 from tests.http_helpers import TOKENS, Server, call, post, sha256
 from tests.mcp_helpers import REPO
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from corral import jsonfast
+from corral.faces.stdio import parse_line
 from corral.sandbox import protocol
-from corral.stdio import parse_line
 
 msgspec = pytest.importorskip("msgspec")
 

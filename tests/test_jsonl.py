@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from corral import stdio
 from corral.calls.waiting import WaitPolicy
+from corral.faces import stdio
 from tests.conftest import SECRET
 
 REPO = Path(__file__).resolve().parent.parent

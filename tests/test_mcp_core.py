@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import corral.mcp_core
+import corral.faces.mcp_core
 from corral.api import Sandbox
-from corral.mcp_core import (
+from corral.faces.mcp_core import (
     ELICITATION_TIMEOUT_S,
     Action,
     Drop,
@@ -23,15 +23,15 @@ from corral.mcp_core import (
     Run,
     Send,
 )
-from corral.mcp_revisions import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
-from corral.mcp_threads import SessionDriver
+from corral.faces.mcp_revisions import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
+from corral.faces.mcp_threads import SessionDriver
 from corral.policy import Policy
 
 WRITE = {"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}
 
 
 def test_the_core_imports_nothing_that_waits() -> None:
-    tree = ast.parse(Path(corral.mcp_core.__file__).read_text())
+    tree = ast.parse(Path(corral.faces.mcp_core.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -19,8 +19,8 @@ from confined import run_confined
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
-from corral.cli import main as cli_main
 from corral.config import HistoryOptions, Limits, SandboxOptions
+from corral.faces.cli import main as cli_main
 from corral.fs import Root
 from corral.policy import Policy, RootSpec
 from corral.sandbox import _mountns, probe

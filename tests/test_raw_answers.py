@@ -16,12 +16,12 @@ import pytest
 from corral import Sandbox, jsonfast
 from corral.calls.messages import Answer, CallRequest, Malformed
 from corral.config import Limits, SandboxOptions
-from corral.mcp_core import response, tool_result
+from corral.faces.mcp_core import response, tool_result
+from corral.faces.stdio import LineWriter
 from corral.policy import Policy
 from corral.sandbox import pool
 from corral.sandbox.answers import UNCHECKED_BYTES, decode_answer
 from corral.sandbox.protocol import ProtocolError
-from corral.stdio import LineWriter
 
 MIB = 1024 * 1024
 BIG_TEXT = "".join(f"line {n}: caf\u00e9 \"quoted\" \\ tab\t\n" for n in range(40_000))

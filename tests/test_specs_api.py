@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral import AsyncSandbox, Sandbox
-from corral.cli import main
+from corral.faces.cli import main
 from corral.tools.formats import FORMATS
 
 

@@ -9,8 +9,8 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 
-from corral import stdio
 from corral.calls.waiting import WaitPolicy
+from corral.faces import stdio
 from corral.sandbox import pool
 
 

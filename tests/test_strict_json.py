@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral import stdio
+from corral.faces import stdio
 from corral.sandbox import protocol
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from corral.config import ConfigError
-from corral.tenants import find_tenant, load_tenants, parse_tenants
+from corral.faces.tenants import find_tenant, load_tenants, parse_tenants
 
 ALICE = hashlib.sha256(b"alice-token").hexdigest()
 BOB = hashlib.sha256(b"bob-token").hexdigest()

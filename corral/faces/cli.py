@@ -24,14 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from corral import __version__, audit_verify, cli_history, jsonl_server, mcp_server
+from corral import __version__, audit_verify
 from corral._malloc import keep_freed_memory
 from corral.api import NO_ONE_TO_ASK, Approver, Sandbox, default_store_inside, probe
 from corral.audit import AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, SandboxError, did_you_mean
+from corral.faces import cli_history, jsonl_server, mcp_server
+from corral.faces.stdio import protocol_streams
 from corral.history.store import check_location
-from corral.stdio import protocol_streams
 from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS
 from corral.trust import operator_config
@@ -312,8 +313,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def serve_http(args: argparse.Namespace) -> int:
     """MCP over Streamable HTTP for the tenants of --tenants, in front of one Pool."""
-    from corral import http_server  # its server (uvicorn) is an optional extra
-    from corral.tenants import check_outside_roots, load_tenants, server_files, tenant_config
+    from corral.faces import http_server  # its server (uvicorn) is an optional extra
+    from corral.faces.tenants import check_outside_roots, load_tenants, server_files, tenant_config
 
     if args.jsonl:
         raise UsageError("--jsonl serves stdio only; --http serves MCP")
@@ -601,7 +602,7 @@ def add_audit(commands: Commands, common: list[argparse.ArgumentParser]) -> None
 
 
 def add_history(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
-    """corral history | checkpoint | undo | rewind (corral/cli_history.py)."""
+    """corral history | checkpoint | undo | rewind (corral/faces/cli_history.py)."""
     cli_history.add_commands(commands, common, open_history_sandbox)
 
 

@@ -60,8 +60,8 @@ from urllib.parse import urlsplit
 from corral import jsonfast
 from corral.calls.waiting import Cancel, WaitPolicy
 from corral.config import ConfigError, Remedy
-from corral.http_guard import RETRY_AFTER_S, guarded
-from corral.mcp_core import (
+from corral.faces.http_guard import RETRY_AFTER_S, guarded
+from corral.faces.mcp_core import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -73,11 +73,11 @@ from corral.mcp_core import (
     error_response,
     valid_id,
 )
-from corral.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
-from corral.mcp_threads import SessionDriver
+from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
+from corral.faces.mcp_threads import SessionDriver
+from corral.faces.stdio import parse_line
+from corral.faces.tenants import Tenant, find_tenant, tenant_config
 from corral.pool import Pool
-from corral.stdio import parse_line
-from corral.tenants import Tenant, find_tenant, tenant_config
 
 ENDPOINT = "/mcp"
 DEFAULT_PORT = 8931

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from corral.api import Sandbox
 from corral.calls.messages import error_answer
 from corral.calls.waiting import WaitPolicy
-from corral.stdio import (
+from corral.faces.stdio import (
     MAX_LINE_BYTES,
     Job,
     LineServer,

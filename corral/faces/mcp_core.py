@@ -84,8 +84,7 @@ from urllib.parse import unquote, urlsplit
 from corral.api import Approver, Sandbox
 from corral.calls.messages import Answer, CallRequest, error_answer, host_bug_answer
 from corral.config import ConfigError, Remedy, any_face
-from corral.flow import CallFlow, NoApprover, Submit
-from corral.mcp_revisions import (
+from corral.faces.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
     REVISIONS,
@@ -95,6 +94,7 @@ from corral.mcp_revisions import (
     lists_roots,
     negotiate,
 )
+from corral.flow import CallFlow, NoApprover, Submit
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.

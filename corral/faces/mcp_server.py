@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 
 from corral.api import Approver, Sandbox
 from corral.config import Remedy, any_face
-from corral.mcp_core import (
+from corral.faces.mcp_core import (
     INVALID_REQUEST,
     PARSE_ERROR,
     Action,
@@ -38,8 +38,8 @@ from corral.mcp_core import (
     Send,
     error_response,
 )
-from corral.mcp_threads import Own, SessionDriver
-from corral.stdio import MAX_LINE_BYTES, Job, LineServer, LineWriter, parse_line, read_lines
+from corral.faces.mcp_threads import Own, SessionDriver
+from corral.faces.stdio import MAX_LINE_BYTES, Job, LineServer, LineWriter, parse_line, read_lines
 
 # Calls served at once: more than the pool's workers, so calls waiting for a
 # user's approval do not starve the rest; beyond this they queue.

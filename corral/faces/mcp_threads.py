@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.calls.waiting import WaitPolicy
-from corral.mcp_core import Action, McpSession, Run, Send
+from corral.faces.mcp_core import Action, McpSession, Run, Send
 
 Own = Callable[[Action], None]
 
