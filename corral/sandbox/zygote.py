@@ -73,6 +73,9 @@ def main(control_fd: int) -> None:
         return
     write_frame(control_fd, {"pid": os.getpid()}, CONTROL_FRAME_BYTES)
     Zygote(control, setup).serve()
+    # Every worker is reaped and the zygote has nothing to flush: exit now, not after
+    # the interpreter tears down its modules (tens of ms a closing host waits for).
+    os._exit(0)
 
 
 class Zygote:
