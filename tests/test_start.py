@@ -1,4 +1,6 @@
-"""Start-up does only what the first call needs: `corral call` starts one worker."""
+"""Start-up does only what the first call needs: a sandbox starts one worker and
+the rest as calls overlap, each confined exactly as the first; `corral call`
+starts one worker whatever [sandbox] workers says."""
 
 from __future__ import annotations
 
@@ -6,9 +8,60 @@ import json
 from pathlib import Path
 
 import pytest
+import test_pool
+from test_pool import MakeBroker, call
 
 from corral.cli import main
 from corral.sandbox.worker_set import WorkerSet
+
+make_broker = test_pool.make_broker  # the same fixture: brokers closed after each test
+
+# What the kernel says of a process's confinement, beside its boot report.
+KERNEL_STATUS = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff", "CapPrm", "CapBnd")
+
+
+def kernel_view(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    status = {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    view = {key: status[key] for key in KERNEL_STATUS}
+    view["limits"] = Path(f"/proc/{pid}/limits").read_text()
+    return view
+
+
+def test_a_sandbox_starts_one_worker_and_another_when_calls_overlap(
+    make_broker: MakeBroker,
+) -> None:
+    broker = make_broker(workers=2)
+    (first,) = broker.pids()["workers"]
+    supply = broker._supply
+    assert isinstance(supply, WorkerSet)
+    held = supply.take()  # the first worker, busy with a call
+    try:
+        assert call(broker, "read_file", path="hello.txt")["ok"]  # every worker busy: one more
+        (second,) = set(broker.pids()["workers"]) - {first}
+        lazy = next(worker for worker in supply._workers if worker.pid == second)
+        assert lazy.layers == held.layers and lazy.roots == held.roots
+        assert kernel_view(second) == kernel_view(first)
+        assert kernel_view(second)["Seccomp"] == "2" and kernel_view(second)["NoNewPrivs"] == "1"
+        escape = call(broker, "read_file", path="../outside/secret.txt")
+        assert not escape["ok"]
+    finally:
+        supply.give_back(held)
+    # both idle now: calls one after another start nothing more
+    for _ in range(3):
+        assert call(broker, "read_file", path="hello.txt")["ok"]
+    assert len(broker.pids()["workers"]) == 2
+
+
+def test_a_lost_worker_is_replaced_at_the_size_the_set_reached(make_broker: MakeBroker) -> None:
+    broker = make_broker(workers=3)
+    supply = broker._supply
+    assert isinstance(supply, WorkerSet)
+    held = supply.take()
+    assert call(broker, "read_file", path="hello.txt")["ok"]
+    supply.lost(held)  # killed: replaced at once, the set stays at two
+    assert len(broker.pids()["workers"]) == 2
+    assert held.pid not in broker.pids()["workers"]
 
 
 def test_corral_call_starts_one_worker(
