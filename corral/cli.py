@@ -22,22 +22,24 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from corral import __version__, audit_verify, cli_history, jsonl_server, mcp_server
+from corral import __version__, cli_history
 from corral._malloc import keep_freed_memory
 from corral.api import NO_ONE_TO_ASK, Sandbox, default_store_inside
 from corral.audit import AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, did_you_mean
 from corral.history.store import check_location
-from corral.mcp_core import Approve
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.probe import probe
 from corral.stdio import protocol_streams
 from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS
 from corral.trust import operator_config
+
+if TYPE_CHECKING:
+    from corral.mcp_core import Approve
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and failed: a tool error, a sandbox that cannot start
@@ -291,6 +293,9 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # imported here, not at the top: `corral call` would load the servers for nothing
+    from corral import jsonl_server, mcp_server
+
     keep_freed_memory()  # a server passes megabyte answers on, one after another
     if args.http is not None:
         return serve_http(args)
@@ -545,6 +550,8 @@ def add_mcp_config(commands: Commands, common: list[argparse.ArgumentParser]) ->
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from corral import audit_verify  # as cmd_serve's imports: only this command needs it
+
     path, key_file = args.path, args.key
     if path is None or key_file is None:  # what the operator's config names
         config = operator_config(args.workspace, args.config)
