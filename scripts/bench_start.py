@@ -7,7 +7,8 @@ Each --tree is a checkout of corral to measure (default: this one); with more
 than one (say the code before and after a change) the runs alternate between
 them, so a busy machine slows each alike. Reports medians (and min):
 `python -c pass`, `python -m corral call read_file '{"path": "x.txt"}'` and
-its ratio to the bare start; in one interpreter per tree, Sandbox(ws) to the
+its ratio to the bare start, in wall time and in CPU time (the call's with its
+zygote's and workers'); in one interpreter per tree, Sandbox(ws) to the
 first call's result, and close(). Targets (issue 24): the call <= 10x a bare
 Python start, the sandbox start <= 30 ms.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,10 +53,19 @@ def environment(tree: Path, home: Path) -> dict[str, str]:
     return env
 
 
-def wall(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+def wall(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall time of a whole process, and the CPU time of it and every process it
+    reaped (the zygote, and through it the workers): a busy machine stretches
+    the first, hardly the second."""
+    used = _children_cpu()
     began = time.perf_counter()
     subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - began
+    return time.perf_counter() - began, _children_cpu() - used
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def summary(samples: list[float]) -> str:
@@ -74,8 +85,8 @@ def main() -> None:
         workspace.mkdir()
         (workspace / "x.txt").write_text("hello\n")
         envs = [environment(tree, home) for tree in trees]
-        bare: list[float] = []
-        calls: list[list[float]] = [[] for _ in trees]
+        bare: list[tuple[float, float]] = []
+        calls: list[list[tuple[float, float]]] = [[] for _ in trees]
         for _ in range(2):  # warm the page cache and each tree's bytecode
             for env in envs:
                 wall([sys.executable, *CALL], workspace, env)
@@ -91,12 +102,17 @@ def main() -> None:
                     env=env, check=True, capture_output=True, text=True,
                 )
                 samples.extend(json.loads(done.stdout))
-    print(f"python -c pass ({args.runs} runs): {summary(bare)}")
+    bare_wall, bare_cpu = [w for w, _ in bare], [c for _, c in bare]
+    print(f"python -c pass ({args.runs} runs): {summary(bare_wall)}; CPU {summary(bare_cpu)}")
     for tree, call, start in zip(trees, calls, starts, strict=True):
         print(f"\n{tree}")
-        ratio = statistics.median(call) / statistics.median(bare)
-        print(f"  corral call read_file ({args.runs} runs): {summary(call)}  "
+        call_wall, call_cpu = [w for w, _ in call], [c for _, c in call]
+        ratio = statistics.median(call_wall) / statistics.median(bare_wall)
+        cpu_ratio = statistics.median(call_cpu) / statistics.median(bare_cpu)
+        print(f"  corral call read_file ({args.runs} runs): {summary(call_wall)}  "
               f"= {ratio:.1f}x python -c pass")
+        print(f"    its CPU, with the zygote's and workers': {summary(call_cpu)}  "
+              f"= {cpu_ratio:.1f}x python -c pass")
         print(f"  Sandbox(ws) to first result ({len(start)} starts): "
               f"{summary([s for s, _ in start])}")
         print(f"  close ({len(start)} closes): {summary([c for _, c in start])}")
