@@ -5,6 +5,8 @@ starts one worker whatever [sandbox] workers says."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from test_pool import MakeBroker, call
 from corral.cli import main
 from corral.sandbox.worker_set import WorkerSet
 
+REPO = Path(__file__).resolve().parents[1]
 make_broker = test_pool.make_broker  # the same fixture: brokers closed after each test
 
 # What the kernel says of a process's confinement, beside its boot report.
@@ -82,3 +85,22 @@ def test_corral_call_starts_one_worker(
     assert code == 0, capsys.readouterr()
     assert json.loads(capsys.readouterr().out)["result"]["content"] == "hello\nworld\n"
     assert started == [1]
+
+
+# A whole `corral call` in a fresh interpreter, then the modules it loaded that a
+# call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's).
+UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify")
+CALL_AND_LIST = """
+import sys
+from corral.cli import main
+assert main(["call", "read_file", '{"path": "hello.txt"}', "--workspace", sys.argv[1]]) == 0
+print("loaded:", *sorted(name for name in sys.argv[2:] if name in sys.modules))
+"""
+
+
+def test_corral_call_imports_only_what_a_call_needs(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CALL_AND_LIST, str(workspace), *UNNEEDED],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )
+    assert done.stdout.splitlines()[-1] == "loaded:"
