@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -644,6 +645,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program itself (a caller passes argv), which exits after one command
+        # What is loaded now lives until exit: the collector need not walk it again,
+        # nor at exit (~8% of a `corral call`'s CPU on a 2-core VM).
+        gc.freeze()
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

@@ -104,3 +104,21 @@ def test_corral_call_imports_only_what_a_call_needs(workspace: Path) -> None:
         capture_output=True, text=True, check=True, cwd=REPO,
     )
     assert done.stdout.splitlines()[-1] == "loaded:"
+
+
+# The program (main() reading sys.argv) freezes what it has loaded for the collector.
+FREEZE_COUNT = """
+import gc, sys
+from corral.cli import main
+sys.argv = ["corral", "call", "read_file", '{"path": "hello.txt"}', "--workspace", sys.argv[1]]
+assert main() == 0
+print("frozen:", gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_program_freezes_what_it_loaded_for_the_collector(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE_COUNT, str(workspace)],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )
+    assert "frozen: True" in done.stdout.splitlines()
