@@ -272,10 +272,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         raise UsageError("ARGUMENTS is not valid JSON: nested too deeply") from None
     if not isinstance(arguments, dict):
         raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "README.md"}\'')
-    config = effective_config(args)
-    # one call needs one worker: starting (and confining) more only delays it
-    config = dataclasses.replace(config, sandbox=dataclasses.replace(config.sandbox, workers=1))
-    with Sandbox.from_config(config, approve=approver(args)) as sandbox:
+    with open_sandbox(args, approver(args)) as sandbox:
         outcome = explain(sandbox.call(args.tool, arguments))
     if not wants_text(args):
         print_json(outcome)
