@@ -8,7 +8,6 @@ line and HTTP faces drive it themselves through `Sandbox.run`.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import logging
@@ -82,6 +81,7 @@ Approver = Callable[[dict[str, Any]], Any]  # the approve callback, asked at eac
 # What starts a sandbox's executor: a private pool (Broker), or a lane of a shared one.
 StartExecutor = Callable[..., Executor]
 S = TypeVar("S", bound="_BaseSandbox")
+T = TypeVar("T")
 
 
 def _warn_once(workspace: str, why: str) -> None:
@@ -468,10 +468,10 @@ class AsyncSandbox(_BaseSandbox):
             return await self._executor.asubmit(request, wait)
 
     async def checkpoint(self, label: str | None = None) -> str:
-        return await asyncio.to_thread(self._checkpoint, label)
+        return await _to_thread(self._checkpoint, label)
 
     async def history(self, path: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._entries, path, limit)
+        return await _to_thread(self._entries, path, limit)
 
     async def undo(self, path: str, *, force: bool = False) -> dict[str, Any]:
         return await self._restore(self._restoring("undo", path=path, force=force), path)
@@ -489,7 +489,7 @@ class AsyncSandbox(_BaseSandbox):
 
     async def aclose(self) -> None:
         # Waiting for running calls blocks; do it off the event loop they run on.
-        await asyncio.to_thread(self._close)
+        await _to_thread(self._close)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -515,3 +515,11 @@ def _config_arguments(
     }
     arguments.update(overrides)
     return config.narrowed_by or config.source, arguments
+
+
+async def _to_thread(fn: Callable[..., T], *args: Any) -> T:
+    """asyncio.to_thread, imported here: asyncio is a fifth of what a blocking
+    Sandbox (`corral call`) would import, and whoever awaits has loaded it already."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)

@@ -258,7 +258,8 @@ def test_no_orphans_after_the_host_is_killed(workspace: Path, started_from: str)
         pids = [int(pid) for pid in line.strip("[]\n").split(",")]
         answered = host.stdout.readline() if host.stdout else ""
         assert answered.strip() == "true"  # the pool outlives the thread that started it
-        assert len(pids) == 3 and all(running(pid) for pid in pids)
+        # the zygote and the first worker (the second starts when two calls overlap)
+        assert len(pids) == 2 and all(running(pid) for pid in pids)
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()

@@ -7,7 +7,6 @@ pool. `Sandbox` holds one and never knows which.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import threading
@@ -92,6 +91,10 @@ class Broker:
         Cancelling the awaiting task cancels the call where its supply allows: a
         shared pool's queued call never runs, a running one loses its worker; a
         private sandbox's call runs to its end."""
+        # here, not at the top: asyncio is a fifth of what `corral call` would import,
+        # and whoever awaits this has loaded it already
+        import asyncio
+
         cancel = Cancel()
         future = asyncio.get_running_loop().run_in_executor(
             self._threads, self.submit, request, WaitPolicy(wait.spin, wait.on_slow, cancel)

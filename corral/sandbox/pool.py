@@ -334,11 +334,31 @@ class ZygoteHandle:
             if not self._closed:
                 self._closed = True
                 self._sock.close()
-        try:
-            self.process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        if not wait_for_exit(self.process, STOP_GRACE_S):
             self.process.kill()
-            self.process.wait()
+        self.process.wait()  # it has exited (or was SIGKILLed): a blocking reap, no polling
+
+
+def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Block until `process` exits or `timeout` passes (True if it exited), woken by
+    its pidfd: Popen.wait(timeout) instead polls, sleeping up to 50 ms between looks.
+    A kernel without pidfd_open (before Linux 5.3) gets Popen's own wait."""
+    if process.returncode is not None:
+        return True
+    try:
+        pidfd = os.pidfd_open(process.pid)  # our unreaped child: its pid cannot be reused
+    except OSError:
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)  # readable once the process has exited
+        return bool(poller.poll(timeout * 1000))
+    finally:
+        os.close(pidfd)
 
 
 class Supply(Protocol):

@@ -1,7 +1,8 @@
-"""A private sandbox's supply of workers (pool.Supply): a fixed set forked by its
-own zygote at start and kept at size, handed to waiting calls in their order of
-arrival. gunicorn's arbiter verbs (manage_workers, murder_worker, halt), minus
-the loop: they run on whichever thread finds work for them.
+"""A private sandbox's supply of workers (pool.Supply): a set forked by its own
+zygote, one at start and more as calls overlap (up to its size), kept at the size
+it reached, handed to waiting calls in their order of arrival. gunicorn's arbiter
+verbs (manage_workers, murder_worker, halt), minus the loop: they run on whichever
+thread finds work for them.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ class _Waiter:
 
 
 class WorkerSet:
-    """The fixed supply of a private sandbox: N confined workers forked by its own
-    zygote and kept at N; one call per worker at a time, given to waiting calls in
-    their order of arrival. Its calls are not cancelled (take ignores `cancel`)."""
+    """The supply of a private sandbox: up to N confined workers forked by its own
+    zygote, one at start and another each time a call finds every worker busy,
+    kept at the number reached; one call per worker at a time, given to waiting
+    calls in their order of arrival. Its calls are not cancelled (take ignores
+    `cancel`)."""
 
     def __init__(self, zygote: ZygoteHandle, options: SandboxOptions, limits: Limits) -> None:
         self.zygote = zygote
@@ -55,13 +58,18 @@ class WorkerSet:
         self._idle: list[Worker] = []
         self._workers: set[Worker] = set()
         self._spawning = 0  # forks in progress, counted towards the target size
+        # The target size: one worker at start (a one-shot call needs no more, and each
+        # fork and confinement costs milliseconds of CPU), raised towards
+        # options.workers as calls overlap; a started worker is replaced, not dropped.
+        self._size = 1
         self._halted: str | None = None
         self._closed = False
 
     def start(self) -> None:
-        """Fork every worker first, then read their reports: they confine in parallel.
-        The first report sets the confinement every later worker must match."""
-        forked = [self._fork() for _ in range(self.options.workers)]
+        """Fork the first workers, then read their reports: they confine in parallel.
+        The first report sets the confinement every later worker must match, one
+        started on demand as much as one started here (check_boot)."""
+        forked = [self._fork() for _ in range(self._size)]
         for worker in forked:
             try:
                 self._boot(worker)
@@ -77,6 +85,7 @@ class WorkerSet:
         """An idle worker, or one handed over in this call's turn; a worker that
         died idle is replaced first."""
         while True:
+            self._grow_if_busy()
             with self._lock:
                 worker = self._take_in_turn()
             if worker.looks_alive():
@@ -127,7 +136,7 @@ class WorkerSet:
             with self._lock:
                 if self._closed or self._halted:
                     return
-                if len(self._workers) + self._spawning >= self.options.workers:
+                if len(self._workers) + self._spawning >= self._size:
                     return
                 self._spawning += 1
             try:
@@ -147,6 +156,15 @@ class WorkerSet:
                     self._spawning -= 1
             with self._lock:
                 self._give(fresh)
+
+    def _grow_if_busy(self) -> None:
+        """One more worker, forked on this call's thread, when none is idle and the
+        set is below options.workers; it goes to the call waiting longest."""
+        with self._lock:
+            if self._idle or self._closed or self._halted or self._size >= self.options.workers:
+                return
+            self._size += 1
+        self.manage_workers()
 
     def murder_worker(self, worker: Worker) -> int | None:
         """SIGKILL a worker (timeout, crash, recycle) and reap it through the zygote;

@@ -1,0 +1,122 @@
+"""Start-up and close: `corral call` as a whole process against a bare Python
+start, and a Sandbox's start to its first result and its close.
+
+    python scripts/bench_start.py [--runs 20] [--starts 10] [--tree DIR ...]
+
+Each --tree is a checkout of corral to measure (default: this one); with more
+than one (say the code before and after a change) the runs alternate between
+them, so a busy machine slows each alike. Reports medians (and min):
+`python -c pass`, `python -m corral call read_file '{"path": "x.txt"}'` and
+its ratio to the bare start, in wall time and in CPU time (the call's with its
+zygote's and workers'); in one interpreter per tree, Sandbox(ws) to the
+first call's result, and close(). Targets (issue 24): the call <= 10x a bare
+Python start, the sandbox start <= 30 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+CALL = ["-m", "corral", "call", "read_file", '{"path": "x.txt"}']
+# Run in a fresh interpreter per tree: starts a sandbox `starts` times (after one
+# not counted: the first pays for lazy caches) and prints [[start, close], ...].
+STARTS = """
+import json, sys, time
+from corral.api import Sandbox
+workspace, starts = sys.argv[1], int(sys.argv[2])
+samples = []
+for _ in range(starts + 1):
+    began = time.perf_counter()
+    sandbox = Sandbox(workspace)
+    assert sandbox.call("read_file", {"path": "x.txt"})["ok"]
+    answered = time.perf_counter()
+    sandbox.close()
+    samples.append([answered - began, time.perf_counter() - answered])
+print(json.dumps(samples[1:]))
+"""
+
+
+def environment(tree: Path, home: Path) -> dict[str, str]:
+    """Imports from `tree`; no user config, a history store of its own."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    env.update(XDG_CONFIG_HOME=str(home / "config"), XDG_STATE_HOME=str(home / "state"))
+    return env
+
+
+def wall(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall time of a whole process, and the CPU time of it and every process it
+    reaped (the zygote, and through it the workers): a busy machine stretches
+    the first, hardly the second."""
+    used = _children_cpu()
+    began = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - began, _children_cpu() - used
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def summary(samples: list[float]) -> str:
+    return f"median {statistics.median(samples) * 1e3:6.1f} ms  min {min(samples) * 1e3:6.1f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="whole-process runs per tree")
+    parser.add_argument("--starts", type=int, default=10, help="sandbox starts per tree")
+    parser.add_argument("--tree", type=Path, action="append", help="a checkout to measure")
+    args = parser.parse_args()
+    trees = [tree.resolve() for tree in args.tree or [HERE]]
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch)
+        workspace = home / "ws"
+        workspace.mkdir()
+        (workspace / "x.txt").write_text("hello\n")
+        envs = [environment(tree, home) for tree in trees]
+        bare: list[tuple[float, float]] = []
+        calls: list[list[tuple[float, float]]] = [[] for _ in trees]
+        for _ in range(2):  # warm the page cache and each tree's bytecode
+            for env in envs:
+                wall([sys.executable, *CALL], workspace, env)
+        for _ in range(args.runs):
+            bare.append(wall([sys.executable, "-c", "pass"], workspace, envs[0]))
+            for samples, env in zip(calls, envs, strict=True):
+                samples.append(wall([sys.executable, *CALL], workspace, env))
+        starts: list[list[list[float]]] = [[] for _ in trees]
+        for _ in range(2):  # two interpreters per tree, alternating
+            for samples, env in zip(starts, envs, strict=True):
+                done = subprocess.run(
+                    [sys.executable, "-c", STARTS, str(workspace), str(args.starts // 2 or 1)],
+                    env=env, check=True, capture_output=True, text=True,
+                )
+                samples.extend(json.loads(done.stdout))
+    bare_wall, bare_cpu = [w for w, _ in bare], [c for _, c in bare]
+    print(f"python -c pass ({args.runs} runs): {summary(bare_wall)}; CPU {summary(bare_cpu)}")
+    for tree, call, start in zip(trees, calls, starts, strict=True):
+        print(f"\n{tree}")
+        call_wall, call_cpu = [w for w, _ in call], [c for _, c in call]
+        ratio = statistics.median(call_wall) / statistics.median(bare_wall)
+        cpu_ratio = statistics.median(call_cpu) / statistics.median(bare_cpu)
+        print(f"  corral call read_file ({args.runs} runs): {summary(call_wall)}  "
+              f"= {ratio:.1f}x python -c pass")
+        print(f"    its CPU, with the zygote's and workers': {summary(call_cpu)}  "
+              f"= {cpu_ratio:.1f}x python -c pass")
+        print(f"  Sandbox(ws) to first result ({len(start)} starts): "
+              f"{summary([s for s, _ in start])}")
+        print(f"  close ({len(start)} closes): {summary([c for _, c in start])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Closing a sandbox waits on the processes it ends (their pidfds), never polls
+with sleeps, and leaves none of them behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from corral.api import Sandbox
+from corral.sandbox.pool import wait_for_exit
+
+
+def _no_sleeping(*_: object) -> None:
+    raise AssertionError("time.sleep was called while closing")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_close_waits_on_its_processes_without_sleeping(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sandbox = Sandbox(str(workspace))
+    assert sandbox.call("read_file", {"path": "hello.txt"})["ok"]
+    pids = sandbox.pids()
+    zygote, workers = pids["zygote"], pids["workers"]
+    monkeypatch.setattr(time, "sleep", _no_sleeping)
+    sandbox.close()
+    monkeypatch.undo()
+    # gone the moment close returns: nothing to wait for
+    assert all(_gone(pid) for pid in [zygote, *workers])
+    assert zygote not in {child.pid for child in psutil.Process().children()}
+    with pytest.raises(ChildProcessError):  # reaped by close, not left a zombie
+        os.waitpid(zygote, os.WNOHANG)
+
+
+def test_wait_for_exit_without_pidfd_uses_popen_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a kernel before 5.3 has no pidfd_open: the wait still ends, through Popen's own
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+
+    def enosys(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", enosys)
+    assert wait_for_exit(process, 30.0)
+    assert process.returncode == 0
+
+
+def test_wait_for_exit_gives_up_at_its_timeout() -> None:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not wait_for_exit(process, 0.05)
+        assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait()
+    assert wait_for_exit(process, 0.05)  # already reaped: nothing to wait on

@@ -1,0 +1,122 @@
+"""Start-up does only what the first call needs: a sandbox starts one worker and
+the rest as calls overlap, each confined exactly as the first; `corral call`
+starts one worker whatever [sandbox] workers says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from broker_helpers import MakeBroker, call
+
+from corral.cli import main
+from corral.sandbox.worker_set import WorkerSet
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What the kernel says of a process's confinement, beside its boot report.
+KERNEL_STATUS = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff", "CapPrm", "CapBnd")
+
+
+def kernel_view(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    status = {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    view = {key: status[key] for key in KERNEL_STATUS}
+    view["limits"] = Path(f"/proc/{pid}/limits").read_text()
+    return view
+
+
+def test_a_sandbox_starts_one_worker_and_another_when_calls_overlap(
+    make_broker: MakeBroker,
+) -> None:
+    broker = make_broker(workers=2)
+    (first,) = broker.pids()["workers"]
+    supply = broker._supply
+    assert isinstance(supply, WorkerSet)
+    held = supply.take()  # the first worker, busy with a call
+    try:
+        assert call(broker, "read_file", path="hello.txt")["ok"]  # every worker busy: one more
+        (second,) = set(broker.pids()["workers"]) - {first}
+        lazy = next(worker for worker in supply._workers if worker.pid == second)
+        assert lazy.layers == held.layers and lazy.roots == held.roots
+        assert kernel_view(second) == kernel_view(first)
+        assert kernel_view(second)["Seccomp"] == "2" and kernel_view(second)["NoNewPrivs"] == "1"
+        escape = call(broker, "read_file", path="../outside/secret.txt")
+        assert not escape["ok"]
+    finally:
+        supply.give_back(held)
+    # both idle now: calls one after another start nothing more
+    for _ in range(3):
+        assert call(broker, "read_file", path="hello.txt")["ok"]
+    assert len(broker.pids()["workers"]) == 2
+
+
+def test_a_lost_worker_is_replaced_at_the_size_the_set_reached(make_broker: MakeBroker) -> None:
+    broker = make_broker(workers=3)
+    supply = broker._supply
+    assert isinstance(supply, WorkerSet)
+    held = supply.take()
+    assert call(broker, "read_file", path="hello.txt")["ok"]
+    supply.lost(held)  # killed: replaced at once, the set stays at two
+    assert len(broker.pids()["workers"]) == 2
+    assert held.pid not in broker.pids()["workers"]
+
+
+def test_corral_call_starts_one_worker(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "corral.toml"
+    config.write_text(f'[workspace]\nroot = "{workspace}"\n\n[sandbox]\nworkers = 4\n')
+    started: list[int] = []
+    start = WorkerSet.start
+
+    def counted(self: WorkerSet) -> None:
+        start(self)
+        started.append(len(self.pids()))
+
+    monkeypatch.setattr(WorkerSet, "start", counted)
+    code = main(["call", "read_file", '{"path": "hello.txt"}', "--config", str(config)])
+    assert code == 0, capsys.readouterr()
+    assert json.loads(capsys.readouterr().out)["result"]["content"] == "hello\nworld\n"
+    assert started == [1]
+
+
+# A whole `corral call` in a fresh interpreter, then the modules it loaded that a
+# call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's).
+UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify")
+CALL_AND_LIST = """
+import sys
+from corral.cli import main
+assert main(["call", "read_file", '{"path": "hello.txt"}', "--workspace", sys.argv[1]]) == 0
+print("loaded:", *sorted(name for name in sys.argv[2:] if name in sys.modules))
+"""
+
+
+def test_corral_call_imports_only_what_a_call_needs(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CALL_AND_LIST, str(workspace), *UNNEEDED],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )
+    assert done.stdout.splitlines()[-1] == "loaded:"
+
+
+# The program (main() reading sys.argv) freezes what it has loaded for the collector.
+FREEZE_COUNT = """
+import gc, sys
+from corral.cli import main
+sys.argv = ["corral", "call", "read_file", '{"path": "hello.txt"}', "--workspace", sys.argv[1]]
+assert main() == 0
+print("frozen:", gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_program_freezes_what_it_loaded_for_the_collector(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE_COUNT, str(workspace)],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )
+    assert "frozen: True" in done.stdout.splitlines()
