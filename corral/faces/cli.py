@@ -636,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     place = argparse.ArgumentParser(add_help=False)
     place.add_argument(
         "--workspace",
-        help="the directory the tools work in (default: the current directory)",
+        help="the directory the tools work in (default: the current directory, or with "
+             "--config that config's [workspace] root)",
     )
     place.add_argument(
         "--config",
@@ -660,6 +661,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"corral: error: {exc.spelled(said_on_the_command_line)}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `corral tools | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return EXIT_OK
     except (UsageError, CorralError, OSError, ValueError) as exc:
         print(f"corral: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

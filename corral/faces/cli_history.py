@@ -70,6 +70,9 @@ def add_commands(
             entries = sandbox.history(args.path, limit=args.limit)
         if args.json:
             print(shown_json(entries))
+        elif not entries:  # say so: silence reads as a command that did nothing
+            print("No recorded changes." if args.path is None
+                  else f"No recorded changes of {escaped(args.path)}.")
         else:
             for entry in entries:
                 print(history_line(entry))

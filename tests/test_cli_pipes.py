@@ -1,0 +1,44 @@
+"""What a person meets at the shell: a command piped into `head`, an empty history,
+and where the workspace comes from with --config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_reader_that_stops_early_is_no_error(ws: Path) -> None:
+    """`corral tools ... | head`: the pipe closes before the specs are written, and
+    the command exits 0 without a 'Broken pipe' line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "tools", "--format", "openai", "--strict",
+         "--workspace", str(ws)],
+        stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert "Broken pipe" not in done.stderr
+
+
+def test_an_empty_history_says_so(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "history", "--workspace", str(ws))
+    assert (code, out) == (0, "No recorded changes.\n")
+    code, out, _ = run(capsys, "history", "a\x1b[2Jb.txt", "--workspace", str(ws))
+    assert code == 0 and out.startswith("No recorded changes of a") and "\x1b" not in out
+
+
+def test_the_workspace_default_names_the_config(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run(capsys, "call", "--help")
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "or with --config that config's [workspace] root" in help_text
