@@ -53,6 +53,7 @@ from corral.sandbox.protocol import (
     send_bytes,
 )
 from corral.tools.base import Context
+from corral.tools.encodings import preload
 from corral.tools.registry import TOOLS, execute
 
 # After an answer a worker polls for the next request this long before it sleeps in a
@@ -155,6 +156,7 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
     if os.getppid() != zygote_pid:
         return EXIT_ORPHANED
     try:
+        preload(setup.policy.fallback_encodings)  # a confined worker cannot import a codec
         dirs = setup.confined_dirs()
         layers = confine(dirs, keep_fds=[fd, *(d.fd for d in dirs)], limits=setup.limits)
     except Exception as exc:

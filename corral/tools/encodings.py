@@ -15,7 +15,6 @@ import codecs
 from dataclasses import dataclass
 
 from corral.errors import CorralError
-from corral.policy import LEGACY_ENCODINGS
 
 BINARY_SNIFF = 8192  # a NUL in the first 8 KiB means binary, as git decides
 # Longest first: the UTF-32-LE mark begins with the UTF-16-LE one.
@@ -28,8 +27,18 @@ BOMS = (
 
 # Looked up now, at import, in the zygote: a confined worker cannot read the
 # stdlib's encodings/ modules, and Python caches every codec it has looked up.
-for _name in (*(name for _, name in BOMS), *LEGACY_ENCODINGS):
+# The BOM codecs serve every sandbox; a legacy one only the sandboxes that name it,
+# so those are looked up by each such worker before it confines itself (preload):
+# all of them in the zygote cost every sandbox's start ~10 ms (the CJK codecs).
+for _name in (name for _, name in BOMS):
     codecs.lookup(_name)
+
+
+def preload(names: tuple[str, ...]) -> None:
+    """Look up the legacy codecs `names` (already checked against LEGACY_ENCODINGS),
+    while the process can still read the stdlib: before it is confined."""
+    for name in names:
+        codecs.lookup(name)
 
 
 @dataclass(frozen=True)
