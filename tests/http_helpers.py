@@ -62,9 +62,15 @@ def serve_two_tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
         f'[[tenant]]\nname = "bob"\ntoken_sha256 = "{sha256(TOKENS["bob"])}"\n'
         f'workspace = "{bob}"\n'
     )
+    yield from running_server(top, alice, bob, "--max-body-bytes", "65536")
+
+
+def running_server(top: Path, alice: Path, bob: Path, *flags: str) -> Iterator[Server]:
+    """`corral serve --http` on a free port for `top`/tenants.toml (with `flags`),
+    until the generator is closed."""
     process = subprocess.Popen(
         [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
-         "--tenants", str(top / "tenants.toml"), "--max-body-bytes", "65536"],
+         "--tenants", str(top / "tenants.toml"), *flags],
         stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=top,
     )
     assert process.stderr is not None

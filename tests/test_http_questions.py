@@ -9,10 +9,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,8 +20,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.http_helpers import TOKENS, Server, post, sha256
-from tests.mcp_helpers import REPO, structured
+from tests.http_helpers import TOKENS, Server, post, running_server, sha256
+from tests.mcp_helpers import structured
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
         f'config = "{top / "alice.toml"}"\n'
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
-         "--tenants", str(top / "tenants.toml")],
-        stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=top,
-    )
-    assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    assert "serving MCP over HTTP at http://127.0.0.1:" in line, line
-    port = int(line.rsplit(":", 1)[1].split("/")[0])
-    try:
-        yield Server(port, process, alice, alice)
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(30)
+    yield from running_server(top, alice, alice)
 
 
 def run_legacy(server: Server, body: Any, *, elicit: Any = None,
@@ -143,19 +126,7 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
         f'config = "{top / "alice.toml"}"\n'
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
-         "--tenants", str(top / "tenants.toml"), "--max-tenant-requests", "1"],
-        stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=top,
-    )
-    assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    port = int(line.rsplit(":", 1)[1].split("/")[0])
-    try:
-        yield Server(port, process, alice, alice)
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(30)
+    yield from running_server(top, alice, alice, "--max-tenant-requests", "1")
 
 
 def post_admitted(server: Server, body: dict[str, Any],
