@@ -4,7 +4,7 @@ place (SandboxSetup.of) and checked where the zygote reads it, never a bag of ke
 
 Wire shapes (one JSON object per frame):
     start    {"setup": SandboxSetup | null, "host_pid", "pdeathsig"}   the first frame
-    ops      {"op": "spawn", "setup"?, "after"?} | {"op": "wait", "pid"} | {"op": "discard", "pid"}
+    ops      {"op": "spawn", "setup"?} | {"op": "wait", "pid"}
     replies  {"pid"} (started; a spawn's, with fds [socket, pidfd]) | {"pid", "code"} (a
              wait's) | {"error"}
     setup    {"roots": [[path, mode], ...], "limits", "policy": JSON text, "options",
@@ -115,17 +115,14 @@ class ZygoteStart(NamedTuple):
 
 class Spawn(NamedTuple):
     """Fork one worker (reply {"pid"} with fds [socket, pidfd]). A shared pool's
-    zygote needs the sandbox's `setup`; `after`: a killed worker to reap first."""
+    zygote needs the sandbox's `setup`."""
 
     setup: SandboxSetup | None = None
-    after: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"op": "spawn"}
         if self.setup is not None:
             wire["setup"] = self.setup.to_wire()
-        if self.after is not None:
-            wire["after"] = self.after
         return wire
 
 
@@ -138,16 +135,7 @@ class Wait(NamedTuple):
         return {"op": "wait", "pid": self.pid}
 
 
-class Discard(NamedTuple):
-    """Reap a killed worker without keeping its code (no reply)."""
-
-    pid: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"op": "discard", "pid": self.pid}
-
-
-ControlOp = Spawn | Wait | Discard
+ControlOp = Spawn | Wait
 
 
 def control_from_wire(wire: dict[str, Any]) -> ControlOp | None:
@@ -155,11 +143,10 @@ def control_from_wire(wire: dict[str, Any]) -> ControlOp | None:
     Malformed for a spawn whose setup is not one (that spawn fails, no more)."""
     op = wire.get("op")
     if op == "spawn":
-        after, setup = wire.get("after"), wire.get("setup")
-        return Spawn(None if setup is None else SandboxSetup.from_wire(setup),
-                     after if is_count(after) else None)
-    if op in ("wait", "discard") and is_count(wire.get("pid")):
-        return Wait(wire["pid"]) if op == "wait" else Discard(wire["pid"])
+        setup = wire.get("setup")
+        return Spawn(None if setup is None else SandboxSetup.from_wire(setup))
+    if op == "wait" and is_count(wire.get("pid")):
+        return Wait(wire["pid"])
     return None
 
 

@@ -10,10 +10,9 @@ sandbox's SandboxSetup, the policy compiled once per sandbox, with its root fds
 attached, which the zygote closes once the worker is forked, so no worker ever
 holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
 [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
-as os.waitstatus_to_exitcode gives it, None if unknown); a shared pool also
-sends {"op": "discard", "pid"} (no reply: a killed worker whose code nobody
-needs) and "after": pid on a spawn (that killed worker is reaped first, so the
-pool's process count never passes its bound). End of stream on the
+as os.waitstatus_to_exitcode gives it, None if unknown: the broker waits for
+every worker it kills, so an evicted worker is reaped before the fork that
+replaces it and the pool's process count never passes its bound). End of stream on the
 channel means the broker closed or died: the zygote kills its workers, reaps
 them and exits, as forkserver's "alive" pipe does.
 
@@ -34,7 +33,6 @@ import sys
 from corral._malloc import keep_freed_memory
 from corral._prctl import set_parent_death_signal
 from corral.calls.control import (
-    Discard,
     Reply,
     SandboxSetup,
     Spawn,
@@ -104,7 +102,6 @@ class Zygote:
         self.setup = setup
         self.children: set[int] = set()
         self.exited: dict[int, int] = {}  # reaped, not yet asked for by the broker
-        self.discarded: set[int] = set()  # killed, their codes unwanted: reap and drop
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
 
@@ -141,12 +138,8 @@ class Zygote:
             _reply(self.control.fileno(), Reply(error=str(exc)))
             return True
         match op:
-            case Spawn(setup=setup, after=after) if (self.setup is None) == (setup is not None):
-                if after is not None:  # a worker killed to make room: gone before the fork
-                    self.wait(after)
+            case Spawn(setup=setup) if (self.setup is None) == (setup is not None):
                 self.fork_for(setup, fds)
-            case Discard(pid=pid):
-                self.forget(pid)
             case Wait(pid=pid):
                 _reply(self.control.fileno(), Reply(pid, self.wait(pid)))
             case _:
@@ -208,10 +201,7 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
-            if pid in self.discarded:
-                self.discarded.discard(pid)
-            else:
-                self.exited[pid] = os.waitstatus_to_exitcode(status)
+            self.exited[pid] = os.waitstatus_to_exitcode(status)
 
     def wait(self, pid: int) -> int | None:
         """Exit code of a worker the broker has killed (or saw end); blocks until it is gone."""
@@ -222,20 +212,6 @@ class Zygote:
         _, status = os.waitpid(pid, 0)
         self.children.discard(pid)
         return os.waitstatus_to_exitcode(status)
-
-    def forget(self, pid: int) -> None:
-        """A worker the broker killed and needs no exit code of: reap it now if it
-        is dead, else as soon as it dies (reap() drops its code)."""
-        self.exited.pop(pid, None)
-        if pid in self.children:
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                self.children.discard(pid)
-            else:
-                self.discarded.add(pid)
 
     def stop_children(self) -> None:
         """SIGKILL and reap every worker, so none outlives the zygote."""
