@@ -184,7 +184,7 @@ class Restorer:
         for later in self.store.listing().records:
             if later > record_id and (record := self.store.record(later)) is not None:
                 yield record
-        yield from (record for record in self.store.uncommitted() if record.id > record_id)
+        yield from self.store.uncommitted(after=record_id)
 
     @staticmethod
     def _temps_of(root: Root, rel: str, pid: int) -> list[str]:

@@ -404,16 +404,18 @@ class Store:
             name, fd = f"{RECORD}{record_id}{COMMITTED}", self.home
         return self.load_record(fd, name)
 
-    def uncommitted(self) -> Iterator[Record]:
-        """The records no host has committed yet (pending, or done and waiting for
-        it), checked, each work directory's oldest first: every work directory's, as
-        sandboxes that write other sets of roots may have changed the same paths."""
+    def uncommitted(self, after: str) -> Iterator[Record]:
+        """The records written after the id `after` that no host has committed yet
+        (pending, or done and waiting for it), checked, each work directory's oldest
+        first: every work directory's, as sandboxes that write other sets of roots
+        may have changed the same paths. Only those are read: a name holds its id."""
         for where, fd in self._dirs():
             if not where:
                 continue
             try:
                 records = [record for name in sorted(_names(fd))
                            if name.startswith(RECORD) and name.endswith((PENDING, DONE))
+                           and name[len(RECORD):len(RECORD) + ID_WIDTH] > after
                            and (record := self.load_record(fd, name)) is not None]
             finally:
                 os.close(fd)
