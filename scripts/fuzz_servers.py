@@ -201,9 +201,7 @@ class Server:
         answer = self.wait_for(wanted)
         result = answer["result"]
         assert result.get("resultType", "complete") == "complete", answer
-        if result.get("isError"):
-            return {"ok": False, "error": result["structuredContent"]["error"]}
-        return {"ok": True, "result": result["structuredContent"]}
+        return _outcome(result)
 
     def rss_mb(self) -> float:
         return self.ps.memory_info().rss / 2**20
@@ -291,9 +289,7 @@ class HttpServer:
                                        "params": params}).encode(), not self.probes % 2)
         assert answer is not None and answer["id"] == wanted, answer
         result = answer["result"]
-        if result.get("isError"):
-            return {"ok": False, "error": result["structuredContent"]["error"]}
-        return {"ok": True, "result": result["structuredContent"]}
+        return _outcome(result)
 
     def rss_mb(self) -> float:
         return self.ps.memory_info().rss / 2**20
@@ -304,6 +300,13 @@ class HttpServer:
         self.process.send_signal(signal.SIGINT)
         code = self.process.wait(ANSWER_TIMEOUT_S)
         return 0 if code == 130 else code
+
+
+def _outcome(result: dict[str, Any]) -> dict[str, Any]:
+    """A tools/call result as the contract's answer, whichever face carried it."""
+    if result.get("isError"):
+        return {"ok": False, "error": result["structuredContent"]["error"]}
+    return {"ok": True, "result": result["structuredContent"]}
 
 
 def _not_json(name: str) -> None:
