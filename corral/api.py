@@ -31,7 +31,8 @@ from corral.config import (
     resolve_roots,
 )
 from corral.errors import CorralError
-from corral.flow import NO_ONE_TO_ASK, CallFlow, CallPlan, NoApprover, adrive, drive
+from corral.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
+from corral.grants import Grants
 from corral.history.host import History
 from corral.history.store import check_location, default_base
 from corral.ledger import FORCE_HINT, Ledger
@@ -42,7 +43,9 @@ from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
 from corral.trust import narrowed
 
-__all__ = ["FORCE_HINT", "NO_ONE_TO_ASK", "Approver", "AsyncSandbox", "NoApprover", "Sandbox"]
+__all__ = [
+    "FORCE_HINT", "NO_ONE_TO_ASK", "Approval", "Approver", "AsyncSandbox", "NoApprover", "Sandbox",
+]
 
 HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
 log = logging.getLogger("corral")
@@ -180,7 +183,8 @@ class _BaseSandbox:
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
-        self._ledger = Ledger(self._policy, self._audit, self._history)
+        self._grants = Grants(self._policy, self._roots)
+        self._ledger = Ledger(self._policy, self._audit, self._history, self._grants)
         store = self._history
         try:
             self._executor = self._start(
@@ -245,13 +249,27 @@ class _BaseSandbox:
         plan = CallPlan(
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw,
+            raw, self._grants, self._ledger.approval,
         )
         started = time.monotonic()
         return CallFlow(
             plan.steps(tool, arguments, within),
             lambda answer: self._ledger.finish(answer, arguments, started),
         )
+
+    # -- remembered approvals ------------------------------------------------------
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """The grants remembered approvals made, oldest first: {"id", "tool", "root"
+        (None for a rule grant), "path" (root-relative, resolved) or "rule" (None:
+        what the tool's mode or the default action supervises), "created", "uses"}.
+        No I/O, so AsyncSandbox's is not awaited."""
+        return self._grants.listed()
+
+    def forget(self, grant_id: str | None = None) -> int:
+        """Drop the grant `grant_id`, or every grant: how many were dropped (0: no
+        such grant). A call already on its way may still go through by it."""
+        return self._grants.forget(grant_id)
 
     # -- history -----------------------------------------------------------------
 
@@ -345,12 +363,15 @@ class _BaseSandbox:
 class Sandbox(_BaseSandbox):
     """File tools confined to a workspace. Thread-safe; close it (or use `with`).
 
-    `approve(request) -> bool` is asked before a supervised call (a tool in
-    mode "supervised", or a path a "supervised" rule matches) acts, once its
-    paths are resolved: {"tool", "arguments", "paths" (as given), "resolved"
+    `approve(request) -> bool | Approval` is asked before a supervised call (a
+    tool in mode "supervised", or a path a "supervised" rule matches) acts, once
+    its paths are resolved: {"tool", "arguments", "paths" (as given), "resolved"
     (absolute), "rules" (None: the tool's mode), "targets" ([{"root", "path"
-    (root-relative, resolved), "given", "rule", "shown" (one line to show)}])},
-    strings escaped (control characters, backslashes). A call that touches
+    (root-relative, resolved), "given", "rule", "shown" (one line to show),
+    "size" (None: no such file)}]), "diff" (a change's, bounded; else None)},
+    strings escaped (control characters, backslashes). `Approval(True,
+    remember="path"|"rule")` also grants the tool those paths, or that rule's,
+    for the sandbox's life (`approvals()`, `forget()`). A call that touches
     several paths (move, copy) may ask more than once; a path that resolves
     differently when the call runs is asked about again. No callback:
     approval_required; a refusal: approval_denied.
@@ -375,12 +396,12 @@ class Sandbox(_BaseSandbox):
         callback), which may raise NoApprover when nobody can be asked."""
         ask = approve if approve is not None else self._approve
 
-        def approved(request: dict[str, Any]) -> bool | NoApprover:
+        def approved(request: dict[str, Any]) -> Approval | bool | NoApprover:
             if ask is None:  # a flow made with can_ask=True but nothing to ask
                 return NoApprover()
             with self._lifecycle.waiting():
                 try:
-                    return bool(ask(request))
+                    return _decision(ask(request))
                 except NoApprover as nobody:
                     return nobody
 
@@ -444,7 +465,7 @@ class AsyncSandbox(_BaseSandbox):
         """Sandbox.run with awaits; cancelling the awaiting task cancels the call."""
         ask = approve if approve is not None else self._approve
 
-        async def approved(request: dict[str, Any]) -> bool | NoApprover:
+        async def approved(request: dict[str, Any]) -> Approval | bool | NoApprover:
             if ask is None:
                 return NoApprover()
             with self._lifecycle.waiting():
@@ -452,7 +473,7 @@ class AsyncSandbox(_BaseSandbox):
                     answer = ask(request)
                     if inspect.isawaitable(answer):
                         answer = await answer
-                    return bool(answer)
+                    return _decision(answer)
                 except NoApprover as nobody:
                     return nobody
 
@@ -515,6 +536,11 @@ def _config_arguments(
     }
     arguments.update(overrides)
     return config.narrowed_by or config.source, arguments
+
+
+def _decision(reply: Any) -> Approval | bool:
+    """An approve callback's reply: an Approval as it is, anything else as a bool."""
+    return reply if isinstance(reply, Approval) else bool(reply)
 
 
 async def _to_thread(fn: Callable[..., T], *args: Any) -> T:

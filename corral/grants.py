@@ -1,0 +1,163 @@
+"""Remembered approvals: the grants a sandbox issued when its approver answered
+`Approval(True, remember="path" | "rule")`, for the life of the sandbox.
+
+A grant is checked in the worker, on the resolved path (tools/access.py): a call
+carries the grants of its tool (none travel when there are none), and the worker
+says which one let each path through (Meta.grants). That claim comes from a
+process that may have been made to misbehave, so `checked` keeps only uses of a
+grant this sandbox sent with the call, on a path that grant covers; any other is
+dropped (not counted, not audited under that id) and logged.
+
+- path grant: that tool on one resolved path (its root and root-relative path).
+- rule grant: that tool on every path the same supervised rule decides; rule ""
+  stands for what the tool's "supervised" mode or the default action asks about
+  (paths a named supervised rule covers still ask).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from corral.calls.messages import GrantRef, GrantUse, NeedsApproval
+from corral.policy import Policy, RootSpec
+from corral.tools.access import approval_key
+from corral.tools.registry import TOOLS
+
+log = logging.getLogger("corral")
+REMEMBER = ("once", "path", "rule")
+
+
+@dataclass
+class Grant:
+    id: str
+    tool: str
+    root: str | None  # a path grant's root; None: a rule grant holds in every root
+    path: str | None  # root-relative, resolved (a path grant)
+    rule: str | None  # a rule grant's rule ("": the tool's mode or default action)
+    created: str  # ISO 8601, UTC
+    uses: int = 0
+
+    @property
+    def ref(self) -> GrantRef:
+        if self.path is not None and self.root is not None:
+            return GrantRef(self.id, approval_key(self.root, self.path), None)
+        return GrantRef(self.id, None, self.rule)
+
+    def public(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"id": self.id, "tool": self.tool, "root": self.root}
+        if self.path is not None:
+            shown["path"] = self.path
+        else:
+            shown["rule"] = self.rule or None  # None: the tool's mode or default action
+        return {**shown, "created": self.created, "uses": self.uses}
+
+
+class Grants:
+    """One sandbox's grants; thread-safe. Ids are "g1", "g2", ...: short, never
+    reused within the sandbox (a forgotten id stays forgotten)."""
+
+    def __init__(self, policy: Policy, roots: Sequence[RootSpec]) -> None:
+        self._policy = policy
+        self._roots = {root.path: root for root in roots}
+        self._grants: dict[str, Grant] = {}
+        self._by_tool: dict[str, tuple[GrantRef, ...]] = {}  # what a call of each tool carries
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def for_tool(self, tool: str) -> tuple[GrantRef, ...]:
+        """The grants a call of `tool` carries to its worker (usually none)."""
+        return self._by_tool.get(tool, ())
+
+    def issue(self, tool: str, needed: Sequence[NeedsApproval], remember: str) -> list[Grant]:
+        """The grants an approval remembered as `remember` makes for these paths (an
+        identical grant already held is given back instead of a new one)."""
+        wanted: set[tuple[str | None, str | None, str | None]]
+        if remember == "path":
+            wanted = {(need.root, need.resolved, None) for need in needed}
+        elif remember == "rule":
+            wanted = {(None, None, need.rule or "") for need in needed}
+        else:
+            return []
+        issued = []
+        with self._lock:
+            for root, path, rule in sorted(wanted, key=repr):
+                held = next((g for g in self._grants.values() if (g.tool, g.root, g.path, g.rule)
+                             == (tool, root, path, rule)), None)
+                if held is None:
+                    held = Grant(f"g{next(self._ids)}", tool, root, path, rule, _now())
+                    self._grants[held.id] = held
+                issued.append(held)
+            self._index(tool)
+        return issued
+
+    def checked(self, tool: str, sent: Sequence[GrantRef],
+                uses: Sequence[GrantUse]) -> tuple[GrantUse, ...]:
+        """The uses a worker claims that hold: a grant sent with this call, on a path
+        it covers. The rest are dropped and logged."""
+        refs = {ref.id: ref for ref in sent}
+        kept = []
+        for use in uses:
+            ref = refs.get(use.id)
+            if ref is not None and self._covers(tool, ref, use):
+                kept.append(use)
+            else:
+                log.warning("corral: a worker claimed grant %r for %s on %r, which it does "
+                            "not cover; ignored", use.id[:40], tool, use.resolved[:200])
+        return tuple(kept)
+
+    def used(self, uses: Sequence[GrantUse]) -> None:
+        """Count a finished call's uses (of grants still held)."""
+        with self._lock:
+            for grant_id in dict.fromkeys(use.id for use in uses):
+                if grant_id in self._grants:
+                    self._grants[grant_id].uses += 1
+
+    def listed(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [grant.public() for grant in self._grants.values()]
+
+    def forget(self, grant_id: str | None = None) -> int:
+        """Drop one grant (or all): how many were dropped. Calls already sent with it
+        may still use it; later ones do not carry it."""
+        with self._lock:
+            if grant_id is None:
+                dropped = list(self._grants.values())
+            else:
+                dropped = [self._grants[grant_id]] if grant_id in self._grants else []
+            for grant in dropped:
+                del self._grants[grant.id]
+                self._index(grant.tool)
+        return len(dropped)
+
+    def _index(self, tool: str) -> None:
+        refs = tuple(g.ref for g in self._grants.values() if g.tool == tool)
+        if refs:
+            self._by_tool[tool] = refs
+        else:
+            self._by_tool.pop(tool, None)
+
+    def _covers(self, tool: str, ref: GrantRef, use: GrantUse) -> bool:
+        if ref.key is not None:
+            return ref.key == approval_key(use.root, use.resolved)
+        root, spec = self._roots.get(use.root), TOOLS.get(tool)
+        if root is None or spec is None:
+            return False
+        # A tool may touch a path to write it or only to read it (copy_file's source).
+        for write in (True, False) if spec.writes else (False,):
+            decision = self._policy.decide(tool, root, use.resolved, write=write)
+            if decision.action == "supervised" and (decision.rule or "") == ref.rule:
+                return True
+            if decision.action == "allow" and ref.rule == "" and self._policy.tool_mode(
+                    tool, writes=spec.writes) == "supervised":
+                return True
+        return False
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
