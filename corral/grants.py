@@ -31,6 +31,10 @@ from corral.tools.registry import TOOLS
 
 log = logging.getLogger("corral")
 REMEMBER = ("once", "path", "rule")
+# Grants one sandbox holds at most: every call of a tool carries that tool's grants,
+# so their number bounds the message. Past it an approval is not remembered (the
+# person is asked again next time) rather than an older grant silently dropped.
+MAX_GRANTS = 256
 
 
 @dataclass
@@ -90,6 +94,10 @@ class Grants:
                 held = next((g for g in self._grants.values() if (g.tool, g.root, g.path, g.rule)
                              == (tool, root, path, rule)), None)
                 if held is None:
+                    if len(self._grants) >= MAX_GRANTS:
+                        log.warning("corral: %d approvals remembered already; this one is "
+                                    "not (forget some with Sandbox.forget)", MAX_GRANTS)
+                        break
                     held = Grant(f"g{next(self._ids)}", tool, root, path, rule, _now())
                     self._grants[held.id] = held
                 issued.append(held)

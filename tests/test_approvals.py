@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from corral import Approval, AsyncSandbox, Pool, Sandbox, Submit
 from corral.calls.messages import CallRequest, GrantRef, GrantUse, Malformed, Meta
 from corral.policy import Policy, Rule
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINES
+from tests.mcp_helpers import REPO
 
 DOCS = Rule("ask-docs", "supervised", ("write_file", "edit_file"), ("docs/**",))
 CONF = Rule("ask-conf", "supervised", ("write_file",), ("conf/**",))
@@ -287,3 +290,27 @@ def test_a_pooled_sandbox_keeps_its_own_grants(tmp_path: Path) -> None:
         assert len(asker.asked) == 2
         assert len(first.approvals()) == 1 and len(second.approvals()) == 1
         assert first.forget() == 1 and len(second.approvals()) == 1
+
+
+def test_past_the_bound_an_approval_is_not_remembered(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("corral.grants.MAX_GRANTS", 2)
+    asker = Asker(Approval(True, remember="path"))
+    with Sandbox(ws, policy=RULES, approve=asker) as sb:
+        for name in ("docs/a.md", "docs/b.md", "docs/c.md", "docs/c.md", "docs/a.md"):
+            write(sb, name)
+        assert [g["path"] for g in sb.approvals()] == ["docs/a.md", "docs/b.md"]
+    assert asker.paths == ["docs/a.md", "docs/b.md", "docs/c.md", "docs/c.md"]
+
+
+def test_the_api_pages_example_runs(ws: Path) -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs/api.md").read_text()
+    (code,) = [block for block in page.split("```python\n")[1:]
+               if 'remember="rule"' in block.split("```")[0]]
+    code = code.split("```")[0].replace("/path/to/workspace", str(ws))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "+a" in done.stdout and "'rule': 'ask-docs'" in done.stdout
+    assert (ws / "docs/b.md").read_text() == "b"

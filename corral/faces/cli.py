@@ -230,6 +230,8 @@ def ask_on_terminal(request: dict[str, Any]) -> bool:
     rules = [rule for rule in request.get("rules") or () if rule]
     why = f"rule {', '.join(rules)}" if rules else f'{tool} = "supervised" in [tools]'
     on = f" on {', '.join(paths)}" if paths else ""
+    if request.get("diff"):  # bounded and escaped (the request's diff)
+        sys.stderr.write(request["diff"] + "\n")
     sys.stderr.write(f"corral: {tool}{on} needs your approval ({why}). Allow? [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
