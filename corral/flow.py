@@ -190,7 +190,7 @@ class CallPlan:
             args = validate(tool, arguments)
         except CorralError as error:
             return error_answer(shown_name(name), error)
-        grants = self.grants.for_tool(tool.name) if self.grants is not None else ()
+        grants = self.grants.for_call(tool.name, args) if self.grants is not None else ()
         if mode == "supervised" and not self.can_ask and not grants:
             return _nobody_to_ask(
                 tool.name, f"the tool {tool.name} needs approval", None,

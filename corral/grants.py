@@ -2,8 +2,14 @@
 `Approval(True, remember="path" | "rule")`, for the life of the sandbox.
 
 A grant is checked in the worker, on the resolved path (tools/access.py): a call
-carries the grants of its tool (none travel when there are none), and the worker
-says which one let each path through (Meta.grants). That claim comes from a
+carries the grants that can apply to it, and the worker says which one let each
+path through (Meta.grants). What can apply: its tool's rule grants, and its
+tool's path grants whose file the call names, as the host can tell by the
+arguments alone: the resolved path (root-relative, or absolute), a spelling the
+grant was asked about with, or a directory above either. So the common call
+carries none, and a sandbox holding many grants sends only the few that matter;
+a call that reaches a granted file by another name is asked again (a grant sent
+too seldom asks once more, never lets a path through). That claim comes from a
 process that may have been made to misbehave, so `checked` keeps only uses of a
 grant this sandbox sent with the call, on a path that grant covers; any other is
 dropped (not counted, not audited under that id) and logged.
@@ -18,9 +24,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import posixpath
+import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +43,9 @@ REMEMBER = ("once", "path", "rule")
 # so their number bounds the message. Past it an approval is not remembered (the
 # person is asked again next time) rather than an older grant silently dropped.
 MAX_GRANTS = 256
+PATH_ARGUMENTS = ("path", "source", "destination")  # arguments that name one path
+# The paths a Codex-format patch (apply_patch's `patch`) names, one a line.
+PATCH_PATHS = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+)$", re.M)
 
 
 @dataclass
@@ -46,6 +57,9 @@ class Grant:
     rule: str | None  # a rule grant's rule ("": the tool's mode or default action)
     created: str  # ISO 8601, UTC
     uses: int = 0
+    # a path grant's names a call may use for its file: the resolved path (absolute,
+    # and root-relative in the workspace) and the spellings it was asked about with
+    names: set[str] = field(default_factory=set)
 
     @property
     def ref(self) -> GrantRef:
@@ -69,21 +83,33 @@ class Grants:
     def __init__(self, policy: Policy, roots: Sequence[RootSpec]) -> None:
         self._policy = policy
         self._roots = {root.path: root for root in roots}
+        self._workspace = roots[0].path
         self._grants: dict[str, Grant] = {}
-        self._by_tool: dict[str, tuple[GrantRef, ...]] = {}  # what a call of each tool carries
+        self._by_tool: dict[str, tuple[Grant, ...]] = {}  # each tool's grants, oldest first
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def for_tool(self, tool: str) -> tuple[GrantRef, ...]:
-        """The grants a call of `tool` carries to its worker (usually none)."""
-        return self._by_tool.get(tool, ())
+    def for_call(self, tool: str, arguments: dict[str, Any]) -> tuple[GrantRef, ...]:
+        """The grants a call of `tool` with these (checked) arguments carries to its
+        worker: its rule grants, and the path grants of files it names (usually none)."""
+        grants = self._by_tool.get(tool)
+        if not grants:
+            return ()
+        named = _named(arguments)
+        return tuple([grant.ref for grant in grants if grant.path is None or any(
+            name == "." or any(known == name or known.startswith(name + "/")
+                               for known in grant.names) for name in named)])
 
     def issue(self, tool: str, needed: Sequence[NeedsApproval], remember: str) -> list[Grant]:
         """The grants an approval remembered as `remember` makes for these paths (an
         identical grant already held is given back instead of a new one)."""
         wanted: set[tuple[str | None, str | None, str | None]]
+        spellings: dict[tuple[str | None, str | None], set[str]] = {}
         if remember == "path":
             wanted = {(need.root, need.resolved, None) for need in needed}
+            for need in needed:
+                spellings.setdefault((need.root, need.resolved), set()).add(
+                    posixpath.normpath(need.path))
         elif remember == "rule":
             wanted = {(None, None, need.rule or "") for need in needed}
         else:
@@ -99,7 +125,12 @@ class Grants:
                                     "not (forget some with Sandbox.forget)", MAX_GRANTS)
                         break
                     held = Grant(f"g{next(self._ids)}", tool, root, path, rule, _now())
+                    if root is not None and path is not None:
+                        held.names.add(posixpath.join(root, path) if path != "." else root)
+                        if root == self._workspace:
+                            held.names.add(path)
                     self._grants[held.id] = held
+                held.names |= spellings.get((root, path), set())
                 issued.append(held)
             self._index(tool)
         return issued
@@ -144,9 +175,9 @@ class Grants:
         return len(dropped)
 
     def _index(self, tool: str) -> None:
-        refs = tuple(g.ref for g in self._grants.values() if g.tool == tool)
-        if refs:
-            self._by_tool[tool] = refs
+        grants = tuple(g for g in self._grants.values() if g.tool == tool)
+        if grants:
+            self._by_tool[tool] = grants
         else:
             self._by_tool.pop(tool, None)
 
@@ -165,6 +196,15 @@ class Grants:
                     tool, writes=spec.writes) == "supervised":
                 return True
         return False
+
+
+def _named(arguments: dict[str, Any]) -> list[str]:
+    """The paths a call's arguments name, normalised lexically."""
+    named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
+    named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
+    if isinstance(arguments.get("patch"), str):
+        named += [p.strip() for p in PATCH_PATHS.findall(arguments["patch"])]
+    return [posixpath.normpath(p) for p in named]
 
 
 def _now() -> str:

@@ -16,8 +16,16 @@ from typing import Any
 import pytest
 
 from corral import Approval, AsyncSandbox, Pool, Sandbox, Submit
-from corral.calls.messages import CallRequest, GrantRef, GrantUse, Malformed, Meta
-from corral.policy import Policy, Rule
+from corral.calls.messages import (
+    CallRequest,
+    GrantRef,
+    GrantUse,
+    Malformed,
+    Meta,
+    NeedsApproval,
+)
+from corral.grants import Grants
+from corral.policy import Policy, RootSpec, Rule
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINES
 from tests.mcp_helpers import REPO
 
@@ -206,8 +214,22 @@ def test_a_grant_use_the_host_did_not_send_is_ignored(ws: Path, tmp_path: Path) 
         assert sb.approvals()[0]["uses"] == 1  # only the true claim counts
     grants = [json.loads(line)["grant"] for line in log.read_text().splitlines()]
     assert grants == ["g1", None, None, None, "g1"]
+
+
+def test_a_rule_grant_claimed_for_another_rules_path_is_ignored(ws: Path) -> None:
+    asker = Asker(Approval(True, remember="rule"))
+    with Sandbox(ws, policy=RULES, approve=asker) as sb:
+        write(sb, "docs/a.md")
+        # g1 covers ask-docs; a claim for conf/ (ask-conf) or an allowed path is false
+        for claimed in ("conf/c.toml", "free.txt", "docs/b.md"):
+            assert _forged(sb, "docs/a.md", (GrantUse("g1", str(ws), claimed),))["ok"]
+        assert sb.approvals()[0]["uses"] == 1  # only docs/b.md lies in the rule
+
+
+@pytest.mark.parametrize("grants", [[["g1", "/w"]], "g1", [["g1", "/w", 3]]])
+def test_a_malformed_grant_claim_is_a_malformed_answer(grants: Any) -> None:
     with pytest.raises(Malformed):
-        Meta.from_wire({"touched": [], "bytes": 0, "grants": [["g1", root]]})
+        Meta.from_wire({"touched": [], "bytes": 0, "grants": grants})
 
 
 def test_a_call_carries_only_its_own_tools_grants(ws: Path) -> None:
@@ -222,7 +244,23 @@ def test_a_call_carries_only_its_own_tools_grants(ws: Path) -> None:
     asker = Asker(Approval(True, remember="path"))
     with Sandbox(ws, policy=RULES, approve=asker) as sb:
         write(sb, "docs/a.md")
-        assert sb._grants.for_tool("write_file") and not sb._grants.for_tool("edit_file")
+        write(sb, "docs/b.md")
+        assert sent(sb, "write_file", path="docs/a.md", content="") == ["g1"]
+        assert sent(sb, "write_file", path=f"{ws}/docs/./a.md", content="") == ["g1"]
+        assert sent(sb, "write_file", path="docs/c.md", content="") == []
+        assert sent(sb, "edit_file", path="docs/a.md", old_string="x", new_string="y") == []
+        assert sent(sb, "move_file", source="docs", destination="d") == []  # another tool
+        asker.reply = Approval(True, remember="rule")
+        write(sb, "docs/c.md")
+        assert sent(sb, "write_file", path="elsewhere.md", content="") == ["g3"]  # rule: always
+
+
+def sent(sb: Sandbox, tool: str, **arguments: Any) -> list[str]:
+    """The grant ids the first request of this call carries to its worker."""
+    with sb.flow(tool, arguments) as flow:
+        step = flow.step()
+        assert isinstance(step, Submit)
+        return [grant.id for grant in step.request.grants]
 
 
 def test_the_request_shows_the_size_and_a_bounded_diff(ws: Path) -> None:
@@ -314,3 +352,17 @@ def test_the_api_pages_example_runs(ws: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "+a" in done.stdout and "'rule': 'ask-docs'" in done.stdout
     assert (ws / "docs/b.md").read_text() == "b"
+
+
+def test_path_grants_travel_with_calls_that_name_their_file() -> None:
+    grants = Grants(Policy(), [RootSpec("/w", "rw"), RootSpec("/data", "ro")])
+    need = NeedsApproval("/w\0docs/a.md", "/w", "docs/a.md", "tpl/../a.md", "ask-docs")
+    (grant,) = grants.issue("apply_patch", [need], "path")
+    patch = "*** Begin Patch\n*** Update File: docs/a.md\n@@\n-a\n+b\n*** End Patch\n"
+    for arguments in ({"path": "docs/a.md"}, {"path": "/w/docs/a.md"}, {"path": "tpl/../a.md"},
+                      {"path": "docs"}, {"path": "."}, {"paths": ["x", "docs/a.md"]},
+                      {"patch": patch}):
+        assert grants.for_call("apply_patch", arguments) == (grant.ref,), arguments
+    for arguments in ({"path": "docs/b.md"}, {"path": "/data/docs/a.md"}, {"path": "doc"}, {}):
+        assert grants.for_call("apply_patch", arguments) == (), arguments
+    assert grants.for_call("write_file", {"path": "docs/a.md"}) == ()
