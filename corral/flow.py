@@ -220,8 +220,9 @@ class CallPlan:
             fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
                                    "operator's config to run it without asking")
             refusal = yield from self._ask(ask, needed, f"{shown} needs approval{why}", rule, fix)
-            if refusal is not None:
-                return Answer(False, refusal.tool, error=refusal.error, meta=answer.meta)
+            if refusal is not None:  # nothing went through, by a grant or otherwise
+                return Answer(False, refusal.tool, error=refusal.error,
+                              meta=answer.meta._replace(grants=()))
             if rounds == MAX_APPROVAL_ROUNDS:
                 return answer
             approved += [need.key for need in needed]

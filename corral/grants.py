@@ -28,7 +28,7 @@ import posixpath
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,7 +59,8 @@ class Grant:
     uses: int = 0
     # a path grant's names a call may use for its file: the resolved path (absolute,
     # and root-relative in the workspace) and the spellings it was asked about with
-    names: set[str] = field(default_factory=set)
+    # (replaced, never changed in place: for_call reads it without the lock)
+    names: frozenset[str] = frozenset()
 
     @property
     def ref(self) -> GrantRef:
@@ -126,11 +127,11 @@ class Grants:
                         break
                     held = Grant(f"g{next(self._ids)}", tool, root, path, rule, _now())
                     if root is not None and path is not None:
-                        held.names.add(posixpath.join(root, path) if path != "." else root)
-                        if root == self._workspace:
-                            held.names.add(path)
+                        absolute = posixpath.join(root, path) if path != "." else root
+                        held.names = frozenset(
+                            (absolute, path) if root == self._workspace else (absolute,))
                     self._grants[held.id] = held
-                held.names |= spellings.get((root, path), set())
+                held.names = held.names | spellings.get((root, path), set())
                 issued.append(held)
             self._index(tool)
         return issued

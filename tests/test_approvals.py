@@ -366,3 +366,28 @@ def test_path_grants_travel_with_calls_that_name_their_file() -> None:
     for arguments in ({"path": "docs/b.md"}, {"path": "/data/docs/a.md"}, {"path": "doc"}, {}):
         assert grants.for_call("apply_patch", arguments) == (), arguments
     assert grants.for_call("write_file", {"path": "docs/a.md"}) == ()
+
+
+def test_a_move_asks_only_about_the_ends_no_grant_covers(ws: Path, tmp_path: Path) -> None:
+    moves = Policy(rules=(Rule("ask-docs", "supervised", ("move_file",), ("docs/**",)),))
+    (ws / "docs").mkdir()
+    (ws / "docs/a.md").write_text("a")
+    log = tmp_path / "audit.jsonl"
+    asker = Asker(Approval(True, remember="path"))
+    with Sandbox(ws, policy=moves, approve=asker, audit=log) as sb:
+
+        def move(source: str, destination: str) -> dict[str, Any]:
+            return sb.call("move_file", {"source": source, "destination": destination})
+
+        assert move("docs/a.md", "docs/b.md")["ok"]
+        assert asker.paths == ["docs/a.md", "docs/b.md"]
+        assert move("docs/b.md", "docs/a.md")["ok"]  # both ends granted: not asked
+        assert len(asker.asked) == 2
+        asker.reply = False
+        assert move("docs/a.md", "docs/c.md")["error"]["code"] == "approval_denied"
+        assert asker.paths[2:] == ["docs/c.md"]
+        assert [(g["path"], g["uses"]) for g in sb.approvals()] == [
+            ("docs/a.md", 1), ("docs/b.md", 1)]  # the refused move used nothing
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["grant"] for r in calls if not r["approval"]] == [None, "g2,g1", None]
+    assert (ws / "docs/a.md").read_text() == "a"
