@@ -31,7 +31,14 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from corral.calls.messages import Answer, CallRequest, GrantRef, NeedsApproval, error_answer
+from corral.calls.messages import (
+    Answer,
+    CallRequest,
+    GrantRef,
+    NeedsApproval,
+    Touched,
+    error_answer,
+)
 from corral.errors import CorralError
 from corral.grants import REMEMBER, Grant, Grants
 from corral.policy import Policy
@@ -77,8 +84,10 @@ class Approval:
 # (MCP's stateless retries): allowed, and neither audited nor remembered again.
 REPLAYED = Approval(True)
 # An approval decision as the flow reports it: tool, the paths asked about, the
-# answer and the grants it made (to the ledger, which audits it).
-Decided = Callable[[str, Sequence[NeedsApproval], Approval, Sequence[Grant]], None]
+# answer, the grants it made, and what the stopped call touched (to the ledger,
+# which audits it).
+Decided = Callable[
+    [str, Sequence[NeedsApproval], Approval, Sequence[Grant], Sequence[Touched]], None]
 
 
 @dataclass(frozen=True)
@@ -219,7 +228,8 @@ class CallPlan:
             # said only when the callback cannot ask anyone (NoApprover)
             fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
                                    "operator's config to run it without asking")
-            refusal = yield from self._ask(ask, needed, f"{shown} needs approval{why}", rule, fix)
+            refusal = yield from self._ask(
+                ask, needed, answer.meta.touched, f"{shown} needs approval{why}", rule, fix)
             if refusal is not None:  # nothing went through, by a grant or otherwise
                 return Answer(False, refusal.tool, error=refusal.error,
                               meta=answer.meta._replace(grants=()))
@@ -254,8 +264,8 @@ class CallPlan:
         }
 
     def _ask(
-        self, ask: dict[str, Any], needed: list[NeedsApproval], what: str,
-        rule: str | None = None, fix: str = "",
+        self, ask: dict[str, Any], needed: list[NeedsApproval], touched: Sequence[Touched],
+        what: str, rule: str | None = None, fix: str = "",
     ) -> Generator[Step, Any, Answer | None]:
         """None if the host approved; else the error answer to return (naming the
         path rule that asked for the approval, if one did)."""
@@ -273,7 +283,7 @@ class CallPlan:
             issued = self.grants.issue(ask["tool"], needed, approval.remember) if (
                 approval.allow and self.grants is not None) else []
             if self.decided is not None:
-                self.decided(ask["tool"], needed, approval, issued)
+                self.decided(ask["tool"], needed, approval, issued, touched)
         if approval.allow:
             return None
         return error_answer(

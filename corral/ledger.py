@@ -87,15 +87,17 @@ class Ledger:
         return response
 
     def approval(self, tool: str, needed: Sequence[NeedsApproval], approval: Approval,
-                 issued: Sequence[Grant]) -> None:
-        """One audit record per approval decision: the paths asked about, `approval`
-        ("once", "path", "rule" or "denied") and the grants it made."""
+                 issued: Sequence[Grant], touched: Sequence[Touched] = ()) -> None:
+        """One audit record per approval decision: the paths asked about (with the
+        rule the call's own record names: `touched`), `approval` ("once", "path",
+        "rule" or "denied") and the grants it made."""
         if self.audit is None:
             return
+        rules = {(t.root, t.resolved): t.rule for t in touched if t.decision == "supervised"}
         self.audit.record(
             tool=tool, ok=approval.allow,
-            touched=[Touched(n.path, n.root, n.resolved, "supervised", n.rule or None)
-                     for n in needed],
+            touched=[Touched(n.path, n.root, n.resolved, "supervised",
+                             rules.get((n.root, n.resolved), n.rule or None)) for n in needed],
             approval=approval.remember if approval.allow else "denied",
             grant=",".join(grant.id for grant in issued) or None,
         )
