@@ -17,6 +17,7 @@ import pytest
 
 from corral import Approval, AsyncSandbox, Pool, Sandbox, Submit
 from corral.calls.messages import (
+    MAX_PREVIEW_CHARS,
     CallRequest,
     GrantRef,
     GrantUse,
@@ -226,10 +227,15 @@ def test_a_rule_grant_claimed_for_another_rules_path_is_ignored(ws: Path) -> Non
         assert sb.approvals()[0]["uses"] == 1  # only docs/b.md lies in the rule
 
 
-@pytest.mark.parametrize("grants", [[["g1", "/w"]], "g1", [["g1", "/w", 3]]])
-def test_a_malformed_grant_claim_is_a_malformed_answer(grants: Any) -> None:
+@pytest.mark.parametrize("meta", [
+    {"grants": [["g1", "/w"]]}, {"grants": "g1"}, {"grants": [["g1", "/w", 3]]},
+    {"diff": "x" * (MAX_PREVIEW_CHARS + 1)}, {"diff": 3},
+    {"needs_approval": [{"key": "k", "root": "/w", "resolved": "a", "path": "a",
+                         "size": -1}]},
+])
+def test_a_malformed_grant_claim_or_preview_is_a_malformed_answer(meta: Any) -> None:
     with pytest.raises(Malformed):
-        Meta.from_wire({"touched": [], "bytes": 0, "grants": grants})
+        Meta.from_wire({"touched": [], "bytes": 0, **meta})
 
 
 def test_a_call_carries_only_its_own_tools_grants(ws: Path) -> None:

@@ -20,8 +20,19 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from corral.faces.mcp_core import approval_choices, approval_message, approval_of
+from corral.api import Sandbox
+from corral.faces.mcp_core import (
+    Action,
+    McpSession,
+    Reply,
+    Run,
+    Send,
+    approval_choices,
+    approval_message,
+    approval_of,
+)
 from corral.faces.mcp_revisions import REVISIONS
+from corral.policy import Policy
 from tests.http_helpers import TOKENS, Server, running_server, sha256
 from tests.mcp_helpers import REPO, serve_argv, write_config
 
@@ -150,3 +161,45 @@ def test_http_remembers_for_the_session(asking_server: Server, mode: str) -> Non
     assert field["default"] == "once"
     run(lambda: http_client(asking_server, mode, person), path)
     assert len(person.asked) == (2 if mode == "legacy" else 1)
+
+
+def test_a_2025_06_18_session_remembers_with_the_older_form(ws: Path) -> None:
+    """Driven sans-I/O (the SDK client speaks 2025-11-25): the question carries
+    enum + enumNames, and an answer choosing "path" is not asked again."""
+    policy = Policy({"write_file": "supervised"})
+    session = McpSession(lambda approve: Sandbox(ws, policy=policy, approve=approve))
+
+    def run_all(actions: list[Action]) -> list[Action]:
+        rest: list[Action] = []
+        while actions:
+            action, *actions = actions
+            if isinstance(action, Run):
+                actions += session.submitted(action.call, action.sandbox.submit(action.request))
+            else:
+                rest.append(action)
+        return rest
+
+    def call(request_id: int) -> list[Action]:
+        return run_all(session.handle({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                                       "params": {"name": "write_file", "arguments": {
+                                           "path": "x.txt", "content": str(request_id)}}}))
+
+    try:
+        session.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        (question,) = call(1)
+        assert isinstance(question, Send)
+        field = question.message["params"]["requestedSchema"]["properties"]["remember"]
+        assert field["enum"] == ["once", "path", "rule"] and "oneOf" not in field
+        assert "mode" not in question.message["params"]
+        (reply,) = run_all(session.handle({"jsonrpc": "2.0", "id": question.message["id"],
+                                           "result": {"action": "accept",
+                                                      "content": {"remember": "path"}}}))
+        assert isinstance(reply, Reply) and not reply.message["result"]["isError"]
+        (again,) = call(2)  # granted: answered without a question
+        assert isinstance(again, Reply) and not again.message["result"]["isError"]
+        assert (ws / "x.txt").read_text() == "2"
+    finally:
+        session.close()
+        session.shut()
