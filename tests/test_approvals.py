@@ -25,6 +25,7 @@ from corral.calls.messages import (
     Meta,
     NeedsApproval,
 )
+from corral.config import SandboxOptions
 from corral.grants import Grants
 from corral.policy import Policy, RootSpec, Rule
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINES
@@ -145,14 +146,17 @@ def test_forget_drops_one_grant_or_all(ws: Path) -> None:
         assert asker.paths[4:] == ["docs/b.md"]
 
 
-def test_a_symlink_swapped_after_the_grant_is_asked_about_again(ws: Path) -> None:
-    """The grant is the resolved file: the link that led to it grants nothing."""
+def test_a_symlink_swapped_after_the_grant_is_asked_about_again(
+    ws: Path, resolver: SandboxOptions
+) -> None:
+    """The grant is the resolved file: the link that led to it grants nothing
+    (both resolvers: openat2 and the component walk)."""
     (ws / "docs").mkdir()
     (ws / "docs/a.md").write_text("a")
     (ws / "docs/b.md").write_text("b")
     (ws / "docs/link.md").symlink_to("a.md")
     asker = Asker(Approval(True, remember="path"))
-    with Sandbox(ws, policy=RULES, approve=asker) as sb:
+    with Sandbox(ws, policy=RULES, approve=asker, options=resolver) as sb:
         write(sb, "docs/link.md", "1")
         write(sb, "docs/a.md", "2")  # the same file by its own name: granted
         assert asker.paths == ["docs/a.md"]
