@@ -305,5 +305,7 @@ def _target(need: NeedsApproval, workspace: str) -> dict[str, Any]:
         shown += f" (given as {given})"  # tpl/../deploy.yml through a symlink, say
     return {
         "root": escaped(root), "path": escaped(path), "given": escaped(given),
-        "rule": need.rule or None, "shown": escaped(shown), "size": need.size,
+        # a rule's name may come from the workspace's own corral.toml: escaped too
+        "rule": escaped(need.rule) if need.rule else None, "shown": escaped(shown),
+        "size": need.size,
     }

@@ -401,3 +401,12 @@ def test_a_move_asks_only_about_the_ends_no_grant_covers(ws: Path, tmp_path: Pat
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["grant"] for r in calls if not r["approval"]] == [None, "g2,g1", None]
     assert (ws / "docs/a.md").read_text() == "a"
+
+
+def test_a_rule_name_is_escaped_where_a_person_reads_it(ws: Path) -> None:
+    sneaky = Policy(rules=(Rule("ask\x1b[2J", "supervised", ("write_file",), ("docs/**",)),))
+    asker = Asker(True)
+    with Sandbox(ws, policy=sneaky, approve=asker) as sb:
+        write(sb, "docs/a.md")
+    (request,) = asker.asked
+    assert request["rules"] == ["ask\\x1b[2J"] and request["targets"][0]["rule"] == "ask\\x1b[2J"

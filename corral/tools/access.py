@@ -147,7 +147,7 @@ def _granted(ctx: Context, key: str, scope: str, root: Root, resolved: str) -> b
     """Whether a remembered approval covers this resolved path (noted for the host,
     which checks the claim against the grants it sent)."""
     for grant in ctx.grants:
-        if grant.key == key if grant.key is not None else grant.rule == scope:
+        if (grant.key == key) if grant.key is not None else (grant.rule == scope):
             use = GrantUse(grant.id, root.path, resolved)
             if use not in ctx.grants_used:
                 ctx.grants_used.append(use)

@@ -103,7 +103,7 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
     if failure.code == "approval_required" and call.needs_approval and tool is not None:
         try:  # what the person asked sees: sizes and the change's diff
             call.needs_approval, diff = previewed(call, tool, args, call.needs_approval)
-        except Exception:
+        except Exception:  # a preview that fails leaves the question plain, still asked
             diff = None
     return error_answer(call.tool, failure, meta=_meta(call, size, keeper, diff), id=request.id)
 
