@@ -142,16 +142,19 @@ class QuotaUsage:
                         refusal = (name, wait)
             if refusal is not None:
                 return refusal
-            return {name: (self._windows[name].add(now, amount), amount)
-                    for name, amount in wants.items()
-                    if amount and getattr(quotas, name) is not None}
+            # a quota that needs only room gets an empty slot: its use is settled later
+            return {name: (self._windows[name].add(now, wants.get(name, 0)), wants.get(name, 0))
+                    for name in WINDOWS if getattr(quotas, name) is not None
+                    and (wants.get(name) or room.get(name))}
 
     def settle(self, reservation: Reservation, used: dict[str, int]) -> None:
         """Correct each reservation to what the call used."""
         with self._lock:
             now = self._clock()
             for name, (slot, reserved) in reservation.items():
-                self._windows[name].adjust(slot, used.get(name, 0) - reserved, now)
+                window = self._windows[name]
+                window.expire(now)  # a slot past its window takes nothing more
+                window.adjust(slot, used.get(name, 0) - reserved, now)
 
     def used(self, name: str) -> int:
         """What the window of quota `name` holds now."""
