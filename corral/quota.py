@@ -37,9 +37,8 @@ from corral.calls.messages import Answer
 from corral.config import Limits, QuotaOptions
 from corral.errors import CorralError
 
-# The window of each quota, in seconds.
-WINDOWS = {"calls_per_minute": 60.0, "write_bytes_per_hour": 3600.0,
-           "files_created_per_hour": 3600.0}
+CALLS, BYTES, FILES = "calls_per_minute", "write_bytes_per_hour", "files_created_per_hour"
+WINDOWS = {CALLS: 60.0, BYTES: 3600.0, FILES: 3600.0}  # each quota's window, in seconds
 # Uses closer together than window/SLOTS share one slot, dated by the latest of them:
 # memory stays bounded under a flood, and a slot expires no earlier than its uses.
 SLOTS = 1000
@@ -49,9 +48,8 @@ SIZED_WRITERS = frozenset({"write_file", "append_file"})
 # The tools that may create one file or directory (apply_patch: one per added file).
 CREATORS = frozenset({"write_file", "append_file", "copy_file", "create_directory"})
 ADD_FILE = "*** Add File: "  # an apply_patch header that creates a file
-WHAT = {"calls_per_minute": "calls accepted in the last minute",
-        "write_bytes_per_hour": "bytes written in the last hour",
-        "files_created_per_hour": "files created in the last hour"}
+WHAT = {CALLS: "calls accepted in the last minute", BYTES: "bytes written in the last hour",
+        FILES: "files created in the last hour"}
 
 
 class _Slot:
@@ -119,19 +117,18 @@ class QuotaUsage:
         self._windows = {name: _Window(span) for name, span in WINDOWS.items()}
 
     def take(
-        self, quotas: QuotaOptions, wants: dict[str, int], room: dict[str, int] | None = None
+        self, limits: dict[str, int], wants: dict[str, int], room: dict[str, int] | None = None
     ) -> Reservation | tuple[str, float]:
-        """Reserve `wants` (quota -> amount) in every window `quotas` bounds, all or
-        none; `room`: amounts that must fit without being reserved. Else (the first
-        quota that has no room, seconds until it would have)."""
+        """Reserve `wants` (quota -> amount) in the window of each quota `limits`
+        bounds, all or none; `room`: amounts that must fit without being reserved.
+        Else (the quota whose room comes last, seconds until it does)."""
         room = room or {}
         with self._lock:
             now = self._clock()
             refusal: tuple[str, float] | None = None
-            for name in WINDOWS:
-                limit = getattr(quotas, name)
+            for name, limit in limits.items():
                 needed = max(wants.get(name, 0), room.get(name, 0))
-                if limit is None or not needed:
+                if not needed:
                     continue
                 window = self._windows[name]
                 window.expire(now)
@@ -144,8 +141,7 @@ class QuotaUsage:
                 return refusal
             # a quota that needs only room gets an empty slot: its use is settled later
             return {name: (self._windows[name].add(now, wants.get(name, 0)), wants.get(name, 0))
-                    for name in WINDOWS if getattr(quotas, name) is not None
-                    and (wants.get(name) or room.get(name))}
+                    for name in limits if wants.get(name) or room.get(name)}
 
     def settle(self, reservation: Reservation, used: dict[str, int]) -> None:
         """Correct each reservation to what the call used."""
@@ -169,22 +165,24 @@ class Quotas:
 
     def __init__(self, quotas: QuotaOptions, usage: QuotaUsage, limits: Limits) -> None:
         self.quotas, self.usage, self.limits = quotas, usage, limits
+        self._bounds = {name: getattr(quotas, name) for name in WINDOWS
+                        if getattr(quotas, name) is not None}
 
     def admit(self, tool: str, args: dict[str, Any]) -> Reservation | CorralError:
         """Count a call the host accepts, before it takes a worker; or why not."""
-        wants = {"calls_per_minute": 1, "files_created_per_hour": _most_created(tool, args)}
+        wants = {CALLS: 1, FILES: _most_created(tool, args)}
         room = {}
         size = _content_bytes(tool, args)
         if size is not None:
-            wants["write_bytes_per_hour"] = size
+            wants[BYTES] = size
             limit = self.quotas.write_bytes_per_hour
             if limit is not None and size > limit:
                 return CorralError(
                     "too_large", f"content for {args['path']} is {size} bytes, over the quota "
                     f"[quota] write_bytes_per_hour = {limit}, so it can never be accepted.")
         elif tool in BYTE_WRITERS:
-            room["write_bytes_per_hour"] = 1  # its size shows afterwards: some must be left
-        taken = self.usage.take(self.quotas, wants, room)
+            room[BYTES] = 1  # its size shows afterwards: some must be left
+        taken = self.usage.take(self._bounds, wants, room)
         if isinstance(taken, dict):
             return taken
         name, wait = taken
@@ -199,19 +197,18 @@ class Quotas:
 
     def settle(self, reservation: Reservation, tool: str, args: dict[str, Any],
                answer: Answer) -> None:
-        """Count what the call did, as far as the host can trust it."""
-        if not answer.ok:  # nothing changed
-            self.usage.settle(reservation, {"calls_per_minute": 1})
+        """Count what the call did, as far as the host can trust it. Its call was
+        counted for good when it was admitted."""
+        held = {name: taken for name, taken in reservation.items() if name != CALLS}
+        if not held:  # a call that neither writes nor creates: nothing to correct
             return
-        reserved = {name: amount for name, (_, amount) in reservation.items()}
-        used = {
-            "calls_per_minute": 1,
-            "write_bytes_per_hour": self._written(tool, args, answer),
-            # a worker's figure may lower the reservation, never raise it
-            "files_created_per_hour": min(_created(tool, answer),
-                                          reserved.get("files_created_per_hour", 0)),
-        }
-        self.usage.settle(reservation, used)
+        if not answer.ok:  # nothing changed
+            self.usage.settle(held, {})
+            return
+        used = {BYTES: self._written(tool, args, answer)}
+        if FILES in held:  # a worker's figure may lower the reservation, never raise it
+            used[FILES] = min(_created(tool, answer), held[FILES][1])
+        self.usage.settle(held, used)
 
     def _written(self, tool: str, args: dict[str, Any], answer: Answer) -> int:
         """The bytes a finished call wrote: the request's when it fixes them, else the

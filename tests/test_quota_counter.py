@@ -10,11 +10,7 @@ import pytest
 from corral.calls.messages import Answer, Meta
 from corral.config import Limits, QuotaOptions
 from corral.errors import CorralError
-from corral.quota import SLOTS, Quotas, QuotaUsage
-
-CALLS = "calls_per_minute"
-BYTES = "write_bytes_per_hour"
-FILES = "files_created_per_hour"
+from corral.quota import BYTES, CALLS, FILES, SLOTS, Quotas, QuotaUsage
 
 
 class Clock:
@@ -65,7 +61,7 @@ def test_a_refused_call_is_not_counted(clock: Clock) -> None:
 
 def test_uses_close_together_share_a_slot_dated_by_the_latest(clock: Clock) -> None:
     usage = QuotaUsage(clock)
-    bounds = QuotaOptions(calls_per_minute=10_000)
+    bounds = {CALLS: 10_000}
     grain = 60 / SLOTS
     for _ in range(5000):  # a flood within one slot: memory stays one slot
         usage.take(bounds, {CALLS: 1})
@@ -78,7 +74,7 @@ def test_uses_close_together_share_a_slot_dated_by_the_latest(clock: Clock) -> N
 
 def test_memory_is_bounded_by_the_number_of_slots(clock: Clock) -> None:
     usage = QuotaUsage(clock)
-    bounds = QuotaOptions(calls_per_minute=10**9)
+    bounds = {CALLS: 10**9}
     for _ in range(5 * SLOTS):
         usage.take(bounds, {CALLS: 1})
         clock.now += 60 / SLOTS / 2
@@ -87,7 +83,7 @@ def test_memory_is_bounded_by_the_number_of_slots(clock: Clock) -> None:
 
 def test_every_quota_is_taken_or_none(clock: Clock) -> None:
     usage = QuotaUsage(clock)
-    bounds = QuotaOptions(calls_per_minute=5, write_bytes_per_hour=100)
+    bounds = {CALLS: 5, BYTES: 100}
     assert isinstance(usage.take(bounds, {CALLS: 1, BYTES: 90}), dict)
     assert usage.take(bounds, {CALLS: 1, BYTES: 20}) == (BYTES, 3600.0)
     assert usage.used(CALLS) == 1 and usage.used(BYTES) == 90
@@ -95,14 +91,14 @@ def test_every_quota_is_taken_or_none(clock: Clock) -> None:
 
 def test_the_longest_wait_is_the_one_reported(clock: Clock) -> None:
     usage = QuotaUsage(clock)
-    bounds = QuotaOptions(calls_per_minute=1, write_bytes_per_hour=10)
+    bounds = {CALLS: 1, BYTES: 10}
     usage.take(bounds, {CALLS: 1, BYTES: 10})
     assert usage.take(bounds, {CALLS: 1, BYTES: 1}) == (BYTES, 3600.0)
 
 
 def test_unbounded_quotas_are_not_counted(clock: Clock) -> None:
     usage = QuotaUsage(clock)
-    assert usage.take(QuotaOptions(calls_per_minute=1), {CALLS: 1, BYTES: 10**12}) != ()
+    assert usage.take({CALLS: 1}, {CALLS: 1, BYTES: 10**12}) != ()
     assert usage.used(BYTES) == 0
 
 
