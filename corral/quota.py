@@ -122,13 +122,16 @@ class QuotaUsage:
         """Reserve `wants` (quota -> amount) in the window of each quota `limits`
         bounds, all or none; `room`: amounts that must fit without being reserved.
         Else (the quota whose room comes last, seconds until it does)."""
-        room = room or {}
+        needs = dict(room) if room else {}
+        for name, amount in wants.items():
+            if amount > needs.get(name, 0):
+                needs[name] = amount
         with self._lock:
             now = self._clock()
             refusal: tuple[str, float] | None = None
-            for name, limit in limits.items():
-                needed = max(wants.get(name, 0), room.get(name, 0))
-                if not needed:
+            for name, needed in needs.items():
+                limit = limits.get(name)
+                if limit is None:
                     continue
                 window = self._windows[name]
                 window.expire(now)
@@ -141,7 +144,7 @@ class QuotaUsage:
                 return refusal
             # a quota that needs only room gets an empty slot: its use is settled later
             return {name: (self._windows[name].add(now, wants.get(name, 0)), wants.get(name, 0))
-                    for name in limits if wants.get(name) or room.get(name)}
+                    for name in needs if name in limits}
 
     def settle(self, reservation: Reservation, used: dict[str, int]) -> None:
         """Correct each reservation to what the call used."""
@@ -170,8 +173,10 @@ class Quotas:
 
     def admit(self, tool: str, args: dict[str, Any]) -> Reservation | CorralError:
         """Count a call the host accepts, before it takes a worker; or why not."""
-        wants = {CALLS: 1, FILES: _most_created(tool, args)}
-        room = {}
+        wants = {CALLS: 1}
+        room = None
+        if tool in CREATORS or tool == "apply_patch":
+            wants[FILES] = _most_created(tool, args)
         size = _content_bytes(tool, args)
         if size is not None:
             wants[BYTES] = size
@@ -181,7 +186,7 @@ class Quotas:
                     "too_large", f"content for {args['path']} is {size} bytes, over the quota "
                     f"[quota] write_bytes_per_hour = {limit}, so it can never be accepted.")
         elif tool in BYTE_WRITERS:
-            room[BYTES] = 1  # its size shows afterwards: some must be left
+            room = {BYTES: 1}  # its size shows afterwards: some must be left
         taken = self.usage.take(self._bounds, wants, room)
         if isinstance(taken, dict):
             return taken

@@ -1,9 +1,9 @@
 """What counting quotas costs a call: a 4 KiB read_file through a Pool sandbox with
 every quota set (high enough never to refuse) against the same read through a
-sandbox of the same pool with none, in alternating rounds of one run; and the
+sandbox of the same pool with none, taking turns call by call in one run; and the
 quota accounting alone (admit + settle of that call, in-process).
 
-    python scripts/bench_quota.py [--calls 2000] [--rounds 10]
+    python scripts/bench_quota.py [--calls 2000]
 
 Target: the accounting under 2% of the read through the pool.
 """
@@ -63,11 +63,9 @@ def accounting() -> Callable[[], Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="timed reads per sandbox")
-    parser.add_argument("--rounds", type=int, default=10, help="alternations between them")
     args = parser.parse_args()
     workspace = tempfile.mkdtemp(prefix="corral-bench-")
     Path(workspace, READ["path"]).write_text(("x" * 63 + "\n") * 64)  # 4096 bytes
-    per_round = max(1, args.calls // args.rounds)
     with Pool(max_workers=4) as pool:
         # "again": a second sandbox without quotas, so the noise between two equal
         # sandboxes is there to compare with
@@ -77,9 +75,10 @@ def main() -> None:
         samples: dict[str, list[float]] = {name: [] for name in sandboxes}
         for sb in sandboxes.values():
             per_call(read(sb), WARMUP)
-        for _ in range(args.rounds):  # alternating: drift on a shared machine hits all
-            for name, sb in sandboxes.items():
-                samples[name] += per_call(read(sb), per_round)
+        reads = {name: read(sb) for name, sb in sandboxes.items()}
+        for _ in range(args.calls):  # one call each in turn: drift on a shared machine hits all
+            for name, one in reads.items():
+                samples[name] += per_call(one, 1)
     account = accounting()
     per_call(account, WARMUP)
     alone = per_call(account, args.calls)
