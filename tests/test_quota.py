@@ -4,6 +4,7 @@ and where a quota may come from (operator, workspace, tenants file)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from corral import Pool, Sandbox
+from corral import AsyncSandbox, Pool, Sandbox
 from corral.calls.messages import Answer, CallRequest, Malformed, Meta
 from corral.config import ConfigError, QuotaOptions
 from corral.faces.tenants import parse_tenants, tenant_config
 from corral.flow import Submit
 from corral.quota import QuotaUsage
+from tests.cli_helpers import run
 from tests.mcp_helpers import REPO, run_session, structured
 
 HEX = "ab" * 32
@@ -238,3 +240,23 @@ def test_quota_exceeded_over_mcp(ws: Path) -> None:
     text = seen[1].content[0].text
     assert text.startswith("quota_exceeded: the quota [quota] calls_per_minute = 1")
     assert "accepted in" in text
+
+
+def test_doctor_shows_the_quotas_in_effect(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_toml(ws / "corral.toml", "[quota]\nwrite_bytes_per_hour = 4096\n")
+    code, out, _ = run(capsys, "doctor", "--workspace", str(ws))
+    assert code == 0 and "quota             write_bytes_per_hour 4096" in out
+
+
+def test_an_async_sandbox_counts_the_same(ws: Path) -> None:
+    async def calls() -> list[dict[str, Any]]:
+        async with AsyncSandbox(ws, quota=QuotaOptions(calls_per_minute=2)) as sb:
+            return list(await asyncio.gather(*(sb.call("list_directory") for _ in range(5))))
+
+    answers = asyncio.run(calls())
+    assert sum(answer["ok"] for answer in answers) == 2
+    for answer in answers:
+        if not answer["ok"]:
+            refusal(answer)
