@@ -35,7 +35,7 @@ from typing import Any
 
 from corral.calls.messages import Answer
 from corral.config import Limits, QuotaOptions
-from corral.errors import CorralError
+from corral.errors import CorralError, shown_path
 
 CALLS, BYTES, FILES = "calls_per_minute", "write_bytes_per_hour", "files_created_per_hour"
 WINDOWS = {CALLS: 60.0, BYTES: 3600.0, FILES: 3600.0}  # each quota's window, in seconds
@@ -177,14 +177,20 @@ class Quotas:
         room = None
         if tool in CREATORS or tool == "apply_patch":
             wants[FILES] = _most_created(tool, args)
+            limit = self.quotas.files_created_per_hour
+            if limit is not None and wants[FILES] > limit:  # no wait would be honest
+                return CorralError(
+                    "too_large", f"the patch adds {wants[FILES]} files, over the quota [quota] "
+                    f"files_created_per_hour = {limit}, so it can never be accepted.")
         size = _content_bytes(tool, args)
         if size is not None:
             wants[BYTES] = size
             limit = self.quotas.write_bytes_per_hour
             if limit is not None and size > limit:
                 return CorralError(
-                    "too_large", f"content for {args['path']} is {size} bytes, over the quota "
-                    f"[quota] write_bytes_per_hour = {limit}, so it can never be accepted.")
+                    "too_large", f"content for {shown_path(args['path'])} is {size} bytes, over "
+                    f"the quota [quota] write_bytes_per_hour = {limit}, so it can never be "
+                    "accepted.")
         elif tool in BYTE_WRITERS:
             room = {BYTES: 1}  # its size shows afterwards: some must be left
         taken = self.usage.take(self._bounds, wants, room)

@@ -177,6 +177,8 @@ def test_files_created_are_reserved_and_an_answer_may_only_lower_them(clock: Clo
     assert gate.usage.used(FILES) == 1
     patch = {"patch": "*** Begin Patch\n*** Add File: a\n+x\n*** Add File: b\n+y\n*** End Patch"}
     assert refused(gate.admit("apply_patch", patch)).code == "quota_exceeded"  # two at most
+    three = {"patch": patch["patch"].replace("*** End", "*** Add File: c\n+z\n*** End")}
+    assert "adds 3 files" in refused(gate.admit("apply_patch", three)).message  # never fits
     gate.settle(second, "create_directory", {}, answer(result={"created": True}))
     assert gate.usage.used(FILES) == 1
     one = {"patch": "*** Begin Patch\n*** Add File: a\n+x\n*** End Patch"}
