@@ -260,3 +260,12 @@ def test_an_async_sandbox_counts_the_same(ws: Path) -> None:
     for answer in answers:
         if not answer["ok"]:
             refusal(answer)
+
+
+def test_a_call_given_up_on_keeps_what_it_reserved(ws: Path) -> None:
+    """A cancelled call may have written: its reservation stays counted."""
+    with Sandbox(ws, quota=QuotaOptions(write_bytes_per_hour=10)) as sb:
+        flow = sb.flow("append_file", {"path": "a.txt", "content": "x" * 8})
+        assert isinstance(flow.step(), Submit)
+        flow.close()
+        refusal(sb.call("append_file", {"path": "a.txt", "content": "xxx"}))

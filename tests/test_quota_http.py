@@ -77,3 +77,20 @@ def test_a_tenant_over_its_quota_is_answered_without_a_worker(quota_server: Serv
         for process in stopped:
             os.kill(process.pid, signal.SIGCONT)
     assert got == ["quota_exceeded"] * 5
+
+
+def test_every_session_of_a_tenant_counts_together(quota_server: Server) -> None:
+    for _ in range(ALICE_CALLS):  # the stateless session uses it up
+        outcome(quota_server, "alice", 0)
+    status, headers, _ = post(quota_server, {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+    assert status == 200
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "list_directory", "arguments": {}}}
+    status, _, body = post(quota_server, listing,
+                           headers={"mcp-session-id": headers["mcp-session-id"]})
+    assert status == 200
+    error = json.loads(body)["result"]["structuredContent"]["error"]
+    assert error["code"] == "quota_exceeded"
