@@ -278,12 +278,15 @@ def apply_hunks(original: str, patch: FilePatch, *, exact: bool = False) -> tupl
     for hunk in patch.hunks:
         where = f"{patch.path}: patch line {hunk.line}"
         cursor = _after_anchors(text, hunk, cursor, where)
-        span, found = _place(text, hunk, cursor, exact, where)
-        level = max(level, matching.LEVELS.index(found))
+        if any(kind != "+" for kind, _ in hunk.lines):
+            span, found = _place(text, hunk, cursor, exact, where)
+            level = max(level, matching.LEVELS.index(found))
+            cursor = span[1]
+        else:  # appended at the end, it leaves later hunks their place (as in Codex)
+            span = _insertion(text, hunk, cursor)
         edits.append(span)
-        cursor = span[1]
     parts, at = [], 0
-    for start, end, new in edits:
+    for start, end, new in sorted(edits, key=lambda edit: edit[:2]):
         parts += [original[at:start], new]
         at = end
     parts.append(original[at:])
@@ -348,8 +351,6 @@ def _place(
 ) -> tuple[tuple[int, int, str], str]:
     """The span of the original the hunk replaces, its replacement, and the level
     its old lines matched at."""
-    if not any(kind != "+" for kind, _ in hunk.lines):
-        return _insertion(text, hunk, cursor), "exact"
     try:
         return _located(text, hunk.lines, hunk, cursor, exact, where)
     except CorralError as error:
