@@ -275,6 +275,16 @@ class TestLocating:
         assert new == original.replace("go()\n\n    def stop", "went()\n\n    def stop")
         assert level == "exact"  # an @@ line found ignoring its indentation does not count
 
+    def test_at_at_line_copied_as_the_first_context_line(self) -> None:
+        body = "*** Update File: f\n@@ def second():\n def second():\n-    x = 1\n+    x = 2"
+        assert patched(self.TWO, body)[0] == self.TWO[::-1].replace(
+            "1 = x", "2 = x", 1)[::-1]
+
+    def test_a_drifted_hunk_counts_only_places_after_the_previous(self) -> None:
+        original = "a()  \nb()\na()  \nc()\n"
+        body = "*** Update File: f\n@@\n-b()\n+B()\n@@\n-a()\n+A()"
+        assert patched(original, body) == ("a()  \nB()\nA()\nc()\n", "whitespace")
+
     def test_at_at_line_missing(self) -> None:
         message = missed(self.TWO, "*** Update File: f.py\n@@ def third():\n-    return x\n+y")
         assert message.startswith("f.py: patch line 3: the @@ line 'def third():' is not in "
@@ -332,6 +342,13 @@ class TestBytesKept:
         original = "one\r\ntwo\r\nthree\r\n"
         assert patched(original, "*** Update File: f\n@@\n one\n-two\n+2\n+2.5") == (
             "one\r\n2\r\n2.5\r\nthree\r\n", "exact")
+
+    def test_crlf_end_of_file_and_no_final_newline(self) -> None:
+        original = "x\r\ny\r\nx"
+        assert patched(original, "*** Update File: f\n@@\n-x\n+z\n*** End of File")[0] == (
+            "x\r\ny\r\nz")
+        assert patched(original, "*** Update File: f\n@@\n+w\n*** End of File")[0] == (
+            "x\r\ny\r\nx\r\nw")
 
     def test_mixed_endings_keep_their_own(self) -> None:
         original = "a\r\nb\nc\r\n"
