@@ -518,3 +518,51 @@ def test_drift_corpus_through_patches() -> None:
     outcomes = [drift_corpus.patch_outcome(case) for case in cases]
     assert outcomes.count("WRONG") == 0
     assert outcomes.count("applied") >= 120
+
+
+_PIECES = st.sampled_from([
+    "*** Begin Patch", "*** End Patch", "*** Add File: a", "*** Add File: ", "*** Update File: a",
+    "*** Update File: b", "*** Delete File: c", "*** Move to: d", "*** End of File", "@@",
+    "@@ x", "@@ -1 +1 @@", "@@@", "+x", "-x", " x", "", "  ", "x", "\t+x", "<<'EOF'", "EOF", "*",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=12), st.sampled_from(["\n", "\r\n"]))
+def test_any_text_parses_or_is_refused_by_line(pieces: list[str], ending: str) -> None:
+    """Whatever is sent, parse_patch returns files or refuses with a line number
+    inside the text: never another exception."""
+    text = ending.join(pieces)
+    try:
+        files = parse_patch(text)
+    except CorralError as error:
+        assert error.code == "invalid_arguments"
+        line = int(error.message.split(":")[0].removeprefix("patch line "))
+        assert 1 <= line <= max(1, text.count("\n") + 1)
+        return
+    assert files and all(f.line >= 2 for f in files)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", " a", "b", "\tb", "", "c\u2019", "c'"]), max_size=8),
+    st.lists(st.lists(st.tuples(st.sampled_from(" -+"), st.sampled_from(["a", "b", "", "c'"])),
+                      min_size=1, max_size=4), min_size=1, max_size=3),
+    st.lists(st.sampled_from(["a", "b", "x"]), max_size=1),
+    st.sampled_from(["\n", "\r\n"]), st.booleans(),
+)
+def test_any_hunks_apply_or_miss_cleanly(
+    lines: list[str], hunks: list[list[tuple[str, str]]], anchors: list[str], ending: str,
+    eof: bool,
+) -> None:
+    """Random hunks against a random file: a new text, or no_match /
+    ambiguous_match; never another exception."""
+    patch = FilePatch("update", "f", None, tuple(
+        Hunk(tuple(anchors), tuple(hunk), eof, 3) for hunk in hunks), None, 2)
+    try:
+        new, level = apply_hunks(ending.join(lines), patch)
+    except CorralError as error:
+        assert error.code in ("no_match", "ambiguous_match"), error.message
+        return
+    assert level in ("exact", "whitespace", "indentation", "unicode")
+    assert isinstance(new, str)
