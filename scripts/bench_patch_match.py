@@ -54,6 +54,14 @@ def cases() -> dict[str, tuple[str, list[str]]]:
     }
 
 
+def both(text: str, old: list[str]) -> tuple[FilePatch, list[Edit]]:
+    """The same change as a one-hunk patch and as edit_file's edit."""
+    hunk = Hunk((), tuple([("-", line) for line in old] + [("+", line) for line in NEW]),
+                False, 3)
+    return (FilePatch("update", "big.py", None, (hunk,), None, 2),
+            [Edit("\n".join(old), "\n".join(NEW), False)])
+
+
 def timed(run: Callable[[], object]) -> float:
     start = time.perf_counter()
     run()
@@ -66,10 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     runs: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {}
     for name, (text, old) in cases().items():
-        hunk = Hunk((), tuple([("-", line) for line in old] + [("+", line) for line in NEW]),
-                    False, 3)
-        patch = FilePatch("update", "big.py", None, (hunk,), None, 2)
-        edits = [Edit("\n".join(old), "\n".join(NEW), False)]
+        patch, edits = both(text, old)
         assert apply_hunks(text, patch)[0] == apply("big.py", text, edits).text, name
         runs[name] = (lambda t=text, p=patch: apply_hunks(t, p),
                       lambda t=text, e=edits: apply("big.py", t, e))

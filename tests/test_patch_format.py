@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from scripts_loader import load_script
 
 from corral.errors import CorralError
+from corral.tools.edit import apply as edit_apply
 from corral.tools.patch_format import FilePatch, Hunk, apply_hunks, parse_patch
 
 drift_corpus = load_script("drift_corpus")
+bench_patch_match = load_script("bench_patch_match")
 
 
 def wrap(body: str) -> str:
@@ -510,6 +512,14 @@ def _positions(hunk: list[tuple[str, str]]) -> list[tuple[int, tuple[str, str]]]
         if kind != "+":
             at += 1
     return out
+
+
+def test_bench_cases_agree_with_edit_file() -> None:
+    """scripts/bench_patch_match.py compares like with like: each of its cases
+    gives the text edit_file gives for the same old and new text."""
+    for name, (text, old) in bench_patch_match.cases().items():
+        patch, edits = bench_patch_match.both(text, old)
+        assert apply_hunks(text, patch)[0] == edit_apply("big.py", text, edits).text, name
 
 
 def test_drift_corpus_through_patches() -> None:
