@@ -31,10 +31,12 @@ def source(ending: str) -> tuple[str, list[str]]:
     """A 100 KiB Python-like file with trailing spaces on one line, and the two
     lines (as they are) a hunk replaces in its middle."""
     lines: list[str] = []
-    number = 0
-    while sum(len(line) + 1 for line in lines) < FILE_BYTES:
-        lines += [f"def function_{number}(value):", f"    total = value * {number}",
-                  "    return total", ""]
+    size = number = 0
+    while size < FILE_BYTES:
+        block = [f"def function_{number}(value):", f"    total = value * {number}",
+                 "    return total", ""]
+        lines += block
+        size += sum(len(line) + 1 for line in block)
         number += 1
     middle = (len(lines) // 8) * 4 + 1
     lines[middle] += "  "

@@ -15,6 +15,7 @@ from corral.tools.patch_format import FilePatch, Hunk, apply_hunks, parse_patch
 
 drift_corpus = load_script("drift_corpus")
 bench_patch_match = load_script("bench_patch_match")
+fuzz_patch = load_script("fuzz_patch")
 
 
 def wrap(body: str) -> str:
@@ -329,6 +330,10 @@ class TestLocating:
         assert patched("", "*** Update File: f\n@@\n+first")[0] == "first\n"
         assert "it is empty" in missed("", "*** Update File: f\n@@\n-x\n+y")
 
+    def test_a_blank_line_is_not_found_past_the_last_line(self) -> None:
+        assert "not found" in missed("a\n", "*** Update File: f\n@@\n \n+x")
+        assert patched("a\n\nb\n", "*** Update File: f\n@@\n \n+x")[0] == "a\n\nx\nb\n"
+
     def test_bom_stays(self) -> None:
         assert patched("\ufeffa\nb\n", "*** Update File: f\n@@\n-a\n+A")[0] == "\ufeffA\nb\n"
 
@@ -576,3 +581,11 @@ def test_any_hunks_apply_or_miss_cleanly(
         return
     assert level in ("exact", "whitespace", "indentation", "unicode")
     assert isinstance(new, str)
+
+
+def test_fuzz_against_the_reference_short() -> None:
+    """A short run of scripts/fuzz_patch.py: apply_hunks and the plain reference
+    agree on every random file and hunks found exactly."""
+    tally, different = fuzz_patch.run(1500, seed=5)
+    assert not different, different
+    assert tally["same: applied"] > 500

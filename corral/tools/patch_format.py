@@ -456,14 +456,23 @@ def _exact(text: _Text, old: list[str], cursor: int, end_of_file: bool) -> list[
             return [(start, len(source))]
         return []
     spans: list[tuple[int, int]] = []
-    at = source.find(needle, cursor)
-    while at >= 0 and len(spans) <= matching.MAX_WINDOWS:
+    # the cursor is at a line's start; every later candidate is found with the "\n"
+    # before it, so a short needle is not tried in the middle of every line
+    at = cursor if source.startswith(needle, cursor) else _after_newline(source, needle, cursor)
+    # an empty last line without an ending is no line: "b\n" holds "b" alone
+    open_end = bool(old[-1])
+    while 0 <= at < len(source) and len(spans) <= matching.MAX_WINDOWS:
         end = at + len(needle)
-        if (at == text.base or source[at - 1] == "\n") and (
-                end == len(source) or source.startswith(sep, end)):
+        if source.startswith(sep, end) or (end == len(source) and open_end):
             spans.append((at, min(end + len(sep), len(source))))
-        at = source.find(needle, at + 1)
+        at = _after_newline(source, needle, at)
     return spans
+
+
+def _after_newline(source: str, needle: str, after: int) -> int:
+    """The start of the next line after `after` that begins with needle, or -1."""
+    at = source.find("\n" + needle, after)
+    return at + 1 if at >= 0 else -1
 
 
 def _exact_lines(
