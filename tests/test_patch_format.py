@@ -138,6 +138,12 @@ class TestParser:
         assert hunk.anchors == ("class A", "    def run(self):")
         assert hunk.line == 3
 
+    def test_a_move_alone_renames(self) -> None:
+        # Codex refuses an Update File without hunks even with a Move to
+        files = parse_patch(wrap("*** Update File: a\n*** Move to: b\n*** Delete File: c"))
+        assert files[0] == FilePatch("update", "a", "b", (), None, 2)
+        assert apply_hunks("x\r\n", files[0]) == ("x\r\n", "exact")
+
     def test_crlf_patch_reads_as_lf(self) -> None:
         text = wrap("*** Update File: f\n@@\n-a\n+b").replace("\n", "\r\n")
         assert parse_patch(text)[0].hunks[0].lines == (("-", "a"), ("+", "b"))
@@ -172,7 +178,6 @@ MALFORMED = [  # (patch, the line named, what the message says)
     (wrap("*** Delete File: a\n-x"), 3, "expected '*** Add File: <path>'"),
     (wrap("*** Delete File:"), 2, "expected '*** Delete File: <path>'"),
     (wrap("*** Update File: a"), 2, "has no hunk"),
-    (wrap("*** Update File: a\n*** Move to: b"), 2, "has no hunk"),
     (wrap("*** Update File: a\n*** Move to:\n@@\n-x"), 3, "expected '*** Move to: <path>'"),
     (wrap("*** Move to: b\n*** Update File: a\n@@\n-x"), 2,
      "'*** Move to: <path>' must directly follow"),

@@ -20,7 +20,8 @@ What Codex accepts beyond that grammar is accepted too (codex-rs/apply-patch,
 parser.rs): spaces around the marker lines, a bare heredoc wrapper (<<'EOF' ...
 EOF) around the patch, blank lines before a hunk, an empty line inside a hunk as
 an empty context line. Everything else is refused with invalid_arguments naming
-the patch line and what was expected there.
+the patch line and what was expected there. One thing Codex refuses is taken: an
+Update File with a Move to and no hunk renames the file unchanged.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class FilePatch:
     action: Literal["add", "update", "delete"]
     path: str
     move_to: str | None  # update only
-    hunks: tuple[Hunk, ...]  # update only
+    hunks: tuple[Hunk, ...]  # update only (none: a move alone)
     content: str | None  # add only: the new file's text (lines joined with "\n", final "\n")
     line: int  # 1-based patch line of the *** header
 
@@ -186,7 +187,7 @@ class _Reader:
             if self.peek()[1].startswith("*"):
                 break
             hunks.append(self._hunk(first=not hunks))
-        if not hunks:
+        if not hunks and move_to is None:  # a move alone renames (Codex wants a hunk too)
             raise _invalid(number, f"'{UPDATE} {path}' has no hunk: expected '@@' and lines "
                            "starting with ' ', '-' or '+'")
         return FilePatch("update", path, move_to, tuple(hunks), None, number)
