@@ -68,7 +68,7 @@ def parse_patch(text: str) -> tuple[FilePatch, ...]:
     """The file changes a patch makes, in order. Raises invalid_arguments naming
     the patch line for anything the format does not allow: no Begin or End line,
     no file at all, a header or hunk line it cannot read, an Add File without
-    lines, an Update File without hunks, a path named twice."""
+    lines, an Update File with neither hunks nor a Move to, a path named twice."""
     body, end_line = _body(text)
     reader = _Reader(body)
     files: list[FilePatch] = []
