@@ -42,6 +42,7 @@ from corral.calls.messages import (
 from corral.errors import CorralError
 from corral.grants import REMEMBER, Grant, Grants
 from corral.policy import Policy
+from corral.quota import Quotas
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
 
@@ -185,6 +186,7 @@ class CallPlan:
     can_ask: bool  # an approver exists: without one a supervised call fails at once
     seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
     raw: bool = False  # a large read's text and content may stay JSON text (CallRequest.raw)
+    quotas: Quotas | None = None  # counted here, so every face counts alike
     grants: Grants | None = None  # remembered approvals (none: nothing is remembered)
     decided: Decided | None = None  # told every approval decision (the audit)
 
@@ -205,6 +207,23 @@ class CallPlan:
                 tool.name, f"the tool {tool.name} needs approval", None,
                 f'; set {tool.name} = "allow" in [tools] to run it without asking',
             )
+        if self.quotas is None:
+            return (yield from self._run(tool.name, args, within, grants))
+        # Accepted (or refused) here, before a worker is taken; a flow closed before
+        # its answer keeps what it reserved: it may have written.
+        reservation = self.quotas.admit(tool.name, args)
+        if isinstance(reservation, CorralError):
+            return error_answer(tool.name, reservation)
+        answer = yield from self._run(tool.name, args, within, grants)
+        self.quotas.settle(reservation, tool.name, args, answer)
+        return answer
+
+    def _run(
+        self, tool: str, args: dict[str, Any], within: Sequence[str] | None,
+        grants: tuple[GrantRef, ...],
+    ) -> Steps:
+        """The worker's answer, after any approval rounds it asks for (the remembered
+        `grants` that can apply travel with each request)."""
         # A supervised tool, or a path a supervised rule matches: the worker resolves
         # each path, stops before acting and names what needs a yes; the host asks
         # about those resolved paths and sends the call again with them approved.
@@ -213,20 +232,20 @@ class CallPlan:
         while True:
             rounds += 1
             answer = yield Submit(CallRequest(
-                tool.name, args, tuple(approved),
-                tuple(within) if within is not None else None, self.seen(tool.name),
+                tool, args, tuple(approved),
+                tuple(within) if within is not None else None, self.seen(tool),
                 raw=self.raw, grants=grants,
             ))
-            answer = self._checked(tool.name, grants, answer)
+            answer = self._checked(tool, grants, answer)
             needed = [n for n in answer.meta.needs_approval if n.key not in approved]
             if not needed or not self.can_ask:
                 return answer
-            ask = self._request(tool.name, args, needed, answer.meta.diff)
+            ask = self._request(tool, args, needed, answer.meta.diff)
             rule = next((need.rule for need in needed if need.rule), None)
             why = f" (rule {rule!r})" if rule else ""
             shown = ", ".join(target["shown"] for target in ask["targets"])
             # said only when the callback cannot ask anyone (NoApprover)
-            fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
+            fix = "" if rule else (f'; or set {tool} = "allow" in [tools] of the '
                                    "operator's config to run it without asking")
             refusal = yield from self._ask(
                 ask, needed, answer.meta.touched, f"{shown} needs approval{why}", rule, fix)

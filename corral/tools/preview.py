@@ -133,9 +133,16 @@ def _appended(args: dict[str, Any], before: bytes) -> bytes:
 
 
 def _dry_run(ctx: Context, tool: Tool, args: dict[str, Any]) -> str | None:
-    """A tool with a dry run (edit_file, apply_patch): its own diff."""
-    diff = tool.run(ctx, {**args, "dry_run": True}).result.get("diff")
-    return diff if isinstance(diff, str) else None
+    """A tool with a dry run (edit_file, apply_patch): its own diff, as `diff` or as
+    each of its `files`' diff."""
+    result = tool.run(ctx, {**args, "dry_run": True}).result
+    diff = result.get("diff")
+    if isinstance(diff, str):
+        return diff
+    files = result.get("files")
+    diffs = [f["diff"] for f in files if isinstance(f, dict) and isinstance(f.get("diff"), str)] \
+        if isinstance(files, list) else []
+    return "".join(diffs) or None
 
 
 _CHANGES: dict[str, Change] = {
