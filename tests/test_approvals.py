@@ -25,9 +25,11 @@ from corral.calls.messages import (
     Meta,
     NeedsApproval,
 )
-from corral.config import SandboxOptions
+from corral.config import Limits, SandboxOptions
 from corral.grants import Grants
 from corral.policy import Policy, RootSpec, Rule
+from corral.tools import preview
+from corral.tools.base import Context, Outcome, Tool
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINES
 from tests.mcp_helpers import REPO
 
@@ -410,3 +412,18 @@ def test_a_rule_name_is_escaped_where_a_person_reads_it(ws: Path) -> None:
         write(sb, "docs/a.md")
     (request,) = asker.asked
     assert request["rules"] == ["ask\\x1b[2J"] and request["targets"][0]["rule"] == "ask\\x1b[2J"
+
+
+def test_a_dry_runs_diff_is_taken_whole_or_per_file() -> None:
+    """apply_patch (a tool with a dry run) may give its diff per file."""
+
+    def tool(result: dict[str, Any]) -> Tool:
+        return Tool("t", "T", "", {}, {}, {}, True, lambda ctx, args: Outcome(result, ""))
+
+    ctx = Context(None, Limits(), Policy())  # type: ignore[arg-type]
+    assert preview._dry_run(ctx, tool({"diff": "whole"}), {}) == "whole"
+    files = {"files": [{"path": "a", "diff": "-a\n"}, {"path": "b"}, {"diff": "+b\n"}]}
+    assert preview._dry_run(ctx, tool(files), {}) == "-a\n+b\n"
+    assert preview._dry_run(ctx, tool({"files": "x"}), {}) is None
+    assert preview.bounded("\n".join(["x" * 300] * 2)) == "\n".join(
+        ["x" * preview.PREVIEW_LINE_CHARS + "…"] * 2)
