@@ -86,20 +86,21 @@ class Grants:
         self._roots = {root.path: root for root in roots}
         self._workspace = roots[0].path
         self._grants: dict[str, Grant] = {}
-        self._by_tool: dict[str, tuple[Grant, ...]] = {}  # each tool's grants, oldest first
+        self._by_tool: dict[str, _ToolGrants] = {}  # each tool's grants, indexed
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
     def for_call(self, tool: str, arguments: dict[str, Any]) -> tuple[GrantRef, ...]:
         """The grants a call of `tool` with these (checked) arguments carries to its
         worker: its rule grants, and the path grants of files it names (usually none)."""
-        grants = self._by_tool.get(tool)
-        if not grants:
+        held = self._by_tool.get(tool)
+        if held is None:
             return ()
         named = _named(arguments)
-        return tuple([grant.ref for grant in grants if grant.path is None or any(
-            name == "." or any(known == name or known.startswith(name + "/")
-                               for known in grant.names) for name in named)])
+        if "." in named:  # the workspace itself: everything in it
+            return tuple([grant.ref for grant in held.grants])
+        found = {grant.id: grant.ref for name in named for grant in held.under.get(name, ())}
+        return held.rules + tuple(found.values())
 
     def issue(self, tool: str, needed: Sequence[NeedsApproval], remember: str) -> list[Grant]:
         """The grants an approval remembered as `remember` makes for these paths (an
@@ -176,11 +177,19 @@ class Grants:
         return len(dropped)
 
     def _index(self, tool: str) -> None:
+        """Rebuild the tool's index (under the lock; for_call reads it without)."""
         grants = tuple(g for g in self._grants.values() if g.tool == tool)
-        if grants:
-            self._by_tool[tool] = grants
-        else:
+        if not grants:
             self._by_tool.pop(tool, None)
+            return
+        under: dict[str, list[Grant]] = {}
+        for grant in grants:
+            for name in grant.names:
+                for above in _self_and_above(name):
+                    under.setdefault(above, []).append(grant)
+        self._by_tool[tool] = _ToolGrants(
+            grants, tuple(g.ref for g in grants if g.path is None),
+            {name: tuple(found) for name, found in under.items()})
 
     def _covers(self, tool: str, ref: GrantRef, use: GrantUse) -> bool:
         if ref.key is not None:
@@ -197,6 +206,25 @@ class Grants:
                     tool, writes=spec.writes) == "supervised":
                 return True
         return False
+
+
+@dataclass(frozen=True)
+class _ToolGrants:
+    """One tool's grants, as for_call looks them up: a call naming a path gets the
+    path grants of that file and of every file beneath it (a directory it moves)."""
+
+    grants: tuple[Grant, ...]  # oldest first
+    rules: tuple[GrantRef, ...]  # rule grants travel with every call of the tool
+    under: dict[str, tuple[Grant, ...]]  # a name, or a directory above it -> path grants
+
+
+def _self_and_above(name: str) -> list[str]:
+    """"docs/a.md" -> ["docs/a.md", "docs"]; "/w/docs" -> ["/w/docs", "/w"]."""
+    found = []
+    while name not in ("", "/", "."):
+        found.append(name)
+        name = posixpath.dirname(name)
+    return found
 
 
 def _named(arguments: dict[str, Any]) -> list[str]:
