@@ -244,7 +244,7 @@ def test_a_malformed_grant_claim_or_preview_is_a_malformed_answer(meta: Any) -> 
         Meta.from_wire({"touched": [], "bytes": 0, **meta})
 
 
-def test_a_call_carries_only_its_own_tools_grants(ws: Path) -> None:
+def test_a_call_carries_only_the_grants_that_can_apply(ws: Path) -> None:
     """The message stays small: no grants key without a grant of that tool."""
     assert "grants" not in CallRequest("write_file", {}).to_wire()
     ref = GrantRef("g1", f"{ws}\0a.txt", None)
