@@ -36,6 +36,7 @@ from corral.history.host import History
 from corral.history.store import check_location, default_base
 from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
+from corral.observe import Observer
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker, Executor
 from corral.tools.formats import FORMATS, strict_schema
@@ -94,10 +95,10 @@ def _warn_once(workspace: str, why: str) -> None:
 
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-    history: str | None = None,
+    history: str | None = None, observer: Observer | None = None,
 ) -> Executor:
     """The one place that decides where tools run: confined workers, never the host."""
-    return Broker(roots, limits, policy, options, history)
+    return Broker(roots, limits, policy, options, history, observer=observer)
 
 
 def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
@@ -146,6 +147,7 @@ class _BaseSandbox:
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
+        observer: Observer | None = None,
     ) -> None:
         policy = policy if policy is not None else Policy()
         options = options if options is not None else SandboxOptions()
@@ -159,6 +161,7 @@ class _BaseSandbox:
         ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
         self._approve = approve
+        self._observer = observer
         self._audit, self._owns_audit = _open_audit(audit, [r.path for r in self._roots])
         self._policy = config.policy
         if self._audit is not None:  # no tool may rewrite the log of what tools did
@@ -185,7 +188,7 @@ class _BaseSandbox:
         try:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
-                history=store.work_path if store is not None else None,
+                history=store.work_path if store is not None else None, observer=observer,
             )
             self._settle()
         except BaseException:
@@ -245,13 +248,21 @@ class _BaseSandbox:
         plan = CallPlan(
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw,
+            raw, self._observer,
         )
         started = time.monotonic()
         return CallFlow(
             plan.steps(tool, arguments, within),
-            lambda answer: self._ledger.finish(answer, arguments, started),
+            lambda answer: self._finish(answer, arguments, started),
         )
+
+    def _finish(self, answer: Answer, arguments: Any, started: float) -> dict[str, Any]:
+        """The call's result (Ledger.finish), its end told to the observer."""
+        result = self._ledger.finish(answer, arguments, started)
+        if self._observer is not None:
+            code = answer.error["code"] if answer.error else "ok"
+            self._observer.on_call(answer.tool, code, time.monotonic() - started)
+        return result
 
     # -- history -----------------------------------------------------------------
 
@@ -315,6 +326,11 @@ class _BaseSandbox:
     def pids(self) -> dict[str, Any]:
         """The zygote's and the workers' pids, now: {"zygote": pid, "workers": [pid, ...]}."""
         return self._executor.pids()
+
+    def stats(self) -> dict[str, int]:
+        """This sandbox's share of its pool now: {"workers": alive, "idle_workers",
+        "busy_workers": running a call, "queued_calls": waiting for a worker}."""
+        return self._executor.stats()
 
     @property
     def policy(self) -> Policy:

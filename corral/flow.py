@@ -32,6 +32,7 @@ from typing import Any
 
 from corral.calls.messages import Answer, CallRequest, NeedsApproval, error_answer
 from corral.errors import CorralError
+from corral.observe import Observer
 from corral.policy import Policy
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
@@ -145,6 +146,7 @@ class CallPlan:
     can_ask: bool  # an approver exists: without one a supervised call fails at once
     seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
     raw: bool = False  # a large read's text and content may stay JSON text (CallRequest.raw)
+    observer: Observer | None = None  # hears of each approval asked and its outcome
 
     def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
         """The call's steps; the result is the worker's Answer, or one made here."""
@@ -220,6 +222,9 @@ class CallPlan:
                 "approval_required", f"{what} and nobody can be asked to approve it{how}{fix}.",
                 rule=rule,
             ))
+        if self.observer is not None:
+            self.observer.on_approval("asked")
+            self.observer.on_approval("granted" if reply else "denied")
         if reply:
             return None
         return error_answer(

@@ -73,9 +73,7 @@ import itertools
 import json
 import os
 import secrets
-import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -84,6 +82,7 @@ from urllib.parse import unquote, urlsplit
 from corral.api import Approver, Sandbox
 from corral.calls.messages import Answer, CallRequest, error_answer, host_bug_answer
 from corral.config import ConfigError, Remedy, any_face
+from corral.faces.logs import log
 from corral.faces.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
@@ -538,7 +537,7 @@ class McpSession:
         except Exception as exc:
             self.failed = True
             why = exc.spelled(self._say_remedy) if isinstance(exc, ConfigError) else exc
-            print(f"corral: error: cannot start the sandbox: {why}", file=sys.stderr)
+            log.error("corral: error: cannot start the sandbox: %s", why)
             raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {why}") from exc
         self._tools = self._sandbox.tools()
         return self._sandbox
@@ -656,7 +655,7 @@ class McpSession:
     def _failed(self, call: Call, exc: Exception) -> list[Action]:
         """A host-side bug: reported to the client as an io_error result, not left
         unanswered."""
-        traceback.print_exception(exc)
+        log.error("corral: internal error in a call of %s", call.name, exc_info=exc)
         return self._finish(call, host_bug_answer(call.name, exc).public())
 
     def _finish(self, call: Call, outcome: dict[str, Any]) -> list[Action]:
