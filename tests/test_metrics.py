@@ -273,3 +273,11 @@ def test_the_library_and_stdio_server_never_load_prometheus_client(ws: Path) -> 
             "assert 'prometheus_client' not in sys.modules, 'loaded'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_overhead_benchmark_runs() -> None:
+    """scripts/bench_metrics.py, a few calls (it reports ratios; nothing is asserted of them)."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_metrics.py"),
+                           "--calls", "5", "--rounds", "1"], capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert b"observer overhead" in done.stdout

@@ -1,0 +1,102 @@
+"""What metrics cost a call: a 4 KiB read_file through a Pool sandbox with the
+HTTP face's observer (the tally behind `--metrics`: a count by tool and code, a
+latency bucket) against one without, in one run, beside the same read in-process
+(the tool's code run in the host: no worker, no IPC). Calls alternate between
+the sandboxes call by call, so drift hits both.
+
+    python scripts/bench_metrics.py [--calls 1000] [--rounds 5]
+
+Reports each median in microseconds, its ratio to the in-process read, and the
+observer's overhead (the target: under 2%). A call's time varies more between
+runs than the tally costs, so it also times the observer alone (the same
+on_call, in-process) and reports it as a share of the unobserved call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from corral import Pool
+from corral.calls.messages import CallRequest
+from corral.config import HistoryOptions, Limits
+from corral.faces.metrics import Metrics
+from corral.fs import Root, Roots
+from corral.policy import Policy
+from corral.tools.base import Context
+from corral.tools.registry import execute
+
+READ = {"path": "four_k.txt"}
+WARMUP = 50  # calls before timing: the first ones pay for lazy caches
+
+
+def interleaved(runs: dict[str, Callable[[], Any]], count: int) -> dict[str, list[float]]:
+    """`count` calls of each run, taking turns call by call (so drift in the machine's
+    load hits each alike), the order rotated each turn (a call runs faster or slower
+    after another kind of call): seconds per call, by run."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for turn in range(count):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            start = time.perf_counter()
+            runs[name]()
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+def observer_cost(count: int) -> float:
+    """Seconds per on_call of the HTTP face's tenant observer."""
+    observer = Metrics().observer("alice")
+    started = time.perf_counter()
+    for _ in range(count):
+        observer.on_call("read_file", "ok", 0.0001)
+    return (time.perf_counter() - started) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1000, help="calls per sandbox per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workspace:
+        Path(workspace, "four_k.txt").write_text(("x" * 63 + "\n") * 64)  # 4096 bytes
+        root = Root(workspace)
+        context = Context(Roots(root), Limits(), Policy())
+        request = CallRequest("read_file", READ)
+        off = HistoryOptions(enabled=False)  # a read records nothing; keep it out entirely
+        # one pool, so both sandboxes' workers come from the same zygote
+        with Pool(max_workers=4) as pool:
+            sandboxes = {
+                "plain": pool.sandbox(workspace, history=off),
+                "observed": pool.sandbox(workspace, history=off,
+                                         observer=Metrics().observer("alice")),
+            }
+            runs: dict[str, Callable[[], Any]] = {
+                name: (lambda sb=sb: sb.call("read_file", READ)) for name, sb in sandboxes.items()}
+            runs["in-process"] = lambda: execute(context, request)
+            interleaved(runs, WARMUP)
+            samples: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(args.rounds):
+                for name, times in interleaved(runs, args.calls).items():
+                    samples[name] += times
+        root.close()
+    medians = {name: statistics.median(times) * 1e6 for name, times in samples.items()}
+    for name, median in medians.items():
+        ratio = median / medians["in-process"]
+        print(f"{name:<11} median {median:8.1f} us  ratio to in-process {ratio:5.1f}x")
+    overhead = medians["observed"] / medians["plain"] - 1
+    alone = observer_cost(100_000) * 1e6
+    print(f"observer overhead: {overhead:+.1%} of a pooled call (medians, one run); "
+          f"on_call alone {alone:.2f} us = {alone / medians['plain']:.2%} of it (target < 2%)")
+
+
+if __name__ == "__main__":
+    main()
