@@ -372,6 +372,8 @@ class Sandbox(_BaseSandbox):
     approval_required; a refusal: approval_denied.
     `allowed_paths` (RootSpec list) and `options` (SandboxOptions) come from
     corral.toml with `from_config`; they may be given here too.
+    `observer` (corral.observe.Observer) hears of its calls, approvals and the
+    deaths of its workers.
     """
 
     def call(
