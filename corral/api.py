@@ -248,7 +248,7 @@ class _BaseSandbox:
         plan = CallPlan(
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw, self._observer,
+            raw, observer=self._observer,
         )
         started = time.monotonic()
         return CallFlow(
