@@ -23,8 +23,9 @@ class Observer:
         wait for its approval included)."""
 
     def on_worker_death(self, signal: str) -> None:
-        """A worker died of something the host did not do (a crash in a call, or
-        found dead while idle): the signal's name ("SIGSYS": it attempted a system
+        """A worker died of something the host did not do (found by the call it ran,
+        by the next call that took it idle, or by the pool's reaper of idle
+        workers): the signal's name ("SIGSYS": it attempted a system
         call the seccomp profile forbids; "SIGKILL", "SIGSEGV", ...), "exit" if it
         exited on its own, "unknown" if how is not known."""
 

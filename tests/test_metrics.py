@@ -213,6 +213,20 @@ def test_a_private_sandboxs_observer_hears_its_workers_death(ws: Path) -> None:
     assert tally.deaths == {"SIGSYS": 1}
 
 
+def test_a_worker_dead_when_its_idle_time_is_up_is_counted(ws: Path) -> None:
+    """One that died idle and was never taken again: the pool's reaper finds it."""
+    tally = Tally()
+    with Pool(max_workers=2, idle_timeout_s=0.2, observer=tally) as pool:
+        sandbox = pool.sandbox(ws)
+        assert sandbox.call("list_directory", {})["ok"]
+        for worker in sandbox.pids()["workers"]:
+            os.kill(worker, signal.SIGSYS)
+        deadline = time.monotonic() + 30
+        while not tally.deaths and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert set(tally.deaths) == {"SIGSYS"}
+
+
 def test_quota_refusals_are_counted_by_tenant() -> None:
     metrics = Metrics()
     metrics.observer("alice").on_call("write_file", "quota_exceeded", 0.0002)

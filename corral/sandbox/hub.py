@@ -21,6 +21,7 @@ made with and asks the hub for everything else.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -526,25 +527,27 @@ class Hub:
                     expired = self._expired()
                 if self.closed:
                     return
-                for worker, share in expired:
+                for worker, share, _ in expired:
                     self._retire(worker, share)
                 orphans, self._orphans = self._orphans, []
                 self._dispatch()
-            for worker, _ in expired:
+            for worker, _, lane in expired:
                 code = self.zygote.wait(worker.pid)
                 log.info("corral: worker %d reaped after %gs idle: %s", worker.pid,
                          self.idle_timeout_s, describe_exit(code, "gone"))
+                if code is not None and code != -signal.SIGKILL:  # it died before our kill
+                    note_death(lane.observer, code)
             for pid in orphans:
                 self.reap_evicted(pid)
 
-    def _expired(self) -> list[tuple[Worker, Share]]:
+    def _expired(self) -> list[tuple[Worker, Share, Lane]]:
         limit = time.monotonic() - self.idle_timeout_s
         expired = []
-        for share in self.shares.values():
+        for lane, share in self.shares.items():
             for worker, since in share.idle.items():
                 if since > limit:
                     break
-                expired.append((worker, share))
+                expired.append((worker, share, lane))
         return expired
 
     # -- the whole pool ----------------------------------------------------------
