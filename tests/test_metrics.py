@@ -6,7 +6,9 @@ prometheus_client."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import logging
 import os
 import signal
 import socket
@@ -20,11 +22,18 @@ from typing import Any
 
 import psutil
 import pytest
+from evil_zygote import FRAME_LIMIT, REQUEST, EvilZygote, honest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral import Pool, Sandbox
+from corral import Pool, Sandbox, seccomp
+from corral.calls.messages import CallRequest
+from corral.config import Limits, SandboxOptions
+from corral.faces.logs import JsonFormatter
 from corral.faces.metrics import BUCKETS, Metrics, Tally
+from corral.sandbox.pool import CallPath
+from corral.sandbox.worker_set import WorkerSet
+from corral.seccomp.arches import load_arch, native_arch
 from tests.cli_helpers import run
 from tests.http_helpers import TOKENS, Server, call, post, running_server, sha256
 from tests.mcp_helpers import REPO
@@ -211,6 +220,37 @@ def test_a_private_sandboxs_observer_hears_its_workers_death(ws: Path) -> None:
         psutil.Process(worker).wait(30)  # a child of the sandbox's zygote: not ours to reap
         assert sandbox.call("list_directory", {})["ok"]
     assert tally.deaths == {"SIGSYS": 1}
+
+
+def attempts_ptrace(fd: int, request: dict[str, Any]) -> None:
+    """A compromised worker: under the real worker profile, a call corral never makes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = load_arch(native_arch() or "x86_64").syscalls["ptrace"]
+    seccomp.install()
+    libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(0) for _ in range(4)))
+    honest(fd, request)  # reached only if the call was merely refused
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
+def test_a_seccomp_kill_in_a_call_is_counted_and_logged_with_its_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tally = Tally()
+    options = SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT)
+    workers = WorkerSet(EvilZygote(attempts_ptrace), options, Limits(), tally)
+    workers.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="corral.workers"):
+            answer = CallPath(workers, options, Limits()).call(CallRequest(**REQUEST, id=1))
+    finally:
+        workers.close()
+    assert answer.error is not None and answer.error["code"] == "worker_crashed"
+    assert tally.deaths == {"SIGSYS": 1}
+    (record,) = [r for r in caplog.records if "SIGSYS" in r.getMessage()]
+    line = json.loads(JsonFormatter().format(record))
+    assert line["level"] == "error" and line["logger"] == "corral.workers"
+    assert line["signal"] == "SIGSYS" and line["tool"] == "read_file" and line["pid"] > 0
+    assert line["msg"].startswith("worker ")
 
 
 def test_a_worker_dead_when_its_idle_time_is_up_is_counted(ws: Path) -> None:

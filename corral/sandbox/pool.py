@@ -520,7 +520,7 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
         log.error(
             "corral: worker %d running %s was killed by SIGSYS: it attempted a system "
             "call the seccomp profile forbids outright (a compromised worker?); it was "
-            "replaced", pid, tool,
+            "replaced", pid, tool, extra={"pid": pid, "tool": tool, "signal": "SIGSYS"},
         )
         what = "was killed by SIGSYS: it attempted a system call the sandbox forbids"
     else:
@@ -528,7 +528,8 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
             f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
             else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
         )
-        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what)
+        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what,
+                    extra={"pid": pid, "tool": tool})
     return f"The worker running {tool} {what}; the pool replaced it."
 
 
