@@ -1,13 +1,14 @@
 """What metrics cost a call: a 4 KiB read_file through a Pool sandbox with the
 HTTP face's observer (the tally behind `--metrics`: a count by tool and code, a
-latency bucket) against one without, in one run, beside the same read in-process
-(the tool's code run in the host: no worker, no IPC). Calls alternate between
-the sandboxes call by call, so drift hits both.
+latency bucket) against the same sandbox without one, in one run, beside the
+same read in-process (the tool's code run in the host: no worker, no IPC).
+The calls take turns call by call, so drift hits each alike.
 
     python scripts/bench_metrics.py [--calls 1000] [--rounds 5]
 
 Reports each median in microseconds, its ratio to the in-process read, and the
-observer's overhead (the target: under 2%). A call's time varies more between
+observer's overhead (the target: under 2%): the ratio of the medians, and the
+median of the differences between the two calls of each turn. A call's time varies more between
 runs than the tally costs, so it also times the observer alone (the same
 on_call, in-process) and reports it as a share of the unobserved call.
 """
@@ -15,6 +16,7 @@ on_call, in-process) and reports it as a share of the unobserved call.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -30,6 +32,7 @@ from corral.calls.messages import CallRequest
 from corral.config import HistoryOptions, Limits
 from corral.faces.metrics import Metrics
 from corral.fs import Root, Roots
+from corral.observe import Observer
 from corral.policy import Policy
 from corral.tools.base import Context
 from corral.tools.registry import execute
@@ -40,12 +43,15 @@ WARMUP = 50  # calls before timing: the first ones pay for lazy caches
 
 def interleaved(runs: dict[str, Callable[[], Any]], count: int) -> dict[str, list[float]]:
     """`count` calls of each run, taking turns call by call (so drift in the machine's
-    load hits each alike), the order rotated each turn (a call runs faster or slower
-    after another kind of call): seconds per call, by run."""
+    load hits each alike), in a new random order each turn (a call runs faster or
+    slower after another kind of call; a rotation would keep each run's predecessor):
+    seconds per call, by run."""
     samples: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
-    for turn in range(count):
-        for name in names[turn % len(names):] + names[:turn % len(names)]:
+    shuffler = random.Random(1)  # the same orders every run
+    for _ in range(count):
+        shuffler.shuffle(names)
+        for name in names:
             start = time.perf_counter()
             runs[name]()
             samples[name].append(time.perf_counter() - start)
@@ -72,16 +78,22 @@ def main() -> None:
         context = Context(Roots(root), Limits(), Policy())
         request = CallRequest("read_file", READ)
         off = HistoryOptions(enabled=False)  # a read records nothing; keep it out entirely
-        # one pool, so both sandboxes' workers come from the same zygote
-        with Pool(max_workers=4) as pool:
-            sandboxes = {
-                "plain": pool.sandbox(workspace, history=off),
-                "observed": pool.sandbox(workspace, history=off,
-                                         observer=Metrics().observer("alice")),
-            }
+        with Pool(max_workers=2) as pool:
+            sandbox = pool.sandbox(workspace, history=off, workers=1)
+            observer = Metrics().observer("alice")
+
+            def read(watching: Observer | None) -> Any:
+                # One sandbox, its observer set before each call (a private attribute,
+                # read when the call starts and ends): two sandboxes' workers are
+                # scheduled apart on a loaded machine, and an A/A run of two plain
+                # sandboxes differed by up to 3x there.
+                sandbox._observer = watching
+                return sandbox.call("read_file", READ)
+
             runs: dict[str, Callable[[], Any]] = {
-                name: (lambda sb=sb: sb.call("read_file", READ)) for name, sb in sandboxes.items()}
-            runs["in-process"] = lambda: execute(context, request)
+                "plain": lambda: read(None), "observed": lambda: read(observer),
+                "in-process": lambda: execute(context, request),
+            }
             interleaved(runs, WARMUP)
             samples: dict[str, list[float]] = {name: [] for name in runs}
             for _ in range(args.rounds):
@@ -93,9 +105,15 @@ def main() -> None:
         ratio = median / medians["in-process"]
         print(f"{name:<11} median {median:8.1f} us  ratio to in-process {ratio:5.1f}x")
     overhead = medians["observed"] / medians["plain"] - 1
+    # the two calls of one turn ran within a millisecond of each other: their
+    # difference is what the observer added, freer of the machine's drift
+    paired = statistics.median(
+        o - p for o, p in zip(samples["observed"], samples["plain"], strict=True)) * 1e6
     alone = observer_cost(100_000) * 1e6
-    print(f"observer overhead: {overhead:+.1%} of a pooled call (medians, one run); "
-          f"on_call alone {alone:.2f} us = {alone / medians['plain']:.2%} of it (target < 2%)")
+    plain_us = medians["plain"]
+    print(f"observer overhead: {overhead:+.1%} of a pooled call (medians), "
+          f"{paired / plain_us:+.1%} (median of paired differences, {paired:+.1f} us); "
+          f"on_call alone {alone:.2f} us = {alone / plain_us:.2%} of it (target < 2%)")
 
 
 if __name__ == "__main__":
