@@ -302,6 +302,9 @@ def test_a_port_in_use_is_one_clear_error(capsys: pytest.CaptureFixture[str],
 @pytest.mark.parametrize(("argv", "message"), [
     (["--metrics", "127.0.0.1:99999"], "invalid port in '127.0.0.1:99999'"),
     (["--metrics", "127.0.0.1:x"], "invalid port in '127.0.0.1:x'"),
+    # an address of no interface here (TEST-NET-1)
+    (["--metrics", "192.0.2.1:0"],
+     "cannot serve metrics on 192.0.2.1:0: cannot assign requested address"),
     (["--metrics", ":0", "--no-http"], "--metrics goes with --http HOST:PORT"),
 ])
 def test_a_bad_metrics_option_is_refused_before_anything_listens(
