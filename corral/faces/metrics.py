@@ -151,7 +151,7 @@ class Gauges:
         yield GaugeMetricFamily("corral_workers_idle", "Workers alive and idle.",
                                 value=stats["idle_workers"])
         yield GaugeMetricFamily("corral_sandboxes", "Sandboxes open (one per MCP session "
-                                "that has called a tool).", value=stats["sandboxes"])
+                                "that has listed or called the tools).", value=stats["sandboxes"])
         queued = GaugeMetricFamily("corral_queued_calls", "Calls waiting for a worker, by "
                                    "tenant.", labels=("tenant",))
         for tenant, count in sorted(self.queued().items()):
