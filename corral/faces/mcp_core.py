@@ -71,6 +71,7 @@ import hmac
 import importlib.metadata
 import itertools
 import json
+import logging
 import os
 import secrets
 import time
@@ -82,7 +83,6 @@ from urllib.parse import unquote, urlsplit
 from corral.api import Approver, Sandbox
 from corral.calls.messages import Answer, CallRequest, error_answer, host_bug_answer
 from corral.config import ConfigError, Remedy, any_face
-from corral.faces.logs import log
 from corral.faces.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
@@ -94,6 +94,8 @@ from corral.faces.mcp_revisions import (
     negotiate,
 )
 from corral.flow import CallFlow, NoApprover, Submit
+
+log = logging.getLogger("corral.serve")  # the server's own lines (faces/logs.py formats them)
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import logging
 import math
 import os
 import sys
@@ -24,7 +25,10 @@ from typing import Any, BinaryIO
 from corral import jsonfast
 from corral.calls.messages import host_bug_answer
 from corral.calls.waiting import WaitPolicy
-from corral.faces.logs import log
+
+# The server's own lines (faces/logs.py formats them); named here, not imported from
+# there, so that `corral call`, which imports this module, loads no more than logging.
+log = logging.getLogger("corral.serve")
 
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
 # while a client that never sends a newline cannot grow the host without bound.
