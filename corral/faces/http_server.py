@@ -79,6 +79,7 @@ from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
 from corral.observe import Observer
 from corral.pool import Pool
+from corral.quota import QuotaUsage
 
 if TYPE_CHECKING:  # imported only with --metrics (faces/metrics.py: prometheus_client)
     from corral.faces.metrics import Metrics
@@ -183,6 +184,8 @@ class TenantState:
         # a bounded share of the server's connections. On the event loop only.
         self.asking = 0
         self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
+        # The tenant's quotas count every session's calls: one usage for all of them.
+        self.quota_usage = QuotaUsage()
         self.stateless: HttpSession | None = None
         self.lock = threading.Lock()
         self.threads = ThreadPoolExecutor(
@@ -197,7 +200,7 @@ class TenantState:
             # operator's wherever they lie: no tool of any tenant writes them
             sandbox = self.pool.sandbox_from_config(
                 config, approve=approve, policy=config.policy.protecting(*self.protected),
-                observer=self.observer)
+                quota_usage=self.quota_usage, observer=self.observer)
             with self.lock:
                 self.sandboxes.add(sandbox)
             return sandbox
