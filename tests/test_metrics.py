@@ -39,20 +39,24 @@ from tests.http_helpers import TOKENS, Server, call, post, running_server, sha25
 from tests.mcp_helpers import REPO
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+CAROL = "carol-token-5555555555"
 
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`corral serve --http` with --metrics, JSON logs: alice and bob, a workspace each."""
+    """`corral serve --http` with --metrics, JSON logs: alice and bob, a workspace
+    each, and carol, whose quota is one call a minute."""
     top = tmp_path_factory.mktemp("metrics")
-    alice, bob = top / "alice", top / "bob"
-    for workspace in (alice, bob):
+    alice, bob, carol = top / "alice", top / "bob", top / "carol"
+    for workspace in (alice, bob, carol):
         workspace.mkdir()
         (workspace / "hello.txt").write_text("hello\n")
         (workspace / ".env").write_text("KEY=secret\n")
     (top / "tenants.toml").write_text("".join(
-        f'[[tenant]]\nname = "{name}"\ntoken_sha256 = "{sha256(TOKENS[name])}"\n'
-        f'workspace = "{workspace}"\n\n' for name, workspace in (("alice", alice), ("bob", bob))))
+        f'[[tenant]]\nname = "{name}"\ntoken_sha256 = "{sha256(TOKENS.get(name, CAROL))}"\n'
+        f'workspace = "{workspace}"\n{extra}\n' for name, workspace, extra in (
+            ("alice", alice, ""), ("bob", bob, ""),
+            ("carol", carol, "quota = { calls_per_minute = 1 }\n"))))
     yield from running_server(top, alice, bob, "--metrics", "127.0.0.1:0", "--log-format", "json")
 
 
@@ -104,6 +108,19 @@ def test_calls_are_counted_by_tool_and_code_with_their_latency(metered: Server) 
     counts = list(buckets.values())
     assert counts == sorted(counts)  # cumulative
     assert buckets["+Inf"] == value(after, "corral_call_duration_seconds_count", tool="read_file")
+
+
+def test_quota_refusals_are_counted_by_tenant_over_http(metered: Server) -> None:
+    before = scrape(metered)
+    first = called(metered, CAROL, "read_file", {"path": "hello.txt"})
+    second = called(metered, CAROL, "read_file", {"path": "hello.txt"})
+    assert first["result"]["isError"] is False
+    assert second["result"]["structuredContent"]["error"]["code"] == "quota_exceeded", second
+    after = scrape(metered)
+    assert value(after, "corral_quota_refusals_total", tenant="carol") == 1
+    assert value(before, "corral_quota_refusals_total", tenant="carol") == 0
+    assert value(after, "corral_calls_total", tool="read_file", code="quota_exceeded") - value(
+        before, "corral_calls_total", tool="read_file", code="quota_exceeded") == 1
 
 
 def test_gauges_are_read_from_the_pool_when_scraped(metered: Server) -> None:
