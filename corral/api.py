@@ -38,6 +38,7 @@ from corral.history.host import History
 from corral.history.store import check_location, default_base
 from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
+from corral.observe import Observer
 from corral.policy import Policy, RootSpec
 from corral.quota import Quotas, QuotaUsage
 from corral.sandbox.broker import Broker, Executor
@@ -99,10 +100,10 @@ def _warn_once(workspace: str, why: str) -> None:
 
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-    history: str | None = None,
+    history: str | None = None, observer: Observer | None = None,
 ) -> Executor:
     """The one place that decides where tools run: confined workers, never the host."""
-    return Broker(roots, limits, policy, options, history)
+    return Broker(roots, limits, policy, options, history, observer=observer)
 
 
 def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
@@ -153,6 +154,7 @@ class _BaseSandbox:
         history: HistoryOptions | None = None,
         quota: QuotaOptions | None = None,
         quota_usage: QuotaUsage | None = None,
+        observer: Observer | None = None,
     ) -> None:
         policy = policy if policy is not None else Policy()
         options = options if options is not None else SandboxOptions()
@@ -172,6 +174,7 @@ class _BaseSandbox:
             config.quota, quota_usage if quota_usage is not None else QuotaUsage(), self._limits
         ) if config.quota.bounded else None
         self._approve = approve
+        self._observer = observer
         self._audit, self._owns_audit = _open_audit(audit, [r.path for r in self._roots])
         self._policy = config.policy
         if self._audit is not None:  # no tool may rewrite the log of what tools did
@@ -199,7 +202,7 @@ class _BaseSandbox:
         try:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
-                history=store.work_path if store is not None else None,
+                history=store.work_path if store is not None else None, observer=observer,
             )
             self._settle()
         except BaseException:
@@ -260,11 +263,12 @@ class _BaseSandbox:
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
             raw, self._quotas, grants=self._grants, decided=self._ledger.approval,
+            observer=self._observer,
         )
         started = time.monotonic()
         return CallFlow(
             plan.steps(tool, arguments, within),
-            lambda answer: self._ledger.finish(answer, arguments, started),
+            lambda answer: self._finish(answer, arguments, started),
         )
 
     # -- remembered approvals ------------------------------------------------------
@@ -280,6 +284,14 @@ class _BaseSandbox:
         """Drop the grant `grant_id`, or every grant: how many were dropped (0: no
         such grant). A call already on its way may still go through by it."""
         return self._grants.forget(grant_id)
+
+    def _finish(self, answer: Answer, arguments: Any, started: float) -> dict[str, Any]:
+        """The call's result (Ledger.finish), its end told to the observer."""
+        result = self._ledger.finish(answer, arguments, started)
+        if self._observer is not None:
+            code = answer.error["code"] if answer.error else "ok"
+            self._observer.on_call(answer.tool, code, time.monotonic() - started)
+        return result
 
     # -- history -----------------------------------------------------------------
 
@@ -344,6 +356,11 @@ class _BaseSandbox:
         """The zygote's and the workers' pids, now: {"zygote": pid, "workers": [pid, ...]}."""
         return self._executor.pids()
 
+    def stats(self) -> dict[str, int]:
+        """This sandbox's share of its pool now: {"workers": alive, "idle_workers",
+        "busy_workers": running a call, "queued_calls": waiting for a worker}."""
+        return self._executor.stats()
+
     @property
     def policy(self) -> Policy:
         """The policy in effect (with the protected audit log and config added)."""
@@ -396,6 +413,8 @@ class Sandbox(_BaseSandbox):
     in a sliding window; a call over it fails quota_exceeded with retry_after_s.
     Sandboxes given the same `quota_usage` (corral.quota.QuotaUsage) share its
     counters, as a tenant's sessions do; by default each has its own.
+    `observer` (corral.observe.Observer) hears of its calls, approvals and the
+    deaths of its workers.
     """
 
     def call(

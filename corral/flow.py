@@ -41,6 +41,7 @@ from corral.calls.messages import (
 )
 from corral.errors import CorralError
 from corral.grants import REMEMBER, Grant, Grants
+from corral.observe import Observer
 from corral.policy import Policy
 from corral.quota import Quotas
 from corral.tools.registry import lookup, shown_name, validate
@@ -189,6 +190,7 @@ class CallPlan:
     quotas: Quotas | None = None  # counted here, so every face counts alike
     grants: Grants | None = None  # remembered approvals (none: nothing is remembered)
     decided: Decided | None = None  # told every approval decision (the audit)
+    observer: Observer | None = None  # hears of each approval asked and its outcome
 
     def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
         """The call's steps; the result is the worker's Answer, or one made here."""
@@ -238,6 +240,8 @@ class CallPlan:
             ))
             answer = self._checked(tool, grants, answer)
             needed = [n for n in answer.meta.needs_approval if n.key not in approved]
+            if not needed and answer.meta.grants and self.observer is not None:
+                self.observer.on_approval("remembered")  # let through by a held grant
             if not needed or not self.can_ask:
                 return answer
             ask = self._request(tool, args, needed, answer.meta.diff)
@@ -303,6 +307,9 @@ class CallPlan:
                 approval.allow and self.grants is not None) else []
             if self.decided is not None:
                 self.decided(ask["tool"], needed, approval, issued, touched)
+            if self.observer is not None:
+                self.observer.on_approval("asked")
+                self.observer.on_approval("granted" if approval.allow else "denied")
         if approval.allow:
             return None
         return error_answer(

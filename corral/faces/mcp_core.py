@@ -77,11 +77,10 @@ import hmac
 import importlib.metadata
 import itertools
 import json
+import logging
 import os
 import secrets
-import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -104,6 +103,8 @@ from corral.faces.mcp_revisions import (
 from corral.flow import REPLAYED, Approval, CallFlow, NoApprover, Submit
 from corral.grants import REMEMBER
 from corral.tools.render import size_text
+
+log = logging.getLogger("corral.serve")  # the server's own lines (faces/logs.py formats them)
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.
@@ -583,7 +584,7 @@ class McpSession:
         except Exception as exc:
             self.failed = True
             why = exc.spelled(self._say_remedy) if isinstance(exc, ConfigError) else exc
-            print(f"corral: error: cannot start the sandbox: {why}", file=sys.stderr)
+            log.error("corral: error: cannot start the sandbox: %s", why)
             raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {why}") from exc
         self._tools = self._sandbox.tools()
         return self._sandbox
@@ -701,7 +702,7 @@ class McpSession:
     def _failed(self, call: Call, exc: Exception) -> list[Action]:
         """A host-side bug: reported to the client as an io_error result, not left
         unanswered."""
-        traceback.print_exception(exc)
+        log.error("corral: internal error in a call of %s", call.name, exc_info=exc)
         return self._finish(call, host_bug_answer(call.name, exc).public())
 
     def _finish(self, call: Call, outcome: dict[str, Any]) -> list[Action]:
