@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
-from broker_helpers import MakeBroker, as_result, call, running, wait_gone
+from broker_helpers import MakeBroker, as_result, call, left_running, running, wait_gone
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
@@ -78,7 +78,7 @@ def test_require_of_a_layer_not_in_use_refuses_to_start(workspace: Path) -> None
     options = SandboxOptions(resolver="walk", require=("landlock", "openat2"))
     with pytest.raises(SandboxError, match=r"required layer\(s\) openat2 not active"):
         Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), options)
-    assert not [p for p in psutil.Process().children(recursive=True) if running(p.pid)]
+    assert not left_running()
 
 
 def test_a_missing_layer_makes_the_level_partial(make_broker: MakeBroker) -> None:
@@ -107,7 +107,7 @@ def test_a_worker_that_cannot_confine_itself_halts_the_start(workspace: Path) ->
     limits = Limits(max_file_bytes=2**70)
     with pytest.raises(SandboxError, match="could not confine itself"):
         Broker([RootSpec(str(workspace), "rw")], limits, Policy(), SandboxOptions())
-    assert not [p for p in psutil.Process().children(recursive=True) if running(p.pid)]
+    assert not left_running()
 
 
 def test_workers_recycle_after_max_calls_without_failing_a_call(make_broker: MakeBroker) -> None:

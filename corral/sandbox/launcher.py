@@ -173,6 +173,12 @@ def _running(key: Key) -> Template:
     return template
 
 
+def template_pids() -> list[int]:
+    """The pids of this host's running templates (for doctor and tests)."""
+    with _lock:
+        return sorted(t.process.pid for t in _templates.values() if t.owner == os.getpid())
+
+
 @atexit.register
 def _stop_all() -> None:
     with _lock:
