@@ -3,14 +3,28 @@ script is `corral.cli:main`. The code is corral/faces/cli.py, with the other fac
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from corral.faces import cli as _face
-from corral.faces.cli import main
+from corral.sandbox.launcher import warm
 
 __all__ = ["main"]
+
+# The commands that open a sandbox: the zygote template starts before anything else,
+# so that its imports run beside the command's own on another core.
+SANDBOX_COMMANDS = ("call", "tools", "serve")
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] and sys.argv[1] in SANDBOX_COMMANDS:
+        warm()
+    from corral.faces.cli import main as run  # after warm(): it imports most of corral
+
+    return run(argv)
 
 
 def __getattr__(name: str) -> Any:
     # Every other name the module had before it moved (build_parser, the exit codes, ...).
-    return getattr(_face, name)
+    from corral.faces import cli
+
+    return getattr(cli, name)

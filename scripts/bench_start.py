@@ -99,7 +99,7 @@ def main() -> None:
             for samples, env in zip(starts, envs, strict=True):
                 done = subprocess.run(
                     [sys.executable, "-c", STARTS, str(workspace), str(args.starts // 2 or 1)],
-                    env=env, check=True, capture_output=True, text=True,
+                    cwd=workspace, env=env, check=True, capture_output=True, text=True,
                 )
                 samples.extend(json.loads(done.stdout))
     bare_wall, bare_cpu = [w for w, _ in bare], [c for _, c in bare]

@@ -224,11 +224,12 @@ HOST = textwrap.dedent(
     from corral.policy import Policy, RootSpec
     from corral.calls.messages import CallRequest
     from corral.sandbox.broker import Broker
+    from corral.sandbox.launcher import template_pids
 
     def start():
         broker = Broker([RootSpec(sys.argv[1], "rw")], Limits(), Policy(), SandboxOptions())
         pids = broker.pids()
-        print(json.dumps([pids["zygote"], *pids["workers"]]), flush=True)
+        print(json.dumps([pids["zygote"], *pids["workers"], *template_pids()]), flush=True)
         return broker
 
     if sys.argv[2] == "thread":  # started from a thread that then ends
@@ -258,8 +259,9 @@ def test_no_orphans_after_the_host_is_killed(workspace: Path, started_from: str)
         pids = [int(pid) for pid in line.strip("[]\n").split(",")]
         answered = host.stdout.readline() if host.stdout else ""
         assert answered.strip() == "true"  # the pool outlives the thread that started it
-        # the zygote and the first worker (the second starts when two calls overlap)
-        assert len(pids) == 2 and all(running(pid) for pid in pids)
+        # the zygote, the first worker (the second starts when two calls overlap) and
+        # the template the zygote was forked from
+        assert len(pids) == 3 and all(running(pid) for pid in pids)
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()

@@ -19,10 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from corral.calls.control import ForkZygote, Reply
-from corral.calls.messages import Malformed
 from corral.errors import SandboxError
-from corral.sandbox.protocol import CONTROL_FRAME_BYTES, ProtocolError, ask_with_fds
 
 # The module whose prepare() the template runs once and whose main(fd) each zygote runs.
 ZYGOTE_ENTRY = "corral.sandbox.zygote"
@@ -83,6 +80,12 @@ class Template:
     def fork_zygote(self) -> tuple[int, socket.socket, int]:
         """A new zygote: (pid, its control socket, a pidfd for it). SandboxError if
         the template refuses; TemplateGone if its channel broke."""
+        # here, not at the top: `corral call` starts the template (warm) before it
+        # imports the rest of corral, so that the two interpreters import side by side
+        from corral.calls.control import ForkZygote, Reply
+        from corral.calls.messages import Malformed
+        from corral.sandbox.protocol import CONTROL_FRAME_BYTES, ProtocolError, ask_with_fds
+
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds: list[int] = []
         try:
@@ -114,11 +117,13 @@ class Template:
         return reply.pid, ours, fds[0]
 
     def stop(self) -> None:
-        """End the channel; the template exits (its zygotes with it)."""
+        """End the channel; the template exits (its zygotes with it). One that never
+        forked a zygote is killed: it may still be importing (a command that failed
+        before its sandbox started), and has nothing to take down."""
         self._sock.close()
         if self.owner != os.getpid():
             return  # a forked host's copy: the process is its parent's to wait for
-        if not wait_for_exit(self.process, STOP_GRACE_S):
+        if not self.forked or not wait_for_exit(self.process, STOP_GRACE_S):
             self.process.kill()
         self.process.wait()
 
