@@ -116,6 +116,13 @@ class Template:
         ours.setblocking(False)
         return reply.pid, ours, fds[0]
 
+    def release(self) -> None:
+        """End the channel, and so the template (its zygotes with it), without waiting."""
+        self._sock.close()
+        # Popen would warn at the interpreter's teardown of a child never waited for:
+        # this one is left to exit alone and to be reaped by init once the host is gone
+        self.process.returncode = 0
+
     def stop(self) -> None:
         """End the channel; the template exits (its zygotes with it). One that never
         forked a zygote is killed: it may still be importing (a command that failed
@@ -184,11 +191,21 @@ def template_pids() -> list[int]:
         return sorted(t.process.pid for t in _templates.values() if t.owner == os.getpid())
 
 
-@atexit.register
 def _stop_all() -> None:
+    """Stop every template and wait for each to exit."""
     with _lock:
         while _templates:
             _templates.popitem()[1].stop()
+
+
+@atexit.register
+def _release_all() -> None:
+    """At the host's exit: end each template's channel and wait for none of them (a
+    `corral call` would wait for another process to be scheduled). Each exits when
+    it reads the end, or at once by its death signal; then init reaps it."""
+    with _lock:
+        for template in _templates.values():
+            template.release()
 
 
 def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
