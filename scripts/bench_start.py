@@ -5,12 +5,13 @@ start, and a Sandbox's start to its first result and its close.
 
 Each --tree is a checkout of corral to measure (default: this one); with more
 than one (say the code before and after a change) the runs alternate between
-them, so a busy machine slows each alike. Reports medians (and min):
-`python -c pass`, `python -m corral call read_file '{"path": "x.txt"}'` and
-its ratio to the bare start, in wall time and in CPU time (the call's with its
-zygote's and workers'); in one interpreter per tree, Sandbox(ws) to the
-first call's result, and close(). Targets (issue 24): the call <= 10x a bare
-Python start, the sandbox start <= 30 ms.
+them, so a busy machine slows each alike. Reports medians (and min): the floor
+(`python -c pass`, `python -c 'import corral'`, a fork and exec of /bin/true),
+`python -m corral call read_file '{"path": "x.txt"}'` and its ratio to the bare
+start, in wall time and in CPU time (the call's with its zygote template's,
+zygote's and workers'); in one interpreter per tree, Sandbox(ws) to the first
+call's result, and close(). Targets (issue 24): the call <= 10x a bare Python
+start, the sandbox start <= 30 ms.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 CALL = ["-m", "corral", "call", "read_file", '{"path": "x.txt"}']
+# What any start costs on this machine, beside `python -c pass` (the first tree's corral).
+FLOOR = {
+    "python -c 'import corral'": [sys.executable, "-c", "import corral"],
+    "fork+exec /bin/true": ["/bin/true"],
+}
 # Run in a fresh interpreter per tree: starts a sandbox `starts` times (after one
 # not counted: the first pays for lazy caches) and prints [[start, close], ...].
 STARTS = """
@@ -86,12 +92,15 @@ def main() -> None:
         (workspace / "x.txt").write_text("hello\n")
         envs = [environment(tree, home) for tree in trees]
         bare: list[tuple[float, float]] = []
+        floor: dict[str, list[tuple[float, float]]] = {name: [] for name in FLOOR}
         calls: list[list[tuple[float, float]]] = [[] for _ in trees]
         for _ in range(2):  # warm the page cache and each tree's bytecode
             for env in envs:
                 wall([sys.executable, *CALL], workspace, env)
         for _ in range(args.runs):
             bare.append(wall([sys.executable, "-c", "pass"], workspace, envs[0]))
+            for name, argv in FLOOR.items():
+                floor[name].append(wall(argv, workspace, envs[0]))
             for samples, env in zip(calls, envs, strict=True):
                 samples.append(wall([sys.executable, *CALL], workspace, env))
         starts: list[list[list[float]]] = [[] for _ in trees]
@@ -104,6 +113,11 @@ def main() -> None:
                 samples.extend(json.loads(done.stdout))
     bare_wall, bare_cpu = [w for w, _ in bare], [c for _, c in bare]
     print(f"python -c pass ({args.runs} runs): {summary(bare_wall)}; CPU {summary(bare_cpu)}")
+    for name, samples in floor.items():
+        walls = [w for w, _ in samples]
+        ratio = statistics.median(walls) / statistics.median(bare_wall)
+        print(f"{name} ({args.runs} runs): {summary(walls)}  = {ratio:.2f}x python -c pass; "
+              f"CPU {summary([c for _, c in samples])}")
     for tree, call, start in zip(trees, calls, starts, strict=True):
         print(f"\n{tree}")
         call_wall, call_cpu = [w for w, _ in call], [c for _, c in call]
@@ -111,7 +125,7 @@ def main() -> None:
         cpu_ratio = statistics.median(call_cpu) / statistics.median(bare_cpu)
         print(f"  corral call read_file ({args.runs} runs): {summary(call_wall)}  "
               f"= {ratio:.1f}x python -c pass")
-        print(f"    its CPU, with the zygote's and workers': {summary(call_cpu)}  "
+        print(f"    its CPU, with its other processes': {summary(call_cpu)}  "
               f"= {cpu_ratio:.1f}x python -c pass")
         print(f"  Sandbox(ws) to first result ({len(start)} starts): "
               f"{summary([s for s, _ in start])}")
