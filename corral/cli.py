@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from corral.sandbox.launcher import warm
+import corral
 
 __all__ = ["main"]
 
@@ -17,7 +17,7 @@ SANDBOX_COMMANDS = ("call", "tools", "serve")
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] and sys.argv[1] in SANDBOX_COMMANDS:
-        warm()
+        corral.prestart()
     from corral.faces.cli import main as run  # after warm(): it imports most of corral
 
     return run(argv)

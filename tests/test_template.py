@@ -19,6 +19,7 @@ import psutil
 import pytest
 from broker_helpers import MakeBroker, call, wait_gone
 
+import corral
 from corral.calls.control import ForkZygote
 from corral.errors import SandboxError
 from corral.sandbox import launcher
@@ -168,3 +169,12 @@ def test_a_closed_sandboxs_zygote_is_reaped_by_the_template(make_broker: MakeBro
     while psutil.pid_exists(zygote):  # a zombie until the template's waitpid
         assert time.monotonic() < deadline, "the template left its zygote a zombie"
         time.sleep(0.01)
+
+
+def test_prestart_starts_the_template_the_next_sandbox_uses(make_broker: MakeBroker) -> None:
+    fresh_template()
+    corral.prestart()  # returns at once: the template imports while the host goes on
+    started = template_pids()
+    assert len(started) == 1
+    assert call(make_broker(workers=1), "read_file", path="hello.txt")["ok"]
+    assert template_pids() == started

@@ -137,7 +137,8 @@ class Template:
 
 def warm(entry: str = ZYGOTE_ENTRY) -> None:
     """Start the template now without waiting for it, so its start overlaps whatever
-    the host does before its first sandbox (`corral call` importing corral)."""
+    the host does before its first sandbox (`corral call` importing corral). Public
+    as corral.prestart()."""
     with _lock:
         _running(_key(entry))
 
