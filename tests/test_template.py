@@ -64,7 +64,7 @@ def test_a_zygote_forked_late_confines_its_workers_as_the_first_one(
 
 
 def test_the_filters_the_template_compiled_once_are_those_a_fresh_compile_gives() -> None:
-    _, sock, pidfd = launch_zygote("template_probe")
+    _, sock, pidfd = launch_zygote("template_probe", b"")
     try:
         sock.setblocking(True)
         report = read_frame(sock.fileno(), 1 << 20)
@@ -81,9 +81,9 @@ def test_the_filters_the_template_compiled_once_are_those_a_fresh_compile_gives(
 
 def test_a_template_that_cannot_prepare_says_why() -> None:
     with pytest.raises(SandboxError, match="could not start: the seccomp profile does not"):
-        launch_zygote("template_unprepared")
+        launch_zygote("template_unprepared", b"")
     with pytest.raises(SandboxError, match="could not start: the seccomp profile does not"):
-        launch_zygote("template_unprepared")  # every time, from the same template
+        launch_zygote("template_unprepared", b"")  # every time, from the same template
 
 
 def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:

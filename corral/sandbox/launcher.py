@@ -77,23 +77,34 @@ class Template:
         self.owner = os.getpid()
         self.forked = 0  # zygotes it has forked: one that has is known to have started
 
-    def fork_zygote(self) -> tuple[int, socket.socket, int]:
-        """A new zygote: (pid, its control socket, a pidfd for it). SandboxError if
-        the template refuses; TemplateGone if its channel broke."""
+    def fork_zygote(self, hello: bytes) -> tuple[int, socket.socket, int]:
+        """A new zygote: (pid, its control socket, a pidfd for it), sent `hello` (its
+        first frame, encoded). SandboxError if the template refuses; TemplateGone if
+        its channel broke."""
         # here, not at the top: `corral call` starts the template (warm) before it
         # imports the rest of corral, so that the two interpreters import side by side
         from corral.calls.control import ForkZygote, Reply
         from corral.calls.messages import Malformed
-        from corral.sandbox.protocol import CONTROL_FRAME_BYTES, ProtocolError, ask_with_fds
+        from corral.sandbox.protocol import (
+            CONTROL_FRAME_BYTES,
+            ProtocolError,
+            ask_with_fds,
+            send_bytes,
+        )
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
+        # Queued before the fork, the zygote reads its first frame as soon as it runs
+        # instead of after the host has read the template's reply and been scheduled.
+        unsent = hello[_write_some(ours, hello):]
         fds: list[int] = []
+        deadline = time.monotonic() + START_TIMEOUT_S
         try:
             with self._lock:
                 try:
                     wire, fds = ask_with_fds(
                         self._sock, ForkZygote().to_wire(), [theirs.fileno()], 1,
-                        CONTROL_FRAME_BYTES, time.monotonic() + START_TIMEOUT_S,
+                        CONTROL_FRAME_BYTES, deadline,
                     )
                     reply = None if wire is None else Reply.from_wire(wire)
                 except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
@@ -113,7 +124,13 @@ class Template:
                 raise SandboxError(f"The sandbox could not start: {reply.error}.")
             raise TemplateGone("its channel ended")
         self.forked += 1
-        ours.setblocking(False)
+        try:
+            send_bytes(ours.fileno(), unsent, deadline)  # what the buffer did not take
+        except OSError as exc:  # TimeoutError included: the zygote read nothing
+            ours.close()
+            os.close(fds[0])
+            raise SandboxError(f"The sandbox could not start: the zygote broke its "
+                               f"channel: {exc}.") from None
         return reply.pid, ours, fds[0]
 
     def release(self) -> None:
@@ -143,14 +160,15 @@ def warm(entry: str = ZYGOTE_ENTRY) -> None:
         _running(_key(entry))
 
 
-def launch_zygote(entry: str = ZYGOTE_ENTRY) -> tuple[int, socket.socket, int]:
-    """Fork a zygote from the template for `entry`: (pid, control socket, pidfd).
-    A template that served before and has died since is replaced, once."""
+def launch_zygote(entry: str, hello: bytes) -> tuple[int, socket.socket, int]:
+    """Fork a zygote from the template for `entry`: (pid, control socket, pidfd),
+    sent `hello` (its first frame, encoded). A template that served before and has
+    died since is replaced, once."""
     key = _key(entry)
     with _lock:
         template = _running(key)
     try:
-        return template.fork_zygote()
+        return template.fork_zygote(hello)
     except TemplateGone as exc:
         if not template.forked:
             code = template.process.poll()
@@ -162,7 +180,7 @@ def launch_zygote(entry: str = ZYGOTE_ENTRY) -> tuple[int, socket.socket, int]:
             template.stop()
         template = _running(key)
     try:
-        return template.fork_zygote()
+        return template.fork_zygote(hello)
     except TemplateGone as exc:
         raise SandboxError(
             f"The sandbox could not start: the zygote template broke its channel ({exc}).",
@@ -184,6 +202,14 @@ def _running(key: Key) -> Template:
             template.stop()
         template = _templates[key] = Template(key)
     return template
+
+
+def _write_some(sock: socket.socket, data: bytes) -> int:
+    """Write what a non-blocking socket's buffer takes now; how many bytes."""
+    try:
+        return os.write(sock.fileno(), data)
+    except BlockingIOError:
+        return 0
 
 
 def template_pids() -> list[int]:

@@ -56,8 +56,8 @@ from corral.sandbox.protocol import (
     encode,
     read_frame,
     read_sole_frame,
+    recv_frame_with_fds,
     send_bytes,
-    write_frame,
 )
 
 # A worker reports its confinement within ms; this only catches a wedged one.
@@ -233,13 +233,20 @@ class ZygoteHandle:
     def __init__(self, setup: SandboxSetup | None) -> None:
         """Start the zygote for a private sandbox's `setup` (None: a shared pool's,
         whose every spawn brings its sandbox's): a fork of the template."""
-        self.pid, self._sock, self._pidfd = launch_zygote(self.ENTRY)
+        # A private sandbox's zygote is asked for its first worker with its start frame
+        # (its reply waits for spawn()): one round trip fewer before the first call.
+        self._queued = Spawn() if setup is not None else None
+        try:
+            hello = encode(ZygoteStart(setup).to_wire(), CONTROL_FRAME_BYTES)
+        except ProtocolError as exc:  # a setup too large for the control channel
+            raise SandboxError(f"The sandbox could not start: {exc}.") from None
+        if self._queued is not None:
+            hello += encode(self._queued.to_wire(), CONTROL_FRAME_BYTES)
+        self.pid, self._sock, self._pidfd = launch_zygote(self.ENTRY, hello)
         self._lock = threading.Lock()
         self._closed = False
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            write_frame(self._sock.fileno(), ZygoteStart(setup).to_wire(),
-                        CONTROL_FRAME_BYTES, deadline)
             wire = read_frame(self._sock.fileno(), CONTROL_FRAME_BYTES, deadline)
             reply = None if wire is None else Reply.from_wire(wire)
         except TimeoutError:
@@ -287,8 +294,13 @@ class ZygoteHandle:
             deadline = time.monotonic() + CONTROL_TIMEOUT_S
             fds: list[int] = []
             try:
-                wire, fds = ask_with_fds(self._sock, request.to_wire(), send_fds, max_fds,
-                                         CONTROL_FRAME_BYTES, deadline)
+                if request == self._queued and not send_fds:  # sent with the start frame
+                    self._queued = None
+                    wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds,
+                                                    deadline)
+                else:
+                    wire, fds = ask_with_fds(self._sock, request.to_wire(), send_fds, max_fds,
+                                             CONTROL_FRAME_BYTES, deadline)
                 return (None if wire is None else Reply.from_wire(wire)), fds
             except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
                 for fd in fds:
