@@ -73,6 +73,7 @@ def test_the_filters_the_template_compiled_once_are_those_a_fresh_compile_gives(
         os.close(pidfd)
     assert report is not None
     assert report["cached"] == 2  # compiled before the fork, not in the zygote
+    assert report["builtins"] == 1  # so were the built-in rules every default policy uses
     profile = load_profile()
     assert bytes.fromhex(report["programs"]["True"]) == compile_native(profile)
     assert bytes.fromhex(report["programs"]["False"]) == compile_native(
