@@ -58,9 +58,11 @@ class Template:
         # main thread lives as long as the host. Elsewhere the template relies on its
         # channel ending, which happens however the host dies.
         main_thread = threading.current_thread() is threading.main_thread()
-        # -S and the host's own sys.path: the same modules, without site's start-up cost.
+        # -S and the host's own sys.path: the same modules, without site's start-up cost;
+        # no garbage collection until they are imported (template.main turns it back on)
         code = (
-            f"import sys; sys.path[:] = {list(path)!r}; from corral.sandbox.template import main; "
+            f"import gc, sys; gc.disable(); sys.path[:] = {list(path)!r}; "
+            f"from corral.sandbox.template import main; "
             f"main({theirs.fileno()}, {entry!r}, {os.getpid()}, {main_thread})"
         )
         try:

@@ -56,7 +56,10 @@ def main(control_fd: int, entry: str, host_pid: int, pdeathsig: bool) -> None:
         failed = str(exc)
     # What is loaded now is never garbage: the zygotes' and workers' collections
     # need not walk it, nor write to its pages (each write copies a page per process).
+    # The collector was off while it loaded (imports allocate much and free little:
+    # its passes cost ~10% of their CPU and found nothing).
     gc.freeze()
+    gc.enable()
     Template(socket.socket(fileno=control_fd), module.main, failed).serve()
     os._exit(0)  # nothing to flush; the interpreter's teardown would only cost time
 
