@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def __getattr__(name: str) -> Any:
     # Every other name the module had before it moved (build_parser, the exit codes, ...).
+    if name.startswith("__"):
+        # the import system asks for __path__ and the like while `from corral.cli import
+        # main` runs: loading the face then would undo what main() does first
+        raise AttributeError(f"module 'corral.cli' has no attribute {name!r}")
     from corral.faces import cli
 
     return getattr(cli, name)

@@ -66,3 +66,15 @@ def test_python_dash_m_corral_runs_the_command() -> None:
     done = subprocess.run([sys.executable, "-m", "corral", "--version"], capture_output=True,
                           text=True, timeout=60, cwd=REPO, check=True)
     assert done.stdout.strip() == f"corral {corral.__version__}"
+
+
+def test_the_entry_point_loads_nothing_of_corral_before_its_command_starts() -> None:
+    # `corral call` starts the zygote template first, then imports the rest of corral:
+    # importing the entry point must not load it already (the import system's lookups
+    # of __path__ and the like reach the module's __getattr__)
+    code = ("import sys; from corral.cli import main; "
+            "print(sorted(m for m in sys.modules if m.startswith('corral.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, check=True)
+    assert done.stdout.split("'corral.faces")[0] == done.stdout  # no face loaded
+    assert "corral.api" not in done.stdout and "corral.sandbox.pool" not in done.stdout
