@@ -87,6 +87,11 @@ def test_a_template_that_cannot_prepare_says_why() -> None:
         launch_zygote("template_unprepared", b"")  # every time, from the same template
 
 
+def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
+    with pytest.raises(SandboxError, match="could not start: the zygote template"):
+        launch_zygote("tests_no_such_entry_module", b"")
+
+
 def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:
     fresh_template()
     make_broker(workers=1).close()

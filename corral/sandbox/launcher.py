@@ -25,7 +25,7 @@ from corral.errors import SandboxError
 ZYGOTE_ENTRY = "corral.sandbox.zygote"
 # The template's first answer comes after its imports: seconds on a loaded machine at worst.
 START_TIMEOUT_S = 30.0
-# At the host's exit the template, its channel closed, is given this long to exit.
+# stop() gives a template whose channel it closed this long to exit, then kills it.
 STOP_GRACE_S = 5.0
 # The directory that holds the `corral` package the host runs: the template imports the same one.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
