@@ -206,11 +206,8 @@ def test_get_is_405(server: Server) -> None:
 
 
 def workers_of(server: Server) -> list[psutil.Process]:
-    """The server's grandchildren: the zygote's workers."""
-    found = []
-    for child in psutil.Process(server.process.pid).children():
-        found += child.children()
-    return found
+    """The server's descendants: its zygote template, the zygotes and their workers."""
+    return psutil.Process(server.process.pid).children(recursive=True)
 
 
 def test_a_client_disconnect_cancels_its_call(server: Server) -> None:

@@ -135,9 +135,11 @@ def test_gauges_are_read_from_the_pool_when_scraped(metered: Server) -> None:
 
 
 def workers(server: Server) -> set[int]:
-    """The pool's workers: the children of its zygote (the server's one child)."""
+    """The pool's workers: the children of its zygote, which the zygote template
+    (the server's one child) forked."""
     host = psutil.Process(server.process.pid)
-    return {child.pid for zygote in host.children() for child in zygote.children()}
+    return {worker.pid for template in host.children() for zygote in template.children()
+            for worker in zygote.children()}
 
 
 def kill_and_wait(pid: int, sig: signal.Signals) -> None:

@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.calls.control import SandboxSetup
 from corral.calls.messages import Answer, CallRequest, HistoryRequest
@@ -21,9 +21,11 @@ from corral.config import LAYERS, Limits, SandboxOptions
 from corral.errors import SandboxError
 from corral.observe import Observer
 from corral.policy import Policy, RootSpec
-from corral.sandbox.hub import Hub
 from corral.sandbox.pool import CallPath, Supply, ZygoteHandle
 from corral.sandbox.worker_set import WorkerSet
+
+if TYPE_CHECKING:  # a private sandbox (`corral call`'s) never loads the shared pool's code
+    from corral.sandbox.hub import Hub
 
 Submittable = CallRequest | HistoryRequest
 
