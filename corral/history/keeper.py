@@ -11,6 +11,11 @@ What is kept, per change:
   or Landlock refusing the move) the old bytes are copied instead.
 - an append: the old size (an append only adds; its undo cuts the file back).
 - a delete: the file itself, renamed into the store (copied across mounts).
+- a directory deleted with everything in it (delete_directory): the tree itself,
+  renamed into the store, and the list of its entries in the record
+  (history/trees.py). Across mounts it is copied in, then renamed aside in its
+  own directory and removed; a tree holding symlinks is then refused (a worker
+  cannot make symlinks, so no undo could put them back).
 - a move: the moved inode's number (its undo moves it back); a destination it
   overwrote is copied into the store first.
 - a directory made: nothing (its undo removes it if empty).
@@ -29,12 +34,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corral.errors import CorralError
 from corral.fs import Root, content_version
-from corral.fs._atomic import Land
+from corral.fs._atomic import Land, temp_name
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
+from corral.fs._tree import Tree, remove
 from corral.fs.version import chunked_version
-from corral.history.records import Entry, Record, State
+from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
+from corral.history.trees import check_kept, copy_tree, kept_of
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -239,6 +247,66 @@ class Keeper:
                 if not stat.S_ISDIR(st.st_mode):
                     raise
                 os.rmdir(name, dir_fd=dir_fd)
+
+    def remove_tree(
+        self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result,
+        tree: list[Tree],
+    ) -> None:
+        """A directory and everything beneath it: one record listing every entry, and
+        the tree itself renamed into the store as the record's blob."""
+        record_id = self._next_id()
+        blob = blob_name(record_id)
+        before = State("dir", stat.S_IMODE(st.st_mode), blob=blob, tree=kept_of(tree))
+        record = self._pending(self._entry(root, rel, "remove_tree", "delete", before, None))
+        with self._landing(record):
+            try:
+                os.rename(name, blob, src_dir_fd=dir_fd, dst_dir_fd=self.store.fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
+                    raise
+                self._copy_tree(dir_fd, name, blob, before, shown(self.workspace, root, rel))
+                return
+            self.stored += sum(kept.size for kept in before.tree or ())
+            self._same_tree(dir_fd, name, blob, before, shown(self.workspace, root, rel))
+
+    def _same_tree(
+        self, dir_fd: int, name: str, blob: str, before: State, path: str
+    ) -> None:
+        """Another process may have changed the tree between the survey and the
+        rename (corral's own calls wait for the tree lock): then the tree goes back
+        and the call fails, rather than keep a tree its record does not list."""
+        try:
+            check_kept(self.store.fd, blob, before.mode, before.tree or (), hashed=False,
+                       contents=False)
+        except BadRecord:
+            renameat2(self.store.fd, blob, dir_fd, name, RENAME_NOREPLACE)
+            raise CorralError(
+                "conflict", f"{path} changed while it was being deleted; nothing was "
+                "deleted.") from None
+
+    def _copy_tree(
+        self, dir_fd: int, name: str, blob: str, before: State, path: str
+    ) -> None:
+        """The store is on another file system: the tree is copied in, then renamed
+        aside in its own directory (the one step the change lands by) and removed."""
+        tree = before.tree or ()
+        if any(kept.type == "symlink" for kept in tree):
+            raise CorralError(
+                "io_error", f"cannot delete {path}: the history store is on another file "
+                "system and the directory holds symlinks, which an undo could not put "
+                "back; nothing was deleted.")
+        try:
+            self.stored += copy_tree(dir_fd, name, self.store.fd, blob, tree)
+        except OSError as exc:
+            raise StoreError(exc) from None
+        try:
+            check_kept(self.store.fd, blob, before.mode, tree, hashed=False, contents=False)
+        except BadRecord:
+            raise CorralError("conflict", f"{path} changed while it was being deleted; "
+                              "nothing was deleted.") from None
+        aside = temp_name()
+        renameat2(dir_fd, name, dir_fd, aside, RENAME_NOREPLACE)
+        remove(dir_fd, aside)
 
     def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
         src_root, src_rel, src_fd, src_name, src_st = src

@@ -244,6 +244,10 @@ class Store:
         it), and hold its flock until it is committed or dropped (the sign its
         writer lives); the bytes it takes."""
         data = dump(Record.from_wire(record.to_wire()))
+        if len(data) > MAX_RECORD_BYTES:  # the host would refuse it: nothing changes
+            raise CorralError("too_large", f"the history record of this change would take "
+                              f"{len(data)} bytes, over the {MAX_RECORD_BYTES} byte limit; "
+                              "nothing was changed.")
         name = f"{RECORD}{record.id}{PENDING}"
         try:
             fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
