@@ -264,7 +264,7 @@ class Keeper:
             except OSError as exc:
                 if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
                     raise
-                self._copy_tree(dir_fd, name, blob, before, shown(self.workspace, root, rel))
+                self._copy_tree(dir_fd, name, blob, before, st, shown(self.workspace, root, rel))
                 return
             self.stored += sum(kept.size for kept in before.tree or ())
             self._same_tree(dir_fd, name, blob, before, shown(self.workspace, root, rel))
@@ -285,27 +285,37 @@ class Keeper:
                 "deleted.") from None
 
     def _copy_tree(
-        self, dir_fd: int, name: str, blob: str, before: State, path: str
+        self, dir_fd: int, name: str, blob: str, before: State, st: os.stat_result, path: str
     ) -> None:
         """The store is on another file system: the tree is copied in, then renamed
-        aside in its own directory (the one step the change lands by) and removed."""
+        aside in its own directory (the one step the change lands by) and removed.
+        A name that no longer is the surveyed directory (another process swapped it,
+        for a symlink say) stops it: conflict, and nothing is deleted."""
         tree = before.tree or ()
         if any(kept.type == "symlink" for kept in tree):
             raise CorralError(
                 "io_error", f"cannot delete {path}: the history store is on another file "
                 "system and the directory holds symlinks, which an undo could not put "
                 "back; nothing was deleted.")
+        changed = CorralError(
+            "conflict", f"{path} changed while it was being deleted; nothing was deleted.")
+        if not _same(_lstat(dir_fd, name), st):
+            raise changed
         try:
             self.stored += copy_tree(dir_fd, name, self.store.fd, blob, tree)
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENOTDIR):
+                raise changed from None
             raise StoreError(exc) from None
         try:
             check_kept(self.store.fd, blob, before.mode, tree, hashed=False, contents=False)
         except BadRecord:
-            raise CorralError("conflict", f"{path} changed while it was being deleted; "
-                              "nothing was deleted.") from None
+            raise changed from None
         aside = temp_name()
         renameat2(dir_fd, name, dir_fd, aside, RENAME_NOREPLACE)
+        if not _same(_lstat(dir_fd, aside), st):  # swapped between the check and the rename
+            renameat2(dir_fd, aside, dir_fd, name, RENAME_NOREPLACE)
+            raise changed
         remove(dir_fd, aside)
 
     def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
