@@ -367,7 +367,8 @@ def test_through_the_mcp_sdk_client(ws: Path, tmp_path: Path) -> None:
         assert refused.is_error and structured(refused)["error"]["code"] == "invalid_arguments"
         done = await session.call_tool("delete_directory", {"path": "d", "recursive": True})
         assert not done.is_error
-        assert structured(done) == {"path": "d", "deleted": True, "entries_removed": 4}
+        assert structured(done) == {"path": "d", "deleted": True, "entries_removed": 4,
+                                    "text": "Deleted d and the 4 entries beneath it."}
 
     run_session(ws, body, extra=extra)
     assert not (ws / "d").exists()
