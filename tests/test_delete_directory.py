@@ -5,20 +5,22 @@ history record that the host checks and that undo restores whole."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import err, ok
-from history_helpers import commit_done, promoted, snapshot, work_store
+from history_helpers import commit_done, left, promoted, settled, snapshot, work_store
 
 from corral import Sandbox
 from corral.fs import Root, Roots
+from corral.history import keeper as keeper_module
 from corral.history import restore
 from corral.history.keeper import Keeper
 from corral.history.store import Store
@@ -372,3 +374,86 @@ def test_through_the_mcp_sdk_client(ws: Path, tmp_path: Path) -> None:
 
     run_session(ws, body, extra=extra)
     assert not (ws / "d").exists()
+
+
+# -- a kill at each instant of a recorded delete ------------------------------------
+
+
+def _die_after(target: Any, name: str) -> None:
+    """In the forked child: `target.name` runs, then the process dies (kill -9 there)."""
+    real = getattr(target, name)
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        os._exit(9)
+
+    setattr(target, name, dying)
+
+
+def _across_mounts() -> None:
+    """Renames into the store fail as across mounts (EXDEV): the tree is copied in."""
+    real = os.rename
+
+    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if str(dst).startswith("b-"):
+            raise OSError(errno.EXDEV, "cross-device")
+        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    keeper_module.os.rename = rename  # type: ignore[assignment]
+
+
+def _die_half_removed() -> None:
+    _across_mounts()
+
+    def remove(dir_fd: int, name: str) -> None:
+        os.unlink(f"{name}/a.txt", dir_fd=dir_fd)
+        os._exit(9)
+
+    keeper_module.remove = remove  # type: ignore[assignment]
+
+
+def _die_before_commit() -> None:
+    Store.commit = lambda *args, **kwargs: os._exit(9)  # type: ignore[method-assign]
+
+
+TREE_CRASHES: dict[str, Callable[[], None]] = {
+    "record written": lambda: _die_after(Store, "write_pending"),
+    "renamed in": lambda: _die_after(keeper_module.os, "rename"),
+    "renamed in, not committed": _die_before_commit,
+    "copied in": lambda: (_across_mounts(), _die_after(keeper_module, "copy_tree")),
+    "renamed aside": lambda: (_across_mounts(), _die_after(keeper_module, "renameat2")),
+    "half removed": _die_half_removed,
+    "copied, not committed": lambda: (_across_mounts(), _die_before_commit()),
+}
+
+
+@pytest.mark.parametrize("point", list(TREE_CRASHES))
+def test_a_kill_at_every_instant_of_a_directory_delete(tmp_path: Path, point: str) -> None:
+    """All or nothing: the directory whole where it was and no record, or gone and
+    one record whose undo puts every entry back; no temp directory left."""
+    ws, work = tmp_path / "ws", tmp_path / "store" / "w-test"
+    ws.mkdir()
+    work.mkdir(parents=True)
+    _tree(ws)
+    before = snapshot(ws)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child dies at the crash point
+        try:
+            TREE_CRASHES[point]()
+            with Root(str(ws)) as root:
+                root.remove_tree("d", recursive=True,
+                                 keep=Keeper(Store.open(str(work)), str(ws), "delete_directory"))
+        finally:
+            os._exit(0)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 9  # died there
+    store = settled(ws, work, [pid])
+    assert left(work, ".pending", ".done") == []
+    assert not list(ws.rglob(".corral-tmp-*"))
+    assert (snapshot(ws) == before) == (point in ("record written", "copied in"))
+    if snapshot(ws) == before:
+        assert store.listing().records == [] and not list(work.glob("b-*"))
+        return
+    assert not (ws / "d").exists()
+    assert len(store.listing().records) == 1
+    assert _undo(ws, store, "d")["restored"] == ["d"]
+    assert snapshot(ws) == before

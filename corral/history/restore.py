@@ -230,9 +230,9 @@ class Restorer:
         yield from self.store.uncommitted(after=record_id)
 
     @staticmethod
-    def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
-        """The temp files a writer `pid` left beside `rel` (e.g. an atomic write
-        swapped in, the old file not yet taken into the store)."""
+    def _temps_of(root: Root, rel: str, pid: int, kind: str = "file") -> list[str]:
+        """The temp files (or directories: `kind`) a writer `pid` left beside `rel`
+        (e.g. an atomic write swapped in, the old file not yet taken into the store)."""
         parent = posixpath.dirname(rel) or "."
         prefix = f"{TEMP_PREFIX}{pid}-"
         try:
@@ -240,20 +240,25 @@ class Restorer:
         except CorralError:  # the directory is gone: so are they
             return []
         return [posixpath.join(parent, entry.path) if parent != "." else entry.path
-                for entry in found if entry.path.startswith(prefix) and entry.type == "file"]
+                for entry in found if entry.path.startswith(prefix) and entry.type == kind]
 
     def _temp_of(self, root: Root, rel: str, pid: int) -> str | None:
         temps = self._temps_of(root, rel, pid)
         return temps[0] if temps else None
 
-    def forget_temps(self, record: Record, pid: int) -> None:
+    def forget_temps(self, record: Record, pid: int, landed: bool) -> None:
         """Remove the temp files the dead writer `pid` of `record` left beside its
-        paths, once the record is settled: any writer's, undo's and rewind's too."""
+        paths, once the record is settled: any writer's, undo's and rewind's too;
+        and, if its change landed, the directory a copied-in delete_directory had
+        renamed aside and was removing (the store holds the whole tree)."""
         for entry in record.entries:
             with contextlib.suppress(CorralError):
                 root = self.root(entry.root)
                 for temp in self._temps_of(root, entry.rel, pid):
                     root.unlink(temp)
+                if entry.kind == "remove_tree" and landed:
+                    for temp in self._temps_of(root, entry.rel, pid, "dir"):
+                        root.remove_tree(temp, recursive=True)
 
     # -- settle -------------------------------------------------------------
 
@@ -314,7 +319,7 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
         else:
             restorer.store.drop(record_id)
         if pids is not None:  # its writer is known dead: nothing writes those temps now
-            restorer.forget_temps(record, id_pid(record_id))
+            restorer.forget_temps(record, id_pid(record_id), landed)
         settled += 1
     return settled
 
