@@ -457,3 +457,17 @@ def test_a_kill_at_every_instant_of_a_directory_delete(tmp_path: Path, point: st
     assert len(store.listing().records) == 1
     assert _undo(ws, store, "d")["restored"] == ["d"]
     assert snapshot(ws) == before
+
+
+def test_more_supervised_entries_than_one_request_asks_about(ws: Path) -> None:
+    from corral.tools.access import MAX_ASKED_ENTRIES
+
+    (ws / "d").mkdir()
+    for i in range(MAX_ASKED_ENTRIES + 1):
+        (ws / "d" / f"{i}.lock").write_text("")
+    asked: list[Any] = []
+    policy = Policy(ON, rules=(Rule("ask-lock", "supervised", ("*",), ("**/*.lock",)),))
+    with Sandbox(ws, policy=policy, approve=lambda r: asked.append(r) or True) as sandbox:
+        error = err(sandbox, "delete_directory", path="d", recursive=True)
+    assert error["code"] == "approval_required" and "101 entries" in error["message"]
+    assert asked == [] and len(list((ws / "d").iterdir())) == MAX_ASKED_ENTRIES + 1

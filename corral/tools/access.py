@@ -147,6 +147,11 @@ class PathCheck:
             )
 
 
+# Entries beneath one deleted directory asked about in one request: what a person
+# can read, and what the worker's answer carries (corral/sandbox/answers.py).
+MAX_ASKED_ENTRIES = 100
+
+
 class TreeCheck(PathCheck):
     """The guard of a directory deleted with everything beneath it: the directory
     itself as PathCheck decides it, then each entry beneath (`entry`, with its
@@ -166,6 +171,9 @@ class TreeCheck(PathCheck):
         if decision.action == "allow":
             return
         shown = self._shown(resolved)
+        if decision.action != "deny" and len(self.deferred) >= MAX_ASKED_ENTRIES:
+            self.deferred.append(shown)  # counted, not asked: decided() refuses
+            return
         _record(ctx, Touched(shown, self.root.path, resolved, decision.action, decision.rule))
         if decision.action == "deny":
             raise CorralError(
@@ -182,6 +190,12 @@ class TreeCheck(PathCheck):
         if not self.deferred:
             return
         count = len(self.deferred)
+        if count > MAX_ASKED_ENTRIES:
+            del self.ctx.needs_approval[:]  # nobody is asked about a part of them
+            raise CorralError(
+                "approval_required", f"{count} entries beneath {self.path} need approval, over "
+                f"the {MAX_ASKED_ENTRIES} one request may ask about; delete its "
+                "subdirectories first, or change the rule that supervises them.")
         first = ", ".join(self.deferred[:3]) + (f" and {count - 3} more" if count > 3 else "")
         rule = next((n.rule for n in self.ctx.needs_approval if n.rule), None)
         raise CorralError("approval_required", f"{first} need{'s' if count == 1 else ''} "

@@ -26,9 +26,9 @@ def delete_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     removed = root.remove_tree(
         rel, recursive=bool(args["recursive"]), guard=check, beneath=check.entry, keep=ctx.keep
     )
-    beneath = f" and the {removed} entries beneath it" if removed != 1 else (
-        " and the 1 entry beneath it")
-    text = f"Deleted {path}{beneath if removed else ''}."
+    entries = "entry" if removed == 1 else "entries"
+    text = f"Deleted {path} and the {removed} {entries} beneath it." if removed else (
+        f"Deleted {path}.")
     return Outcome({"path": path, "deleted": True, "entries_removed": removed}, text)
 
 
