@@ -471,3 +471,26 @@ def test_more_supervised_entries_than_one_request_asks_about(ws: Path) -> None:
         error = err(sandbox, "delete_directory", path="d", recursive=True)
     assert error["code"] == "approval_required" and "101 entries" in error["message"]
     assert asked == [] and len(list((ws / "d").iterdir())) == MAX_ASKED_ENTRIES + 1
+
+
+def test_a_tree_with_symlinks_that_can_only_be_copied_is_refused(
+    tree_sb: Sandbox, ws: Path
+) -> None:
+    """The confined workers' mount namespace makes the store another mount: the tree
+    would be copied, and no undo could make its symlinks again."""
+    (ws / "d" / "link").symlink_to("a.txt")
+    before = snapshot(ws)
+    error = err(tree_sb, "delete_directory", path="d", recursive=True)
+    assert error["code"] == "io_error" and "symlinks" in error["message"]
+    assert snapshot(ws) == before
+
+
+def test_a_read_only_root_is_refused(ws: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "d").mkdir(parents=True)
+    config = ws / "corral.toml"
+    config.write_text('[tools]\ndelete_directory = "allow"\n[workspace]\n'
+                      f'allowed_paths = [{{ path = "{data}", mode = "ro" }}]\n')
+    with Sandbox.from_config(config) as sandbox:
+        assert err(sandbox, "delete_directory", path=f"{data}/d")["code"] == "read_only"
+    assert (data / "d").is_dir()
