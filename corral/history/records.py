@@ -23,11 +23,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.fs._tree import MAX_TREE_ENTRIES
+
 VERSION = 1
 # A record names a few paths, or a deleted directory's entries (at most
-# MAX_KEPT_ENTRIES of them, each a path and a few numbers): more is not one of ours.
+# MAX_TREE_ENTRIES of them, each a path and a few numbers): more is not one of ours.
 MAX_RECORD_BYTES = 2 * 1024 * 1024
-MAX_KEPT_ENTRIES = 10_000  # as corral/fs/_tree.py's MAX_TREE_ENTRIES
 KINDS = ("replace", "append", "mkdir", "remove", "move_from", "move_to", "remove_tree")
 KEPT_TYPES = ("file", "dir", "symlink")
 ACTIONS = ("create", "modify", "delete", "move")
@@ -122,8 +123,8 @@ class State:
         tree = wire.get("tree")
         if tree is None:
             return cls(**wire)
-        _check(isinstance(tree, list) and len(tree) <= MAX_KEPT_ENTRIES,
-               f"a state whose tree is not a list of at most {MAX_KEPT_ENTRIES} entries")
+        _check(isinstance(tree, list) and len(tree) <= MAX_TREE_ENTRIES,
+               f"a state whose tree is not a list of at most {MAX_TREE_ENTRIES} entries")
         return cls(**{**wire, "tree": tuple(Kept.from_wire(kept) for kept in tree)})
 
 
