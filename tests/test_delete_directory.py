@@ -83,6 +83,14 @@ def test_recursive_deletes_the_tree_and_undo_restores_it_whole(
     assert snapshot(ws) == before  # files, bytes, directories and modes
 
 
+def test_undo_of_any_path_beneath_puts_the_whole_tree_back(tree_sb: Sandbox, ws: Path) -> None:
+    before = snapshot(ws)
+    ok(tree_sb, "delete_directory", path="d", recursive=True)
+    undone = tree_sb.undo("d/sub/deep/b.sh")
+    assert undone["ok"] and undone["result"]["restored"] == ["d"], undone
+    assert snapshot(ws) == before
+
+
 @pytest.mark.parametrize("path", [".", "./", "sub/.."])
 def test_the_root_is_never_deleted(tree_sb: Sandbox, ws: Path, path: str) -> None:
     (ws / "sub").mkdir()
@@ -181,7 +189,10 @@ def test_without_history_a_symlink_inside_goes_as_a_link(ws: Path, tmp_path: Pat
     assert (outside / "keep.txt").read_text() == "keep"
 
 
-def test_a_path_racing_into_a_symlink_never_deletes_outside(ws: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("history", ["true", "false"])
+def test_a_path_racing_into_a_symlink_never_deletes_outside(
+    ws: Path, tmp_path: Path, history: str
+) -> None:
     """Another process swaps the directory for a symlink to a directory outside the
     roots, over and over, while the tool deletes it: nothing outside is touched."""
     outside = tmp_path / "outside"
@@ -200,7 +211,9 @@ def test_a_path_racing_into_a_symlink_never_deletes_outside(ws: Path, tmp_path: 
                     os.rmdir(ws / "t")
 
     thread = threading.Thread(target=swap)
-    with Sandbox(ws, policy=Policy(ON)) as sandbox:
+    config = ws / "corral.toml"
+    config.write_text(f'[tools]\ndelete_directory = "allow"\n[history]\nenabled = {history}\n')
+    with Sandbox.from_config(config) as sandbox:
         thread.start()
         try:
             codes = {sandbox.call("delete_directory", {"path": "t", "recursive": True}).get(

@@ -100,11 +100,15 @@ def _surveyed(entry: Tree, top: os.stat_result, count: int) -> Tree:
     return entry
 
 
-def remove(dir_fd: int, name: str) -> None:
-    """Remove the tree `name` of `dir_fd`: each entry by its name in its own parent's
+def remove(dir_fd: int, name: str, top_st: os.stat_result | None = None) -> None:
+    """Remove the tree `name` of `dir_fd` (if `top_st` is given, only if it is still
+    that directory: ENOENT otherwise): each entry by its name in its own parent's
     fd (opened O_NOFOLLOW), deepest first; a symlink is unlinked, never entered.
     A stack, not recursion, as `walk`."""
     top = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+    if top_st is not None and not _same(os.fstat(top), top_st):
+        os.close(top)
+        raise OSError(errno.ENOENT, "replaced")
     stack = [(dir_fd, name, top, _names(top))]
     try:
         while stack:

@@ -126,7 +126,7 @@ class NoKeep:
         self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result,
         tree: list[_tree.Tree],
     ) -> None:
-        _tree.remove(dir_fd, name)
+        _tree.remove(dir_fd, name, st)
 
     def move(
         self, src: tuple[Root, str, int, str, os.stat_result],

@@ -294,9 +294,9 @@ class Keeper:
         tree = before.tree or ()
         if any(kept.type == "symlink" for kept in tree):
             raise CorralError(
-                "io_error", f"cannot delete {path}: the history store is on another file "
-                "system and the directory holds symlinks, which an undo could not put "
-                "back; nothing was deleted.")
+                "io_error", f"cannot delete {path}: the history store is on another mount "
+                "and the directory holds symlinks, which an undo could not make again; "
+                "nothing was deleted. Delete its symlinks with delete_file first.")
         changed = CorralError(
             "conflict", f"{path} changed while it was being deleted; nothing was deleted.")
         if not _same(_lstat(dir_fd, name), st):

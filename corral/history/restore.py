@@ -328,7 +328,14 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
 
 
 def _keys(record: Record) -> set[tuple[str, str]]:
-    return {(entry.root, entry.rel) for entry in record.entries}
+    """The (root, path) keys a record changed: a deleted directory's, every entry
+    beneath it too (an undo of any of them puts the whole tree back)."""
+    keys = {(entry.root, entry.rel) for entry in record.entries}
+    for entry in record.entries:
+        if entry.kind == "remove_tree" and entry.before is not None and entry.before.tree:
+            keys |= {(entry.root, posixpath.join(entry.rel, kept.path))
+                     for kept in entry.before.tree}
+    return keys
 
 
 def _key_of(roots: Roots, path: str) -> set[tuple[str, str]]:
