@@ -272,7 +272,8 @@ def _pending_record(work: Path) -> tuple[Path, dict[str, Any]]:
     return done, json.loads(done.read_bytes())
 
 
-@pytest.mark.parametrize("forgery", ["outside", "extra", "swapped", "symlink", "entry_dotdot"])
+@pytest.mark.parametrize(
+    "forgery", ["outside", "extra", "swapped", "symlink", "entry_dotdot", "absolute", "hashed"])
 def test_a_forged_directory_delete_is_refused(
     ws: Path, tmp_path: Path, forgery: str
 ) -> None:
@@ -286,6 +287,10 @@ def test_a_forged_directory_delete_is_refused(
         entry["rel"] = "../elsewhere"
     elif forgery == "entry_dotdot":
         entry["before"]["tree"][0][0] = "../x"
+    elif forgery == "absolute":
+        entry["before"]["tree"][0][0] = "/a.txt"
+    elif forgery == "hashed":  # only the host hashes the kept files
+        entry["before"]["tree"][0].append("0" * 24)
     elif forgery == "extra":
         (kept / "planted.txt").write_text("not deleted from the workspace")
     elif forgery == "swapped":  # another tree in its place

@@ -44,13 +44,15 @@ def _type(mode: int) -> str:
 
 def check_listing(tree: tuple[Kept, ...]) -> None:
     """BadRecord unless the list is one a walk makes: plain relative paths, each
-    once, each below a directory listed before it."""
+    once, each below a directory listed before it, no file claiming its own hash
+    (the host makes those)."""
     dirs: set[str] = {""}
     seen: set[str] = set()
     for kept in tree:
         path = kept.path
         parent, _, name = path.rpartition("/")
-        if name in ("", ".", "..") or "\0" in path or path in seen or parent not in dirs:
+        if (name in ("", ".", "..") or "\0" in path or path.startswith("/") or path in seen
+                or parent not in dirs or kept.hash is not None):
             raise BadRecord("a kept tree whose list is not one of a directory's entries")
         seen.add(path)
         if kept.type == "dir":
