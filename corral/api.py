@@ -26,6 +26,7 @@ from corral.config import (
     ConfigError,
     HistoryOptions,
     Limits,
+    QuotaOptions,
     SandboxOptions,
     load_config,
     resolve_roots,
@@ -37,6 +38,7 @@ from corral.history.store import check_location, default_base
 from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
 from corral.policy import Policy, RootSpec
+from corral.quota import Quotas, QuotaUsage
 from corral.sandbox.broker import Broker, Executor
 from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
@@ -146,6 +148,8 @@ class _BaseSandbox:
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
+        quota: QuotaOptions | None = None,
+        quota_usage: QuotaUsage | None = None,
     ) -> None:
         policy = policy if policy is not None else Policy()
         options = options if options is not None else SandboxOptions()
@@ -155,9 +159,15 @@ class _BaseSandbox:
         # The arguments are the operator's; the workspace's own corral.toml may only
         # narrow them (ConfigError before anything starts), as on the command line.
         config = narrowed(Config(
-            real, others, policy, limits if limits is not None else Limits(), options
+            real, others, policy, limits if limits is not None else Limits(), options,
+            quota=quota if quota is not None else QuotaOptions(),
         ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
+        self._quota = config.quota
+        # Counted in the host, where no worker reaches; shared if the host shares the usage.
+        self._quotas = Quotas(
+            config.quota, quota_usage if quota_usage is not None else QuotaUsage(), self._limits
+        ) if config.quota.bounded else None
         self._approve = approve
         self._audit, self._owns_audit = _open_audit(audit, [r.path for r in self._roots])
         self._policy = config.policy
@@ -245,7 +255,7 @@ class _BaseSandbox:
         plan = CallPlan(
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw,
+            raw, self._quotas,
         )
         started = time.monotonic()
         return CallFlow(
@@ -325,6 +335,11 @@ class _BaseSandbox:
     def limits(self) -> Limits:
         return self._limits
 
+    @property
+    def quota(self) -> QuotaOptions:
+        """The quotas in effect (the workspace's corral.toml may have lowered them)."""
+        return self._quota
+
     # -- lifecycle ----------------------------------------------------------------
 
     def _close(self) -> None:
@@ -356,6 +371,10 @@ class Sandbox(_BaseSandbox):
     approval_required; a refusal: approval_denied.
     `allowed_paths` (RootSpec list) and `options` (SandboxOptions) come from
     corral.toml with `from_config`; they may be given here too.
+    `quota` (QuotaOptions: [quota]) bounds calls, bytes written and files created
+    in a sliding window; a call over it fails quota_exceeded with retry_after_s.
+    Sandboxes given the same `quota_usage` (corral.quota.QuotaUsage) share its
+    counters, as a tenant's sessions do; by default each has its own.
     """
 
     def call(
@@ -512,6 +531,7 @@ def _config_arguments(
         "audit": AuditOptions(config.audit_path, config.audit_key_file, config.audit_max_bytes)
         if config.audit_path else None,
         "history": config.history,
+        "quota": config.quota,
     }
     arguments.update(overrides)
     return config.narrowed_by or config.source, arguments

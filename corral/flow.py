@@ -33,6 +33,7 @@ from typing import Any
 from corral.calls.messages import Answer, CallRequest, NeedsApproval, error_answer
 from corral.errors import CorralError
 from corral.policy import Policy
+from corral.quota import Quotas
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
 
@@ -145,6 +146,7 @@ class CallPlan:
     can_ask: bool  # an approver exists: without one a supervised call fails at once
     seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
     raw: bool = False  # a large read's text and content may stay JSON text (CallRequest.raw)
+    quotas: Quotas | None = None  # counted here, so every face counts alike
 
     def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
         """The call's steps; the result is the worker's Answer, or one made here."""
@@ -162,6 +164,19 @@ class CallPlan:
                 tool.name, f"the tool {tool.name} needs approval", None,
                 f'; set {tool.name} = "allow" in [tools] to run it without asking',
             )
+        if self.quotas is None:
+            return (yield from self._run(tool.name, args, within))
+        # Accepted (or refused) here, before a worker is taken; a flow closed before
+        # its answer keeps what it reserved: it may have written.
+        reservation = self.quotas.admit(tool.name, args)
+        if isinstance(reservation, CorralError):
+            return error_answer(tool.name, reservation)
+        answer = yield from self._run(tool.name, args, within)
+        self.quotas.settle(reservation, tool.name, args, answer)
+        return answer
+
+    def _run(self, tool: str, args: dict[str, Any], within: Sequence[str] | None) -> Steps:
+        """The worker's answer, after any approval rounds it asks for."""
         # A supervised tool, or a path a supervised rule matches: the worker resolves
         # each path, stops before acting and names what needs a yes; the host asks
         # about those resolved paths and sends the call again with them approved.
@@ -170,19 +185,19 @@ class CallPlan:
         while True:
             rounds += 1
             answer = yield Submit(CallRequest(
-                tool.name, args, tuple(approved),
-                tuple(within) if within is not None else None, self.seen(tool.name),
+                tool, args, tuple(approved),
+                tuple(within) if within is not None else None, self.seen(tool),
                 raw=self.raw,
             ))
             needed = [n for n in answer.meta.needs_approval if n.key not in approved]
             if not needed or not self.can_ask:
                 return answer
-            ask = self._request(tool.name, args, needed)
+            ask = self._request(tool, args, needed)
             rule = next((need.rule for need in needed if need.rule), None)
             why = f" (rule {rule!r})" if rule else ""
             shown = ", ".join(target["shown"] for target in ask["targets"])
             # said only when the callback cannot ask anyone (NoApprover)
-            fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
+            fix = "" if rule else (f'; or set {tool} = "allow" in [tools] of the '
                                    "operator's config to run it without asking")
             refusal = yield from self._ask(ask, f"{shown} needs approval{why}", rule, fix)
             if refusal is not None:

@@ -44,6 +44,9 @@ HISTORY_OPS = ("undo", "rewind", "settle")
 
 
 _NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
+# quota_exceeded is the host's alone (it counts the quotas): from a worker it is a
+# forgery, which would make a client wait and a quota-refusal metric lie.
+WORKER_CODES = ERROR_CODES - {"quota_exceeded"}
 
 
 class Malformed(ValueError):
@@ -382,7 +385,7 @@ class Answer(NamedTuple):
             return cls(True, wire["tool"], result, text, None, meta, request.id)
         if ok is False:
             error = wire.get("error")
-            if not isinstance(error, dict) or error.get("code") not in ERROR_CODES:
+            if not isinstance(error, dict) or error.get("code") not in WORKER_CODES:
                 raise Malformed("an error without a known code")
             if not isinstance(error.get("message"), str) or not _optional_string(
                 error.get("rule")

@@ -177,6 +177,8 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
         lines.append(f"  {'path_regex':<18}{', '.join(policy.path_regex)}")
     limits = ", ".join(f"{k} {v}" for k, v in vars(sandbox.limits).items())
     lines.append(f"  {'limits':<18}{limits}")
+    quota = ", ".join(f"{k} {v}" for k, v in vars(sandbox.quota).items() if v is not None)
+    lines.append(f"  {'quota':<18}{quota or 'none'}")
     return lines
 
 

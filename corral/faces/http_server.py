@@ -78,6 +78,7 @@ from corral.faces.mcp_threads import SessionDriver
 from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
 from corral.pool import Pool
+from corral.quota import QuotaUsage
 
 ENDPOINT = "/mcp"
 DEFAULT_PORT = 8931
@@ -175,6 +176,8 @@ class TenantState:
         # a bounded share of the server's connections. On the event loop only.
         self.asking = 0
         self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
+        # The tenant's quotas count every session's calls: one usage for all of them.
+        self.quota_usage = QuotaUsage()
         self.stateless: HttpSession | None = None
         self.lock = threading.Lock()
         self.threads = ThreadPoolExecutor(
@@ -188,7 +191,8 @@ class TenantState:
             # the server's own files (the tenants file, every tenant's config) are the
             # operator's wherever they lie: no tool of any tenant writes them
             return self.pool.sandbox_from_config(
-                config, approve=approve, policy=config.policy.protecting(*self.protected))
+                config, approve=approve, policy=config.policy.protecting(*self.protected),
+                quota_usage=self.quota_usage)
 
         return HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant), self.threads)
 

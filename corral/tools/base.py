@@ -115,7 +115,8 @@ STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
 BOOLEAN = {"type": "boolean"}
-ERROR = {"type": "object", "properties": {"code": STRING, "message": STRING, "rule": STRING},
+ERROR = {"type": "object", "properties": {"code": STRING, "message": STRING, "rule": STRING,
+                                          "retry_after_s": NUMBER},
          "required": ["code", "message"]}
 
 
