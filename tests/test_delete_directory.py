@@ -19,10 +19,12 @@ from conftest import err, ok
 from history_helpers import commit_done, left, promoted, settled, snapshot, work_store
 
 from corral import Sandbox
+from corral.errors import CorralError
 from corral.fs import Root, Roots
 from corral.history import keeper as keeper_module
 from corral.history import restore
 from corral.history.keeper import Keeper
+from corral.history.records import BadRecord
 from corral.history.store import Store
 from corral.policy import Policy, Rule
 
@@ -512,3 +514,48 @@ def test_a_read_only_root_is_refused(ws: Path, tmp_path: Path) -> None:
     with Sandbox.from_config(config) as sandbox:
         assert err(sandbox, "delete_directory", path=f"{data}/d")["code"] == "read_only"
     assert (data / "d").is_dir()
+
+
+def _changed_after_the_rename(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) -> None:
+    """The kept tree differs from its survey (another process added a file between
+    the two), found once it was renamed into the store; `then` runs first."""
+    real = keeper_module.check_kept
+    calls: list[int] = []
+
+    def check_kept(*args: Any, **kwargs: Any) -> Any:
+        if not calls:
+            calls.append(1)
+            then()
+            raise BadRecord("changed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(keeper_module, "check_kept", check_kept)
+
+
+def test_a_tree_changed_while_renamed_goes_back(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(ws)
+    before = snapshot(ws)
+    work, store = work_store(tmp_path / "store")
+    _changed_after_the_rename(monkeypatch, lambda: None)
+    with pytest.raises(CorralError) as caught:
+        _keeper_delete(ws, store, "d")
+    assert caught.value.code == "conflict"
+    assert snapshot(ws) == before
+    assert not list(work.iterdir())  # no record, no blob
+
+
+def test_a_tree_changed_whose_name_was_taken_too_stays_kept(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(ws)
+    before = snapshot(ws)
+    work, store = work_store(tmp_path / "store")
+    _changed_after_the_rename(monkeypatch, lambda: (ws / "d").mkdir())
+    _keeper_delete(ws, store, "d")  # kept, listed as it was taken
+    promoted(store, work, ws)
+    assert _undo(ws, store, "d")["conflicts"] == ["d"]  # the name is taken
+    (ws / "d").rmdir()
+    assert _undo(ws, store, "d")["restored"] == ["d"]
+    assert snapshot(ws) == before

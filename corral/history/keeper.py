@@ -27,6 +27,7 @@ the type and, for files, mode, size and where it is kept (`blob`), the content
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import stat
@@ -38,7 +39,7 @@ from corral.errors import CorralError
 from corral.fs import Root, content_version
 from corral.fs._atomic import Land, temp_name
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
-from corral.fs._tree import Tree, remove
+from corral.fs._tree import Tree, remove, survey
 from corral.fs.version import chunked_version
 from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
@@ -267,22 +268,32 @@ class Keeper:
                 self._copy_tree(dir_fd, name, blob, before, st, shown(self.workspace, root, rel))
                 return
             self.stored += sum(kept.size for kept in before.tree or ())
-            self._same_tree(dir_fd, name, blob, before, shown(self.workspace, root, rel))
+            try:
+                check_kept(self.store.fd, blob, before.mode, before.tree or (), hashed=False,
+                           contents=False)
+            except BadRecord:
+                self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root, rel))
 
-    def _same_tree(
-        self, dir_fd: int, name: str, blob: str, before: State, path: str
-    ) -> None:
-        """Another process may have changed the tree between the survey and the
-        rename (corral's own calls wait for the tree lock): then the tree goes back
-        and the call fails, rather than keep a tree its record does not list."""
+    def _changed_meanwhile(self, record: Record, dir_fd: int, name: str, path: str) -> None:
+        """Another process changed the tree between the survey and the rename
+        (corral's own calls wait for the tree lock): it goes back and the call fails,
+        rather than keep a tree its record does not list. If its name was taken
+        meanwhile too, what was taken stays kept and its record is made to list it:
+        nothing is lost (an undo then finds the name taken: a conflict)."""
+        blob = blob_name(record.id)
         try:
-            check_kept(self.store.fd, blob, before.mode, before.tree or (), hashed=False,
-                       contents=False)
-        except BadRecord:
             renameat2(self.store.fd, blob, dir_fd, name, RENAME_NOREPLACE)
-            raise CorralError(
-                "conflict", f"{path} changed while it was being deleted; nothing was "
-                "deleted.") from None
+        except FileExistsError:
+            st = os.stat(blob, dir_fd=self.store.fd, follow_symlinks=False)
+            entry = record.entries[0]
+            assert entry.before is not None  # a remove_tree entry's: made just before
+            before = dataclasses.replace(entry.before, mode=stat.S_IMODE(st.st_mode),
+                                         tree=kept_of(survey(self.store.fd, blob, st)))
+            self.store.rewrite_pending(dataclasses.replace(
+                record, entries=(dataclasses.replace(entry, before=before),)))
+            return
+        raise CorralError("conflict", f"{path} changed while it was being deleted; nothing "
+                          "was deleted.")
 
     def _copy_tree(
         self, dir_fd: int, name: str, blob: str, before: State, st: os.stat_result, path: str

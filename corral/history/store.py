@@ -268,6 +268,19 @@ class Store:
         self._held[record.id] = fd
         return len(data)
 
+    def rewrite_pending(self, record: Record) -> None:
+        """A pending record this Store holds, written again in place (its change kept
+        something other than it first said: history/keeper.py); the same id, so the
+        same blob. A kill meanwhile leaves it torn: dropped by the settle."""
+        data = dump(Record.from_wire(record.to_wire()))
+        fd = self._held[record.id]
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            _write_all(fd, data)
+        except OSError as exc:
+            raise StoreError(exc) from None
+
     def commit(self, record_id: str) -> None:
         """The change landed: the record is done, for the host to promote. A failure
         here changes nothing the tree depends on: the record stays pending, settled
