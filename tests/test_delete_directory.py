@@ -80,6 +80,8 @@ def test_recursive_deletes_the_tree_and_undo_restores_it_whole(
     assert not (ws / "d").exists()
     (record,) = [r for r in tree_sb.history() if r["tool"] == "delete_directory"]
     assert record["path"] == "d" and record["action"] == "delete"
+    assert record["before"] == {"type": "dir", "mode": 0o755, "entries": 4}
+    assert tree_sb.history("d/sub/deep/b.sh")[0]["id"] == record["id"]
     undone = tree_sb.undo("d")
     assert undone["ok"] and undone["result"]["restored"] == ["d"], undone
     assert snapshot(ws) == before  # files, bytes, directories and modes
