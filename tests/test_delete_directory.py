@@ -352,7 +352,7 @@ def test_settle_keeps_a_delete_that_landed_and_forgets_one_that_did_not(
     assert snapshot(ws) == before
 
 
-def test_undo_of_a_deleted_tree_through_the_sandbox_keeps_the_other_root_safe(
+def test_undo_through_the_sandbox_leaves_a_taken_name_alone(
     ws: Path, tmp_path: Path
 ) -> None:
     """Through the confined workers (their mount namespace makes the store another
@@ -368,7 +368,7 @@ def test_undo_of_a_deleted_tree_through_the_sandbox_keeps_the_other_root_safe(
     assert snapshot(ws) == before
 
 
-def test_root_and_store_helpers_agree(ws: Path) -> None:
+def test_without_a_keeper_the_tree_is_removed_through_fds(ws: Path) -> None:
     """Root.remove_tree without a keeper (history off) removes through fds."""
     _tree(ws)
     with Root(str(ws)) as root:
