@@ -51,6 +51,10 @@ Decisions the spec leaves to us:
   result with `isError: true` and the contract's error in `structuredContent`.
 - Image reads return an image block after the text block; the base64 data is
   not repeated in `structuredContent`.
+- A success's `structuredContent` is the contract's `result` plus `text`, the
+  same text as the first content block: clients that show a model
+  structuredContent instead of content (pydantic-ai, fastmcp) still show it the
+  numbered lines and paging hints. outputSchema declares it (optional).
 - A supervised call asks the user with a form: "accept" approves, "decline" or
   "cancel" denies. Its one field, `remember` (not required; default "once"),
   offers "once", "path" (this file, for the session) and "rule" (every path
@@ -220,7 +224,9 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
         result = {key: value for key, value in result.items() if key != "image"}
     reply = {"content": content, "isError": False}
     if structured:
-        reply["structuredContent"] = result
+        # `text` too: pydantic-ai and fastmcp hand a model structuredContent instead of
+        # content, and the text is what carries line numbers and paging hints
+        reply["structuredContent"] = {**result, "text": outcome["text"]}
     return reply
 
 

@@ -52,6 +52,8 @@ def public(state: State | None) -> dict[str, Any] | None:
     shown = {key: getattr(state, key) for key in PUBLIC_STATE if getattr(state, key) is not None}
     if state.type != "file":
         shown.pop("size", None)  # a directory's or a link's st_size says nothing useful
+    if state.tree is not None:  # a deleted directory: how many entries went with it
+        shown["entries"] = len(state.tree)
     return shown
 
 
@@ -211,7 +213,7 @@ class History:
             if record is None:
                 continue
             for entry in record.entries:
-                if wanted is None or entry.path == wanted:
+                if wanted is None or entry.path == wanted or _beneath(entry, wanted):
                     found.append(_entry(record, entry))
         return found[:limit]
 
@@ -221,6 +223,15 @@ class History:
         if normal.startswith(self.workspace + "/"):
             return normal[len(self.workspace) + 1:]
         return normal
+
+
+def _beneath(entry: Entry, path: str) -> bool:
+    """Is `path` one of the entries of a directory the change deleted?"""
+    tree = entry.before.tree if entry.before is not None else None
+    if not tree or not path.startswith(entry.path.rstrip("/") + "/"):
+        return False
+    rest = path[len(entry.path.rstrip("/")) + 1:]
+    return any(kept.path == rest for kept in tree)
 
 
 def _entry(record: Record, entry: Entry) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from corral.history.store import (
     read_small,
     skipped,
 )
+from corral.history.trees import check_kept, check_listing
 
 # Workers and host read one clock; this much slack covers a step of it (NTP) between
 # the two readings, and no more: a record dated later than that is refused.
@@ -128,6 +129,12 @@ def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect
     for state in (entry.before, entry.after):
         _check(state is None or state.hash is None, "a state that claims its own hash")
     _check(entry.after is None or entry.after.blob is None, "an after state with a blob")
+    for state in (entry.before, entry.after):
+        _check(state is None or state.tree is None or (
+            entry.kind == "remove_tree" and state is entry.before),
+            "a list of kept entries on a change that is not a directory's delete")
+    if entry.kind == "remove_tree":
+        return _tree_entry(store, work, record_id, entry)
     before = entry.before
     if before is None or before.blob is None:
         return entry
@@ -141,6 +148,23 @@ def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect
     _check(digest is not None, "a blob that is missing, not a file or cut short")
     return dataclasses.replace(entry, before=State(**{
         **before.to_wire(), "blob": kept, "hash": digest}))
+
+
+def _tree_entry(store: Store, work: str, record_id: str, entry: Entry) -> Entry:
+    """A deleted directory: its kept tree must be exactly the list its record holds
+    (checked, every file hashed, nothing followed), which then carries the hashes."""
+    before = entry.before
+    _check(entry.rel != "." and entry.after is None and entry.action == "delete",
+           "a directory's delete that is not one")
+    _check(before is not None and before.type == "dir" and before.tree is not None,
+           "a directory's delete without its list of entries")
+    assert before is not None and before.tree is not None  # for mypy: checked just above
+    blob = blob_name(record_id)
+    _check(before.blob == blob, "a blob of another record")
+    check_listing(before.tree)
+    tree = check_kept(store.fd, blob, before.mode, before.tree, hashed=False)
+    return dataclasses.replace(entry, before=dataclasses.replace(
+        before, blob=f"{work}/{blob}", tree=tree))
 
 
 def _committed(store: Store, record_id: str) -> bool:

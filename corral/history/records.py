@@ -23,9 +23,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.fs._tree import MAX_TREE_ENTRIES
+
 VERSION = 1
-MAX_RECORD_BYTES = 256 * 1024  # a record names a few paths; more is not one of ours
-KINDS = ("replace", "append", "mkdir", "remove", "move_from", "move_to")
+# A record names a few paths, or a deleted directory's entries (at most
+# MAX_TREE_ENTRIES of them, each a path and a few numbers): more is not one of ours.
+MAX_RECORD_BYTES = 2 * 1024 * 1024
+KINDS = ("replace", "append", "mkdir", "remove", "move_from", "move_to", "remove_tree")
+KEPT_TYPES = ("file", "dir", "symlink")
 ACTIONS = ("create", "modify", "delete", "move")
 TYPES = ("file", "dir", "symlink", "other")
 _HEX = frozenset("0123456789abcdef")
@@ -38,6 +43,46 @@ class BadRecord(ValueError):
 
 def is_id(text: object) -> bool:
     return isinstance(text, str) and len(text) == ID_WIDTH and set(text) <= _HEX
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One entry beneath a deleted directory, as its record keeps it: the path below
+    the directory, type, permission bits, and a file's size (with its content hash
+    once the host committed the record) or a symlink's target. On the wire a list,
+    [path, type, mode, size or target, hash?]: a tree has thousands."""
+
+    path: str
+    type: str
+    mode: int
+    size: int = 0
+    target: str | None = None
+    hash: str | None = None
+
+    def to_wire(self) -> list[Any]:
+        if self.type == "symlink":
+            return [self.path, self.type, self.mode, self.target]
+        if self.type == "dir":
+            return [self.path, self.type, self.mode]
+        return [self.path, self.type, self.mode, self.size,
+                *([] if self.hash is None else [self.hash])]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Kept:
+        _check(isinstance(wire, list) and 3 <= len(wire) <= 5, "a kept entry that is not a list")
+        path, kind, mode, *rest = wire
+        _check(isinstance(path, str) and kind in KEPT_TYPES and _count(mode),
+               "a kept entry without its path, type and mode")
+        if kind == "dir":
+            _check(not rest, "a kept directory with more than its mode")
+            return cls(path, kind, mode)
+        if kind == "symlink":
+            _check(len(rest) == 1 and isinstance(rest[0], str), "a kept symlink without a target")
+            return cls(path, kind, mode, target=rest[0])
+        _check(1 <= len(rest) <= 2 and _count(rest[0]), "a kept file without its size")
+        digest = rest[1] if len(rest) == 2 else None
+        _check(digest is None or isinstance(digest, str), "a kept file whose hash is not text")
+        return cls(path, kind, mode, rest[0], hash=digest)
 
 
 @dataclass(frozen=True)
@@ -55,9 +100,13 @@ class State:
     tail: str | None = None
     target: str | None = None
     ino: int | None = None
+    tree: tuple[Kept, ...] | None = None  # a deleted directory's entries (remove_tree)
 
     def to_wire(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items() if value is not None}
+        wire = {key: value for key, value in self.__dict__.items() if value is not None}
+        if self.tree is not None:
+            wire["tree"] = [kept.to_wire() for kept in self.tree]
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Any) -> State | None:
@@ -71,7 +120,12 @@ class State:
             _check(_count(wire.get(key, 0)), f"a state whose {key} is not a count")
         for key in ("blob", "hash", "version", "tail", "target"):
             _check(isinstance(wire.get(key, ""), str), f"a state whose {key} is not text")
-        return cls(**wire)
+        tree = wire.get("tree")
+        if tree is None:
+            return cls(**wire)
+        _check(isinstance(tree, list) and len(tree) <= MAX_TREE_ENTRIES,
+               f"a state whose tree is not a list of at most {MAX_TREE_ENTRIES} entries")
+        return cls(**{**wire, "tree": tuple(Kept.from_wire(kept) for kept in tree)})
 
 
 @dataclass(frozen=True)

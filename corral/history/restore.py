@@ -20,8 +20,9 @@ from typing import Any
 from corral.errors import CorralError, shown_path
 from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
-from corral.history.records import Entry, Record, State
+from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, id_pid, is_id, new_id
+from corral.history.trees import check_kept, copy_tree
 from corral.policy import Policy, RootSpec
 
 
@@ -77,6 +78,9 @@ class Restorer:
                 raise CorralError("read_only", f"{entry.path} lies in a read-only root.")
             for rel in (entry.rel, *entry.made):
                 self._allowed(tool, root, rel)
+            if entry.before is not None and entry.before.tree is not None:
+                for kept in entry.before.tree:  # a deleted directory comes back whole
+                    self._allowed(tool, root, posixpath.join(entry.rel, kept.path))
 
     def _allowed(self, tool: str, root: Root, rel: str) -> None:
         """path_denied, naming the path and the rule, if the policy denies `tool`
@@ -107,6 +111,9 @@ class Restorer:
         entries = record.entries
         if entries and entries[0].kind == "move_from":
             self._unmove(entries[0], entries[1], record.tool)
+            return
+        if entries and entries[0].kind == "remove_tree":
+            self._put_tree(entries[0])
             return
         for entry in reversed(entries):
             self._put(entry, entry.before)
@@ -141,6 +148,42 @@ class Restorer:
         if info is not None and info.type == "dir":
             root.rmdir(rel, keep=keep)
         root.write_atomic(rel, data, mode=state.mode, keep=keep)
+
+    def _put_tree(self, entry: Entry) -> None:
+        """A deleted directory back, whole: its kept tree, checked against the list
+        its record holds (every file's hash too), moved back from the store, or
+        copied where a move cannot reach (the blob lies in another sandbox's work
+        directory, or on another file system: there a symlink cannot be made)."""
+        before = entry.before
+        if before is None or before.tree is None or before.blob is None:
+            raise CorralError("io_error", f"the record of {entry.path} keeps no tree.")
+        tree = before.tree
+        where, _, name = before.blob.rpartition("/")
+        try:
+            work = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=self.store.home)
+        except OSError as exc:
+            raise CorralError("io_error", f"the kept tree is gone ({exc.strerror}).") from None
+        try:
+            try:
+                check_kept(work, name, before.mode, tree, hashed=True)
+            except BadRecord:
+                raise CorralError(
+                    "io_error", f"the kept tree of {entry.path} is damaged or was replaced "
+                    "(it is not what its record lists); nothing was written.") from None
+
+            def copy(dir_fd: int, temp: str) -> None:
+                if any(kept.type == "symlink" for kept in tree):
+                    raise CorralError(
+                        "io_error", f"{entry.path} held symlinks, which corral can put back "
+                        "only by moving its kept tree, and that tree cannot be moved here "
+                        "(undo it from a sandbox with the same roots).")
+                copy_tree(work, name, dir_fd, temp, tree)
+
+            self.root(entry.root).restore_tree(entry.rel, work, name, copy=copy,
+                                               keep=self.keeper)
+        finally:
+            os.close(work)
 
     def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
         """Remove the directories the change made on its way, deepest first, if empty
@@ -187,9 +230,9 @@ class Restorer:
         yield from self.store.uncommitted(after=record_id)
 
     @staticmethod
-    def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
-        """The temp files a writer `pid` left beside `rel` (e.g. an atomic write
-        swapped in, the old file not yet taken into the store)."""
+    def _temps_of(root: Root, rel: str, pid: int, kind: str = "file") -> list[str]:
+        """The temp files (or directories: `kind`) a writer `pid` left beside `rel`
+        (e.g. an atomic write swapped in, the old file not yet taken into the store)."""
         parent = posixpath.dirname(rel) or "."
         prefix = f"{TEMP_PREFIX}{pid}-"
         try:
@@ -197,20 +240,25 @@ class Restorer:
         except CorralError:  # the directory is gone: so are they
             return []
         return [posixpath.join(parent, entry.path) if parent != "." else entry.path
-                for entry in found if entry.path.startswith(prefix) and entry.type == "file"]
+                for entry in found if entry.path.startswith(prefix) and entry.type == kind]
 
     def _temp_of(self, root: Root, rel: str, pid: int) -> str | None:
         temps = self._temps_of(root, rel, pid)
         return temps[0] if temps else None
 
-    def forget_temps(self, record: Record, pid: int) -> None:
+    def forget_temps(self, record: Record, pid: int, landed: bool) -> None:
         """Remove the temp files the dead writer `pid` of `record` left beside its
-        paths, once the record is settled: any writer's, undo's and rewind's too."""
+        paths, once the record is settled: any writer's, undo's and rewind's too;
+        and, if its change landed, the directory a copied-in delete_directory had
+        renamed aside and was removing (the store holds the whole tree)."""
         for entry in record.entries:
             with contextlib.suppress(CorralError):
                 root = self.root(entry.root)
                 for temp in self._temps_of(root, entry.rel, pid):
                     root.unlink(temp)
+                if entry.kind == "remove_tree" and landed:
+                    for temp in self._temps_of(root, entry.rel, pid, "dir"):
+                        root.remove_tree(temp, recursive=True)
 
     # -- settle -------------------------------------------------------------
 
@@ -228,6 +276,9 @@ class Restorer:
         # landed. The tree does.
         if kind == "remove":
             return self.matches(entry, None)
+        if kind == "remove_tree":  # renamed into the store, or copied, then renamed aside
+            return self.matches(entry, None) and before is not None and (
+                self.store.has_blob(before))
         if kind == "replace" and before is not None:
             if not self.matches(entry, entry.after):
                 return False
@@ -268,7 +319,7 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
         else:
             restorer.store.drop(record_id)
         if pids is not None:  # its writer is known dead: nothing writes those temps now
-            restorer.forget_temps(record, id_pid(record_id))
+            restorer.forget_temps(record, id_pid(record_id), landed)
         settled += 1
     return settled
 
@@ -277,7 +328,14 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
 
 
 def _keys(record: Record) -> set[tuple[str, str]]:
-    return {(entry.root, entry.rel) for entry in record.entries}
+    """The (root, path) keys a record changed: a deleted directory's, every entry
+    beneath it too (an undo of any of them puts the whole tree back)."""
+    keys = {(entry.root, entry.rel) for entry in record.entries}
+    for entry in record.entries:
+        if entry.kind == "remove_tree" and entry.before is not None and entry.before.tree:
+            keys |= {(entry.root, posixpath.join(entry.rel, kept.path))
+                     for kept in entry.before.tree}
+    return keys
 
 
 def _key_of(roots: Roots, path: str) -> set[tuple[str, str]]:

@@ -244,6 +244,10 @@ class Store:
         it), and hold its flock until it is committed or dropped (the sign its
         writer lives); the bytes it takes."""
         data = dump(Record.from_wire(record.to_wire()))
+        if len(data) > MAX_RECORD_BYTES:  # the host would refuse it: nothing changes
+            raise CorralError("too_large", f"the history record of this change would take "
+                              f"{len(data)} bytes, over the {MAX_RECORD_BYTES} byte limit; "
+                              "nothing was changed.")
         name = f"{RECORD}{record.id}{PENDING}"
         try:
             fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
@@ -263,6 +267,19 @@ class Store:
             raise
         self._held[record.id] = fd
         return len(data)
+
+    def rewrite_pending(self, record: Record) -> None:
+        """A pending record this Store holds, written again in place (its change kept
+        something other than it first said: history/keeper.py); the same id, so the
+        same blob. A kill meanwhile leaves it torn: dropped by the settle."""
+        data = dump(Record.from_wire(record.to_wire()))
+        fd = self._held[record.id]
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            _write_all(fd, data)
+        except OSError as exc:
+            raise StoreError(exc) from None
 
     def commit(self, record_id: str) -> None:
         """The change landed: the record is done, for the host to promote. A failure

@@ -61,9 +61,19 @@ def mcp_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
         "title": spec["title"],
         "description": spec["description"],
         "inputSchema": _parameters(spec, strict),
-        "outputSchema": {"type": "object", "anyOf": [spec["output_schema"], FAILURE]},
+        "outputSchema": {"type": "object", "anyOf": [_with_text(spec["output_schema"]), FAILURE]},
         "annotations": spec["annotations"],
     }
+
+
+# A success's structuredContent also carries the text the model should see (see
+# corral/faces/mcp_core.py's tool_result).
+TEXT = {"type": "string", "description": "What the model should see: the same text as the "
+        "first content block (numbered lines, paging hints)."}
+
+
+def _with_text(output: dict[str, Any]) -> dict[str, Any]:
+    return {**output, "properties": {**output["properties"], "text": TEXT}}
 
 
 def openai_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from corral.history.keeper import Keeper
 from corral.tools import schema
 from corral.tools.access import as_given
 from corral.tools.base import Context, Tool
+from corral.tools.directories import DIRECTORY_TOOLS
 from corral.tools.edit import EDIT_TOOLS
 from corral.tools.files import FILE_TOOLS
 from corral.tools.listing import LISTING_TOOLS
@@ -25,8 +26,8 @@ from corral.tools.write import WRITE_TOOLS
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in [
-        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *SEARCH_TOOLS,
-        *ROOT_TOOLS,
+        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *DIRECTORY_TOOLS,
+        *SEARCH_TOOLS, *ROOT_TOOLS,
     ]
 }
 
