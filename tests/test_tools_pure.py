@@ -33,6 +33,7 @@ CONTRACT_ARGUMENTS = {
     "search_files": {"pattern", "path", "max_results", "include_ignored"},
     "grep": {"pattern", "path", "glob", "ignore_case", "max_results", "include_ignored"},
     "list_allowed_directories": set(),
+    "apply_patch": {"patch", "dry_run", "match"},
 }
 
 CONTRACT_DEFAULTS = {
@@ -45,6 +46,7 @@ CONTRACT_DEFAULTS = {
                        "include_hidden": True, "include_ignored": False},
     "move_file": {"overwrite": False},
     "copy_file": {"overwrite": False},
+    "apply_patch": {"dry_run": False, "match": "tolerant"},
     "search_files": {"path": ".", "max_results": 500, "include_ignored": False},
     "grep": {"path": ".", "glob": None, "ignore_case": False, "max_results": 200,
              "include_ignored": False},

@@ -278,28 +278,40 @@ def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
     return "\n".join([*lines, *diff_lines])
 
 
+EXAMPLE = """*** Begin Patch
+*** Add File: src/util.py
++def helper():
++    return 42
+*** Update File: src/app.py
+@@ def main():
+     setup()
+-    print('hello')
++    print('hello, patch')
+     return 0
+*** Delete File: old.txt
+*** End Patch"""
+
 PATCH_TOOLS = [
     Tool(
         name="apply_patch",
         title="Apply patch",
         description=(
-            "Change several files at once with a patch in this format:\n"
-            "*** Begin Patch\n*** Add File: path/new.py\n+line of the new file\n"
-            "*** Update File: path/old.py\n*** Move to: path/renamed.py (optional)\n"
-            "@@ def function_the_change_is_in():\n context line\n-removed line\n"
-            "+added line\n*** Delete File: path/gone.py\n*** End Patch\n"
-            "Give about three unchanged context lines around each change, and an @@ line "
-            "naming the class or function when the context alone is not unique. Either "
-            "every file changes or none does. A hunk is found exactly, else ignoring "
-            "trailing whitespace, indentation or look-alike quotes and dashes "
-            "(result.match says which); a miss names the closest lines. dry_run=true "
-            "returns the diff without changing anything."
+            "Change several files at once with one patch: '*** Begin Patch', then for each "
+            "file '*** Add File: path' followed by its lines each prefixed '+', '*** Delete "
+            "File: path', or '*** Update File: path' (optionally '*** Move to: new/path') "
+            "followed by hunks: an '@@' line (it may name the class or function the change "
+            "is in), about three unchanged context lines prefixed ' ', removed lines "
+            "prefixed '-', added lines prefixed '+'; then '*** End Patch'. Either every file "
+            "changes or none does. A hunk is found exactly, else ignoring trailing "
+            "whitespace, indentation or look-alike quotes and dashes (result.match says "
+            "which); a miss names the closest lines. dry_run=true returns the diff without "
+            "changing anything."
         ),
         input_schema=obj(
             {
                 "patch": {"type": "string", "minLength": 1,
                           "description": "The whole patch, from '*** Begin Patch' to "
-                          "'*** End Patch'."},
+                          "'*** End Patch', e.g.\n" + EXAMPLE},
                 "dry_run": {"type": "boolean", "default": False,
                             "description": "Return the diff without changing anything."},
                 "match": {
