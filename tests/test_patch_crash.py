@@ -9,11 +9,13 @@ kills real workers at random instants instead."""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 from patch_helpers import AFTER, BEFORE, DELETES, PATCH, build, files_of, temps_of
+from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
@@ -25,6 +27,8 @@ from corral.history.keeper import Keeper
 from corral.history.store import Store
 from corral.tools.base import Context
 from corral.tools.registry import execute
+
+crash_patch = load_script("crash_patch")
 
 # What applying PATCH does, in order: 3 new files written beside their targets, the
 # record, 5 renames (add, update, removal, and a move's two ends), 3 old files into
@@ -105,3 +109,10 @@ def test_a_patch_that_cannot_be_finished_is_undone(ws: Path) -> None:
         assert sb.history() == []
     assert files_of(ws) == {**BEFORE, "old.txt": b"changed by someone else\n"}
     assert temps_of(ws) == []
+
+
+def test_kill_9_of_real_workers_at_random_instants() -> None:
+    """A short run of scripts/crash_patch.py: real workers killed while they apply a
+    patch of 8 files; the script asserts all or nothing after each kill."""
+    counts = crash_patch.run(3, 8, random.Random(5))
+    assert sum(counts.values()) == 3
