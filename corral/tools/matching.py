@@ -180,9 +180,12 @@ def _windows(
     *, shifted: bool, from_line: int = 0,
 ) -> list[Span]:
     want = [normal(line) for line in old]
-    have = list(map(normal, lines.contents))
+    # only the lines a window may start at or run into are normalised: a patch's
+    # later hunks search less of the file
+    have = list(map(normal, itertools.islice(lines.contents, from_line, None)))
     spans = []
-    for first in _starts(have, want, from_line):
+    for offset in _starts(have, want):
+        first = from_line + offset
         found = lines.contents[first : first + len(want)]
         last = first + len(want) - 1
         end = lines.end(last) if whole else lines.content_end(last)
@@ -205,16 +208,16 @@ def _windows(
 
 def exact_lines(lines: Lines, old: list[str], first: int = 0) -> Iterator[int]:
     """Every line index from `first` on where the lines `old` lie as they are."""
-    return _starts(lines.contents, old, first)
+    return (first + offset for offset in _starts(lines.contents[first:], old))
 
 
-def _starts(have: list[str], want: list[str], first: int = 0) -> Iterator[int]:
-    """Every index from `first` on where `want` lies in `have`. Candidates come from the rarest in
+def _starts(have: list[str], want: list[str]) -> Iterator[int]:
+    """Every index where `want` lies in `have`. Candidates come from the rarest in
     `have` of ANCHOR_LINES distinct lines of `want` (a file of a million "}" lines
     must not make every one a candidate), counted and found by list methods, in C."""
     distinct = list({line: index for index, line in reversed(list(enumerate(want)))}.items())
     anchor = min(distinct[:ANCHOR_LINES], key=lambda item: have.count(item[0]))[1]
-    at = first + anchor
+    at = anchor
     while True:
         try:
             at = have.index(want[anchor], at, len(have) - len(want) + anchor + 1)

@@ -20,7 +20,8 @@ What Codex accepts beyond that grammar is accepted too (codex-rs/apply-patch,
 parser.rs): spaces around the marker lines, a bare heredoc wrapper (<<'EOF' ...
 EOF) around the patch, blank lines before a hunk, an empty line inside a hunk as
 an empty context line. Everything else is refused with invalid_arguments naming
-the patch line and what was expected there.
+the patch line and what was expected there. One thing Codex refuses is taken: an
+Update File with a Move to and no hunk renames the file unchanged.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class FilePatch:
     action: Literal["add", "update", "delete"]
     path: str
     move_to: str | None  # update only
-    hunks: tuple[Hunk, ...]  # update only
+    hunks: tuple[Hunk, ...]  # update only (none: a move alone)
     content: str | None  # add only: the new file's text (lines joined with "\n", final "\n")
     line: int  # 1-based patch line of the *** header
 
@@ -186,7 +187,7 @@ class _Reader:
             if self.peek()[1].startswith("*"):
                 break
             hunks.append(self._hunk(first=not hunks))
-        if not hunks:
+        if not hunks and move_to is None:  # a move alone renames (Codex wants a hunk too)
             raise _invalid(number, f"'{UPDATE} {path}' has no hunk: expected '@@' and lines "
                            "starting with ' ', '-' or '+'")
         return FilePatch("update", path, move_to, tuple(hunks), None, number)
@@ -277,13 +278,17 @@ def apply_hunks(original: str, patch: FilePatch, *, exact: bool = False) -> tupl
     level = 0
     for hunk in patch.hunks:
         where = f"{patch.path}: patch line {hunk.line}"
-        cursor = _after_anchors(text, hunk, cursor, where)
-        span, found = _place(text, hunk, cursor, exact, where)
-        level = max(level, matching.LEVELS.index(found))
+        cursors = _after_anchors(text, hunk, cursor, where)
+        cursor = cursors[0]
+        if any(kind != "+" for kind, _ in hunk.lines):
+            span, found = _place(text, hunk, cursors, exact, where)
+            level = max(level, matching.LEVELS.index(found))
+            cursor = span[1]
+        else:  # appended at the end, it leaves later hunks their place (as in Codex)
+            span = _insertion(text, hunk, cursor)
         edits.append(span)
-        cursor = span[1]
     parts, at = [], 0
-    for start, end, new in edits:
+    for start, end, new in sorted(edits, key=lambda edit: edit[:2]):
         parts += [original[at:start], new]
         at = end
     parts.append(original[at:])
@@ -314,8 +319,11 @@ class _Text:
         return self.text.count("\n", 0, at) + 1
 
 
-def _after_anchors(text: _Text, hunk: Hunk, cursor: int, where: str) -> int:
-    """Where the hunk's search starts: after the line each @@ line names, in turn."""
+def _after_anchors(text: _Text, hunk: Hunk, cursor: int, where: str) -> list[int]:
+    """Where the hunk's search starts: after the line each @@ line names, in turn;
+    then, if the hunk is not found there, at the last @@ line's own line (a model
+    may copy the line it named as the hunk's first context line)."""
+    cursors = [cursor]
     for anchor in hunk.anchors:
         found = None if text.empty else _anchor_line(text, anchor, cursor)
         if found is None:
@@ -323,7 +331,8 @@ def _after_anchors(text: _Text, hunk: Hunk, cursor: int, where: str) -> int:
             raise CorralError("no_match", f"{where}: the @@ line {_shown(anchor)} is not in "
                               f"the file{after}.{matching.lesson(text.text, anchor)}")
         cursor = text.lines.end(found)
-    return cursor
+        cursors = [cursor, text.lines.starts[found]]
+    return cursors
 
 
 def _anchor_line(text: _Text, anchor: str, cursor: int) -> int | None:
@@ -344,26 +353,27 @@ def _same(line: str) -> str:
 
 
 def _place(
-    text: _Text, hunk: Hunk, cursor: int, exact: bool, where: str,
+    text: _Text, hunk: Hunk, cursors: list[int], exact: bool, where: str,
 ) -> tuple[tuple[int, int, str], str]:
     """The span of the original the hunk replaces, its replacement, and the level
-    its old lines matched at."""
-    if not any(kind != "+" for kind, _ in hunk.lines):
-        return _insertion(text, hunk, cursor), "exact"
-    try:
-        return _located(text, hunk.lines, hunk, cursor, exact, where)
-    except CorralError as error:
-        if error.code != "no_match":
-            raise
-        trimmed = _without_trailing_blanks(hunk.lines)
-        if trimmed == hunk.lines or not any(kind != "+" for kind, _ in trimmed):
-            raise
-        # Codex's retry: blank context lines at a hunk's end often stand for the
-        # file's last newline, or for nothing at all
-        try:
-            return _located(text, trimmed, hunk, cursor, exact, where)
-        except CorralError:
-            raise error from None
+    its old lines matched at: searched from each cursor in turn, and again without
+    blank context lines at the hunk's end (Codex's retry: they often stand for the
+    file's last newline, or for nothing at all). A miss names the first search."""
+    variants = [hunk.lines]
+    trimmed = _without_trailing_blanks(hunk.lines)
+    if trimmed != hunk.lines and any(kind != "+" for kind, _ in trimmed):
+        variants.append(trimmed)
+    first_miss = None
+    for cursor in cursors:
+        for lines in variants:
+            try:
+                return _located(text, lines, hunk, cursor, exact, where)
+            except CorralError as error:
+                if error.code != "no_match":
+                    raise
+                first_miss = first_miss or error
+    assert first_miss is not None  # there was at least one search
+    raise first_miss
 
 
 def _without_trailing_blanks(lines: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -428,36 +438,56 @@ def _split(new: str, count: int) -> list[str]:
 
 def _exact(text: _Text, old: list[str], cursor: int, end_of_file: bool) -> list[tuple[int, int]]:
     """The spans (start, after the last line's ending) where the old lines lie as
-    they are, from `cursor` on: by str.find in a file of LF lines, else line by
-    line. At most MAX_WINDOWS + 1 of them."""
+    they are, from `cursor` on, at most MAX_WINDOWS + 1 of them: by str.find in a
+    file whose lines all end alike (the common case, and the fast one), else line
+    by line."""
     source = text.text
+    sep = "\n"
     if "\r" in source:
-        lines = text.lines
-        first = _first(text, old, cursor, end_of_file)
-        spans = []
-        for index in matching.exact_lines(lines, old, first):
-            if end_of_file and index + len(old) != len(lines):
-                continue
-            spans.append((lines.starts[index], lines.end(index + len(old) - 1)))
-            if len(spans) > matching.MAX_WINDOWS:
-                break
-        return spans
-    needle = "\n".join(old)
+        sep = "\r\n"
+        if source.count("\r") != source.count("\r\n") or (
+                source.count("\n") != source.count("\r\n")):
+            return _exact_lines(text, old, cursor, end_of_file)
+    needle = sep.join(old)
     if end_of_file:
-        body_end = len(source) - 1 if source.endswith("\n") else len(source)
+        body_end = len(source) - len(sep) if source.endswith(sep) else len(source)
         start = body_end - len(needle)
         if (start >= cursor and source.startswith(needle, start)
                 and (start == text.base or source[start - 1] == "\n")):
             return [(start, len(source))]
         return []
-    spans = []
-    at = source.find(needle, cursor)
-    while at >= 0 and len(spans) <= matching.MAX_WINDOWS:
+    spans: list[tuple[int, int]] = []
+    # the cursor is at a line's start; every later candidate is found with the "\n"
+    # before it, so a short needle is not tried in the middle of every line
+    at = cursor if source.startswith(needle, cursor) else _after_newline(source, needle, cursor)
+    # an empty last line without an ending is no line: "b\n" holds "b" alone
+    open_end = bool(old[-1])
+    while 0 <= at < len(source) and len(spans) <= matching.MAX_WINDOWS:
         end = at + len(needle)
-        if (at == text.base or source[at - 1] == "\n") and (
-                end == len(source) or source[end] == "\n"):
-            spans.append((at, min(end + 1, len(source))))
-        at = source.find(needle, at + 1)
+        if source.startswith(sep, end) or (end == len(source) and open_end):
+            spans.append((at, min(end + len(sep), len(source))))
+        at = _after_newline(source, needle, at)
+    return spans
+
+
+def _after_newline(source: str, needle: str, after: int) -> int:
+    """The start of the next line after `after` that begins with needle, or -1."""
+    at = source.find("\n" + needle, after)
+    return at + 1 if at >= 0 else -1
+
+
+def _exact_lines(
+    text: _Text, old: list[str], cursor: int, end_of_file: bool,
+) -> list[tuple[int, int]]:
+    """_exact for a file of mixed line endings, on its lines."""
+    lines = text.lines
+    spans = []
+    for index in matching.exact_lines(lines, old, _first(text, old, cursor, end_of_file)):
+        if end_of_file and index + len(old) != len(lines):
+            continue
+        spans.append((lines.starts[index], lines.end(index + len(old) - 1)))
+        if len(spans) > matching.MAX_WINDOWS:
+            break
     return spans
 
 
