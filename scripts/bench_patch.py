@@ -2,7 +2,8 @@
 history on, durability "fsync" as by default, or --durability none):
 
 - one hunk in a 100 KiB file: apply_patch against edit_file of the same change
-  (target: at or under 1x);
+  (target: at or under 1x), the hunk after an @@ line naming its function (as
+  models write them) and after a bare @@;
 - a patch of one hunk in each of 10 such files against one edit_file (target:
   under 10x);
 - the in-process floor: the same one-file change with plain Python (read,
@@ -44,8 +45,12 @@ def source(tag: int) -> tuple[str, int]:
     return "\n".join(lines) + "\n", number // 2
 
 
-def hunk(name: str, tag: int, number: int, new: str) -> str:
-    return (f"*** Update File: {name}\n@@ def function_{number}_{tag}(value):\n"
+def hunk(name: str, tag: int, number: int, new: str, scope: bool = True) -> str:
+    """One changed line with context; `scope`: after an @@ line naming its function
+    (as models write them), else a bare @@ and the function's line as context."""
+    head = f"@@ def function_{number}_{tag}(value):\n" if scope else (
+        f"@@\n def function_{number}_{tag}(value):\n")
+    return (f"*** Update File: {name}\n{head}"
             f"-    total = value * {number}\n+    total = value * {new}\n"
             f"     return total\n")
 
@@ -91,6 +96,9 @@ def main() -> None:
             def one() -> dict[str, object]:
                 return {"patch": patch(hunk("f0.py", one_tag, one_number, rewrite()))}
 
+            def bare() -> dict[str, object]:
+                return {"patch": patch(hunk("f0.py", one_tag, one_number, rewrite(), False))}
+
             def ten() -> dict[str, object]:
                 new = rewrite()
                 return {"patch": patch(*(hunk(name, tag, number, new)
@@ -99,6 +107,7 @@ def main() -> None:
             cases: dict[str, tuple[str, Callable[[], dict[str, object]]]] = {
                 "edit_file, one line": ("edit_file", edit),
                 "apply_patch, one hunk": ("apply_patch", one),
+                "apply_patch, hunk, bare @@": ("apply_patch", bare),
                 f"apply_patch, {FILES} files": ("apply_patch", ten),
             }
             times: dict[str, list[float]] = {name: [] for name in cases}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +258,37 @@ def test_the_host_accepts_a_patch_record_and_refuses_forged_ones(ws: Path, tmp_p
     refused = commit_done(store, work, ws)
     assert sorted(name[2:28] for name in refused) == sorted(forged.values())
     assert store.listing().records == [good]
+
+
+def test_concurrent_patches_and_edits_neither_wait_forever_nor_lose_a_change(ws: Path) -> None:
+    """Patches over the same files in the root and below it, with edits of them, from
+    three threads: each call lands whole or fails (`conflict`: its file changed
+    after it read it), and every change that reported success is in the files."""
+    build(ws, {"a.txt": b"a 0\n", "sub/b.txt": b"b 0\n"})
+
+    def bump(sb: Sandbox, who: str, rounds: int) -> int:
+        landed = 0
+        for _ in range(rounds):
+            a, b = (ws / "a.txt").read_text(), (ws / "sub/b.txt").read_text()
+            if who == "edit":
+                answer = sb.call("edit_file", {"path": "sub/b.txt", "old_string": b,
+                                               "new_string": b + "edit\n"})
+            else:
+                answer = sb.call("apply_patch", {"patch": _patch(
+                    f"*** Update File: a.txt\n@@\n{_context(a)}+{who}\n",
+                    f"*** Update File: sub/b.txt\n@@\n{_context(b)}+{who}\n")})
+            assert answer["ok"] or answer["error"]["code"] in ("conflict", "no_match"), answer
+            landed += answer["ok"]
+        return landed
+
+    with Sandbox(ws, workers=3) as sb, ThreadPoolExecutor(3) as pool:
+        futures = {who: pool.submit(bump, sb, who, 15) for who in ("p1", "p2", "edit")}
+        landed = {who: future.result(timeout=120) for who, future in futures.items()}
+    a, b = (ws / "a.txt").read_text(), (ws / "sub/b.txt").read_text()
+    for who in ("p1", "p2"):
+        assert a.count(f"{who}\n") == b.count(f"{who}\n") == landed[who]  # whole patches
+    assert b.count("edit\n") == landed["edit"]
+
+
+def _context(text: str) -> str:
+    return "".join(f" {line}\n" for line in text.splitlines())

@@ -24,26 +24,16 @@ from collections.abc import Iterator, Sequence
 
 @contextlib.contextmanager
 def held(root_fds: Sequence[tuple[tuple[int, int], int]], *, exclusive: bool) -> Iterator[int]:
-    """held_all, yielding the lock fd of the first root given (for _atomic's version
-    lock)."""
-    with held_all(root_fds, exclusive=exclusive) as fds:
-        yield fds[root_fds[0][0]]
-
-
-@contextlib.contextmanager
-def held_all(
-    root_fds: Sequence[tuple[tuple[int, int], int]], *, exclusive: bool
-) -> Iterator[dict[tuple[int, int], int]]:
     """Lock the root directories given as ((st_dev, st_ino), O_PATH fd), each once and
     in (dev, ino) order, so two calls locking the same two roots never wait on each
-    other; yields each root's lock fd by its identity."""
+    other; yields the lock fd of the first root given (for _atomic's version lock)."""
     fds: dict[tuple[int, int], int] = {}
     try:
         for identity, root_fd in sorted(dict(root_fds).items()):
             fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
             fds[identity] = fd
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield fds
+        yield fds[root_fds[0][0]]
     finally:
         for fd in fds.values():
             os.close(fd)

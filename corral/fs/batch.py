@@ -3,8 +3,8 @@
 1. stage (Root.stage / Root.stage_removal): each new file is written and fsynced
    beside its target under a temp name (as the atomic writer names them); a
    removal only picks the name its file will be set aside under.
-2. land: under the directories' flocks every target is checked to still hold
-   what the caller read (or to be missing, for a new file); the Keep is entered
+2. land: every target is checked to still hold what the caller read (or to be
+   missing, for a new file); the Keep is entered
    (a history keeper writes one record naming every entry and its temp), then
    the renames land one after another: a new file by RENAME_NOREPLACE, an
    update by RENAME_EXCHANGE (the old file stays under the temp name), a
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import posixpath
 from collections.abc import Iterator, Sequence
@@ -70,37 +69,39 @@ class Staged:
 
 
 @contextlib.contextmanager
-def tree_locked(roots: Sequence[Root]) -> Iterator[dict[tuple[int, int], int]]:
-    """The tree lock (shared) of every root of a batch, from staging to landing: a
-    directory move waits until the batch is done. Yields each root's lock fd."""
+def tree_locked(roots: Sequence[Root]) -> Iterator[None]:
+    """The tree lock of every root of a batch, exclusively, from staging to landing.
+    Every other change of corral's in those roots holds it shared (and a directory
+    move exclusively), so none is between its checks and its rename meanwhile: the
+    batch's own checks hold until it lands. Exclusive, not shared plus each
+    directory's version lock as the atomic writer takes one: a batch would then
+    hold several of those and convert a root's shared lock to exclusive, and two
+    batches, or a batch and a write, could each wait for the other."""
     pairs = [(_identity(root.fd), root.fd) for root in roots]
-    with _treelock.held_all(pairs, exclusive=False) as fds:
-        yield fds
+    with _treelock.held(pairs, exclusive=True):
+        yield
 
 
-def land(staged: Sequence[Staged], keep: Keep, tree: dict[tuple[int, int], int], *,
-         durable: bool) -> None:
-    """Check, then land every staged change, all or none (see the module docstring).
-    `tree`: the tree-lock fds tree_locked yielded (a directory that is a root is
-    locked through that fd: a second fd's flock would wait for our own)."""
-    with _directories_locked(staged, tree):
-        for item in staged:
-            _check_current(item)
-        with keep.batch(staged):
-            try:
-                for item in staged:
-                    _land(item)
-                    item.landed = True
-            except BaseException:
-                for item in reversed(staged):
-                    if item.landed:
-                        with contextlib.suppress(OSError):
-                            _unland(item)
-                            item.landed = False
-                raise
-        if durable:
-            for fd in {_identity(item.dir_fd): item.dir_fd for item in staged}.values():
-                _fsync_dir(fd)
+def land(staged: Sequence[Staged], keep: Keep, *, durable: bool) -> None:
+    """Check, then land every staged change, all or none (see the module docstring);
+    the caller holds tree_locked."""
+    for item in staged:
+        _check_current(item)
+    with keep.batch(staged):
+        try:
+            for item in staged:
+                _land(item)
+                item.landed = True
+        except BaseException:
+            for item in reversed(staged):
+                if item.landed:
+                    with contextlib.suppress(OSError):
+                        _unland(item)
+                        item.landed = False
+            raise
+    if durable:
+        for fd in {_identity(item.dir_fd): item.dir_fd for item in staged}.values():
+            _fsync_dir(fd)
 
 
 def discard(staged: Sequence[Staged]) -> None:
@@ -173,30 +174,6 @@ def _check_current(item: Staged) -> None:
         raise CorralError(
             "conflict", f"{item.given} changed while the patch was being applied; read it "
             "again and retry the patch.")
-
-
-@contextlib.contextmanager
-def _directories_locked(
-    staged: Sequence[Staged], tree: dict[tuple[int, int], int]
-) -> Iterator[None]:
-    """The version lock of every target directory (the one the atomic writer takes
-    for an expected version), in (dev, ino) order so two batches never wait on each
-    other; a root's through its tree-lock fd (converted: flock is per open file)."""
-    opened: list[int] = []
-    try:
-        for identity, dir_fd in sorted({_identity(i.dir_fd): i.dir_fd for i in staged}.items()):
-            fd = tree.get(identity)
-            if fd is None:
-                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-                opened.append(fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        for fd in opened:
-            os.close(fd)
-        for identity in tree:  # back to the tree lock's own shared hold
-            with contextlib.suppress(OSError):
-                fcntl.flock(tree[identity], fcntl.LOCK_SH)
 
 
 def _fsync_dir(dir_fd: int) -> None:

@@ -659,7 +659,8 @@ class Root:
         `made`) or update (`old`: the bytes read, which the target must still hold
         when the batch lands) of a batch (fs/batch.py): the new file written and
         fsynced beside the target. `mode`: a new file's permission bits (an update
-        keeps the old file's). The caller holds the tree lock (batch.tree_locked)."""
+        keeps the old file's). The caller holds the tree lock (batch.tree_locked), so
+        this never takes it (a failure's directories are the caller's to remove)."""
         op = "write"
         with self._at(op, rel, follow=True, guard=guard, changes=True, named=True,
                       make_parents=old is None, made=made) as t:
@@ -677,7 +678,7 @@ class Root:
                 os.close(dir_fd)
                 raise
             return Staged(self, t.rel, given, "add" if old is None else "update", dir_fd, name,
-                          temp, old, mode, len(data), content_version(data), list(made),
+                          temp, old, mode, len(data), content_version(data), made,
                           staged=True)
 
     def stage_removal(self, rel: str, *, given: str, old: bytes, guard: Guard = None) -> Staged:

@@ -203,24 +203,29 @@ def _land(ctx: Context, plans: list[Plan]) -> None:
     """Stage every file beside its target, then land them together (fs/batch.py)."""
     roots = list({id(r): r for p in plans for r in (p.root, *(p.dest or ())[:1])}.values())
     staged: list[Staged] = []
+    made: list[tuple[Root, list[str]]] = []  # directories made on the way, by root
     try:
-        with fs_batch.tree_locked(roots) as tree:
+        with fs_batch.tree_locked(roots):
             for plan in plans:
-                staged += _stage(plan)
-            fs_batch.land(staged, ctx.keep, tree, durable=any(r.durable for r in roots))
+                staged += _stage(plan, made)
+            fs_batch.land(staged, ctx.keep, durable=any(r.durable for r in roots))
     except BaseException:
         fs_batch.discard(staged)
-        for item in staged:
-            item.root.remove_made(item.made)
+        for root, directories in made:  # once the tree lock is released: it takes it
+            root.remove_made(directories)
         raise
     fs_batch.discard(staged)
 
 
-def _stage(plan: Plan) -> list[Staged]:
+def _stage(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
+    """The plan's changes staged; directories made for them go into `made` as they
+    are made (a failure part-way removes them too)."""
     file, root, rel, check = plan.file, plan.root, plan.rel, plan.check
     if file.action == "add":
         assert plan.new is not None
-        return [root.stage(rel, plan.new, given=file.path, old=None, guard=check, made=[])]
+        made.append((root, []))
+        return [root.stage(rel, plan.new, given=file.path, old=None, guard=check,
+                           made=made[-1][1])]
     assert plan.old is not None
     if file.action == "delete":
         return [root.stage_removal(rel, given=file.path, old=plan.old, guard=check)]
@@ -229,9 +234,10 @@ def _stage(plan: Plan) -> list[Staged]:
         return [root.stage(rel, plan.new, given=file.path, old=plan.old, guard=check, made=[])]
     source = root.stage_removal(rel, given=file.path, old=plan.old, guard=check)
     dest_root, dest_rel, dest_check = plan.dest
+    made.append((dest_root, []))
     try:
         added = dest_root.stage(dest_rel, plan.new, given=file.move_to or "", old=None,
-                                mode=source.mode, guard=dest_check, made=[])
+                                mode=source.mode, guard=dest_check, made=made[-1][1])
     except BaseException:
         fs_batch.discard([source])
         raise
