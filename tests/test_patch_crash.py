@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from history_helpers import settled, work_store
 from patch_helpers import AFTER, BEFORE, DELETES, PATCH, build, files_of, temps_of
 from scripts_loader import load_script
 
@@ -22,9 +23,10 @@ from corral.calls.messages import CallRequest
 from corral.config import HistoryOptions, Limits
 from corral.fs import Root, Roots
 from corral.fs import batch as fs_batch
+from corral.history import restore
 from corral.history.host import History
 from corral.history.keeper import Keeper
-from corral.history.store import Store
+from corral.history.store import Store, StoreError
 from corral.tools.base import Context
 from corral.tools.registry import execute
 
@@ -116,3 +118,30 @@ def test_kill_9_of_real_workers_at_random_instants() -> None:
     patch of 8 files; the script asserts all or nothing after each kill."""
     counts = crash_patch.run(3, 8, random.Random(5))
     assert sum(counts.values()) == 3
+
+
+def test_a_store_that_fails_after_the_patch_landed_leaves_it_to_a_settle(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old files cannot be taken into the store once every file landed: the call
+    succeeds (the patch is there, whole), its record is left pending and unheld, and
+    a settle takes the old files from their temps and commits it."""
+    build(ws)
+    workspace = os.path.realpath(ws)
+    work, store = work_store(tmp_path / "store")
+
+    def full(self: Keeper, dir_fd: int, name: str, blob: str) -> None:
+        raise StoreError("no space left on device")
+
+    monkeypatch.setattr(Keeper, "_take", full)
+    ctx = Context(Roots(Root(workspace)), Limits(), DELETES, history=store)
+    answer = execute(ctx, CallRequest("apply_patch", {"patch": PATCH}))
+    assert answer.ok, answer
+    assert files_of(ws) == AFTER and len(temps_of(ws)) == 3  # the old files, set aside
+    monkeypatch.undo()
+    settled_store = settled(ws, work, [os.getpid()])
+    assert temps_of(ws) == [] and len(settled_store.listing().records) == 1
+    outcome = restore.undo(Roots(Root(workspace)), settled_store, DELETES, Limits(),
+                           "src/app.py", force=False)
+    assert outcome["conflicts"] == [], outcome
+    assert files_of(ws) == BEFORE

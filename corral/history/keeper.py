@@ -285,9 +285,15 @@ class Keeper:
         except BaseException:
             self.store.drop(record.id, len(staged))
             raise
-        for index, item in enumerate(staged):
-            if set_aside(item):
-                self._take(item.dir_fd, item.temp, blob_name(record.id, index))
+        try:
+            for index, item in enumerate(staged):
+                if set_aside(item):
+                    self._take(item.dir_fd, item.temp, blob_name(record.id, index))
+        except (OSError, StoreError):
+            # The patch landed; old files wait in their temps. The record stays pending,
+            # unheld: an orphan the host has the next settle finish (it takes them).
+            self.store.let_go(record.id)
+            return
         self._commit(record)
 
     def _batch_entry(self, record_id: str, index: int, item: Staged) -> Entry:

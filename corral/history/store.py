@@ -377,6 +377,11 @@ class Store:
         self._held[record_id] = fd
         return True
 
+    def let_go(self, record_id: str) -> None:
+        """Leave a pending record to a settle: its change is in a state only a settle
+        can finish (a patch whose old files could not be stored)."""
+        self._release(record_id)
+
     def _release(self, record_id: str) -> None:
         fd = self._held.pop(record_id, None)
         if fd is not None:
