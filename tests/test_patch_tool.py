@@ -292,3 +292,12 @@ def test_concurrent_patches_and_edits_neither_wait_forever_nor_lose_a_change(ws:
 
 def _context(text: str) -> str:
     return "".join(f" {line}\n" for line in text.splitlines())
+
+
+def test_no_patch_writes_corral_toml_or_under_git(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        for path in ("corral.toml", "sub/corral.toml", ".git/hooks/pre-commit"):
+            patch = _patch(f"*** Add File: {path}\n+x\n",
+                           "*** Update File: src/app.py\n@@\n-    return 0\n+    return 1\n")
+            assert err(sb, "apply_patch", patch=patch)["code"] == "path_denied", path
+    assert files_of(tree) == BEFORE and temps_of(tree) == []
