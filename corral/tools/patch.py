@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.errors import CorralError
-from corral.fs import Root, content_version
+from corral.fs import Root
 from corral.fs import batch as fs_batch
 from corral.fs.batch import Staged
 from corral.history.records import MAX_PATCH_ENTRIES
@@ -58,6 +58,7 @@ class Plan:
     after: str = ""
     match: str = "exact"
     dest: tuple[Root, str, PathCheck] | None = None  # a move's destination
+    version: str | None = None  # of the new file, once it is staged
 
     @property
     def action(self) -> str:
@@ -220,6 +221,13 @@ def _land(ctx: Context, plans: list[Plan]) -> None:
 def _stage(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
     """The plan's changes staged; directories made for them go into `made` as they
     are made (a failure part-way removes them too)."""
+    staged = _staged(plan, made)
+    plan.version = staged[-1].version
+    return staged
+
+
+def _staged(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
+    """One plan's staged changes: one, or a move's two (the removal first)."""
     file, root, rel, check = plan.file, plan.root, plan.rel, plan.check
     if file.action == "add":
         assert plan.new is not None
@@ -250,8 +258,8 @@ def _stage(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
 
 def _shown(plan: Plan, dry_run: bool) -> dict[str, Any]:
     shown: dict[str, Any] = {"path": plan.file.path, "action": plan.action}
-    if plan.new is not None and not dry_run:
-        shown["version"] = content_version(plan.new)
+    if plan.version is not None and not dry_run:
+        shown["version"] = plan.version
     if plan.file.move_to is not None:
         shown["to"] = plan.file.move_to
     return shown
