@@ -166,6 +166,10 @@ MALFORMED = [  # (patch, the line named, what the message says)
     ("", 1, "the patch is empty"),
     ("\n  \n", 1, "the patch is empty"),
     ("--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b", 1, "not a unified diff"),
+    ("```\n*** Begin Patch\n*** Delete File: a\n*** End Patch\n```", 1, "without a Markdown "
+     "code fence"),
+    ("*** Begin Patch\n*** Delete File: a\n*** End Patch\n```", 4, "without a Markdown code "
+     "fence"),
     ("*** Begin Patch", 1, "expected '*** End Patch' as the last line"),
     ("*** Begin Patch\n*** Add File: a\n+x", 3, "expected '*** End Patch' as the last line"),
     ("*** Begin Patch\n*** Add File: a\n+x\n*** End Patch\ntrailing", 5,

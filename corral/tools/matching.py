@@ -182,7 +182,7 @@ def _windows(
     want = [normal(line) for line in old]
     # only the lines a window may start at or run into are normalised: a patch's
     # later hunks search less of the file
-    have = list(map(normal, itertools.islice(lines.contents, from_line, None)))
+    have = list(map(normal, lines.contents[from_line:] if from_line else lines.contents))
     spans = []
     for offset in _starts(have, want):
         first = from_line + offset

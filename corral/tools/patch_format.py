@@ -68,7 +68,7 @@ def parse_patch(text: str) -> tuple[FilePatch, ...]:
     """The file changes a patch makes, in order. Raises invalid_arguments naming
     the patch line for anything the format does not allow: no Begin or End line,
     no file at all, a header or hunk line it cannot read, an Add File without
-    lines, an Update File without hunks, a path named twice."""
+    lines, an Update File with neither hunks nor a Move to, a path named twice."""
     body, end_line = _body(text)
     reader = _Reader(body)
     files: list[FilePatch] = []
@@ -109,13 +109,21 @@ def _body(text: str) -> tuple[Numbered, int]:
         lines = lines[1:-1]
     first_number, first = lines[0]
     if first.strip() != BEGIN:
-        hint = (" (this is the Codex patch format, not a unified diff)"
-                if first.startswith(("--- ", "diff ", "Index: ")) else "")
-        raise _invalid(first_number, f"expected '{BEGIN}', found {_shown(first)}{hint}")
+        raise _invalid(first_number, f"expected '{BEGIN}', found {_shown(first)}{_hint(first)}")
     last_number, last = lines[-1]
     if len(lines) == 1 or last.strip() != END:
-        raise _invalid(last_number, f"expected '{END}' as the last line, found {_shown(last)}")
+        raise _invalid(last_number, f"expected '{END}' as the last line, found "
+                       f"{_shown(last)}{_hint(last)}")
     return lines[1:-1], last_number
+
+
+def _hint(line: str) -> str:
+    """What a wrong first or last line most likely is, for the message."""
+    if line.startswith("```"):
+        return " (send the patch without a Markdown code fence)"
+    if line.startswith(("--- ", "diff ", "Index: ")):
+        return " (this is the Codex patch format, not a unified diff)"
+    return ""
 
 
 class _Reader:
