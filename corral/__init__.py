@@ -9,12 +9,12 @@ from corral.errors import CorralError
 if TYPE_CHECKING:
     from corral.api import AsyncSandbox, Sandbox
     from corral.config import ConfigError
-    from corral.flow import Approve, CallFlow, NoApprover, Submit
+    from corral.flow import Approval, Approve, CallFlow, NoApprover, Submit
     from corral.pool import Pool
 
 __all__ = [
-    "Approve", "AsyncSandbox", "CallFlow", "ConfigError", "CorralError", "NoApprover", "Pool",
-    "Sandbox", "Submit", "__version__",
+    "Approval", "Approve", "AsyncSandbox", "CallFlow", "ConfigError", "CorralError",
+    "NoApprover", "Pool", "Sandbox", "Submit", "__version__",
 ]
 
 __version__ = "0.1.0"  # pyproject.toml reads it from here
@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
         from corral import api
 
         return getattr(api, name)
-    if name in ("CallFlow", "Submit", "Approve", "NoApprover"):
+    if name in ("CallFlow", "Submit", "Approve", "Approval", "NoApprover"):
         from corral import flow
 
         return getattr(flow, name)

@@ -19,6 +19,7 @@ from corral.calls.messages import Answer, CallRequest, HistoryRequest
 from corral.calls.waiting import PLAIN, Cancel, WaitPolicy
 from corral.config import LAYERS, Limits, SandboxOptions
 from corral.errors import SandboxError
+from corral.observe import Observer
 from corral.policy import Policy, RootSpec
 from corral.sandbox.hub import Hub
 from corral.sandbox.pool import CallPath, Supply, ZygoteHandle
@@ -41,6 +42,8 @@ class Executor(Protocol):
 
     def pids(self) -> dict[str, Any]: ...
 
+    def stats(self) -> dict[str, int]: ...
+
 
 class Broker:
     """Starts a sandbox's supply of workers (a private zygote and WorkerSet, or a
@@ -49,14 +52,15 @@ class Broker:
 
     def __init__(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-        history: str | None = None, hub: Hub | None = None,
+        history: str | None = None, hub: Hub | None = None, observer: Observer | None = None,
     ) -> None:
-        """history: the workspace's history store directory (None: history off)."""
+        """history: the workspace's history store directory (None: history off);
+        observer: hears of the deaths of its workers."""
         check_known(options.require)
         setup = SandboxSetup.of(roots, limits, policy, options, history)
         supply: Supply = (
-            WorkerSet(ZygoteHandle(setup), options, limits) if hub is None
-            else hub.open_lane(setup)
+            WorkerSet(ZygoteHandle(setup), options, limits, observer) if hub is None
+            else hub.open_lane(setup, observer)
         )
         try:
             supply.start()
@@ -119,6 +123,9 @@ class Broker:
     def pids(self) -> dict[str, Any]:
         """The zygote's and the workers' pids (for doctor and tests)."""
         return {"zygote": self._supply.zygote.pid, "workers": self._supply.pids()}
+
+    def stats(self) -> dict[str, int]:
+        return self._supply.stats()
 
 
 def _on_thread(work: Callable[[], int]) -> Future[int]:

@@ -46,6 +46,7 @@ from corral.calls.messages import (
 from corral.calls.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
+from corral.observe import Observer
 from corral.sandbox.answers import answer_limits, decode_answer
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
@@ -384,6 +385,10 @@ class Supply(Protocol):
         is recycled): kill it, reap it, return its exit code; the supply makes up
         for it (at once, or when a call needs one)."""
 
+    def died(self, code: int | None) -> None:
+        """A worker ended with exit `code` of something the host did not do: tell the
+        sandbox's observer (note_death), unless the supply's close killed it."""
+
     def close(self) -> None:
         """Kill every worker (a call in flight ends with worker_crashed) and reap them."""
 
@@ -393,6 +398,9 @@ class Supply(Protocol):
 
     def pids(self) -> list[int]:
         """The pids of the supply's live workers."""
+
+    def stats(self) -> dict[str, int]:
+        """{"workers", "idle_workers", "busy_workers", "queued_calls"} now."""
 
     def sole(self) -> bool:
         """No other call holds a worker now (an unlocked guess: a wrong one costs speed)."""
@@ -467,6 +475,9 @@ class CallPath:
             ) from None
         except WorkerLost as exc:
             code = self.supply.lost(worker)
+            cancelled = wait.cancel is not None and wait.cancel.cancelled  # killed by us
+            if not cancelled and not isinstance(exc, WorkerMisbehaved):
+                self.supply.died(code)
             self.clean_after(worker.pid, request, wait)
             raise CallFailed("worker_crashed", _crashed(worker.pid, tool, code, exc)) from None
         self.checkin(worker)
@@ -509,7 +520,7 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
         log.error(
             "corral: worker %d running %s was killed by SIGSYS: it attempted a system "
             "call the seccomp profile forbids outright (a compromised worker?); it was "
-            "replaced", pid, tool,
+            "replaced", pid, tool, extra={"pid": pid, "tool": tool, "signal": "SIGSYS"},
         )
         what = "was killed by SIGSYS: it attempted a system call the sandbox forbids"
     else:
@@ -517,7 +528,8 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
             f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
             else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
         )
-        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what)
+        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what,
+                    extra={"pid": pid, "tool": tool})
     return f"The worker running {tool} {what}; the pool replaced it."
 
 
@@ -617,6 +629,22 @@ def zygote_environment(host: Mapping[str, str]) -> dict[str, str]:
         name: value for name, value in host.items()
         if name in ZYGOTE_ENVIRONMENT or name.startswith(ZYGOTE_ENVIRONMENT_PREFIX)
     }
+
+
+def note_death(observer: Observer | None, code: int | None) -> None:
+    """Tell `observer` how a worker the host did not kill ended (Observer.on_worker_death)."""
+    if observer is None:
+        return
+    if code is None:
+        how = "unknown"
+    elif code >= 0:
+        how = "exit"
+    else:
+        try:
+            how = signal.Signals(-code).name
+        except ValueError:  # a real-time signal: a label of its own each would be unbounded
+            how = "unknown"
+    observer.on_worker_death(how)
 
 
 def describe_exit(code: int | None, fallback: str) -> str:

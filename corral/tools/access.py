@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from corral.calls.messages import GrantUse
 from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
 from corral.policy import HARDLINKS_RULE, Decision, RootSpec
@@ -93,12 +94,12 @@ class PathCheck:
             raise _denied(path, rule)
         if action == "supervised":
             key = approval_key(self.root.path, resolved)
-            if key not in ctx.approved:
+            # the rule a "rule" grant must name: "" for the tool's mode or default action
+            scope = "" if rule == TOOL_MODE_RULE else decision.rule or ""
+            if key not in ctx.approved and not _granted(ctx, key, scope, self.root, resolved):
                 # The host asks about this resolved path and sends the call again with
                 # its key approved; a path that resolves differently then asks again.
-                ctx.needs_approval.append(
-                    NeedsApproval(key, self.root.path, resolved, path, decision.rule or "")
-                )
+                ctx.needs_approval.append(NeedsApproval(key, self.root.path, resolved, path, scope))
                 why = f"the tool {ctx.tool}'s mode" if rule == TOOL_MODE_RULE else _why(rule)
                 raise CorralError(
                     "approval_required", f"{path} needs approval under {why}.",
@@ -140,6 +141,18 @@ class PathCheck:
                 "path_denied", f"{self.path} is outside the client's roots.",
                 rule=CLIENT_ROOTS_RULE,
             )
+
+
+def _granted(ctx: Context, key: str, scope: str, root: Root, resolved: str) -> bool:
+    """Whether a remembered approval covers this resolved path (noted for the host,
+    which checks the claim against the grants it sent)."""
+    for grant in ctx.grants:
+        if (grant.key == key) if grant.key is not None else (grant.rule == scope):
+            use = GrantUse(grant.id, root.path, resolved)
+            if use not in ctx.grants_used:
+                ctx.grants_used.append(use)
+            return True
+    return False
 
 
 def _denied(path: str, rule: str | None) -> CorralError:
