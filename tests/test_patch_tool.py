@@ -89,6 +89,7 @@ def test_supervised_paths_are_asked_about_once_together(tree: Path) -> None:
         ok(sb, "apply_patch", patch=PATCH)
     assert len(asked) == 1
     assert sorted(asked[0]["paths"]) == ["old.txt", "src/app.py", "src/util.py"]
+    assert "+    print('hello, patch')" in asked[0]["diff"]  # the person sees the change
     assert files_of(tree) == AFTER
 
 
