@@ -164,7 +164,7 @@ def test_several_roots(tree: Path, tmp_path: Path) -> None:
     assert (other / "mod.py").read_text() == "VALUE = 1\n" and not (other / "new.py").exists()
 
 
-def test_crlf_bom_and_legacy_encodings_are_kept(ws: Path) -> None:
+def test_crlf_bom_and_utf16_are_kept(ws: Path) -> None:
     build(ws, {"win.txt": b"one\r\ntwo\r\nthree\r\n", "bom.txt": b"\xef\xbb\xbfalpha\nbeta\n",
                "wide.txt": b"\xff\xfe" + "first\nsecond\n".encode("utf-16-le")})
     patch = _patch("*** Update File: win.txt\n@@\n one\n-two\n+TWO\n three\n",
