@@ -30,6 +30,7 @@ TOOL_NAMES = (
     "read_file", "write_file", "edit_file", "read_multiple_files", "append_file",
     "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
     "delete_file", "search_files", "grep", "list_allowed_directories", "delete_directory",
+    "apply_patch",
 )
 LAYERS = (  # what require names
     "landlock", "seccomp", "openat2", "no_new_privs", "rlimits", "mount_namespace",

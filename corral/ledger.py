@@ -24,8 +24,8 @@ PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold o
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 # read_before_write: the tools whose results tell which version a session read or wrote,
 # and the writers that need one
-SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file")
-SESSION_WRITERS = ("write_file", "edit_file", "append_file")
+SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file", "apply_patch")
+SESSION_WRITERS = ("write_file", "edit_file", "append_file", "apply_patch")
 # undo/rewind left a conflict alone: the Python spelling, which the CLI replaces with its own
 FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
 
@@ -135,6 +135,9 @@ class Ledger:
         keys = {t.path: approval_key(t.root, t.resolved) for t in meta.touched}
         result = answer.result or {}
         files = result.get("files") if answer.tool == "read_multiple_files" else [result]
+        if answer.tool == "apply_patch":  # the version a patch left is its file's new one
+            files = [{"path": f.get("to", f["path"]), "version": f.get("version")}
+                     for f in result.get("files") or ()]
         with self._seen_lock:
             self.seen.update(meta.seen)
             if answer.tool not in SESSION_TOOLS:

@@ -61,6 +61,7 @@ TOOL_ACCESS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "stat_file": (_LIST, _WRITE),
     "list_allowed_directories": (_LIST, _WRITE),
     "edit_file": (_READ, _READ | _WRITE),  # the diff shows the file's content
+    "apply_patch": (_READ, _READ | _WRITE),  # likewise; a move relocates content
     "copy_file": (_READ, _WRITE),  # the source is read, the destination written
     # Both ends: moving a file out of a place puts its content where it can be read.
     "move_file": (_READ | _WRITE, _READ | _WRITE),

@@ -41,6 +41,8 @@ MEANT: list[tuple[str, dict[str, Any]]] = [
     ("move_file", {"source": "d/c.txt", "destination": "m.txt"}),
     ("search_files", {"pattern": "**/*.txt"}),
     ("grep", {"pattern": "thr+ee"}),
+    ("apply_patch", {"patch": "*** Begin Patch\n*** Update File: m.txt\n@@\n-three\n+3\n"
+                              "*** End Patch\n"}),
     ("delete_file", {"path": "m.txt"}),
     ("delete_directory", {"path": "d"}),
     ("list_allowed_directories", {}),

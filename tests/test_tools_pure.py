@@ -34,6 +34,7 @@ CONTRACT_ARGUMENTS = {
     "grep": {"pattern", "path", "glob", "ignore_case", "max_results", "include_ignored"},
     "list_allowed_directories": set(),
     "delete_directory": {"path", "recursive"},
+    "apply_patch": {"patch", "dry_run", "match"},
 }
 
 CONTRACT_DEFAULTS = {
@@ -47,6 +48,7 @@ CONTRACT_DEFAULTS = {
     "move_file": {"overwrite": False},
     "delete_directory": {"recursive": False},
     "copy_file": {"overwrite": False},
+    "apply_patch": {"dry_run": False, "match": "tolerant"},
     "search_files": {"path": ".", "max_results": 500, "include_ignored": False},
     "grep": {"path": ".", "glob": None, "ignore_case": False, "max_results": 200,
              "include_ignored": False},

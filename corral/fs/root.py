@@ -19,15 +19,16 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from corral.errors import CorralError
-from corral.fs import _atomic, _listing, _resolve, _sys, _tree, _treelock
+from corral.fs import _atomic, _listing, _resolve, _sys, _tree, _treelock, batch
 from corral.fs._atomic import ANYTHING, Expect
 from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
+from corral.fs.batch import Staged
 from corral.fs.version import content_version
 
 Guard = Callable[[str], None] | None
@@ -101,6 +102,12 @@ class Keep(Protocol):
         """The changes made inside are one change to undo."""
         ...
 
+    def batch(self, staged: Sequence[Staged]) -> AbstractContextManager[None]:
+        """Several changes landing as one (fs/batch.py): entered before the first
+        lands, left with an error when they were all undone, or normally when all
+        landed, the old files still waiting under their temps (batch.set_aside)."""
+        ...
+
 
 class NoKeep:
     """The Keep of a change nobody records (history off): each change lands as is."""
@@ -136,6 +143,14 @@ class NoKeep:
 
     def together(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def batch(self, staged: Sequence[Staged]) -> Iterator[None]:
+        yield
+        for item in staged:  # nobody keeps the old files
+            if batch.set_aside(item):
+                with contextlib.suppress(OSError):
+                    os.unlink(item.temp, dir_fd=item.dir_fd)
 
 
 NO_KEEP = NoKeep()
@@ -627,21 +642,65 @@ class Root:
     @contextlib.contextmanager
     def _unmaking(self, made: list[str]) -> Iterator[None]:
         """A write or append that fails removes the directories it made on its way
-        (`made`, filled as it resolves), deepest first and only while empty: a failed
-        call leaves no trace. Under the tree lock exclusively, so no call of corral's
-        is between resolving a path through one of them and acting in it."""
+        (`made`, filled as it resolves): a failed call leaves no trace."""
         try:
             yield
         except BaseException:
-            if made:
-                with self._locked(exclusive=True):
-                    for directory in reversed(made):
-                        try:
-                            with self._target(directory, follow=False) as t:
-                                os.rmdir(t.name(), dir_fd=t.dir_fd)
-                        except (OSError, CorralError):
-                            break  # not empty (or gone): the ones above it are not either
+            self.remove_made(made)
             raise
+
+    def remove_made(self, made: list[str]) -> None:
+        """Remove directories a failed change made on its way, deepest first and only
+        while empty. Under the tree lock exclusively, so no call of corral's is between
+        resolving a path through one of them and acting in it (the caller holds none)."""
+        if made:
+            with self._locked(exclusive=True):
+                for directory in reversed(made):
+                    try:
+                        with self._target(directory, follow=False) as t:
+                            os.rmdir(t.name(), dir_fd=t.dir_fd)
+                    except (OSError, CorralError):
+                        break  # not empty (or gone): the ones above it are not either
+
+    def stage(
+        self, rel: str, data: bytes, *, given: str, old: bytes | None, mode: int | None = None,
+        guard: Guard = None, made: list[str],
+    ) -> Staged:
+        """One add (`old` None: the target must be missing; parents are made, into
+        `made`) or update (`old`: the bytes read, which the target must still hold
+        when the batch lands) of a batch (fs/batch.py): the new file written and
+        fsynced beside the target. `mode`: a new file's permission bits (an update
+        keeps the old file's). The caller holds the tree lock (batch.tree_locked), so
+        this never takes it (a failure's directories are the caller's to remove)."""
+        op = "write"
+        with self._at(op, rel, follow=True, guard=guard, changes=True, named=True,
+                      make_parents=old is None, made=made) as t:
+            name = t.name()
+            if old is None and t.st is not None:
+                raise OSError(errno.EEXIST, "exists")
+            if old is not None:
+                _require_file(t.st, t.trailing_slash)
+                assert t.st is not None
+                mode = stat.S_IMODE(t.st.st_mode)
+            dir_fd = os.dup(t.dir_fd)
+            try:
+                temp = batch.write_temp(dir_fd, data, mode, sync=self.durable)
+            except BaseException:
+                os.close(dir_fd)
+                raise
+            return Staged(self, t.rel, given, "add" if old is None else "update", dir_fd, name,
+                          temp, old, mode, len(data), content_version(data), made,
+                          staged=True)
+
+    def stage_removal(self, rel: str, *, given: str, old: bytes, guard: Guard = None) -> Staged:
+        """A removal of a regular file in a batch, holding `old` (what the caller read):
+        nothing changes until the batch lands."""
+        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
+            name = t.name()
+            _require_file(t.st, t.trailing_slash)
+            assert t.st is not None
+            return Staged(self, t.rel, given, "remove", os.dup(t.dir_fd), name,
+                          _atomic.temp_name(), old, stat.S_IMODE(t.st.st_mode))
 
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,

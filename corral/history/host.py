@@ -22,7 +22,7 @@ from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history import promote
 from corral.history.promote import Expect
-from corral.history.records import Checkpoint, Entry, Record, State, dump
+from corral.history.records import PATCH_TOOL, Checkpoint, Entry, Record, State, dump
 from corral.history.store import (
     CHECKPOINT,
     COMMITTED,
@@ -212,6 +212,9 @@ class History:
             record = self.store.load_record(self.store.home, f"{RECORD}{item_id}{COMMITTED}")
             if record is None:
                 continue
+            if wanted is None and record.tool == PATCH_TOOL:
+                found.append(_patch_entry(record))  # a patch is one change
+                continue
             for entry in record.entries:
                 if wanted is None or entry.path == wanted or _beneath(entry, wanted):
                     found.append(_entry(record, entry))
@@ -245,6 +248,16 @@ def _entry(record: Record, entry: Entry) -> dict[str, Any]:
     if record.undoes is not None:
         shown["undoes"] = record.undoes
     return shown
+
+
+def _patch_entry(record: Record) -> dict[str, Any]:
+    """A patch as one history entry: its files, each with what the patch did to it
+    (a move's two ends as one file)."""
+    files = [{"path": e.path, "action": e.action, **({"destination": e.to} if e.to else {})}
+             for e in record.entries if e.source is None]
+    return {"id": record.id, "time": record.time, "tool": record.tool,
+            "path": record.entries[0].path, "action": "patch", "before": None, "after": None,
+            "files": files}
 
 
 def _open_dir(path: str) -> int:

@@ -40,6 +40,7 @@ from corral.fs import Root, content_version
 from corral.fs._atomic import Land, temp_name
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from corral.fs._tree import Tree, remove, survey
+from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
 from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
@@ -359,6 +360,49 @@ class Keeper:
         )
         with self._landing(record):
             renameat2(src_fd, src_name, dst_fd, dst_name, flags)
+
+    @contextlib.contextmanager
+    def batch(self, staged: Sequence[Staged]) -> Iterator[None]:
+        """A patch: one record naming every change and its temp, written before the
+        first lands (what a settle reads to finish or undo it after a kill); once all
+        landed, each old file is taken from its temp into the store (blob i: entry i)."""
+        record_id = self._next_id()
+        record = self._pending(*(self._batch_entry(record_id, index, item)
+                                 for index, item in enumerate(staged)))
+        try:
+            yield
+        except BaseException:
+            self.store.drop(record.id, len(staged))
+            raise
+        try:
+            for index, item in enumerate(staged):
+                if set_aside(item):
+                    self._take(item.dir_fd, item.temp, blob_name(record.id, index))
+        except (OSError, StoreError):
+            # The patch landed; old files wait in their temps. The record stays pending,
+            # unheld: an orphan the host has the next settle finish (it takes them).
+            self.store.let_go(record.id)
+            return
+        self._commit(record)
+
+    def _batch_entry(self, record_id: str, index: int, item: Staged) -> Entry:
+        before = after = None
+        if item.action != "add":
+            assert item.old is not None
+            before = State("file", item.mode, len(item.old), blob=blob_name(record_id, index),
+                           version=content_version(item.old))
+        if item.action != "remove":
+            after = State("file", size=item.size, version=item.version)
+        other = item.partner
+        to = source = None
+        action = {"add": "create", "update": "modify", "remove": "delete"}[item.action]
+        if other is not None:
+            action = "move"
+            shown_other = shown(self.workspace, other.root, other.rel)
+            to, source = (shown_other, None) if item.action == "remove" else (None, shown_other)
+        kind = "remove" if item.action == "remove" else "replace"
+        return Entry(item.root.path, item.rel, shown(self.workspace, item.root, item.rel), kind,
+                     action, before, after, tuple(item.made), to, source, item.temp_rel)
 
     # -- moving bytes into the store ------------------------------------------
 

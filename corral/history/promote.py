@@ -14,7 +14,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from corral.fs import temp_owner
 from corral.history.records import (
+    PATCH_TOOL,
     BadRecord,
     Entry,
     Record,
@@ -109,7 +111,14 @@ def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expec
     if record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
-    entries = tuple(_entry(store, work, record_id, entry, expect) for entry in record.entries)
+    patch = record.tool == PATCH_TOOL
+    _check(patch or all(entry.temp is None for entry in record.entries),
+           "a temp in a record that is not a patch's")
+    entries = tuple(_entry(store, work, record, index if patch else 0, entry, expect)
+                    for index, entry in enumerate(record.entries))
+    if patch:
+        keys = [(entry.root, entry.rel) for entry in entries]
+        _check(len(set(keys)) == len(keys), "a patch record that names a path twice")
     return dataclasses.replace(record, entries=entries)
 
 
@@ -122,10 +131,18 @@ def _check_time(item: str, made: float, expect: Expect) -> None:
         _check(at >= expect.since - CLOCK_SLACK_S, "older than the call that made it")
 
 
-def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect) -> Entry:
+def _entry(
+    store: Store, work: str, record: Record, index: int, entry: Entry, expect: Expect
+) -> Entry:
+    """One entry checked; `index`: the blob it may keep (a patch keeps one per entry)."""
+    record_id = record.id
     _check(entry.root in expect.writable, "a path in a root this sandbox does not write")
     for rel in (entry.rel, *entry.made):
         _check(_plain(rel), "a path that is not plainly beneath its root")
+    if entry.temp is not None:  # beside its path, named as its writer names temps
+        _check(_plain(entry.temp) and posixpath.dirname(entry.temp) == posixpath.dirname(
+            entry.rel) and temp_owner(posixpath.basename(entry.temp)) == record.pid,
+            "a patch entry whose temp is not its writer's, beside its path")
     for state in (entry.before, entry.after):
         _check(state is None or state.hash is None, "a state that claims its own hash")
     _check(entry.after is None or entry.after.blob is None, "an after state with a blob")
@@ -138,7 +155,7 @@ def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect
     before = entry.before
     if before is None or before.blob is None:
         return entry
-    blob = blob_name(record_id)
+    blob = blob_name(record_id, index)
     _check(before.blob == blob, "a blob of another record")
     kept = f"{work}/{blob}"
     if before.type == "dir":  # what an undo needs of it is that it was a directory
@@ -185,8 +202,12 @@ def _plain(rel: str) -> bool:
 def _drop(store: Store, item: str, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=store.fd)
-    if name.startswith(RECORD):
-        store.remove_blob(blob_name(item))
+    if name.startswith(RECORD):  # every blob of it (a patch's: one per entry)
+        prefix = blob_name(item, 0)[:-1]
+        with os.scandir(store.fd) as found:
+            blobs = [entry.name for entry in found if entry.name.startswith(prefix)]
+        for blob in blobs:
+            store.remove_blob(blob)
 
 
 def _check(condition: object, why: str) -> None:

@@ -7,7 +7,9 @@ value or raise BadRecord (why, in a sentence): a caller skips and reports that
 file, and everything else keeps working.
 
 A record is {"v", "id", "time", "tool", "pid", "entries": [entry...], "undoes"?,
-"group"?, "done"?}: `group` joins the records of one change made as several (a
+"group"?, "done"?}: one or two entries, but an apply_patch record names every
+path of its patch (up to MAX_PATCH_ENTRIES), each with the `temp` beside it that
+holds its new file until it lands; `group` joins the records of one change made as several (a
 move between roots: a copy, then a delete), undone whole; `done` (no entries)
 says the undo of `undoes` finished;
 an entry names one path and its state before and after the change (None: the
@@ -35,6 +37,10 @@ ACTIONS = ("create", "modify", "delete", "move")
 TYPES = ("file", "dir", "symlink", "other")
 _HEX = frozenset("0123456789abcdef")
 ID_WIDTH = 16 + 6 + 4  # hex: time_ns, pid, counter
+PATCH_TOOL = "apply_patch"  # its record names every file of one patch, changed together
+# A patch of up to 100 files, a move being two entries; ~0.5 KiB an entry stays far
+# inside MAX_RECORD_BYTES.
+MAX_PATCH_ENTRIES = 200
 
 
 class BadRecord(ValueError):
@@ -142,6 +148,7 @@ class Entry:
     made: tuple[str, ...] = ()
     to: str | None = None
     source: str | None = None
+    temp: str | None = None  # a patch's: root-relative, its new file (or old, set aside)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -152,7 +159,7 @@ class Entry:
         }
         if self.made:
             wire["made"] = list(self.made)
-        for key in ("to", "source"):
+        for key in ("to", "source", "temp"):
             if getattr(self, key) is not None:
                 wire[key] = getattr(self, key)
         return wire
@@ -168,12 +175,12 @@ class Entry:
         made = wire.get("made", [])
         _check(isinstance(made, list) and all(isinstance(m, str) for m in made),
                "an entry whose made is not a list of paths")
-        for key in ("to", "source"):
+        for key in ("to", "source", "temp"):
             _check(isinstance(wire.get(key, ""), str), f"an entry whose {key} is not text")
         return cls(
             wire["root"], wire["rel"], wire["path"], wire["kind"], wire["action"],
             State.from_wire(wire.get("before")), State.from_wire(wire.get("after")),
-            tuple(made), wire.get("to"), wire.get("source"),
+            tuple(made), wire.get("to"), wire.get("source"), wire.get("temp"),
         )
 
 
@@ -218,9 +225,14 @@ class Record:
         entries = wire.get("entries")
         if done:  # an undo's last word: it names what it finished, and nothing else
             _check(undoes is not None and entries == [], "a done record with entries")
+        elif wire["tool"] == PATCH_TOOL:
+            _check(isinstance(entries, list) and 1 <= len(entries) <= MAX_PATCH_ENTRIES,
+                   f"a patch record without 1 to {MAX_PATCH_ENTRIES} entries")
         else:
             _check(isinstance(entries, list) and 1 <= len(entries) <= 2,
                    "a record without one or two entries")
+            _check(all(isinstance(e, dict) and "temp" not in e for e in entries),
+                   "a temp in a record that is not a patch's")
         return cls(wire["id"], float(wire["time"]), wire["tool"], wire["pid"],
                    tuple(Entry.from_wire(entry) for entry in entries), undoes, group, done)
 

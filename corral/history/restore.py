@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
-from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
+from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version, temp_owner
 from corral.history.keeper import Keeper, shown
-from corral.history.records import BadRecord, Entry, Record, State
-from corral.history.store import Store, id_pid, is_id, new_id
+from corral.history.records import PATCH_TOOL, BadRecord, Entry, Record, State
+from corral.history.store import Store, blob_name, id_pid, is_id, new_id
 from corral.history.trees import check_kept, copy_tree
 from corral.policy import Policy, RootSpec
 
@@ -298,6 +298,97 @@ class Restorer:
         return self.matches(entry, entry.after)
 
 
+class PatchSettler:
+    """A patch whose writer died part-way (fs/batch.py's steps): its record names
+    every entry with the temp beside it. Each entry has landed (its target holds
+    the new file, or is gone for a removal), is ready to (target as the patch found
+    it; the new file whole in the temp), or neither (changed since by someone else).
+    If some landed and every other is ready, the patch is finished: the rest land
+    and every old file set aside goes into the store; otherwise what landed is put
+    back from the old files set aside, and the temps go."""
+
+    def __init__(self, restorer: Restorer, record: Record) -> None:
+        self.restorer, self.record = restorer, record
+
+    def settle(self) -> bool:
+        """True: the whole patch is there (commit its record); False: none of it."""
+        entries = self.record.entries
+        if not all(self._temp_is_its_own(entry) for entry in entries):
+            raise CorralError("io_error", "a patch record whose temps are not its writer's.")
+        landed = [self._landed(entry) for entry in entries]
+        if any(landed) and all(done or self._ready(e) for e, done in zip(entries, landed,
+                                                                         strict=True)):
+            for index, (entry, done) in enumerate(zip(entries, landed, strict=True)):
+                (self._put_away if done else self._land)(entry, blob_name(self.record.id, index))
+            return True
+        for entry, done in reversed(list(zip(entries, landed, strict=True))):
+            if done:
+                self._unland(entry)
+            self._forget(entry)
+            self.restorer._unmake(entry, recorded=False)
+        return False
+
+    def _temp_is_its_own(self, entry: Entry) -> bool:
+        temp = entry.temp or ""
+        return posixpath.dirname(temp) == posixpath.dirname(entry.rel) and temp_owner(
+            posixpath.basename(temp)) == self.record.pid
+
+    def _holds(self, entry: Entry, rel: str, version: str | None) -> bool:
+        try:
+            data = self.restorer.root(entry.root).read_bytes(
+                rel, max_file_bytes=self.restorer.max_file_bytes)
+        except CorralError:
+            return False
+        return content_version(data) == version
+
+    def _landed(self, entry: Entry) -> bool:
+        if entry.after is None:  # a removal
+            return self.restorer.matches(entry, None)
+        return self._holds(entry, entry.rel, entry.after.version)
+
+    def _ready(self, entry: Entry) -> bool:
+        before, after = entry.before, entry.after
+        if before is None:
+            target_as_found = self.restorer.matches(entry, None)
+        else:
+            target_as_found = self._holds(entry, entry.rel, before.version)
+        assert entry.temp is not None
+        return target_as_found and (after is None or self._holds(entry, entry.temp, after.version))
+
+    def _keep_old(self, entry: Entry, rel: str, blob: str) -> None:
+        root, store = self.restorer.root(entry.root), self.restorer.store
+        store.stash_bytes(blob, root.read_bytes(rel, max_file_bytes=self.restorer.max_file_bytes))
+
+    def _land(self, entry: Entry, blob: str) -> None:
+        root, temp = self.restorer.root(entry.root), entry.temp or ""
+        if entry.before is not None:
+            self._keep_old(entry, entry.rel, blob)
+        if entry.after is None:
+            root.unlink(entry.rel)
+        else:
+            root.rename(temp, root, entry.rel, overwrite=entry.before is not None)
+
+    def _put_away(self, entry: Entry, blob: str) -> None:
+        """A landed entry's old file, set aside under its temp, into the store."""
+        root, temp = self.restorer.root(entry.root), entry.temp or ""
+        if entry.before is not None and root.info(temp) is not None:
+            self._keep_old(entry, temp, blob)
+            root.unlink(temp)
+
+    def _unland(self, entry: Entry) -> None:
+        root, temp = self.restorer.root(entry.root), entry.temp or ""
+        if entry.before is None:
+            root.unlink(entry.rel)
+        elif self._holds(entry, temp, entry.before.version):
+            root.rename(temp, root, entry.rel, overwrite=entry.after is not None)
+
+    def _forget(self, entry: Entry) -> None:
+        root = self.restorer.root(entry.root)
+        with contextlib.suppress(CorralError):
+            if root.info(entry.temp or "") is not None:
+                root.unlink(entry.temp or "")
+
+
 def settle(restorer: Restorer, pids: list[int] | None) -> int:
     """Commit or forget the pending records of dead writers (`pids`; None: every
     pending record). Returns how many were settled."""
@@ -310,14 +401,20 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             restorer.store.drop(record_id)
             settled += 1
             continue
-        try:
-            landed = all(restorer.landed(e, record_id) for e in record.entries)
-        except CorralError:
-            landed = True  # cannot tell: keep it; an undo will call it a conflict
+        if record.tool == PATCH_TOOL:
+            try:
+                landed = PatchSettler(restorer, record).settle()
+            except CorralError:
+                continue  # left pending: a later settle tries again
+        else:
+            try:
+                landed = all(restorer.landed(e, record_id) for e in record.entries)
+            except CorralError:
+                landed = True  # cannot tell: keep it; an undo will call it a conflict
         if landed:
             restorer.store.commit(record_id)
         else:
-            restorer.store.drop(record_id)
+            restorer.store.drop(record_id, len(record.entries))
         if pids is not None:  # its writer is known dead: nothing writes those temps now
             restorer.forget_temps(record, id_pid(record_id), landed)
         settled += 1

@@ -83,9 +83,10 @@ class StoreError(CorralError):
         )
 
 
-def blob_name(record_id: str) -> str:
-    """Where a record keeps what its change replaced (one blob per record at most)."""
-    return f"{BLOB}{record_id}-0"
+def blob_name(record_id: str, index: int = 0) -> str:
+    """Where a record keeps what its change replaced: one blob per record, but a
+    patch's, which keeps one per entry (`index`)."""
+    return f"{BLOB}{record_id}-{index}"
 
 
 def new_id() -> str:
@@ -290,12 +291,14 @@ class Store:
                       src_dir_fd=self.fd, dst_dir_fd=self.fd)
         self._release(record_id)
 
-    def drop(self, record_id: str) -> None:
-        """Forget a record whose change did not land, and its blobs."""
+    def drop(self, record_id: str, blobs: int = 1) -> None:
+        """Forget a record whose change did not land, and its blobs (a patch's record
+        has one per entry)."""
         for name in (f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}{DONE}"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=self.fd)
-        self.remove_blob(blob_name(record_id))
+        for index in range(blobs):
+            self.remove_blob(blob_name(record_id, index))
         self._release(record_id)
 
     def checkpoint(self, label: str | None) -> str:
@@ -390,6 +393,11 @@ class Store:
             return False  # its writer lives
         self._held[record_id] = fd
         return True
+
+    def let_go(self, record_id: str) -> None:
+        """Leave a pending record to a settle: its change is in a state only a settle
+        can finish (a patch whose old files could not be stored)."""
+        self._release(record_id)
 
     def _release(self, record_id: str) -> None:
         fd = self._held.pop(record_id, None)

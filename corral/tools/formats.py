@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.tools.base import ERROR
+from corral.tools.responses_patch import NATIVE_TOOL
 
 # structuredContent is a success's result, or a failure's {"error": ...}: some
 # clients (the TypeScript SDK, so the MCP Inspector) check error results against
@@ -90,7 +91,10 @@ def openai_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
 
 def openai_responses_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
     """A function tool of OpenAI's Responses API; `strict` is always spelled out
-    there, because that API takes a missing one as true."""
+    there, because that API takes a missing one as true. apply_patch is offered as
+    the API's native tool, whose calls responses_patch.py maps onto ours."""
+    if spec["name"] == "apply_patch":
+        return dict(NATIVE_TOOL)
     return {
         "type": "function",
         "name": spec["name"],

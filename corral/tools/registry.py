@@ -17,6 +17,7 @@ from corral.tools.directories import DIRECTORY_TOOLS
 from corral.tools.edit import EDIT_TOOLS
 from corral.tools.files import FILE_TOOLS
 from corral.tools.listing import LISTING_TOOLS
+from corral.tools.patch import PATCH_TOOLS
 from corral.tools.preview import previewed
 from corral.tools.read import READ_TOOLS
 from corral.tools.roots import ROOT_TOOLS
@@ -26,7 +27,8 @@ from corral.tools.write import WRITE_TOOLS
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in [
-        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *DIRECTORY_TOOLS,
+        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *PATCH_TOOLS, *LISTING_TOOLS, *FILE_TOOLS,
+        *DIRECTORY_TOOLS,
         *SEARCH_TOOLS, *ROOT_TOOLS,
     ]
 }
