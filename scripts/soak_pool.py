@@ -37,6 +37,8 @@ from corral.sandbox.launcher import template_pids, warm
 WORKERS = 3
 # The killer pauses this long between kills, so calls also run on settled workers.
 KILL_GAP_S = 0.01
+# A worker first seen this recently is spared: it may still be starting.
+SPARE_NEW_S = 0.1
 # A round's write that was killed leaves the old file (or none): its reads may then
 # miss the file, its edits the text the write would have brought.
 AFTER_A_CRASH = ("not_found", "no_match")
@@ -86,9 +88,15 @@ def caller(broker: Broker, thread: int, calls: int, tally: Counter[str], lock: t
 
 
 def killer(broker: Broker, kills: int, rng: random.Random, stop: threading.Event) -> int:
+    """Kill workers seen for at least SPARE_NEW_S: a worker killed again and again
+    while it starts halts the pool by design (pool.MAX_BOOT_KILLS), which on a
+    loaded machine a 10 ms killer would otherwise do to it."""
     done = 0
+    first_seen: dict[int, float] = {}
     while done < kills and not stop.is_set():
-        workers = broker.pids()["workers"]
+        now = time.monotonic()
+        first_seen = {pid: first_seen.get(pid, now) for pid in broker.pids()["workers"]}
+        workers = [pid for pid, seen in first_seen.items() if now - seen >= SPARE_NEW_S]
         if workers:
             try:
                 os.kill(rng.choice(workers), signal.SIGKILL)
