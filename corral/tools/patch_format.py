@@ -338,26 +338,47 @@ def _after_anchors(text: _Text, hunk: Hunk, cursor: int, where: str) -> list[int
             after = f" after line {text.number(cursor) - 1}" if cursor > text.base else ""
             raise CorralError("no_match", f"{where}: the @@ line {_shown(anchor)} is not in "
                               f"the file{after}.{matching.lesson(text.text, anchor)}")
-        cursor = text.lines.end(found)
-        cursors = [cursor, text.lines.starts[found]]
+        start, cursor = found
+        cursors = [cursor, start]
     return cursors
 
 
-def _anchor_line(text: _Text, anchor: str, cursor: int) -> int | None:
-    """The first line from `cursor` on equal to the anchor, as it is, else ignoring
-    the spaces around it, else also look-alike characters (Codex's order)."""
+def _anchor_line(text: _Text, anchor: str, cursor: int) -> tuple[int, int] | None:
+    """The span (start, after its ending) of the first line from `cursor` on equal
+    to the anchor, as it is, else ignoring the spaces around it, else also
+    look-alike characters (Codex's order)."""
+    exact = _anchor_exact(text, anchor, cursor)
+    if exact is not None:
+        return exact
     lines = text.lines
     first = text.index(cursor)
-    for normal in (_same, str.strip, matching.normalised):
+    for normal in (str.strip, matching.normalised):  # as it is: nowhere, seen above
         want = normal(anchor)
         for index in range(first, len(lines)):
             if normal(lines.content(index)) == want:
-                return index
+                return lines.starts[index], lines.end(index)
     return None
 
 
-def _same(line: str) -> str:
-    return line
+def _anchor_exact(text: _Text, anchor: str, cursor: int) -> tuple[int, int] | None:
+    """_anchor_line's first rung by str.find: the anchor's text where it is a whole
+    line, without splitting the file into lines (a Python loop over 100 KiB of
+    lines cost more than the rest of a one-hunk patch)."""
+    source = text.text
+    # the cursor is at a line's start; later lines are found with the "\n" before
+    # them, so a short anchor is not tried in the middle of every line
+    at = cursor if source.startswith(anchor, cursor) else _after_newline(source, anchor, cursor)
+    while at >= 0:
+        end = at + len(anchor)
+        if end == len(source):  # the last line, without an ending
+            return at, end
+        if source.startswith("\r\n", end):
+            return at, end + 2
+        # a "\r" before "\n" is the line's ending, not part of its text
+        if source[end] == "\n" and not anchor.endswith("\r"):
+            return at, end + 1
+        at = _after_newline(source, anchor, at)
+    return None
 
 
 def _place(
