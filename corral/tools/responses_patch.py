@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.errors import CorralError
+from corral.tools.patch_format import END_OF_FILE
 
 NATIVE_TOOL = {"type": "apply_patch"}  # how a Responses request offers the native tool
 _HEADERS = {"create_file": "*** Add File: ", "update_file": "*** Update File: ",
@@ -26,6 +27,9 @@ def patch_arguments(call: dict[str, Any]) -> dict[str, Any]:
         raise CorralError(
             "invalid_arguments", "an apply_patch_call operation needs a type (create_file, "
             "update_file or delete_file) and a path.")
+    if "\n" in path or "\r" in path:  # it would end the header and start another file's
+        raise CorralError("invalid_arguments", f"the apply_patch_call path {path!r} holds a "
+                          "line break; give one file's path.")
     lines = [f"{_HEADERS[kind]}{path}"]
     diff = operation.get("diff") or ""
     if not isinstance(diff, str):
@@ -33,9 +37,24 @@ def patch_arguments(call: dict[str, Any]) -> dict[str, Any]:
     body = diff.rstrip("\n").split("\n") if diff.strip() else []
     if kind == "create_file":  # each line of the new file is "+"-prefixed; a bare blank is one
         body = [line if line.startswith("+") else f"+{line}" for line in body]
+    elif kind == "update_file":
+        _hunks_only(body)
     if kind != "delete_file":
         lines += body
     return {"patch": "\n".join(["*** Begin Patch", *lines, "*** End Patch"]) + "\n"}
+
+
+def _hunks_only(body: list[str]) -> None:
+    """An update's diff is hunks of its one file: a "*" line there would be read as
+    the next file's header (or the patch's end), so one call could change another
+    file; and a diff sent as a whole patch is told what a diff holds."""
+    for number, line in enumerate(body, 1):
+        if line.startswith("*") and line.strip() != END_OF_FILE:
+            raise CorralError(
+                "invalid_arguments", f"apply_patch_call diff line {number}: found "
+                f"{line[:80]!r}; an update_file diff holds only hunks of its one file: '@@' "
+                "lines, lines starting with ' ', '-' or '+', and '*** End of File' (no "
+                "'*** Begin Patch' or file headers).")
 
 
 def call_output(call: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
