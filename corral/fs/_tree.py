@@ -17,6 +17,10 @@ from corral.fs import _listing
 # record lists them all); past this many it is refused rather than make a record
 # the host would have to read on every undo.
 MAX_TREE_ENTRIES = 10_000
+# A walk holds an fd per level (a copy into the history store two): deeper trees are
+# refused up front, well within the worker's MAX_OPEN_FILES, not failed with EMFILE
+# part-way through a survey.
+MAX_TREE_DEPTH = 256
 
 
 class Tree(NamedTuple):
@@ -75,8 +79,9 @@ def survey(dir_fd: int, name: str, top: os.stat_result) -> list[Tree]:
     """Every entry beneath the directory `name` of `dir_fd` (which `top` is the
     lstat of), as `walk` gives them. TreeRefused for a mount point of another file
     system (a bind mount of the same one has the same st_dev: it is not seen, as
-    Root's docstring says of mounts), a FIFO, socket or device, or more than
-    MAX_TREE_ENTRIES; OSError if the directory is no longer `top`."""
+    Root's docstring says of mounts), a FIFO, socket or device, more than
+    MAX_TREE_ENTRIES, or directories nested over MAX_TREE_DEPTH deep; OSError if
+    the directory is no longer `top`."""
     fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
     entries = walk(fd)
     try:
@@ -91,6 +96,10 @@ def survey(dir_fd: int, name: str, top: os.stat_result) -> list[Tree]:
 def _surveyed(entry: Tree, top: os.stat_result, count: int) -> Tree:
     if count == MAX_TREE_ENTRIES:
         raise TreeRefused("too_large", "", f"it holds over {MAX_TREE_ENTRIES} entries")
+    # checked before walk opens the directory, so the deepest fd is never opened
+    if stat.S_ISDIR(entry.st.st_mode) and entry.path.count("/") + 2 > MAX_TREE_DEPTH:
+        raise TreeRefused("too_large", "", f"its directories are nested over "
+                          f"{MAX_TREE_DEPTH} deep")
     if entry.st.st_dev != top.st_dev:
         raise TreeRefused("path_denied", entry.path,
                           "a mount point (another file system), never deleted")

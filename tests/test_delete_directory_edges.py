@@ -1,0 +1,56 @@
+"""delete_directory at the edges a review found: a tree nested deeper than a worker
+has fds for is refused as too_large, up front, nothing deleted."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import err, ok
+
+from corral import Sandbox
+from corral.fs._tree import MAX_TREE_DEPTH, remove
+from corral.policy import Policy
+
+
+def _nested(top: Path, depth: int) -> None:
+    """`depth` directories one inside the next (through fds: the path gets long)."""
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth - 1):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.close(os.open("leaf", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def test_a_tree_deeper_than_a_worker_can_walk_is_too_large(ws: Path) -> None:
+    """2000 levels: past the worker's open-file limit, once an io_error."""
+    _nested(ws / "deep", 2000)
+    try:
+        with Sandbox(ws, policy=Policy({"delete_directory": "allow"})) as sb:
+            error = err(sb, "delete_directory", path="deep", recursive=True)
+            assert error["code"] == "too_large"
+            assert f"nested over {MAX_TREE_DEPTH} deep" in error["message"]
+            assert (ws / "deep" / "d").is_dir()
+            ok(sb, "create_directory", path="after")  # the worker still works
+    finally:  # shutil.rmtree (pytest's clean-up) recurses, past Python's limit here
+        parent = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            remove(parent, "deep")
+        finally:
+            os.close(parent)
+
+
+def test_a_tree_at_the_depth_limit_goes_and_comes_back(ws: Path) -> None:
+    _nested(ws / "deep", MAX_TREE_DEPTH)
+    with Sandbox(ws, policy=Policy({"delete_directory": "allow"})) as sb:
+        ok(sb, "delete_directory", path="deep", recursive=True)
+        assert not (ws / "deep").exists()
+        assert sb.undo("deep")["ok"]
+    leaf = ws.joinpath("deep", *["d"] * (MAX_TREE_DEPTH - 1), "leaf")
+    assert os.path.exists(leaf)
