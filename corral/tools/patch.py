@@ -128,7 +128,30 @@ def _plan(ctx: Context, files: tuple[FilePatch, ...], tolerant: bool) -> list[Pl
                     "invalid_arguments", f"the patch changes {seen[key]} twice (also as "
                     f"{plan.file.path}); change each file once.")
             seen[key] = plan.file.path
+    if len(plans) > 1:
+        _linked_once(plans)
     return plans
+
+
+def _linked_once(plans: list[Plan]) -> None:
+    """Two hard links of one file are one file named twice: each name would be
+    rewritten from the same old text, the link split, each name holding part of
+    the patch. Only files with other links are looked at (one stat each)."""
+    seen: dict[tuple[str, int], str] = {}
+    for plan in plans:
+        if plan.file.action == "add":
+            continue
+        # decided already (the guard would record the path again); a symlink's file
+        info = plan.root.info(plan.rel, follow=True)
+        if info is None or info.nlink < 2:
+            continue
+        key = (plan.root.path, info.ino)
+        if key in seen:
+            raise CorralError(
+                "invalid_arguments", f"the patch changes {seen[key]} twice (also as "
+                f"{plan.file.path}, a hard link to it); change each file once, under one "
+                "name.")
+        seen[key] = plan.file.path
 
 
 def _resolved(root: Root, rel: str) -> str:

@@ -1,0 +1,61 @@
+"""apply_patch at the edges a review found: two names of one file (a hard link) in
+one patch are one file named twice, refused before anything changes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import err, ok
+
+from corral import Sandbox
+from corral.policy import Policy
+
+
+def _patch(*sections: str) -> str:
+    return "*** Begin Patch\n" + "".join(sections) + "*** End Patch\n"
+
+
+UPDATE_A = "*** Update File: a.txt\n@@\n-one\n+ONE\n"
+UPDATE_LINK = "*** Update File: link.txt\n@@\n three\n-four\n+FOUR\n"
+
+
+def test_two_hard_links_of_one_file_are_one_file_named_twice(sb: Sandbox, ws: Path) -> None:
+    """Each name would be rewritten from the same old text: the link split in two,
+    each name holding half the patch."""
+    (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
+    os.link(ws / "a.txt", ws / "link.txt")
+    error = err(sb, "apply_patch", patch=_patch(UPDATE_A, UPDATE_LINK))
+    assert error["code"] == "invalid_arguments"
+    assert "a.txt" in error["message"] and "link.txt" in error["message"]
+    assert "hard link" in error["message"]
+    assert os.path.samefile(ws / "a.txt", ws / "link.txt")
+    assert (ws / "a.txt").read_text() == "one\ntwo\nthree\nfour\n"
+
+
+def test_a_hard_link_deleted_beside_its_other_name_is_refused(ws: Path) -> None:
+    (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
+    os.link(ws / "a.txt", ws / "link.txt")
+    with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sb:
+        error = err(sb, "apply_patch", patch=_patch(UPDATE_A, "*** Delete File: link.txt\n"))
+    assert error["code"] == "invalid_arguments"
+    assert (ws / "link.txt").exists()
+
+
+def test_a_hard_link_to_a_file_the_patch_leaves_alone_is_updated(sb: Sandbox, ws: Path) -> None:
+    """One name of a linked file in a patch is fine: it gets a new inode, as a write."""
+    (ws / "a.txt").write_text("one\n")
+    os.link(ws / "a.txt", ws / "other.txt")
+    (ws / "b.txt").write_text("x\n")
+    ok(sb, "apply_patch", patch=_patch(UPDATE_A, "*** Update File: b.txt\n@@\n-x\n+y\n"))
+    assert (ws / "a.txt").read_text() == "ONE\n"
+    assert (ws / "other.txt").read_text() == "one\n"
+
+
+def test_a_symlink_to_one_hard_link_and_the_other_name(sb: Sandbox, ws: Path) -> None:
+    (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
+    os.link(ws / "a.txt", ws / "hard.txt")
+    (ws / "link.txt").symlink_to("hard.txt")
+    error = err(sb, "apply_patch", patch=_patch(UPDATE_A, UPDATE_LINK))
+    assert error["code"] == "invalid_arguments"
+    assert (ws / "a.txt").read_text() == "one\ntwo\nthree\nfour\n"
