@@ -123,6 +123,9 @@ def _hint(line: str) -> str:
         return " (send the patch without a Markdown code fence)"
     if line.startswith(("--- ", "diff ", "Index: ")):
         return " (this is the Codex patch format, not a unified diff)"
+    if "\\n" in line and BEGIN in line:  # a JSON string escaped once too often
+        return (" (the patch's lines are joined by the characters '\\n': send it with "
+                "real line breaks)")
     return ""
 
 
@@ -159,6 +162,9 @@ class _Reader:
             return f"'{END_OF_FILE}' must follow the lines of a hunk"
         if line.startswith(MOVE):
             return f"'{MOVE} <path>' must directly follow an '{UPDATE} <path>' line"
+        if line.startswith(("*** Rename File:", "*** Move File:")):
+            return (f"found {_shown(raw)}: a patch moves a file with '{UPDATE} <path>' and, "
+                    f"on the next line, '{MOVE} <path>'")
         return (f"expected '{ADD} <path>', '{UPDATE} <path>', '{DELETE} <path>' or "
                 f"'{END}', found {_shown(raw)}")
 

@@ -1,0 +1,27 @@
+"""apply_patch's refusals for mistakes models make tell them how to fix the patch."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.errors import CorralError
+from corral.tools.patch_format import parse_patch
+
+
+def refused(text: str) -> str:
+    with pytest.raises(CorralError) as caught:
+        parse_patch(text)
+    assert caught.value.code == "invalid_arguments"
+    return caught.value.message
+
+
+def test_a_patch_escaped_twice_is_told_to_send_real_line_breaks() -> None:
+    """A JSON string escaped once too often: one line holding '\\n' sequences."""
+    message = refused("*** Begin Patch\\n*** Update File: a.py\\n@@\\n-x\\n+y\\n*** End Patch")
+    assert "patch line 1" in message and "line breaks" in message
+
+
+@pytest.mark.parametrize("header", ["*** Rename File: a.py", "*** Move File: a.py"])
+def test_a_rename_header_says_how_a_patch_moves_a_file(header: str) -> None:
+    message = refused(f"*** Begin Patch\n{header}\n*** End Patch")
+    assert "'*** Move to: <path>'" in message and "'*** Update File: <path>'" in message
