@@ -1,5 +1,7 @@
 """delete_directory at the edges a review found: a tree nested deeper than a worker
-has fds for is refused as too_large, up front, nothing deleted."""
+has fds for is refused as too_large, up front, nothing deleted; a file with a hard
+link outside the tree is kept as a copy, so changing the other name leaves the
+tree's undo whole."""
 
 from __future__ import annotations
 
@@ -7,9 +9,13 @@ import os
 from pathlib import Path
 
 from conftest import err, ok
+from history_helpers import promoted, work_store
 
 from corral import Sandbox
+from corral.fs import Root, Roots
 from corral.fs._tree import MAX_TREE_DEPTH, remove
+from corral.history import restore
+from corral.history.keeper import Keeper
 from corral.policy import Policy
 
 
@@ -54,3 +60,34 @@ def test_a_tree_at_the_depth_limit_goes_and_comes_back(ws: Path) -> None:
         assert sb.undo("deep")["ok"]
     leaf = ws.joinpath("deep", *["d"] * (MAX_TREE_DEPTH - 1), "leaf")
     assert os.path.exists(leaf)
+
+
+def test_a_hard_link_out_of_a_deleted_tree_does_not_spoil_its_undo(
+    ws: Path, tmp_path: Path
+) -> None:
+    """Renamed into the store (no mount namespace), a file with another name outside
+    the tree stays that inode: written in place through the other name, the kept
+    tree no longer matches its record and the whole tree could not come back. Such
+    a file is kept as a copy of its own."""
+    (ws / "d").mkdir()
+    (ws / "d" / "own.txt").write_text("mine\n")
+    (ws / "shared.txt").write_text("v1\n")
+    os.link(ws / "shared.txt", ws / "d" / "linked.txt")
+    work, store = work_store(tmp_path / "store")
+    with Root(str(ws)) as root:
+        keeper = Keeper(store, str(ws), "delete_directory")
+        root.remove_tree("d", recursive=True, keep=keeper)
+    promoted(store, work, ws)
+    with open(ws / "shared.txt", "r+") as shared:  # in place: same inode
+        shared.write("v2\n")
+    with Root(str(ws)) as root:
+        result = restore.undo(Roots(root), store, Policy({"delete_directory": "allow"}),
+                              _Limits(), "d", False)
+    assert result["restored"] == ["d"], result
+    assert (ws / "d" / "linked.txt").read_text() == "v1\n"
+    assert (ws / "d" / "own.txt").read_text() == "mine\n"
+    assert (ws / "shared.txt").read_text() == "v2\n"
+
+
+class _Limits:
+    max_file_bytes = 1 << 20

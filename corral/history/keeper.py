@@ -44,7 +44,7 @@ from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
 from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
-from corral.history.trees import check_kept, copy_tree, kept_of
+from corral.history.trees import check_kept, copy_tree, kept_of, unshare
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -274,6 +274,8 @@ class Keeper:
                            contents=False)
             except BadRecord:
                 self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root, rel))
+                return
+            unshare(self.store.fd, blob, zip(tree, before.tree or (), strict=True))
 
     def _changed_meanwhile(self, record: Record, dir_fd: int, name: str, path: str) -> None:
         """Another process changed the tree between the survey and the rename

@@ -8,11 +8,13 @@ refused: whatever lies in a work directory was written by a worker."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
 from collections.abc import Iterable
 
+from corral.fs._atomic import temp_name
 from corral.fs._listing import SUBDIR_FLAGS
 from corral.fs._tree import Tree, walk
 from corral.fs.version import chunked_version
@@ -146,12 +148,38 @@ def copy_tree(src_fd: int, name: str, dst_fd: int, blob: str, tree: tuple[Kept, 
     return copied
 
 
-def _copy_file(src: int, dst: int, kept: Kept) -> int:
+def unshare(dir_fd: int, blob: str, tree: Iterable[tuple[Tree, Kept]]) -> None:
+    """Each file of the kept tree `blob` of `dir_fd` that has other hard links
+    (renamed into the store with its directory) replaced by a copy of its own, mode
+    kept: written in place through a name outside the tree, it would no longer be
+    what the record lists, and the whole tree could not be put back. The tree has
+    left its path already, so a copy that fails (a full store) is given up and
+    that file stays shared, as it was before: the delete must still commit."""
+    shared = [kept for entry, kept in tree
+              if stat.S_ISREG(entry.st.st_mode) and entry.st.st_nlink > 1]
+    if not shared:
+        return
+    with contextlib.suppress(OSError):
+        top = os.open(blob, SUBDIR_FLAGS, dir_fd=dir_fd)
+        try:
+            for kept in shared:
+                temp = os.path.join(os.path.dirname(kept.path), temp_name())
+                try:
+                    _copy_file(top, top, kept, to=temp)
+                    os.rename(temp, kept.path, src_dir_fd=top, dst_dir_fd=top)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.unlink(temp, dir_fd=top)
+        finally:
+            os.close(top)
+
+
+def _copy_file(src: int, dst: int, kept: Kept, to: str | None = None) -> int:
     # Multi-component paths are fine here: the source tree's directories were just
     # surveyed and the tree lock is held; the copy is checked against the list after.
     fd = os.open(kept.path, _READ_FLAGS, dir_fd=src)
     try:
-        out = os.open(kept.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        out = os.open(to or kept.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
                       | os.O_NOFOLLOW, 0o600, dir_fd=dst)
         try:
             copied = 0
