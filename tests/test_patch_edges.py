@@ -1,11 +1,14 @@
 """apply_patch at the edges a review found: two names of one file (a hard link) in
-one patch are one file named twice, refused before anything changes."""
+one patch are one file named twice, refused before anything changes; a rename the
+kernel refuses part-way lands nothing and the error names the file."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import err, ok
 
 from corral import Sandbox
@@ -59,3 +62,30 @@ def test_a_symlink_to_one_hard_link_and_the_other_name(sb: Sandbox, ws: Path) ->
     error = err(sb, "apply_patch", patch=_patch(UPDATE_A, UPDATE_LINK))
     assert error["code"] == "invalid_arguments"
     assert (ws / "a.txt").read_text() == "one\ntwo\nthree\nfour\n"
+
+
+def _immutable(path: Path, on: bool) -> None:
+    """chattr +i / -i: the kernel then refuses to rename or unlink it (EPERM)."""
+    done = subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True)
+    if done.returncode and on:
+        pytest.skip(f"chattr +i is not available here: {done.stderr.decode().strip()}")
+
+
+def test_a_rename_the_kernel_refuses_part_way_lands_nothing_and_names_the_file(
+    sb: Sandbox, ws: Path
+) -> None:
+    """The second file cannot be replaced (immutable): the first is swapped back, the
+    added one taken away, and the error names the file at fault."""
+    (ws / "a.txt").write_text("one\n")
+    (ws / "b.txt").write_text("two\n")
+    _immutable(ws / "b.txt", True)
+    try:
+        error = err(sb, "apply_patch", patch=_patch(
+            UPDATE_A, "*** Update File: b.txt\n@@\n-two\n+TWO\n", "*** Add File: c.txt\n+c\n"))
+    finally:
+        _immutable(ws / "b.txt", False)
+    assert error["code"] == "path_denied"
+    assert "b.txt" in error["message"]
+    assert (ws / "a.txt").read_text() == "one\n"
+    assert (ws / "b.txt").read_text() == "two\n"
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]

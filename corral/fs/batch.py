@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from corral.errors import CorralError
 from corral.fs import _atomic, _treelock
-from corral.fs._errors import fail
+from corral.fs._errors import fail, from_errno
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 
 if TYPE_CHECKING:
@@ -88,16 +88,19 @@ def land(staged: Sequence[Staged], keep: Keep, *, durable: bool) -> None:
     for item in staged:
         _check_current(item)
     with keep.batch(staged):
+        at = staged[0] if staged else None
         try:
-            for item in staged:
-                _land(item)
-                item.landed = True
-        except BaseException:
+            for at in staged:
+                _land(at)
+                at.landed = True
+        except BaseException as exc:
             for item in reversed(staged):
                 if item.landed:
                     with contextlib.suppress(OSError):
                         _unland(item)
                         item.landed = False
+            if isinstance(exc, OSError) and at is not None:  # say which file, not just why
+                raise from_errno(exc.errno, "patch", at.given) from None
             raise
     if durable:
         for fd in {_identity(item.dir_fd): item.dir_fd for item in staged}.values():
