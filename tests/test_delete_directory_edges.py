@@ -6,8 +6,10 @@ tree's undo whole."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import err, ok
 from history_helpers import promoted, work_store
 
@@ -91,3 +93,43 @@ def test_a_hard_link_out_of_a_deleted_tree_does_not_spoil_its_undo(
 
 class _Limits:
     max_file_bytes = 1 << 20
+
+
+def test_a_removal_the_kernel_refuses_part_way_deletes_nothing(ws: Path) -> None:
+    """Copied into the store, renamed aside, then removed: an entry the kernel will
+    not unlink (immutable) stops the removal part-way. The directory was gone from
+    its path (under a hidden temp name, partly removed) and its record dropped: no
+    undo. It is put back whole, at its path, and the call fails naming it."""
+    top = ws / "imm"
+    (top / "sub").mkdir(parents=True)
+    (top / "a.txt").write_text("alpha\n")
+    (top / "sub" / "b.txt").write_text("beta\n")
+    (top / "sub" / "c.txt").write_text("gamma\n")
+    (top / "z.txt").write_text("zeta\n")
+    for n in range(20):  # so that, whatever the listing order, some go before c.txt stops it
+        (top / f"f{n}").write_text(f"{n}\n")
+        (top / "sub" / f"g{n}").write_text(f"{n}\n")
+    (top / "sub").chmod(0o750)
+    before = {str(p.relative_to(ws)): (p.stat().st_mode, p.is_file() and p.read_text())
+              for p in sorted(top.rglob("*"))}
+    _immutable(top / "sub" / "c.txt")
+    try:
+        with Sandbox(ws, policy=Policy({"delete_directory": "allow"})) as sb:
+            error = err(sb, "delete_directory", path="imm", recursive=True)
+            assert error["code"] == "path_denied"
+            assert "imm" in error["message"]
+            assert sb.history("imm") == [] or all(
+                entry["tool"] != "delete_directory" for entry in sb.history("imm"))
+    finally:  # wherever it lies now
+        subprocess.run(["chattr", "-R", "-i", str(ws)], capture_output=True)
+    assert sorted(p.name for p in ws.iterdir()) == ["imm"]
+    after = {str(p.relative_to(ws)): (p.stat().st_mode, p.is_file() and p.read_text())
+             for p in sorted(top.rglob("*"))}
+    assert after == before
+
+
+def _immutable(path: Path) -> None:
+    """chattr +i: the kernel then refuses to unlink it (EPERM), even to root."""
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"chattr +i is not available here: {done.stderr.decode().strip()}")

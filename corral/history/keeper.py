@@ -44,7 +44,7 @@ from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
 from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
-from corral.history.trees import check_kept, copy_tree, kept_of, unshare
+from corral.history.trees import check_kept, copy_tree, kept_of, refill, unshare
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -330,7 +330,18 @@ class Keeper:
         if not _same(_lstat(dir_fd, aside), st):  # swapped between the check and the rename
             renameat2(dir_fd, aside, dir_fd, name, RENAME_NOREPLACE)
             raise changed
-        remove(dir_fd, aside)
+        try:
+            remove(dir_fd, aside)
+        except OSError:
+            # the kernel refused an entry (immutable, say): what went is put back from
+            # the copy and the call fails, nothing deleted; if even that fails the
+            # delete stands, the tree whole in the store (committed: undo brings it)
+            try:
+                refill(self.store.fd, blob, dir_fd, aside, tree)
+                renameat2(dir_fd, aside, dir_fd, name, RENAME_NOREPLACE)
+            except OSError:
+                return
+            raise
 
     def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
         src_root, src_rel, src_fd, src_name, src_st = src

@@ -135,17 +135,51 @@ def copy_tree(src_fd: int, name: str, dst_fd: int, blob: str, tree: tuple[Kept, 
                 modes.append((kept.path, kept.mode))
             else:
                 copied += _copy_file(src, dst, kept)
-        for path, mode in reversed(modes):  # fchmod: the worker's seccomp has no chmod
-            fd = os.open(path, SUBDIR_FLAGS, dir_fd=dst)
-            try:
-                os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
+        _set_modes(dst, modes)
         os.fchmod(dst, stat.S_IMODE(os.fstat(src).st_mode))
     finally:
         os.close(src)
         os.close(dst)
     return copied
+
+
+def refill(src_fd: int, blob: str, dst_fd: int, name: str, tree: tuple[Kept, ...]) -> None:
+    """Put back into the directory `name` of `dst_fd` every entry of `tree` it lacks,
+    from the kept copy `blob` of `src_fd` (no symlinks in it, as copy_tree), modes
+    kept: a removal the kernel stopped part-way is undone, not left half done."""
+    src = os.open(blob, SUBDIR_FLAGS, dir_fd=src_fd)
+    try:
+        dst = os.open(name, SUBDIR_FLAGS, dir_fd=dst_fd)
+    except BaseException:
+        os.close(src)
+        raise
+    modes = []
+    try:
+        for kept in tree:  # a walk's order: each directory before what it holds
+            try:
+                os.stat(kept.path, dir_fd=dst, follow_symlinks=False)
+                continue
+            except FileNotFoundError:
+                pass
+            if kept.type == "dir":
+                os.mkdir(kept.path, 0o700, dir_fd=dst)
+                modes.append((kept.path, kept.mode))
+            else:
+                _copy_file(src, dst, kept)
+        _set_modes(dst, modes)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def _set_modes(dst: int, modes: list[tuple[str, int]]) -> None:
+    """Each directory made gets its mode once it is filled (a 0o500 one could not be)."""
+    for path, mode in reversed(modes):  # fchmod: the worker's seccomp has no chmod
+        fd = os.open(path, SUBDIR_FLAGS, dir_fd=dst)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
 
 def unshare(dir_fd: int, blob: str, tree: Iterable[tuple[Tree, Kept]]) -> None:
