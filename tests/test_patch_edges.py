@@ -1,6 +1,7 @@
 """apply_patch at the edges a review found: two names of one file (a hard link) in
 one patch are one file named twice, refused before anything changes; a rename the
-kernel refuses part-way lands nothing and the error names the file."""
+kernel refuses part-way lands nothing and the error names the file; a move's diff
+names both ends."""
 
 from __future__ import annotations
 
@@ -89,3 +90,12 @@ def test_a_rename_the_kernel_refuses_part_way_lands_nothing_and_names_the_file(
     assert (ws / "a.txt").read_text() == "one\n"
     assert (ws / "b.txt").read_text() == "two\n"
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_a_moved_file_s_diff_names_both_ends(ws: Path) -> None:
+    """As git shows a rename with changes: --- the old name, +++ the new."""
+    (ws / "draft.md").write_text("# Draft\nbody\n")
+    with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sb:
+        result = ok(sb, "apply_patch", patch=_patch(
+            "*** Update File: draft.md\n*** Move to: notes/final.md\n@@\n-# Draft\n+# Final\n"))
+    assert "--- a/draft.md\n+++ b/notes/final.md\n" in result["result"]["diff"]

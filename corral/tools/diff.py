@@ -28,15 +28,19 @@ Tag = Literal["replace", "delete", "insert", "equal"]
 Opcode = tuple[Tag, int, int, int, int]
 
 
-def unified_diff(path: str, before: str, after: str, unchanged: tuple[int, int] = (0, 0)) -> str:
+def unified_diff(
+    path: str, before: str, after: str, unchanged: tuple[int, int] = (0, 0), *,
+    old_path: str | None = None,
+) -> str:
     """difflib's unified format with 3 lines of context, computed only over the
     stretch between the common first and last lines, anchored as _matching_blocks says.
     unchanged: characters at the start and at the end known to be the same in both
-    texts; only the lines between them (and the context around) are split and compared."""
+    texts; only the lines between them (and the context around) are split and compared.
+    old_path: the file's name before (a move's source), as git names it."""
     start, end_before, end_after, offset = _window(before, after, *unchanged)
     a = io.StringIO(before[start:end_before]).readlines()
     b = io.StringIO(after[start:end_after]).readlines()
-    lines = [f"--- a/{path}\n", f"+++ b/{path}\n"]
+    lines = [f"--- a/{old_path or path}\n", f"+++ b/{path}\n"]
     for group in _Opcodes(_opcodes(a, b)).get_grouped_opcodes(DIFF_CONTEXT):
         old = _range(offset + group[0][1], offset + group[-1][2])
         new = _range(offset + group[0][3], offset + group[-1][4])

@@ -291,7 +291,8 @@ def _shown(plan: Plan, dry_run: bool) -> dict[str, Any]:
 def _diff(plan: Plan) -> str:
     before, after = plan.before, plan.after
     return unified_diff(plan.file.move_to or plan.file.path, before, after,
-                        (_common(before, after, 1), _common(before, after, -1)))
+                        (_common(before, after, 1), _common(before, after, -1)),
+                        old_path=plan.file.path)
 
 
 def _common(a: str, b: str, way: int) -> int:
