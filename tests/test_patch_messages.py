@@ -25,3 +25,15 @@ def test_a_patch_escaped_twice_is_told_to_send_real_line_breaks() -> None:
 def test_a_rename_header_says_how_a_patch_moves_a_file(header: str) -> None:
     message = refused(f"*** Begin Patch\n{header}\n*** End Patch")
     assert "'*** Move to: <path>'" in message and "'*** Update File: <path>'" in message
+
+
+@pytest.mark.parametrize("section", [
+    "*** Add File: notes/\n+x\n",
+    "*** Update File: a.md\n*** Move to: notes/\n",
+    "*** Delete File: build/\n",
+])
+def test_a_path_ending_in_a_slash_is_a_directory_not_a_file(section: str) -> None:
+    """'Add File: notes/' made a file named notes; a Move to a directory is a guess
+    at the file's new name."""
+    message = refused(f"*** Begin Patch\n{section}*** End Patch")
+    assert "ends with '/'" in message and "file's path" in message

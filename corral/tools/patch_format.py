@@ -151,7 +151,7 @@ class _Reader:
                 path = line[len(marker):].strip()
                 if not path or not line[len(marker)].isspace():
                     raise _invalid(number, f"expected '{marker} <path>', found {_shown(raw)}")
-                return read(number, path)
+                return read(number, _file_path(number, marker, path))
         raise _invalid(number, self._unexpected(line, raw))
 
     @staticmethod
@@ -192,6 +192,7 @@ class _Reader:
             move_to = raw.strip()[len(MOVE):].strip()
             if not move_to:
                 raise _invalid(move_number, f"expected '{MOVE} <path>', found {_shown(raw)}")
+            move_to = _file_path(move_number, MOVE, move_to)
             self.at += 1
         hunks: list[Hunk] = []
         while self.more():
@@ -254,6 +255,15 @@ class _Reader:
             raise _invalid(self.lines[self.at - 1][0], "the hunk has no lines: expected lines "
                            "starting with ' ', '-' or '+' after it")
         return anchors
+
+
+def _file_path(number: int, marker: str, path: str) -> str:
+    """A header's path names a file: one ending in "/" names a directory (an Add
+    File made a file of that name; a Move to one is a guess at the new name)."""
+    if path.endswith("/"):
+        raise _invalid(number, f"{path} ends with '/': '{marker}' takes a file's path, "
+                       f"the directory and the file's name ({path}<name>)")
+    return path
 
 
 def _once_each(files: list[FilePatch]) -> None:
