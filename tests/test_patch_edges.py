@@ -99,3 +99,11 @@ def test_a_moved_file_s_diff_names_both_ends(ws: Path) -> None:
         result = ok(sb, "apply_patch", patch=_patch(
             "*** Update File: draft.md\n*** Move to: notes/final.md\n@@\n-# Draft\n+# Final\n"))
     assert "--- a/draft.md\n+++ b/notes/final.md\n" in result["result"]["diff"]
+
+
+def test_an_add_file_without_lines_makes_an_empty_file(sb: Sandbox, ws: Path) -> None:
+    """As Codex makes it: an __init__.py, a .gitkeep."""
+    ok(sb, "apply_patch", patch=_patch("*** Add File: pkg/__init__.py\n",
+                                       "*** Add File: pkg/mod.py\n+x = 1\n"))
+    assert (ws / "pkg" / "__init__.py").read_bytes() == b""
+    assert (ws / "pkg" / "mod.py").read_text() == "x = 1\n"

@@ -174,7 +174,6 @@ MALFORMED = [  # (patch, the line named, what the message says)
     ("*** Begin Patch\n*** Add File: a\n+x", 3, "expected '*** End Patch' as the last line"),
     ("*** Begin Patch\n*** Add File: a\n+x\n*** End Patch\ntrailing", 5,
      "expected '*** End Patch' as the last line"),
-    (wrap("*** Add File: a"), 2, "'*** Add File: a' has no lines"),
     (wrap("*** Add File: "), 2, "expected '*** Add File: <path>'"),
     (wrap("*** Add File:a\n+x"), 2, "expected '*** Add File: <path>'"),
     (wrap("*** Add File: a\n+x\ny"), 4, "expected a line of the new file a starting with '+'"),

@@ -60,3 +60,12 @@ def test_end_of_file_and_star_lines_of_the_file_still_work() -> None:
     created = patch_arguments(call("create_file", "b.md", "+a\n*** not a header\n"))
     (added,) = parse_patch(created["patch"])
     assert added.content == "a\n*** not a header\n"
+
+
+def test_an_empty_create_file_makes_an_empty_file() -> None:
+    """create_file with an empty diff (an __init__.py): an Add File without lines,
+    which Codex takes as an empty file (it was refused, "has no lines")."""
+    for diff in ("", None):
+        arguments = patch_arguments(call("create_file", "pkg/__init__.py", diff))
+        (added,) = parse_patch(arguments["patch"])
+        assert (added.action, added.path, added.content) == ("add", "pkg/__init__.py", "")

@@ -67,8 +67,8 @@ class FilePatch:
 def parse_patch(text: str) -> tuple[FilePatch, ...]:
     """The file changes a patch makes, in order. Raises invalid_arguments naming
     the patch line for anything the format does not allow: no Begin or End line,
-    no file at all, a header or hunk line it cannot read, an Add File without
-    lines, an Update File with neither hunks nor a Move to, a path named twice."""
+    no file at all, a header or hunk line it cannot read, an Update File with
+    neither hunks nor a Move to, a path named twice."""
     body, end_line = _body(text)
     reader = _Reader(body)
     files: list[FilePatch] = []
@@ -177,10 +177,9 @@ class _Reader:
             line_number, raw = self.peek()
             raise _invalid(line_number, f"expected a line of the new file {path} starting "
                            f"with '+', or the next '*** ' line, found {_shown(raw)}")
-        if not content:
-            raise _invalid(number, f"'{ADD} {path}' has no lines: every line of a new "
-                           "file starts with '+'")
-        return FilePatch("add", path, None, (), "\n".join(content) + "\n", number)
+        # no lines: an empty file (__init__.py, .gitkeep), as Codex makes it
+        text = "\n".join(content) + "\n" if content else ""
+        return FilePatch("add", path, None, (), text, number)
 
     def _delete(self, number: int, path: str) -> FilePatch:
         return FilePatch("delete", path, None, (), None, number)
