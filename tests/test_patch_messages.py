@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.errors import CorralError
-from corral.tools.patch_format import parse_patch
+from corral.tools.patch_format import apply_hunks, parse_patch
 
 
 def refused(text: str) -> str:
@@ -37,3 +37,13 @@ def test_a_path_ending_in_a_slash_is_a_directory_not_a_file(section: str) -> Non
     at the file's new name."""
     message = refused(f"*** Begin Patch\n{section}*** End Patch")
     assert "ends with '/'" in message and "file's path" in message
+
+
+def test_hunks_out_of_order_are_told_to_come_in_file_order() -> None:
+    (patch,) = parse_patch("*** Begin Patch\n*** Update File: f\n@@\n-b\n+B\n@@\n-a\n+A\n"
+                           "*** End Patch")
+    with pytest.raises(CorralError) as caught:
+        apply_hunks("a\nb\n", patch)
+    assert caught.value.code == "no_match"
+    assert "at line 1, above the previous hunk" in caught.value.message
+    assert "file's order" in caught.value.message

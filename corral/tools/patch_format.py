@@ -583,8 +583,20 @@ def _miss(
         message += (f" They match at line {text.number(spans[0].start)} ignoring "
                     f"{matching.LOOSENED[level]}, which match='exact' does not allow.")
     else:
-        message += matching.lesson(text.text, "\n".join(old))
+        message += _above(text, old, cursor, hunk) or matching.lesson(text.text, "\n".join(old))
     return CorralError("no_match", message)
+
+
+def _above(text: _Text, old: list[str], cursor: int, hunk: Hunk) -> str:
+    """The lesson for hunks out of order: the old lines lie, exactly, above where the
+    search began (hunks are found in the file's order, each after the previous)."""
+    if cursor <= text.base or hunk.end_of_file:
+        return ""
+    spans = _exact(text, old, text.base, False)
+    if not spans or spans[0][0] >= cursor:
+        return ""
+    return (f" They are at line {text.number(spans[0][0])}, above the previous hunk or @@ "
+            "line: hunks are found in the file's order, so put this one before it.")
 
 
 def _ambiguous(text: _Text, starts: list[int], level: str, where: str) -> CorralError:
