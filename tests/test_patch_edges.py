@@ -107,3 +107,15 @@ def test_an_add_file_without_lines_makes_an_empty_file(sb: Sandbox, ws: Path) ->
                                        "*** Add File: pkg/mod.py\n+x = 1\n"))
     assert (ws / "pkg" / "__init__.py").read_bytes() == b""
     assert (ws / "pkg" / "mod.py").read_text() == "x = 1\n"
+
+
+def test_the_text_shows_a_bounded_diff_of_a_huge_line(ws: Path) -> None:
+    """A deleted one-line minified file: its whole diff stays in result.diff, the text
+    a model reads is cut (it carried every byte of the file)."""
+    (ws / "app.min.js").write_text("a" * 300_000 + "\n")
+    with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sb:
+        result = ok(sb, "apply_patch", patch=_patch("*** Delete File: app.min.js\n"))
+    assert len(result["result"]["diff"]) > 300_000
+    assert len(result["text"]) < 70_000
+    assert result["text"].endswith("characters in result.diff]")
+    assert "D app.min.js" in result["text"]

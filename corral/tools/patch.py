@@ -41,6 +41,7 @@ from corral.tools.write import utf8
 # Files one patch may change: a move is two entries of its history record.
 MAX_PATCH_FILES = MAX_PATCH_ENTRIES // 2
 DIFF_TEXT_LINES = 400  # diff lines shown to a model; the whole diff stays in result.diff
+DIFF_TEXT_CHARS = 64 * 1024  # ...and characters (result.diff is capped at 4 MiB)
 ACTIONS = ("add", "update", "delete", "move")
 
 
@@ -323,11 +324,26 @@ def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
     lines = [head, *names]
     if match != "exact":
         lines.append(f"(some hunks matched ignoring {_LOOSENED[match]}.)")
+    return "\n".join([*lines, *_shown_diff(diff)])
+
+
+def _shown_diff(diff: str) -> list[str]:
+    """The diff's lines a model sees: at most DIFF_TEXT_LINES, and DIFF_TEXT_CHARS in
+    all (a deleted one-line minified file would be megabytes), the last one cut."""
     diff_lines = diff.splitlines()
-    if len(diff_lines) > DIFF_TEXT_LINES:
-        diff_lines = [*diff_lines[:DIFF_TEXT_LINES],
-                      f"[diff cut: {len(diff_lines)} lines in result.diff]"]
-    return "\n".join([*lines, *diff_lines])
+    shown: list[str] = []
+    room, cut = DIFF_TEXT_CHARS, len(diff_lines) > DIFF_TEXT_LINES
+    for line in diff_lines[:DIFF_TEXT_LINES]:
+        if len(line) > room:
+            shown.append(line[:room] + "...")
+            cut = True
+            break
+        shown.append(line)
+        room -= len(line) + 1
+    if cut:
+        shown.append(f"[diff cut: {len(diff_lines)} lines, {len(diff)} characters in "
+                     "result.diff]")
+    return shown
 
 
 EXAMPLE = """*** Begin Patch
