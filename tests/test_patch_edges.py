@@ -37,13 +37,14 @@ def test_two_hard_links_of_one_file_are_one_file_named_twice(sb: Sandbox, ws: Pa
     assert (ws / "a.txt").read_text() == "one\ntwo\nthree\nfour\n"
 
 
-def test_a_hard_link_deleted_beside_its_other_name_is_refused(ws: Path) -> None:
+def test_a_hard_link_deleted_beside_its_other_name_is_fine(ws: Path) -> None:
+    """A delete removes a name: the other name's update keeps its own change."""
     (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
     os.link(ws / "a.txt", ws / "link.txt")
     with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sb:
-        error = err(sb, "apply_patch", patch=_patch(UPDATE_A, "*** Delete File: link.txt\n"))
-    assert error["code"] == "invalid_arguments"
-    assert (ws / "link.txt").exists()
+        ok(sb, "apply_patch", patch=_patch(UPDATE_A, "*** Delete File: link.txt\n"))
+    assert (ws / "a.txt").read_text() == "ONE\ntwo\nthree\nfour\n"
+    assert not (ws / "link.txt").exists()
 
 
 def test_a_hard_link_to_a_file_the_patch_leaves_alone_is_updated(sb: Sandbox, ws: Path) -> None:
@@ -57,6 +58,7 @@ def test_a_hard_link_to_a_file_the_patch_leaves_alone_is_updated(sb: Sandbox, ws
 
 
 def test_a_symlink_to_one_hard_link_and_the_other_name(sb: Sandbox, ws: Path) -> None:
+    """The link is followed: both rewrite one file."""
     (ws / "a.txt").write_text("one\ntwo\nthree\nfour\n")
     os.link(ws / "a.txt", ws / "hard.txt")
     (ws / "link.txt").symlink_to("hard.txt")

@@ -129,18 +129,19 @@ def _plan(ctx: Context, files: tuple[FilePatch, ...], tolerant: bool) -> list[Pl
                     "invalid_arguments", f"the patch changes {seen[key]} twice (also as "
                     f"{plan.file.path}); change each file once.")
             seen[key] = plan.file.path
-    if len(plans) > 1:
+    if sum(plan.file.action == "update" for plan in plans) > 1:
         _linked_once(plans)
     return plans
 
 
 def _linked_once(plans: list[Plan]) -> None:
-    """Two hard links of one file are one file named twice: each name would be
-    rewritten from the same old text, the link split, each name holding part of
-    the patch. Only files with other links are looked at (one stat each)."""
+    """Two hard links of one file, both rewritten, are one file named twice: each
+    name would be rewritten from the same old text, the link split, each name
+    holding part of the patch. (A delete of one name beside them removes a name
+    only: no conflict.) Only files with other links are looked at (one stat each)."""
     seen: dict[tuple[str, int], str] = {}
     for plan in plans:
-        if plan.file.action == "add":
+        if plan.file.action != "update":
             continue
         # decided already (the guard would record the path again); a symlink's file
         info = plan.root.info(plan.rel, follow=True)
