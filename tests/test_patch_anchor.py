@@ -1,6 +1,7 @@
 """The @@ line search: its exact rung (str.find, no split into lines) finds the
 same line as comparing the file's lines one by one would, on LF, CRLF and mixed
-endings, a BOM, a last line without an ending and stray "\\r" characters."""
+endings, a BOM, a last line without an ending and stray "\\r" characters. And
+the diff's common ends, found a block at a time, are the longest."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.tools import matching
+from corral.tools.patch import _common
 from corral.tools.patch_format import FilePatch, Hunk, _anchor_line, _Text, apply_hunks
 
 PIECES = ("a", "b", " a", "a ", "\r", "\ufeff", "ab", "")
@@ -49,3 +51,17 @@ def test_an_anchor_ending_in_cr_is_not_a_crlf_line() -> None:
     patch = FilePatch("update", "f", None, (Hunk(("x\r",), (("-", "old"), ("+", "new")), False,
                                                   3),), None, 2)
     assert apply_hunks(text, patch) == ("x\r\nkeep\r\nx\r\r\nnew\r\n", "exact")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text("ab\n", max_size=9000), st.text("ab\n", max_size=40),
+       st.text("ab\n", max_size=40), st.integers(0, 9000))
+def test_the_diff_s_common_ends_are_the_longest(base: str, old: str, new: str, at: int) -> None:
+    """_common (block by block, then a binary search) against a plain scan."""
+    at = min(at, len(base))
+    a, b = base[:at] + old + base[at:], base[:at] + new + base[at:]
+    for way in (1, -1):
+        x, y = (a, b) if way == 1 else (a[::-1], b[::-1])
+        pairs = enumerate(zip(x, y, strict=False))  # the shorter one's length at most
+        plain = next((i for i, (p, q) in pairs if p != q), min(len(x), len(y)))
+        assert _common(a, b, way) == plain
