@@ -121,3 +121,14 @@ def test_the_text_shows_a_bounded_diff_of_a_huge_line(ws: Path) -> None:
     assert len(result["text"]) < 70_000
     assert result["text"].endswith("characters in result.diff]")
     assert "D app.min.js" in result["text"]
+
+
+def test_a_supervised_delete_names_the_delete_file_setting(ws: Path) -> None:
+    """A patch's Delete File asks because delete_file is supervised: the message
+    names that setting (it said apply_patch's mode, which is allow)."""
+    (ws / "old.txt").write_text("old\n")
+    with Sandbox(ws, policy=Policy({"delete_file": "supervised"})) as sb:
+        error = err(sb, "apply_patch", patch=_patch("*** Delete File: old.txt\n"))
+    assert error["code"] == "approval_required"
+    assert "delete_file" in error["message"]
+    assert (ws / "old.txt").exists()

@@ -81,6 +81,9 @@ class PathCheck:
     def __init__(self, ctx: Context, root: Root, path: str, *, write: bool) -> None:
         self.ctx, self.root, self.path, self.write = ctx, root, path, write
         self.spec = RootSpec(root.path, root.mode)
+        # whose mode supervises the call, as messages name it (apply_patch's Delete
+        # File: delete_file's)
+        self.mode_tool = ctx.tool
         # TreeCheck: the paths that need approval, asked about together once all are known
         self.deferred: list[str] | None = None
 
@@ -105,7 +108,8 @@ class PathCheck:
                 if self.deferred is not None:
                     self.deferred.append(path)
                     return
-                why = f"the tool {ctx.tool}'s mode" if rule == TOOL_MODE_RULE else _why(rule)
+                why = f"the tool {self.mode_tool}'s mode" if rule == TOOL_MODE_RULE else (
+                    _why(rule))
                 raise CorralError(
                     "approval_required", f"{path} needs approval under {why}.",
                     rule=decision.rule,

@@ -212,7 +212,10 @@ def _deleting(ctx: Context, root: Root, path: str, verb: str) -> PathCheck:
                           f"{why[0].lower()}{why[1:]}")
     supervised = ctx.supervised or mode == "supervised"
     # replace() copies the per-call lists by reference: decisions land in the call's own
-    return PathCheck(dataclasses.replace(ctx, supervised=supervised), root, path, write=True)
+    check = PathCheck(dataclasses.replace(ctx, supervised=supervised), root, path, write=True)
+    if not ctx.supervised and supervised:
+        check.mode_tool = "delete_file"
+    return check
 
 
 def _fits(ctx: Context, path: str, data: bytes) -> None:
