@@ -42,6 +42,7 @@ from corral.tools.write import utf8
 MAX_PATCH_FILES = MAX_PATCH_ENTRIES // 2
 DIFF_TEXT_LINES = 400  # diff lines shown to a model; the whole diff stays in result.diff
 DIFF_TEXT_CHARS = 64 * 1024  # ...and characters (result.diff is capped at 4 MiB)
+COMMON_BLOCK = 4096  # characters _common compares at a time
 ACTIONS = ("add", "update", "delete", "move")
 
 
@@ -314,16 +315,13 @@ def _common(a: str, b: str, way: int) -> int:
         return a[len(a) - end:len(a) - start] == b[len(b) - end:len(b) - start]
 
     low = 0
-    while low + _BLOCK <= size and same(low, low + _BLOCK):
-        low += _BLOCK
-    high = min(low + _BLOCK, size)
+    while low + COMMON_BLOCK <= size and same(low, low + COMMON_BLOCK):
+        low += COMMON_BLOCK
+    high = min(low + COMMON_BLOCK, size)
     while low < high:  # a[:low] and b[:low] (from that side) are known equal
         mid = (low + high + 1) // 2
         low, high = (mid, high) if same(low, mid) else (low, mid - 1)
     return low
-
-
-_BLOCK = 4096  # characters _common compares at a time
 
 
 _VERBS = {"add": "A", "update": "M", "delete": "D", "move": "R"}
