@@ -86,8 +86,11 @@ def test_corral_call_starts_one_worker(
 
 
 # A whole `corral call` in a fresh interpreter, then the modules it loaded that a
-# call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's).
-UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify")
+# call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's),
+# psutil (a worker's RSS is first read after a few calls, and a temp's writer looked
+# up only if the sweep finds a temp), the shared pool's hub.
+UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify",
+            "psutil", "corral.sandbox.hub")
 CALL_AND_LIST = """
 import sys
 from corral.cli import main

@@ -22,9 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
-
-import psutil
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from corral.calls.control import Reply, SandboxSetup, Spawn, Wait, ZygoteStart
 from corral.calls.messages import (
@@ -60,6 +58,9 @@ from corral.sandbox.protocol import (
     recv_frame_with_fds,
     send_bytes,
 )
+
+if TYPE_CHECKING:  # imported at a worker's first RSS read: `corral call` makes none
+    import psutil
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
@@ -169,10 +170,9 @@ class Worker:
             wire = read_frame(self.sock.fileno(), max_bytes, time.monotonic() + BOOT_TIMEOUT_S)
             report = None if wire is None else BootReport.from_wire(wire)
             if report is not None and report.confinement is not None:
-                self._process = psutil.Process(self.pid)
                 self.layers = report.confinement
                 self.roots = [list(root) for root in report.roots]
-        except (ProtocolError, OSError, psutil.Error, Malformed):
+        except (ProtocolError, OSError, Malformed):
             return None
         return report
 
@@ -189,8 +189,16 @@ class Worker:
         return not poller.poll(0)
 
     def rss_mb(self) -> float:
-        assert self._process is not None
+        import psutil  # here: psutil is a tenth of what `corral call` would import
+
         try:
+            if self._process is None:
+                process = psutil.Process(self.pid)
+                # Its pid is ours while the worker lives (the zygote reaps it only after
+                # it dies): once the handle exists, psutil tells a reused pid apart.
+                if self.ended_within(0):
+                    return 0.0
+                self._process = process
             return self._process.memory_info().rss / (1024 * 1024)
         except psutil.Error:
             return 0.0
@@ -589,6 +597,8 @@ def _exchange(
 
 def _alive(pid: int) -> bool:
     """A process that can still write: a zombie (dead, not yet reaped) cannot."""
+    import psutil  # here, as in Worker.rss_mb
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

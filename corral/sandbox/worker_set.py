@@ -124,8 +124,24 @@ class WorkerSet:
         return len(self._idle) + 1 >= len(self._workers)
 
     def sweep_temps(self) -> int:
-        """sweep_on, on a worker of its own outside the set (so no call waits for it
-        and no count changes), confined as the set's are."""
+        """sweep_on, on an idle worker of the set if one is idle and no call waits
+        (the broker sweeps once its first call is answered: that call's worker), else
+        on a worker of its own outside the set, confined as the set's are. A call
+        that comes meanwhile finds the set busy, as any busy set, and may grow it."""
+        with self._lock:
+            usable = not (self._closed or self._halted or self._waiting)
+            worker = self._idle.pop() if usable and self._idle else None
+        if worker is None:
+            return self._sweep_on_own()
+        try:
+            removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
+        except SWEEP_FAILURES:
+            self.lost(worker)
+            return 0
+        self.give_back(worker)
+        return removed
+
+    def _sweep_on_own(self) -> int:
         try:
             worker = fork_worker(self.zygote, self.options)
         except SandboxError:
