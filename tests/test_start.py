@@ -88,9 +88,10 @@ def test_corral_call_starts_one_worker(
 # A whole `corral call` in a fresh interpreter, then the modules it loaded that a
 # call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's),
 # psutil (a worker's RSS is first read after a few calls, and a temp's writer looked
-# up only if the sweep finds a temp), the shared pool's hub.
+# up only if the sweep finds a temp), the shared pool's hub, shutil (argparse's way
+# to the terminal's width: the parser is told it).
 UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify",
-            "psutil", "corral.sandbox.hub")
+            "psutil", "corral.sandbox.hub", "shutil")
 CALL_AND_LIST = """
 import sys
 from corral.cli import main
