@@ -89,9 +89,10 @@ def test_corral_call_starts_one_worker(
 # call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's),
 # psutil (a worker's RSS is first read after a few calls, and a temp's writer looked
 # up only if the sweep finds a temp), the shared pool's hub, shutil (argparse's way
-# to the terminal's width: the parser is told it).
+# to the terminal's width: the parser is told it), hashlib (OpenSSL: an audit log's
+# chain only), random.
 UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify",
-            "psutil", "corral.sandbox.hub", "shutil")
+            "psutil", "corral.sandbox.hub", "shutil", "hashlib", "random")
 CALL_AND_LIST = """
 import sys
 from corral.cli import main
