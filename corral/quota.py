@@ -21,7 +21,8 @@ What a call costs, and what the host trusts of it (a worker's answer is input):
   left of the quota;
 - files created: at most what the request could create (1, or a patch's added
   files), reserved before the call runs; the answer may only lower it.
-An error answer releases its reservation (a failed call changed nothing).
+An error answer releases its reservation (a failed call changed nothing), and a
+dry run (`dry_run: true`) is a call only: it writes and creates nothing.
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ class Quotas:
     def admit(self, tool: str, args: dict[str, Any]) -> Reservation | CorralError:
         """Count a call the host accepts, before it takes a worker; or why not."""
         wants = {CALLS: 1}
+        if args.get("dry_run") is True:  # changes nothing (the tool's contract): a call only
+            return self._taken(self.usage.take(self._bounds, wants))
         room = None
         if tool in CREATORS or tool == "apply_patch":
             wants[FILES] = _most_created(tool, args)
@@ -193,7 +196,10 @@ class Quotas:
                     "accepted.")
         elif tool in BYTE_WRITERS:
             room = {BYTES: 1}  # its size shows afterwards: some must be left
-        taken = self.usage.take(self._bounds, wants, room)
+        return self._taken(self.usage.take(self._bounds, wants, room))
+
+    def _taken(self, taken: Reservation | tuple[str, float]) -> Reservation | CorralError:
+        """The reservation, or the refusal naming the quota and when it has room."""
         if isinstance(taken, dict):
             return taken
         name, wait = taken
@@ -245,8 +251,9 @@ def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
         return None
     content = args["content"]
     if args.get("encoding") == "base64":
-        # what b64decode gives a valid string; an invalid one fails in the worker
-        return len(content) // 4 * 3 - content[-2:].count("=")
+        # what b64decode(validate=True) gives a valid string (its padding, which may be
+        # longer than needed, carries no data); an invalid one fails in the worker
+        return len(content.rstrip("=")) * 3 // 4
     if content.isascii():
         return len(content)
     return len(content.encode("utf-8", "surrogatepass"))
