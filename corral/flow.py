@@ -134,6 +134,9 @@ class CallFlow:
             self._closed = True
             self.result = self._finish(done.value)
             return None
+        except BaseException:  # the call failed in the host (a bad reply): nothing more runs
+            self._closed = True
+            raise
 
     def close(self) -> None:
         """Give up on the call (nothing more runs); safe to call when it is done."""
@@ -297,7 +300,10 @@ class CallPlan:
                 "approval_required", f"{what} and nobody can be asked to approve it{how}{fix}.",
                 rule=rule,
             ))
-        approval = reply if isinstance(reply, Approval) else Approval(bool(reply))
+        if not isinstance(reply, bool | Approval):  # a driver's own; Sandbox.run checks too
+            raise TypeError(f"an Approve step's reply must be a bool, a corral.Approval or a "
+                            f"NoApprover, not {type(reply).__name__}")
+        approval = reply if isinstance(reply, Approval) else Approval(reply)
         if approval is not REPLAYED:
             issued = self.grants.issue(ask["tool"], needed, approval.remember) if (
                 approval.allow and self.grants is not None) else []
