@@ -19,7 +19,8 @@ from corral import AsyncSandbox, Pool, Sandbox
 from corral.calls.messages import Answer, CallRequest, Malformed, Meta
 from corral.config import ConfigError, QuotaOptions
 from corral.faces.tenants import parse_tenants, tenant_config
-from corral.flow import Submit
+from corral.flow import Approve, Submit
+from corral.policy import Policy
 from corral.quota import QuotaUsage
 from tests.cli_helpers import run
 from tests.mcp_helpers import REPO, run_session, structured
@@ -269,3 +270,18 @@ def test_a_call_given_up_on_keeps_what_it_reserved(ws: Path) -> None:
         assert isinstance(flow.step(), Submit)
         flow.close()
         refusal(sb.call("append_file", {"path": "a.txt", "content": "xxx"}))
+
+
+def test_a_call_given_up_on_while_asking_gives_its_reservation_back(ws: Path) -> None:
+    """The worker stops before acting until a person answers: a call closed then (an
+    MCP stateless round ends so, and is sent again) wrote nothing."""
+    policy = Policy(tool_modes={"write_file": "supervised"})
+    quota = QuotaOptions(write_bytes_per_hour=10, files_created_per_hour=1)
+    with Sandbox(ws, policy=policy, quota=quota, approve=lambda request: True) as sb:
+        flow = sb.flow("write_file", {"path": "a.txt", "content": "x" * 8})
+        step = flow.step()
+        assert isinstance(step, Submit)
+        assert isinstance(flow.step(sb.submit(step.request)), Approve)
+        flow.close()
+        assert sb.call("write_file", {"path": "b.txt", "content": "x" * 8})["ok"]
+    assert not (ws / "a.txt").exists()
