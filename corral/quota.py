@@ -20,7 +20,9 @@ What a call costs, and what the host trusts of it (a worker's answer is input):
   request and the limits fix, and refused before it runs only when nothing is
   left of the quota;
 - files created: at most what the request could create (1, or a patch's added
-  files), reserved before the call runs; the answer may only lower it.
+  files), reserved before the call runs; the answer may only lower it, and add
+  the missing parent directories the call made (Meta.dirs_made), at most its
+  paths' depth: those show only when the call ends.
 An error answer releases its reservation (a failed call changed nothing), and a
 dry run (`dry_run: true`) is a call only: it writes and creates nothing.
 """
@@ -28,6 +30,7 @@ dry run (`dry_run: true`) is a call only: it writes and creates nothing.
 from __future__ import annotations
 
 import math
+import posixpath
 import threading
 import time
 from collections import deque
@@ -223,8 +226,10 @@ class Quotas:
             self.usage.settle(held, {})
             return
         used = {BYTES: self._written(tool, args, answer)}
-        if FILES in held:  # a worker's figure may lower the reservation, never raise it
-            used[FILES] = min(_created(tool, answer), held[FILES][1])
+        if FILES in held:  # a worker's figure may lower the reservation, never raise it,
+            # and add the parent directories it made, as many as its paths have at most
+            used[FILES] = min(_created(tool, answer), held[FILES][1]) + min(
+                answer.meta.dirs_made, _most_parents(tool, args))
         self.usage.settle(held, used)
 
     def _written(self, tool: str, args: dict[str, Any], answer: Answer) -> int:
@@ -281,6 +286,15 @@ def _created(tool: str, answer: Answer) -> int:
         return sum(1 for f in files if isinstance(f, dict) and f.get("action") == "add") \
             if isinstance(files, list) else 0
     return 0
+
+
+def _most_parents(tool: str, args: dict[str, Any]) -> int:
+    """The parent directories a call's paths could need made: each path's depth."""
+    if tool == "apply_patch":
+        paths = [line[len(ADD_FILE):] for line in _patch_lines(args) if line.startswith(ADD_FILE)]
+    else:
+        paths = [args["path"]] if isinstance(args.get("path"), str) else []
+    return sum(posixpath.normpath(path).strip("/").count("/") for path in paths)
 
 
 def _patch_lines(args: dict[str, Any]) -> list[str]:

@@ -285,3 +285,12 @@ def test_a_call_given_up_on_while_asking_gives_its_reservation_back(ws: Path) ->
         flow.close()
         assert sb.call("write_file", {"path": "b.txt", "content": "x" * 8})["ok"]
     assert not (ws / "a.txt").exists()
+
+
+def test_directories_made_on_the_way_count_as_files_created(ws: Path) -> None:
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=5)) as sb:
+        assert sb.call("create_directory", {"path": "a/b/c"})["ok"]  # 3 made
+        assert sb.call("write_file", {"path": "a/b/c/f.txt", "content": "x"})["ok"]  # 1
+        assert sb.call("write_file", {"path": "d/f.txt", "content": "x"})["ok"]  # 2: over
+        error = refusal(sb.call("create_directory", {"path": "e"}))
+        assert "6 files created" in error["message"]
