@@ -103,6 +103,24 @@ def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:
     assert template_pids() != [dead]
 
 
+def test_running_sandboxes_outlive_their_templates_death(make_broker: MakeBroker) -> None:
+    """The template is shared by every sandbox of the host: its death takes none of
+    their zygotes, so each still serves and still forks workers."""
+    fresh_template()
+    brokers = [make_broker(workers=1) for _ in range(2)]
+    (template,) = template_pids()
+    os.kill(template, signal.SIGKILL)
+    assert wait_gone([template]) == []
+    for broker in brokers:
+        zygote = broker.pids()["zygote"]
+        assert call(broker, "read_file", path="hello.txt")["ok"]
+        (worker,) = broker.pids()["workers"]
+        os.kill(worker, signal.SIGKILL)
+        assert wait_gone([worker]) == []
+        assert call(broker, "read_file", path="hello.txt")["ok"]  # a fresh worker's answer
+        assert broker.pids()["zygote"] == zygote and broker.pids()["workers"] != [worker]
+
+
 @pytest.mark.parametrize("frame", [
     {"op": "spawn"},  # a zygote's op, not the template's
     {"op": "zygote", "more": 1},

@@ -136,14 +136,14 @@ class Template:
         return reply.pid, ours, fds[0]
 
     def release(self) -> None:
-        """End the channel, and so the template (its zygotes with it), without waiting."""
+        """End the channel, and so the template (not its zygotes), without waiting."""
         self._sock.close()
         # Popen would warn at the interpreter's teardown of a child never waited for:
         # this one is left to exit alone and to be reaped by init once the host is gone
         self.process.returncode = 0
 
     def stop(self) -> None:
-        """End the channel; the template exits (its zygotes with it). One that never
+        """End the channel; the template exits (its zygotes live on). One that never
         forked a zygote is killed: it may still be importing (a command that failed
         before its sandbox started), and has nothing to take down."""
         self._sock.close()
