@@ -1,7 +1,8 @@
 """The processes of `corral serve --http` with two tenants, seen from /proc: no
 tenant's worker holds another's directories, nothing of the host's environment
 (a secret in it) reaches the template, the zygote or a worker, and killing the
-zygote template (shared by every sandbox of the host) takes no tenant down."""
+zygote template or the pool's zygote (each shared by every tenant) takes no
+tenant down."""
 
 from __future__ import annotations
 
@@ -86,7 +87,22 @@ def test_no_process_under_the_host_has_its_environment(tenants: Server) -> None:
             name for name in names if name.startswith(b"LC_")}, (process.pid, names)
 
 
+def test_every_tenant_keeps_serving_when_the_pools_zygote_is_killed(tenants: Server) -> None:
+    """The pool's zygote serves every tenant: the pool forks another, from the same
+    template (a call in flight would end worker_crashed; idle workers are replaced)."""
+    assert read_ok(tenants, "alice") and read_ok(tenants, "bob")
+    (template,) = psutil.Process(tenants.process.pid).children()
+    pool = zygote(tenants)
+    idle = [worker.pid for worker in pool.children()]
+    os.kill(pool.pid, signal.SIGKILL)
+    assert wait_gone([pool.pid, *idle]) == []  # its workers go with it (a call then: crashed)
+    for _ in range(2):
+        assert read_ok(tenants, "alice") and read_ok(tenants, "bob")
+    assert zygote(tenants).pid != pool.pid and zygote(tenants).ppid() == template.pid
+
+
 def test_every_tenant_keeps_serving_when_the_template_is_killed(tenants: Server) -> None:
+    """The template is shared by every sandbox of the host: its death takes no zygote."""
     assert read_ok(tenants, "alice") and read_ok(tenants, "bob")
     pool = zygote(tenants)
     (template,) = psutil.Process(tenants.process.pid).children()
