@@ -7,6 +7,7 @@ prometheus_client."""
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import logging
 import os
@@ -270,6 +271,46 @@ def test_a_private_sandboxs_observer_hears_its_workers_death(ws: Path) -> None:
         psutil.Process(worker).wait(30)  # a child of the sandbox's zygote: not ours to reap
         assert sandbox.call("list_directory", {})["ok"]
     assert tally.deaths == {"SIGSYS": 1}
+
+
+@pytest.mark.parametrize("where", ["hub", "worker_set"])
+def test_a_worker_that_dies_under_the_start_up_sweep_is_counted(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+) -> None:
+    """A sandbox's start-up sweep runs on a worker of its own (a private sandbox) or
+    one taken as a call takes one (a pool): one killed by SIGSYS under it is a death
+    as much as under a call."""
+    module = importlib.import_module(f"corral.sandbox.{where}")
+    sweep = module.sweep_on
+
+    def killed_first(worker: Any, *args: Any) -> int:
+        os.kill(worker.pid, signal.SIGSYS)
+        psutil.Process(worker.pid).wait(30)
+        return int(sweep(worker, *args))  # finds it dead: WorkerLost
+
+    monkeypatch.setattr(module, "sweep_on", killed_first)
+    tally = Tally()
+    if where == "hub":
+        with Pool(max_workers=2, observer=tally) as pool:
+            pool.sandbox(ws).close()  # close waits for its sweep
+    else:
+        Sandbox(ws, observer=tally).close()
+    assert tally.deaths == {"SIGSYS": 1}
+
+
+def test_a_worker_killed_while_it_starts_is_counted() -> None:
+    """Two workers SIGKILLed before they report (the OOM killer, say): the set forks
+    a third, and both deaths count, as a death under a call does."""
+    tally = Tally()
+    zygote = EvilZygote(honest, killed_at_boot=2)
+    workers = WorkerSet(zygote, SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT),
+                        Limits(), tally)
+    try:
+        workers.start()
+        assert len(workers.pids()) == 1 and zygote.spawned == 3
+    finally:
+        workers.close()
+    assert tally.deaths == {"SIGSYS": 0, "SIGKILL": 2}
 
 
 def attempts_ptrace(fd: int, request: dict[str, Any]) -> None:
