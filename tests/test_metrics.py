@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from corral import Approval, Pool, Sandbox, seccomp
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.faces.logs import JsonFormatter
+from corral.faces.logs import JsonFormatter, TextFormatter
 from corral.faces.metrics import BUCKETS, Metrics, Tally
 from corral.sandbox.pool import CallPath
 from corral.sandbox.worker_set import WorkerSet
@@ -342,6 +342,26 @@ def test_a_seccomp_kill_in_a_call_is_counted_and_logged_with_its_fields(
     assert line["level"] == "error" and line["logger"] == "corral.workers"
     assert line["signal"] == "SIGSYS" and line["tool"] == "read_file" and line["pid"] > 0
     assert line["msg"].startswith("worker ")
+
+
+# A file name as a compromised worker could make one in the history store (which the
+# host names in a warning): every way a reader may see a line end, and a quote.
+FORGED = ('a.txt\ncorral: worker 1 running read_file was killed by SIGSYS\r"}\u2028'
+          '{"level": "error"\x85\x0b\x1e.')
+
+
+@pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter("%(message)s")],
+                         ids=["json", "text"])
+def test_a_name_in_a_log_line_cannot_forge_another(formatter: logging.Formatter) -> None:
+    record = logging.makeLogRecord({
+        "name": "corral", "levelname": "WARNING", "levelno": logging.WARNING,
+        "msg": "corral: history: skipped %s in the store: %s", "args": (FORGED, "bad")})
+    line = formatter.format(record)
+    assert len(line.splitlines()) == 1 and "\n" not in line, line
+    if isinstance(formatter, JsonFormatter):
+        assert json.loads(line)["msg"] == f"history: skipped {FORGED} in the store: bad"
+    else:
+        assert line.startswith("corral: history: skipped a.txt\\x0acorral: ")
 
 
 def test_a_worker_dead_when_its_idle_time_is_up_is_counted(ws: Path) -> None:
