@@ -92,6 +92,30 @@ def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
         launch_zygote("tests_no_such_entry_module", b"")
 
 
+def test_a_template_that_hangs_fails_the_start_saying_so_and_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One stuck before its first answer: the start fails at the timeout, saying so;
+    the template is killed, and the next start tries a fresh one rather than the
+    channel the first gave up on."""
+    monkeypatch.setattr(launcher, "START_TIMEOUT_S", 1.0)
+    for _ in range(2):
+        with pytest.raises(SandboxError, match="template did not answer within 1 s"):
+            launch_zygote("template_hangs", b"")
+    hung = [child.pid for child in psutil.Process().children()
+            if "template_hangs" in " ".join(child.cmdline())]
+    assert wait_gone(hung) == []
+
+
+def test_a_template_that_sends_garbage_fails_the_start_and_is_killed() -> None:
+    for _ in range(2):
+        with pytest.raises(SandboxError, match="template broke its channel"):
+            launch_zygote("template_garbage", b"")
+    spoke = [child.pid for child in psutil.Process().children()
+             if "template_garbage" in " ".join(child.cmdline())]
+    assert wait_gone(spoke) == []
+
+
 def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:
     fresh_template()
     make_broker(workers=1).close()
