@@ -20,6 +20,8 @@ from corral.sandbox.pool import (
     SWEEP_FAILURES,
     BootKilled,
     Worker,
+    WorkerLost,
+    WorkerMisbehaved,
     ZygoteHandle,
     check_boot,
     fork_worker,
@@ -146,17 +148,23 @@ class WorkerSet:
             worker = fork_worker(self.zygote, self.options)
         except SandboxError:
             return 0
+        died_alone = False
         try:
             worker.boot(self.options.max_frame_bytes)
             if worker.layers is None or worker.layers != self.confinement:
                 return 0  # not confined as the set's workers are: it runs nothing
             return sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
+        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
+            died_alone = not isinstance(exc, WorkerMisbehaved)  # it misbehaved
+            return 0
         except SWEEP_FAILURES:
             return 0
         finally:
             worker.kill()
             worker.close()
-            self.zygote.wait(worker.pid)
+            code = self.zygote.wait(worker.pid)
+            if died_alone:
+                self.died(code)
 
     def manage_workers(self) -> None:
         """Spawn workers until the set is back at its target size; a worker that
@@ -277,7 +285,7 @@ class WorkerSet:
     def _boot(self, worker: Worker) -> None:
         """check_boot; anything but the set's confinement halts it (SandboxError)."""
         if not check_boot(worker, self.options.max_frame_bytes, self.confinement,
-                          self.murder_worker, self.halt):
+                          self.murder_worker, self.halt, self.died):
             raise SandboxError(f"The sandbox halted: {self._halted}.")
         self.confinement = self.confinement or dict(worker.layers or {})
 
