@@ -137,6 +137,11 @@ class WorkerSet:
             return self._sweep_on_own()
         try:
             removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
+        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
+            code = self.lost(worker)  # it misbehaved (then the host killed it)
+            if not isinstance(exc, WorkerMisbehaved):
+                self.died(code)
+            return 0
         except SWEEP_FAILURES:
             self.lost(worker)
             return 0
