@@ -578,8 +578,12 @@ def _config_arguments(
 
 
 def _decision(reply: Any) -> Approval | bool:
-    """An approve callback's reply: an Approval as it is, anything else as a bool."""
-    return reply if isinstance(reply, Approval) else bool(reply)
+    """An approve callback's reply, which must be a bool or an Approval: a truthy
+    anything else (input()'s "n", say) must not approve."""
+    if not isinstance(reply, bool | Approval):
+        raise TypeError(
+            f"approve() must return a bool or a corral.Approval, not {type(reply).__name__}")
+    return reply
 
 
 async def _to_thread(fn: Callable[..., T], *args: Any) -> T:

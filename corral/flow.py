@@ -135,6 +135,9 @@ class CallFlow:
             self._closed = True
             self.result = self._finish(done.value)
             return None
+        except BaseException:  # the call failed in the host (a bad reply): nothing more runs
+            self._closed = True
+            raise
 
     def close(self) -> None:
         """Give up on the call (nothing more runs); safe to call when it is done."""
@@ -212,17 +215,22 @@ class CallPlan:
         if self.quotas is None:
             return (yield from self._run(tool.name, args, within, grants))
         # Accepted (or refused) here, before a worker is taken; a flow closed before
-        # its answer keeps what it reserved: it may have written.
+        # its answer keeps what it reserved (it may have written), unless it was closed
+        # while a person was asked: the worker had stopped before acting (an MCP
+        # stateless round ends so, and its retry is admitted anew).
         reservation = self.quotas.admit(tool.name, args)
         if isinstance(reservation, CorralError):
             return error_answer(tool.name, reservation)
-        answer = yield from self._run(tool.name, args, within, grants)
+        quotas, unused = self.quotas, error_answer(tool.name, CorralError("approval_denied", ""))
+        answer = yield from self._run(
+            tool.name, args, within, grants,
+            lambda: quotas.settle(reservation, tool.name, args, unused))
         self.quotas.settle(reservation, tool.name, args, answer)
         return answer
 
     def _run(
         self, tool: str, args: dict[str, Any], within: Sequence[str] | None,
-        grants: tuple[GrantRef, ...],
+        grants: tuple[GrantRef, ...], unasked: Callable[[], None] = lambda: None,
     ) -> Steps:
         """The worker's answer, after any approval rounds it asks for (the remembered
         `grants` that can apply travel with each request)."""
@@ -252,7 +260,8 @@ class CallPlan:
             fix = "" if rule else (f'; or set {tool} = "allow" in [tools] of the '
                                    "operator's config to run it without asking")
             refusal = yield from self._ask(
-                ask, needed, answer.meta.touched, f"{shown} needs approval{why}", rule, fix)
+                ask, needed, answer.meta.touched, f"{shown} needs approval{why}", rule, fix,
+                unasked)
             if refusal is not None:  # nothing went through, by a grant or otherwise
                 return Answer(False, refusal.tool, error=refusal.error,
                               meta=answer.meta._replace(grants=()))
@@ -289,19 +298,27 @@ class CallPlan:
     def _ask(
         self, ask: dict[str, Any], needed: list[NeedsApproval], touched: Sequence[Touched],
         what: str, rule: str | None = None, fix: str = "",
+        unasked: Callable[[], None] = lambda: None,
     ) -> Generator[Step, Any, Answer | None]:
         """None if the host approved; else the error answer to return (naming the
         path rule that asked for the approval, if one did)."""
         if not self.can_ask:
             return _nobody_to_ask(ask["tool"], what, rule, fix)
-        reply = yield Approve(ask)
+        try:
+            reply = yield Approve(ask)
+        except GeneratorExit:  # given up on while asking: `unasked` says so
+            unasked()
+            raise
         if isinstance(reply, NoApprover):  # the callback could not ask anyone
             how = f": {reply.hint}" if reply.hint else ""
             return error_answer(ask["tool"], CorralError(
                 "approval_required", f"{what} and nobody can be asked to approve it{how}{fix}.",
                 rule=rule,
             ))
-        approval = reply if isinstance(reply, Approval) else Approval(bool(reply))
+        if not isinstance(reply, bool | Approval):  # a driver's own; Sandbox.run checks too
+            raise TypeError(f"an Approve step's reply must be a bool, a corral.Approval or a "
+                            f"NoApprover, not {type(reply).__name__}")
+        approval = reply if isinstance(reply, Approval) else Approval(reply)
         if approval is not REPLAYED:
             issued = self.grants.issue(ask["tool"], needed, approval.remember) if (
                 approval.allow and self.grants is not None) else []

@@ -376,14 +376,21 @@ class _Matcher:
     """A policy compiled for decide(): it runs on every path of every call."""
 
     def __init__(self, policy: Policy) -> None:
-        replaced = BUILTIN_NAMES.intersection(rule.name for rule in policy.rules)
+        self.replaced = BUILTIN_NAMES.intersection(rule.name for rule in policy.rules)
         self.rules = tuple(_compile_rule(rule) for rule in policy.rules)
         self.narrowing = tuple(_compile_rule(rule) for rule in policy.workspace_rules)
-        self.builtins = _builtin_matcher(replaced)
         self.protected = tuple(path.rstrip("/") or "/" for path in policy.protected_paths)
         self.regexes = compile_path_regex(policy.path_regex)
         self.default = Decision(policy.default_action, None)
         self.cache: dict[tuple[str, str, str, bool], Decision] = {}
+
+    @functools.cached_property
+    def builtins(self) -> _BuiltinMatcher:
+        # At the first decision, not with the rest: the built-ins are ours and need no
+        # checking, and their regexes (~20 ms) are compiled once per process, in the
+        # zygote template for the workers; a host that only starts a sandbox and
+        # passes its calls on (`corral call`) never decides a path itself.
+        return _builtin_matcher(frozenset(self.replaced))
 
 
 @dataclass(frozen=True)
@@ -457,6 +464,10 @@ class Policy:
     def _matcher(self) -> _Matcher:
         # cached_property stores into the instance's __dict__, beside the frozen fields
         return _Matcher(self)
+
+    def warm(self) -> None:
+        """Compile now what the first decision would (the built-in rules' regexes)."""
+        _ = self._matcher.builtins
 
     def protecting(self, *paths: str) -> Policy:
         """This policy with more paths no tool may write, each with everything beneath

@@ -20,13 +20,17 @@ What a call costs, and what the host trusts of it (a worker's answer is input):
   request and the limits fix, and refused before it runs only when nothing is
   left of the quota;
 - files created: at most what the request could create (1, or a patch's added
-  files), reserved before the call runs; the answer may only lower it.
-An error answer releases its reservation (a failed call changed nothing).
+  files), reserved before the call runs; the answer may only lower it, and add
+  the missing parent directories the call made (Meta.dirs_made), at most its
+  paths' depth: those show only when the call ends.
+An error answer releases its reservation (a failed call changed nothing), and a
+dry run (`dry_run: true`) is a call only: it writes and creates nothing.
 """
 
 from __future__ import annotations
 
 import math
+import posixpath
 import threading
 import time
 from collections import deque
@@ -174,6 +178,8 @@ class Quotas:
     def admit(self, tool: str, args: dict[str, Any]) -> Reservation | CorralError:
         """Count a call the host accepts, before it takes a worker; or why not."""
         wants = {CALLS: 1}
+        if args.get("dry_run") is True:  # changes nothing (the tool's contract): a call only
+            return self._taken(self.usage.take(self._bounds, wants))
         room = None
         if tool in CREATORS or tool == "apply_patch":
             wants[FILES] = _most_created(tool, args)
@@ -193,7 +199,10 @@ class Quotas:
                     "accepted.")
         elif tool in BYTE_WRITERS:
             room = {BYTES: 1}  # its size shows afterwards: some must be left
-        taken = self.usage.take(self._bounds, wants, room)
+        return self._taken(self.usage.take(self._bounds, wants, room))
+
+    def _taken(self, taken: Reservation | tuple[str, float]) -> Reservation | CorralError:
+        """The reservation, or the refusal naming the quota and when it has room."""
         if isinstance(taken, dict):
             return taken
         name, wait = taken
@@ -217,8 +226,10 @@ class Quotas:
             self.usage.settle(held, {})
             return
         used = {BYTES: self._written(tool, args, answer)}
-        if FILES in held:  # a worker's figure may lower the reservation, never raise it
-            used[FILES] = min(_created(tool, answer), held[FILES][1])
+        if FILES in held:  # a worker's figure may lower the reservation, never raise it,
+            # and add the parent directories it made, as many as its paths have at most
+            used[FILES] = min(_created(tool, answer), held[FILES][1]) + min(
+                answer.meta.dirs_made, _most_parents(tool, args))
         self.usage.settle(held, used)
 
     def _written(self, tool: str, args: dict[str, Any], answer: Answer) -> int:
@@ -245,8 +256,9 @@ def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
         return None
     content = args["content"]
     if args.get("encoding") == "base64":
-        # what b64decode gives a valid string; an invalid one fails in the worker
-        return len(content) // 4 * 3 - content[-2:].count("=")
+        # what b64decode(validate=True) gives a valid string (its padding, which may be
+        # longer than needed, carries no data); an invalid one fails in the worker
+        return len(content.rstrip("=")) * 3 // 4
     if content.isascii():
         return len(content)
     return len(content.encode("utf-8", "surrogatepass"))
@@ -274,6 +286,15 @@ def _created(tool: str, answer: Answer) -> int:
         return sum(1 for f in files if isinstance(f, dict) and f.get("action") == "add") \
             if isinstance(files, list) else 0
     return 0
+
+
+def _most_parents(tool: str, args: dict[str, Any]) -> int:
+    """The parent directories a call's paths could need made: each path's depth."""
+    if tool == "apply_patch":
+        paths = [line[len(ADD_FILE):] for line in _patch_lines(args) if line.startswith(ADD_FILE)]
+    else:
+        paths = [args["path"]] if isinstance(args.get("path"), str) else []
+    return sum(posixpath.normpath(path).strip("/").count("/") for path in paths)
 
 
 def _patch_lines(args: dict[str, Any]) -> list[str]:

@@ -118,3 +118,28 @@ def test_a_file_in_another_root_is_shown_absolute(linked_ws: Path, tmp_path: Pat
     assert (target["root"], target["path"], target["shown"]) == (
         str(data), "n.txt", f"{data}/n.txt"
     )
+
+
+def test_a_name_or_content_cannot_forge_lines_of_the_diff_a_person_reads(linked_ws: Path) -> None:
+    """Only the diff's own line breaks break it: a newline in the file's name (its
+    header) or a lone CR, U+2028 or U+0085 in its content shows escaped."""
+    name = "deploy/a.yml\n-password: kept\n+++ b/other.yml"
+    asker = Asker(True)
+    with Sandbox(linked_ws, policy=SUPERVISED_RULE, approve=asker) as sb:
+        content = "safe\r-deleted\u2028 context\x85+added\n"
+        assert sb.call("write_file", {"path": name, "content": content})["ok"]
+    (request,) = asker.asked
+    lines = request["diff"].split("\n")
+    assert len(lines) == 4, lines  # ---, +++, @@, and the one line added
+    assert lines[3] == "+safe\\r-deleted\\u2028 context\\x85+added"
+    assert lines[0].startswith("--- ") and lines[1].startswith("+++ ")
+    assert "\\n-password" in lines[0] and lines[2].startswith("@@ ")
+
+
+def test_a_crlf_files_preview_shows_its_lines_without_their_cr(linked_ws: Path) -> None:
+    (linked_ws / "deploy" / "w.txt").write_bytes(b"one\r\ntwo\r\n")
+    asker = Asker(True)
+    with Sandbox(linked_ws, policy=SUPERVISED_RULE, approve=asker) as sb:
+        edit = {"path": "deploy/w.txt", "old_string": "two", "new_string": "2"}
+        assert sb.call("edit_file", edit)["ok"]
+    assert asker.asked[0]["diff"].split("\n")[-3:] == [" one", "-two", "+2"]

@@ -132,6 +132,19 @@ def test_approval_checks_its_arguments() -> None:
     assert Approval(True) and not Approval(False)
 
 
+@pytest.mark.parametrize("reply", ["n", "path", None, 1], ids=["n", "path", "none", "one"])
+def test_a_reply_that_is_not_a_bool_or_an_approval_approves_nothing(
+    ws: Path, reply: Any
+) -> None:
+    """A callback returning input()'s "n" (truthy) must not approve: it is the host's
+    mistake, raised out of call, and the call has acted on nothing."""
+    with Sandbox(ws, policy=RULES, approve=Asker(reply)) as sb:
+        with pytest.raises(TypeError, match=r"bool or a corral\.Approval"):
+            sb.call("write_file", {"path": "docs/a.md", "content": "x"})
+        assert sb.approvals() == [] and sb.call("stat_file", {"path": "."})["ok"]
+    assert not (ws / "docs/a.md").exists()
+
+
 def test_forget_drops_one_grant_or_all(ws: Path) -> None:
     asker = Asker(Approval(True, remember="path"))
     with Sandbox(ws, policy=RULES, approve=asker) as sb:

@@ -203,3 +203,15 @@ def test_a_2025_06_18_session_remembers_with_the_older_form(ws: Path) -> None:
     finally:
         session.close()
         session.shut()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_approval_round_is_not_charged_to_the_quotas_twice(
+    tmp_path: Path, ws: Path, mode: str
+) -> None:
+    """On 2026-07-28 the question ends a round and the call comes again: the first
+    round wrote nothing, so it keeps no file or byte reservation (3: docs/, a.md, b.md)."""
+    extra = write_config(tmp_path, RULES + "[quota]\nfiles_created_per_hour = 3\n")
+    person = Person(None)
+    run(lambda: stdio_client(ws, extra, mode, person), "docs/a.md", "docs/b.md")
+    assert len(person.asked) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -219,3 +220,30 @@ def test_no_command_is_misuse(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([])
     assert exit_info.value.code == 2 and "usage" in capsys.readouterr().err
+
+
+def test_a_command_builds_only_its_own_parser() -> None:
+    from corral.faces.cli import COMMANDS, build_parser
+
+    def commands(parser: argparse.ArgumentParser) -> list[str]:
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return list(action.choices)
+
+    assert commands(build_parser()) == list(COMMANDS) == commands(build_parser("--help"))
+    assert commands(build_parser("call")) == ["call"]
+    assert commands(build_parser("undo")) == ["history", "checkpoint", "undo", "rewind"]
+
+
+@pytest.mark.parametrize("columns", [None, "50", "0", "wide"])
+def test_the_help_is_as_wide_as_argparse_would_make_it(
+    monkeypatch: pytest.MonkeyPatch, columns: str | None,
+) -> None:
+    import shutil
+
+    from corral.faces.cli import help_width
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert help_width() == shutil.get_terminal_size().columns - 2

@@ -152,4 +152,5 @@ def test_a_dead_zygote_halts_the_pool_instead_of_serving(
     assert answer["ok"] is False and answer["error"]["code"] == "worker_crashed"
     again = call(broker, "read_file", path="hello.txt")
     assert again["error"]["code"] == "worker_crashed" and "halted" in again["error"]["message"]
+    assert "zygote" in again["error"]["message"]  # says why: not "the sandbox is closed"
     broker.close()

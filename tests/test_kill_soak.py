@@ -58,6 +58,28 @@ def test_start_removes_temps_of_dead_writers_only(tmp_path: Path):
     assert [p for p in kept if not p.exists()] == []
 
 
+@pytest.mark.parametrize("calls", [0, 1, 3])
+def test_a_private_sandbox_sweeps_on_a_worker_of_its_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: int,
+):
+    # after its first call (on that call's worker, idle again) or at close: a one-shot
+    # call forks no worker for the sweep
+    from corral.sandbox import worker_set
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("a\n")
+    temp = tmp_path / "ws" / f".corral-tmp-{_dead_pid()}-{HEX}"
+    temp.write_text("partial")
+    forked = []
+    fork = worker_set.fork_worker
+    monkeypatch.setattr(worker_set, "fork_worker", lambda *a: forked.append(1) or fork(*a))
+    with Sandbox(tmp_path / "ws", workers=1) as sandbox:
+        for _ in range(calls):
+            assert sandbox.call("read_file", {"path": "a.txt"})["ok"]
+    assert not temp.exists()
+    assert len(forked) == 1
+
+
 def test_start_keeps_the_temp_of_another_sandboxs_running_write(tmp_path: Path):
     (tmp_path / "ws").mkdir()
     with Sandbox(tmp_path / "ws", workers=1) as first:

@@ -7,6 +7,7 @@ prometheus_client."""
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from corral import Approval, Pool, Sandbox, seccomp
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.faces.logs import JsonFormatter
+from corral.faces.logs import JsonFormatter, TextFormatter
 from corral.faces.metrics import BUCKETS, Metrics, Tally
 from corral.sandbox.pool import CallPath
 from corral.sandbox.worker_set import WorkerSet
@@ -125,13 +126,23 @@ def test_quota_refusals_are_counted_by_tenant_over_http(metered: Server) -> None
 
 def test_gauges_are_read_from_the_pool_when_scraped(metered: Server) -> None:
     called(metered, "alice", "read_file", {"path": "hello.txt"})
-    samples = scrape(metered)
+    samples = quiet(metered)
     assert value(samples, "corral_workers_busy") == 0
     assert value(samples, "corral_workers_idle") >= 1
     assert value(samples, "corral_sandboxes") >= 1
     assert value(samples, "corral_queued_calls", tenant="alice") == 0
     assert ("tenant", "bob") in {label for labels in samples["corral_queued_calls"]
                                  for label in labels}
+
+
+def quiet(server: Server) -> Samples:
+    """A scrape once no worker runs a call or starts (a sandbox's start-up sweep is
+    done with the worker it took or forked)."""
+    deadline = time.monotonic() + 30
+    while value(samples := scrape(server), "corral_workers_busy") and (
+            time.monotonic() < deadline):
+        time.sleep(0.02)
+    return samples
 
 
 def workers(server: Server) -> set[int]:
@@ -157,12 +168,16 @@ def kill_and_wait(pid: int, sig: signal.Signals) -> None:
 
 def test_worker_deaths_are_counted_by_signal_sigsys_apart(metered: Server) -> None:
     """bob's idle workers die of SIGSYS, then their successors of SIGKILL: bob's next
-    call finds each dead (and a fresh worker answers it)."""
+    call finds each dead (and a fresh worker answers it). Each round waits for the
+    pool to be quiet first: a new sandbox's start-up sweep runs in the background,
+    taking a worker or forking one, and a worker killed while it starts halts its
+    sandbox (by design) where the next call expects an answer."""
     before = scrape(metered)
     known = workers(metered)
     called(metered, "bob", "read_file", {"path": "hello.txt"})
     killed = {}
     for sig in (signal.SIGSYS, signal.SIGKILL):
+        quiet(metered)
         bobs = workers(metered) - known  # its call's worker, and its start-up sweep's
         assert bobs
         for pid in bobs:
@@ -171,10 +186,16 @@ def test_worker_deaths_are_counted_by_signal_sigsys_apart(metered: Server) -> No
         killed[sig.name] = len(bobs)
         assert called(metered, "bob", "read_file", {"path": "hello.txt"})["result"]["isError"] \
             is False
-    after = scrape(metered)
-    for name, count in killed.items():
-        assert value(after, "corral_worker_deaths_total", signal=name) - value(
-            before, "corral_worker_deaths_total", signal=name) == count, name
+
+    def counted(samples: Samples) -> dict[str, float]:
+        return {name: value(samples, "corral_worker_deaths_total", signal=name) - value(
+            before, "corral_worker_deaths_total", signal=name) for name in killed}
+
+    # a death the sweep finds is counted on its thread, maybe after the call's answer
+    deadline = time.monotonic() + 30
+    while counted(after := scrape(metered)) != killed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert counted(after) == killed
 
 
 def test_log_lines_are_json_objects_one_a_line(metered: Server) -> None:
@@ -252,6 +273,46 @@ def test_a_private_sandboxs_observer_hears_its_workers_death(ws: Path) -> None:
     assert tally.deaths == {"SIGSYS": 1}
 
 
+@pytest.mark.parametrize("where", ["hub", "worker_set"])
+def test_a_worker_that_dies_under_the_start_up_sweep_is_counted(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+) -> None:
+    """A sandbox's start-up sweep runs on a worker of its own (a private sandbox) or
+    one taken as a call takes one (a pool): one killed by SIGSYS under it is a death
+    as much as under a call."""
+    module = importlib.import_module(f"corral.sandbox.{where}")
+    sweep = module.sweep_on
+
+    def killed_first(worker: Any, *args: Any) -> int:
+        os.kill(worker.pid, signal.SIGSYS)
+        psutil.Process(worker.pid).wait(30)
+        return int(sweep(worker, *args))  # finds it dead: WorkerLost
+
+    monkeypatch.setattr(module, "sweep_on", killed_first)
+    tally = Tally()
+    if where == "hub":
+        with Pool(max_workers=2, observer=tally) as pool:
+            pool.sandbox(ws).close()  # close waits for its sweep
+    else:
+        Sandbox(ws, observer=tally).close()
+    assert tally.deaths == {"SIGSYS": 1}
+
+
+def test_a_worker_killed_while_it_starts_is_counted() -> None:
+    """Two workers SIGKILLed before they report (the OOM killer, say): the set forks
+    a third, and both deaths count, as a death under a call does."""
+    tally = Tally()
+    zygote = EvilZygote(honest, killed_at_boot=2)
+    workers = WorkerSet(zygote, SandboxOptions(workers=1, max_frame_bytes=FRAME_LIMIT),
+                        Limits(), tally)
+    try:
+        workers.start()
+        assert len(workers.pids()) == 1 and zygote.spawned == 3
+    finally:
+        workers.close()
+    assert tally.deaths == {"SIGSYS": 0, "SIGKILL": 2}
+
+
 def attempts_ptrace(fd: int, request: dict[str, Any]) -> None:
     """A compromised worker: under the real worker profile, a call corral never makes."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -283,6 +344,26 @@ def test_a_seccomp_kill_in_a_call_is_counted_and_logged_with_its_fields(
     assert line["msg"].startswith("worker ")
 
 
+# A file name as a compromised worker could make one in the history store (which the
+# host names in a warning): every way a reader may see a line end, and a quote.
+FORGED = ('a.txt\ncorral: worker 1 running read_file was killed by SIGSYS\r"}\u2028'
+          '{"level": "error"\x85\x0b\x1e.')
+
+
+@pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter("%(message)s")],
+                         ids=["json", "text"])
+def test_a_name_in_a_log_line_cannot_forge_another(formatter: logging.Formatter) -> None:
+    record = logging.makeLogRecord({
+        "name": "corral", "levelname": "WARNING", "levelno": logging.WARNING,
+        "msg": "corral: history: skipped %s in the store: %s", "args": (FORGED, "bad")})
+    line = formatter.format(record)
+    assert len(line.splitlines()) == 1 and "\n" not in line, line
+    if isinstance(formatter, JsonFormatter):
+        assert json.loads(line)["msg"] == f"history: skipped {FORGED} in the store: bad"
+    else:
+        assert line.startswith("corral: history: skipped a.txt\\x0acorral: ")
+
+
 def test_a_worker_dead_when_its_idle_time_is_up_is_counted(ws: Path) -> None:
     """One that died idle and was never taken again: the pool's reaper finds it."""
     tally = Tally()
@@ -292,9 +373,9 @@ def test_a_worker_dead_when_its_idle_time_is_up_is_counted(ws: Path) -> None:
         for worker in sandbox.pids()["workers"]:
             os.kill(worker, signal.SIGSYS)
         deadline = time.monotonic() + 30
-        while not tally.deaths and time.monotonic() < deadline:
+        while not sum(tally.deaths.values()) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert set(tally.deaths) == {"SIGSYS"}
+        assert {name for name, count in tally.deaths.items() if count} == {"SIGSYS"}
 
 
 def test_quota_refusals_are_counted_by_tenant() -> None:
@@ -304,9 +385,23 @@ def test_quota_refusals_are_counted_by_tenant() -> None:
     metrics.watch(lambda: {"sandboxes": 0, "workers": 0, "idle_workers": 0, "busy_workers": 0,
                            "queued_calls": 0}, lambda: {"alice": 3})
     samples = parsed(generate_latest(metrics.registry).decode())
-    assert samples["corral_quota_refusals_total"] == {(("tenant", "alice"),): 1.0}
+    assert samples["corral_quota_refusals_total"] == {(("tenant", "alice"),): 1.0,
+                                                      (("tenant", "bob"),): 0.0}
     assert value(samples, "corral_calls_total", tool="write_file", code="quota_exceeded") == 1
     assert value(samples, "corral_queued_calls", tenant="alice") == 3
+
+
+def test_the_series_the_alerts_watch_are_there_at_zero_from_the_start() -> None:
+    """increase() of a series that first appears at 1 is 0 to Prometheus: the first
+    SIGSYS death of a server's life, or a tenant's first quota refusal, would raise
+    none of deployment.md's alerts if the series began with it."""
+    metrics = Metrics()
+    metrics.observer("alice")
+    metrics.watch(lambda: {"sandboxes": 0, "workers": 0, "idle_workers": 0, "busy_workers": 0,
+                           "queued_calls": 0}, dict)
+    samples = parsed(generate_latest(metrics.registry).decode())
+    assert samples["corral_worker_deaths_total"] == {(("signal", "SIGSYS"),): 0.0}
+    assert samples["corral_quota_refusals_total"] == {(("tenant", "alice"),): 0.0}
 
 
 @pytest.fixture

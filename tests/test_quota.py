@@ -19,7 +19,8 @@ from corral import AsyncSandbox, Pool, Sandbox
 from corral.calls.messages import Answer, CallRequest, Malformed, Meta
 from corral.config import ConfigError, QuotaOptions
 from corral.faces.tenants import parse_tenants, tenant_config
-from corral.flow import Submit
+from corral.flow import Approve, Submit
+from corral.policy import Policy
 from corral.quota import QuotaUsage
 from tests.cli_helpers import run
 from tests.mcp_helpers import REPO, run_session, structured
@@ -86,6 +87,14 @@ def test_files_created_per_hour_counts_new_files_only(ws: Path) -> None:
         refusal(sb.call("create_directory", {"path": "e"}))
         assert sb.call("read_file", {"path": "a.txt"})["ok"]
     assert sorted(os.listdir(ws)) == ["a.txt", "d"]
+
+
+def test_a_patch_counts_the_files_it_adds_and_the_directories_made_for_them(ws: Path) -> None:
+    patch = "*** Begin Patch\n*** Add File: a/b/new.txt\n+x\n*** End Patch\n"
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=3)) as sb:
+        assert sb.call("apply_patch", {"patch": patch})["ok"]  # a/, a/b/ and the file
+        refusal(sb.call("write_file", {"path": "c.txt", "content": "x"}))
+    assert sorted(os.listdir(ws)) == ["a"]
 
 
 def test_a_forged_answer_does_not_evade_the_byte_quota(ws: Path) -> None:
@@ -269,3 +278,27 @@ def test_a_call_given_up_on_keeps_what_it_reserved(ws: Path) -> None:
         assert isinstance(flow.step(), Submit)
         flow.close()
         refusal(sb.call("append_file", {"path": "a.txt", "content": "xxx"}))
+
+
+def test_a_call_given_up_on_while_asking_gives_its_reservation_back(ws: Path) -> None:
+    """The worker stops before acting until a person answers: a call closed then (an
+    MCP stateless round ends so, and is sent again) wrote nothing."""
+    policy = Policy(tool_modes={"write_file": "supervised"})
+    quota = QuotaOptions(write_bytes_per_hour=10, files_created_per_hour=1)
+    with Sandbox(ws, policy=policy, quota=quota, approve=lambda request: True) as sb:
+        flow = sb.flow("write_file", {"path": "a.txt", "content": "x" * 8})
+        step = flow.step()
+        assert isinstance(step, Submit)
+        assert isinstance(flow.step(sb.submit(step.request)), Approve)
+        flow.close()
+        assert sb.call("write_file", {"path": "b.txt", "content": "x" * 8})["ok"]
+    assert not (ws / "a.txt").exists()
+
+
+def test_directories_made_on_the_way_count_as_files_created(ws: Path) -> None:
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=5)) as sb:
+        assert sb.call("create_directory", {"path": "a/b/c"})["ok"]  # 3 made
+        assert sb.call("write_file", {"path": "a/b/c/f.txt", "content": "x"})["ok"]  # 1
+        assert sb.call("write_file", {"path": "d/f.txt", "content": "x"})["ok"]  # 2: over
+        error = refusal(sb.call("create_directory", {"path": "e"}))
+        assert "6 files created" in error["message"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corral.calls.messages import Answer, Meta
+from corral.calls.messages import Answer, Malformed, Meta
 from corral.config import Limits, QuotaOptions
 from corral.errors import CorralError
 from corral.quota import BYTES, CALLS, FILES, SLOTS, Quotas, QuotaUsage
@@ -231,3 +231,39 @@ def test_quota_options_check_themselves_and_merge_to_the_stricter() -> None:
     merged = QuotaOptions(calls_per_minute=5, write_bytes_per_hour=100).stricter(
         QuotaOptions(calls_per_minute=9, files_created_per_hour=3))
     assert merged == QuotaOptions(5, 100, 3)
+
+
+def test_a_dry_run_is_a_call_and_writes_nothing(clock: Clock) -> None:
+    gate = quotas(clock, calls_per_minute=5, write_bytes_per_hour=10, files_created_per_hour=1)
+    edit = {"path": "a", "old_string": "x", "new_string": "y" * 40, "dry_run": True}
+    taken = gate.admit("edit_file", edit)
+    assert isinstance(taken, dict)
+    gate.settle(taken, "edit_file", edit, answer(written=40))
+    patch = {"patch": "*** Begin Patch\n*** Add File: a\n+x\n*** End Patch", "dry_run": True}
+    taken = gate.admit("apply_patch", patch)
+    assert isinstance(taken, dict)
+    gate.settle(taken, "apply_patch", patch, answer(result={"files": [{"action": "add"}]}))
+    assert (gate.usage.used(CALLS), gate.usage.used(BYTES), gate.usage.used(FILES)) == (2, 0, 0)
+
+
+def test_base64_padding_does_not_shrink_what_a_write_is_charged(clock: Clock) -> None:
+    gate = quotas(clock, write_bytes_per_hour=100)
+    assert isinstance(gate.admit("write_file", write("AAAA==", encoding="base64")), dict)
+    assert gate.usage.used(BYTES) == 3  # b64decode(validate=True) gives 3 bytes
+
+
+def test_the_parent_directories_a_call_made_count_up_to_its_paths_depth(clock: Clock) -> None:
+    gate = quotas(clock, files_created_per_hour=100)
+    args = write("x", path="a/b/c/f.txt")
+    taken = gate.admit("write_file", args)
+    assert isinstance(taken, dict)
+    made = Answer(True, "t", {"created": True}, "", meta=Meta(dirs_made=10**9))  # forged
+    gate.settle(taken, "write_file", args, made)
+    assert gate.usage.used(FILES) == 4  # the file and at most a, b and c
+
+
+@pytest.mark.parametrize("made", [-1, 1.5, "3", True])
+def test_a_dirs_made_that_is_not_a_count_is_a_malformed_answer(made: Any) -> None:
+    with pytest.raises(Malformed, match="dirs_made"):
+        Meta.from_wire({"dirs_made": made})
+    assert Meta.from_wire(Meta(dirs_made=3).to_wire()).dirs_made == 3

@@ -86,8 +86,13 @@ def test_corral_call_starts_one_worker(
 
 
 # A whole `corral call` in a fresh interpreter, then the modules it loaded that a
-# call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's).
-UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify")
+# call does not need: the servers, the audit verifier, asyncio (AsyncSandbox's),
+# psutil (a worker's RSS is first read after a few calls, and a temp's writer looked
+# up only if the sweep finds a temp), the shared pool's hub, shutil (argparse's way
+# to the terminal's width: the parser is told it), hashlib (OpenSSL: an audit log's
+# chain only), random.
+UNNEEDED = ("asyncio", "corral.mcp_server", "corral.jsonl_server", "corral.audit_verify",
+            "psutil", "corral.sandbox.hub", "shutil", "hashlib", "random")
 CALL_AND_LIST = """
 import sys
 from corral.cli import main
@@ -102,6 +107,36 @@ def test_corral_call_imports_only_what_a_call_needs(workspace: Path) -> None:
         capture_output=True, text=True, check=True, cwd=REPO,
     )
     assert done.stdout.splitlines()[-1] == "loaded:"
+
+
+# The command decides no path itself: the built-in rules' regexes are compiled in the
+# zygote template, for the workers, and never in the command's process.
+CALL_AND_COUNT = """
+import sys
+from corral.cli import main
+from corral.policy import _builtin_matcher
+assert main(["call", "read_file", '{"path": "hello.txt"}', "--workspace", sys.argv[1]]) == 0
+print("builtins compiled:", _builtin_matcher.cache_info().currsize)
+"""
+
+
+def test_corral_call_compiles_no_built_in_rules_in_its_own_process(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CALL_AND_COUNT, str(workspace)],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )
+    assert done.stdout.splitlines()[-1] == "builtins compiled: 0"
+
+
+def test_a_policy_compiles_the_built_in_rules_at_its_first_decision() -> None:
+    from corral.policy import Policy, RootSpec, _builtin_matcher
+
+    _builtin_matcher.cache_clear()
+    policy = Policy(tool_modes={"write_file": "allow"})
+    assert _builtin_matcher.cache_info().currsize == 0
+    root = RootSpec("/w", "rw")
+    decision = policy.decide("write_file", root, ".git/config", write=True)
+    assert decision.action == "deny" and _builtin_matcher.cache_info().currsize == 1
 
 
 # The program (main() reading sys.argv) freezes what it has loaded for the collector.

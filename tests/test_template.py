@@ -92,6 +92,30 @@ def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
         launch_zygote("tests_no_such_entry_module", b"")
 
 
+def test_a_template_that_hangs_fails_the_start_saying_so_and_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One stuck before its first answer: the start fails at the timeout, saying so;
+    the template is killed, and the next start tries a fresh one rather than the
+    channel the first gave up on."""
+    monkeypatch.setattr(launcher, "START_TIMEOUT_S", 1.0)
+    for _ in range(2):
+        with pytest.raises(SandboxError, match="template did not answer within 1 s"):
+            launch_zygote("template_hangs", b"")
+    hung = [child.pid for child in psutil.Process().children()
+            if "template_hangs" in " ".join(child.cmdline())]
+    assert wait_gone(hung) == []
+
+
+def test_a_template_that_sends_garbage_fails_the_start_and_is_killed() -> None:
+    for _ in range(2):
+        with pytest.raises(SandboxError, match="template broke its channel"):
+            launch_zygote("template_garbage", b"")
+    spoke = [child.pid for child in psutil.Process().children()
+             if "template_garbage" in " ".join(child.cmdline())]
+    assert wait_gone(spoke) == []
+
+
 def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:
     fresh_template()
     make_broker(workers=1).close()
@@ -101,6 +125,24 @@ def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:
     broker = make_broker(workers=1)
     assert call(broker, "read_file", path="hello.txt")["ok"]
     assert template_pids() != [dead]
+
+
+def test_running_sandboxes_outlive_their_templates_death(make_broker: MakeBroker) -> None:
+    """The template is shared by every sandbox of the host: its death takes none of
+    their zygotes, so each still serves and still forks workers."""
+    fresh_template()
+    brokers = [make_broker(workers=1) for _ in range(2)]
+    (template,) = template_pids()
+    os.kill(template, signal.SIGKILL)
+    assert wait_gone([template]) == []
+    for broker in brokers:
+        zygote = broker.pids()["zygote"]
+        assert call(broker, "read_file", path="hello.txt")["ok"]
+        (worker,) = broker.pids()["workers"]
+        os.kill(worker, signal.SIGKILL)
+        assert wait_gone([worker]) == []
+        assert call(broker, "read_file", path="hello.txt")["ok"]  # a fresh worker's answer
+        assert broker.pids()["zygote"] == zygote and broker.pids()["workers"] != [worker]
 
 
 @pytest.mark.parametrize("frame", [

@@ -22,7 +22,7 @@ Wire shapes (one JSON object per frame):
                (TempList)
     answer   {"id", "ok", "tool", "result"+"text" | "error", "meta"}
              meta {"touched", "bytes", "needs_approval", "history_bytes"?, "seen"?,
-                   "history_ids"?, "grants"? [[id, root, resolved], ...], "diff"?}
+                   "history_ids"?, "grants"? [[id, root, resolved], ...], "diff"?, "dirs_made"?}
     boot     {"confinement", "pid", "roots"} | {"confine_error"}
 (The zygote's control channel: control.py.)
 """
@@ -183,6 +183,7 @@ class Meta(NamedTuple):
     history_ids: tuple[str, ...] = ()  # the records it made, for the host to check and commit
     grants: tuple[GrantUse, ...] = ()  # remembered approvals the call went through by
     diff: str | None = None  # at an approval stop: the change, bounded, for the person asked
+    dirs_made: int = 0  # missing parent directories it created (the files quota counts them)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -199,6 +200,8 @@ class Meta(NamedTuple):
             wire["grants"] = [list(use) for use in self.grants]
         if self.diff is not None:
             wire["diff"] = self.diff
+        if self.dirs_made:
+            wire["dirs_made"] = self.dirs_made
         return wire
 
     @classmethod
@@ -212,6 +215,8 @@ class Meta(NamedTuple):
             raise Malformed("meta.needs_approval entries without their paths")
         if not is_count(wire.get("bytes", 0)):
             raise Malformed("meta.bytes that is not a count")
+        if not is_count(wire.get("dirs_made", 0)):
+            raise Malformed("meta.dirs_made that is not a count")
         if not is_count(wire.get("history_bytes", 0)):
             raise Malformed("meta.history_bytes that is not a count")
         seen = wire.get("seen")
@@ -230,6 +235,7 @@ class Meta(NamedTuple):
             tuple([_needs_approval(n) for n in needs]) if needs else (),
             wire.get("history_bytes", 0), seen, tuple(ids),
             _grant_uses(wire["grants"]) if "grants" in wire else (), diff,
+            wire.get("dirs_made", 0),
         )
 
 

@@ -70,6 +70,10 @@ def _json_escape(char: str) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
+# The commands add_commands adds, in `corral --help` order.
+NAMES = ("history", "checkpoint", "undo", "rewind")
+
+
 def add_commands(
     commands: argparse._SubParsersAction, common: list[argparse.ArgumentParser], opener: Opener
 ) -> None:

@@ -25,6 +25,22 @@ log = logging.getLogger("corral.serve")
 PREFIX = "corral: "  # text lines say whose they are; a JSON line says it in "logger"
 # What every LogRecord has: anything else on a record came from `extra=`.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+# What ends a line for some reader of a log: the C0 controls but tab, DEL, and what
+# Python's str.splitlines() splits on beyond them (NEL, U+2028, U+2029). A message
+# may quote a name a worker made (a file in the history store), which may hold any
+# of them: escaped, a record stays one line and cannot pass for another.
+_TEXT_BREAKS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, 0x85) if code != 0x09}
+_TEXT_BREAKS |= {0x2028: "\\u2028", 0x2029: "\\u2029"}
+# json.dumps escapes the C0 controls itself, and with ensure_ascii=False leaves these
+# three as they are; escaped, they are the same JSON string.
+_JSON_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+class TextFormatter(logging.Formatter):
+    """The message alone, on one line (a traceback after it stays as it is)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(_TEXT_BREAKS)
 
 
 class JsonFormatter(logging.Formatter):
@@ -42,7 +58,7 @@ class JsonFormatter(logging.Formatter):
                     if key not in _STANDARD and key not in line)
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return json.dumps(line, ensure_ascii=False, default=str).translate(_JSON_BREAKS)
 
 
 class _Stderr(logging.StreamHandler[Any]):
@@ -66,7 +82,7 @@ def configured(log_format: str) -> Iterator[None]:
     root = logging.getLogger()
     handler = _Stderr()
     handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else logging.Formatter("%(message)s"))
+                         else TextFormatter("%(message)s"))
     root.addHandler(handler)
     level = log.level
     log.setLevel(logging.INFO)

@@ -54,7 +54,10 @@ class Tally(Observer):
         self.calls: dict[tuple[str, str], int] = {}  # (tool, code) -> calls
         self.latency: dict[str, list[int]] = {}  # tool -> calls per bucket, +Inf last
         self.seconds: dict[str, float] = {}  # tool -> seconds of every call together
-        self.deaths: dict[str, int] = {}  # signal -> workers
+        # signal -> workers. SIGSYS is there from the start: a series that first appears
+        # at 1 has no increase() to Prometheus, so the first attempted escape of a
+        # server's life would raise no alert (deployment.md's CorralSeccompKill).
+        self.deaths: dict[str, int] = {"SIGSYS": 0}
         self.approvals: dict[str, int] = {}  # outcome -> approvals
         self.quota: dict[str, int] = {}  # tenant -> calls refused quota_exceeded
 
@@ -74,6 +77,11 @@ class Tally(Observer):
             self.seconds[tool] = self.seconds.get(tool, 0.0) + seconds
             if code == QUOTA_EXCEEDED and tenant is not None:
                 self.quota[tenant] = self.quota.get(tenant, 0) + 1
+
+    def know(self, tenant: str) -> None:
+        """A tenant's quota refusals start at 0, not at their first (as SIGSYS does)."""
+        with self._lock:
+            self.quota.setdefault(tenant, 0)
 
     def on_worker_death(self, signal: str) -> None:
         with self._lock:
@@ -171,6 +179,7 @@ class Metrics:
         self._thread: threading.Thread | None = None
 
     def observer(self, tenant: str) -> Observer:
+        self.tally.know(tenant)
         return TenantObserver(self.tally, tenant)
 
     def watch(self, stats: Callable[[], dict[str, int]],

@@ -79,10 +79,14 @@ class Broker:
         # (made as calls need them).
         self._threads = ThreadPoolExecutor(options.workers, thread_name_prefix="corral-call")
         # Temp files a killed host's workers left go in the background: the walk costs
-        # ~4 us an entry, and the first calls need not wait for it; close() waits. A
-        # shared pool's sweeps share its few threads rather than one per sandbox.
-        self._sweep: Future[int] = (
-            _on_thread(supply.sweep_temps) if hub is None else hub.sweeps.submit(supply.sweep_temps)
+        # ~4 us an entry, and no call need wait for it; close() waits. A private set
+        # sweeps once its first call is answered, on that call's worker (idle again),
+        # or at close if no call came: a one-shot call (`corral call`) so forks and
+        # confines no worker for it. A shared pool's sweeps start at once, on its few
+        # threads, each on a worker of its lane taken as a call takes one.
+        self._sweep_lock = threading.Lock()
+        self._sweep: Future[int] | None = (
+            None if hub is None else hub.sweeps.submit(supply.sweep_temps)
         )
 
     def submit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
@@ -90,7 +94,16 @@ class Broker:
         if os.getpid() != self._owner:
             # A forked copy would talk over the same sockets as its parent.
             raise SandboxError("A sandbox cannot be used in a process forked after it started.")
-        return self._calls.call(request.numbered(next(self._ids)), wait)
+        try:
+            return self._calls.call(request.numbered(next(self._ids)), wait)
+        finally:
+            if self._sweep is None:  # an unlocked look: _start_sweep looks again
+                self._start_sweep()
+
+    def _start_sweep(self) -> None:
+        with self._sweep_lock:
+            if self._sweep is None:
+                self._sweep = _on_thread(self._supply.sweep_temps)
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
         """submit() on a broker thread, so the event loop never blocks on a worker.
@@ -114,8 +127,12 @@ class Broker:
     def close(self) -> None:
         """Stop the workers (and a private zygote); nothing of the sandbox outlives this."""
         self._threads.shutdown(wait=True)
-        if not self._sweep.cancel():  # not begun: never needed; begun: let it finish
-            self._sweep.result()
+        with self._sweep_lock:
+            sweep = self._sweep
+            if sweep is None:  # no call came: sweep now, on the idle worker
+                self._sweep = _done(self._supply.sweep_temps())
+            elif not sweep.cancel():  # a pool's, not begun: never needed; begun: let it end
+                sweep.result()
         self._supply.close()
 
     @property
@@ -143,6 +160,12 @@ def _on_thread(work: Callable[[], int]) -> Future[int]:
             future.set_exception(exc)
 
     threading.Thread(target=run, name="corral-sweep", daemon=True).start()
+    return future
+
+
+def _done(result: int) -> Future[int]:
+    future: Future[int] = Future()
+    future.set_result(result)
     return future
 
 

@@ -38,6 +38,8 @@ from corral.sandbox.pool import (
     SWEEP_FAILURES,
     BootKilled,
     Worker,
+    WorkerLost,
+    WorkerMisbehaved,
     ZygoteHandle,
     check_boot,
     describe_exit,
@@ -168,6 +170,11 @@ class Lane:
             return 0
         try:
             removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
+        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
+            code = self.lost(worker)  # it misbehaved (then the host killed it)
+            if not isinstance(exc, WorkerMisbehaved):
+                self.died(code)
+            return 0
         except SWEEP_FAILURES:
             self.lost(worker)
             return 0
@@ -218,7 +225,7 @@ class Lane:
         """check_boot against the pool's confinement, then its roots: a worker that came
         up any other way halts the lane (SandboxError)."""
         if check_boot(worker, self.options.max_frame_bytes, self.hub.confinement,
-                      self._murder, self.halt):
+                      self._murder, self.halt, self.died):
             if worker.roots == self.roots:
                 self.hub.learn(worker)
                 return

@@ -115,7 +115,9 @@ class Template:
                     for fd in fds:
                         os.close(fd)
                     ours.close()
-                    raise TemplateGone(str(exc)) from None
+                    if isinstance(exc, TimeoutError):
+                        raise TemplateGone(f"did not answer within {START_TIMEOUT_S:g} s") from None
+                    raise TemplateGone(f"broke its channel ({exc})") from None
         finally:
             theirs.close()
         if reply is None or reply.pid is None or len(fds) != 1:
@@ -124,7 +126,7 @@ class Template:
                 os.close(fd)
             if reply is not None and reply.error is not None:
                 raise SandboxError(f"The sandbox could not start: {reply.error}.")
-            raise TemplateGone("its channel ended")
+            raise TemplateGone("broke its channel (it ended)")
         self.forked += 1
         try:
             send_bytes(ours.fileno(), unsent, deadline)  # what the buffer did not take
@@ -136,14 +138,14 @@ class Template:
         return reply.pid, ours, fds[0]
 
     def release(self) -> None:
-        """End the channel, and so the template (its zygotes with it), without waiting."""
+        """End the channel, and so the template (not its zygotes), without waiting."""
         self._sock.close()
         # Popen would warn at the interpreter's teardown of a child never waited for:
         # this one is left to exit alone and to be reaped by init once the host is gone
         self.process.returncode = 0
 
     def stop(self) -> None:
-        """End the channel; the template exits (its zygotes with it). One that never
+        """End the channel; the template exits (its zygotes live on). One that never
         forked a zygote is killed: it may still be importing (a command that failed
         before its sandbox started), and has nothing to take down."""
         self._sock.close()
@@ -174,19 +176,26 @@ def launch_zygote(entry: str, hello: bytes) -> tuple[int, socket.socket, int]:
     except TemplateGone as exc:
         if not template.forked:
             code = template.process.poll()
-            how = f"exited with code {code}" if code is not None else f"broke its channel ({exc})"
+            _drop(key, template)  # the next sandbox tries a fresh one, not this channel
+            how = f"exited with code {code}" if code is not None else str(exc)
             raise SandboxError(f"The sandbox could not start: the zygote template {how}.") from None
+    _drop(key, template)  # it served before and has died since: replaced, once
     with _lock:
-        if _templates.get(key) is template:
-            del _templates[key]
-            template.stop()
         template = _running(key)
     try:
         return template.fork_zygote(hello)
     except TemplateGone as exc:
-        raise SandboxError(
-            f"The sandbox could not start: the zygote template broke its channel ({exc}).",
-        ) from None
+        _drop(key, template)
+        raise SandboxError(f"The sandbox could not start: the zygote template {exc}.") from None
+
+
+def _drop(key: Key, template: Template) -> None:
+    """Forget a template whose channel failed, and stop it (killed if it never forked:
+    it may be hung in its imports)."""
+    with _lock:
+        if _templates.get(key) is template:
+            del _templates[key]
+    template.stop()
 
 
 def _key(entry: str) -> Key:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import select
 import signal
 import socket
@@ -22,9 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
-
-import psutil
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from corral.calls.control import Reply, SandboxSetup, Spawn, Wait, ZygoteStart
 from corral.calls.messages import (
@@ -60,6 +57,9 @@ from corral.sandbox.protocol import (
     recv_frame_with_fds,
     send_bytes,
 )
+
+if TYPE_CHECKING:  # imported at a worker's first RSS read: `corral call` makes none
+    import psutil
 
 # A worker reports its confinement within ms; this only catches a wedged one.
 BOOT_TIMEOUT_S = 10.0
@@ -169,10 +169,9 @@ class Worker:
             wire = read_frame(self.sock.fileno(), max_bytes, time.monotonic() + BOOT_TIMEOUT_S)
             report = None if wire is None else BootReport.from_wire(wire)
             if report is not None and report.confinement is not None:
-                self._process = psutil.Process(self.pid)
                 self.layers = report.confinement
                 self.roots = [list(root) for root in report.roots]
-        except (ProtocolError, OSError, psutil.Error, Malformed):
+        except (ProtocolError, OSError, Malformed):
             return None
         return report
 
@@ -189,8 +188,16 @@ class Worker:
         return not poller.poll(0)
 
     def rss_mb(self) -> float:
-        assert self._process is not None
+        import psutil  # here: psutil is a tenth of what `corral call` would import
+
         try:
+            if self._process is None:
+                process = psutil.Process(self.pid)
+                # Its pid is ours while the worker lives (the zygote reaps it only after
+                # it dies): once the handle exists, psutil tells a reused pid apart.
+                if self.ended_within(0):
+                    return 0.0
+                self._process = process
             return self._process.memory_info().rss / (1024 * 1024)
         except psutil.Error:
             return 0.0
@@ -225,7 +232,12 @@ def _tell_if_slow(fd: int, hook: Callable[[], None]) -> None:
 
 class ZygoteHandle:
     """The host's handle on the zygote process (sandbox/zygote.py's Zygote): start
-    it, ask it to fork, ask how a worker ended."""
+    it, ask it to fork, ask how a worker ended. A shared pool's zygote that died
+    (killed from outside, or hung past CONTROL_TIMEOUT_S and killed) is replaced at
+    the next spawn: it serves every sandbox of the pool, every tenant of a server,
+    and holds nothing of theirs (each spawn brings its sandbox's setup and root fds).
+    A private sandbox's zygote is not: it opened its roots by path, and a new one
+    might open other directories there; its sandbox fails closed instead."""
 
     # The module the zygote runs (launcher.ZYGOTE_ENTRY: its prepare() once in the
     # template, its main(fd) in the zygote).
@@ -234,6 +246,17 @@ class ZygoteHandle:
     def __init__(self, setup: SandboxSetup | None) -> None:
         """Start the zygote for a private sandbox's `setup` (None: a shared pool's,
         whose every spawn brings its sandbox's): a fork of the template."""
+        self._lock = threading.Lock()
+        self._shared = setup is None
+        self._stopped = False  # by stop(): for good
+        self._broken: str | None = None  # why the channel ended, if it has
+        # The workers this zygote forked and wait() has not been asked about: a worker
+        # of a zygote that was replaced died with it, and its pid, asked of the new
+        # one, could be a live worker's by now (wait would block on it).
+        self._forked: set[int] = set()
+        self._start(setup)
+
+    def _start(self, setup: SandboxSetup | None) -> None:
         # A private sandbox's zygote is asked for its first worker with its start frame
         # (its reply waits for spawn()): one round trip fewer before the first call.
         self._queued = Spawn() if setup is not None else None
@@ -244,8 +267,7 @@ class ZygoteHandle:
         if self._queued is not None:
             hello += encode(self._queued.to_wire(), CONTROL_FRAME_BYTES)
         self.pid, self._sock, self._pidfd = launch_zygote(self.ENTRY, hello)
-        self._lock = threading.Lock()
-        self._closed = False
+        self._broken = None
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             wire = read_frame(self._sock.fileno(), CONTROL_FRAME_BYTES, deadline)
@@ -255,7 +277,7 @@ class ZygoteHandle:
         except (ProtocolError, OSError, Malformed) as exc:
             reply = Reply(error=f"the zygote broke its channel: {exc}")
         if reply is None or reply.error is not None:
-            self.stop()
+            self._end("it did not start")
             reason = reply.error if reply else "it exited before it answered"
             raise SandboxError(f"The sandbox could not start: {reason}.")
 
@@ -271,12 +293,18 @@ class ZygoteHandle:
             if reply is not None and reply.error is not None:
                 raise SandboxError(f"The zygote could not start a worker: {reply.error}.")
             raise SandboxError("The zygote is gone, so no worker can be started.")
+        with self._lock:
+            self._forked.add(reply.pid)
         sock = socket.socket(fileno=fds[0])
         sock.setblocking(False)
         return reply.pid, sock, fds[1]
 
     def wait(self, pid: int) -> int | None:
         """Exit code of a worker that was killed or ended; None if unknown."""
+        with self._lock:
+            if pid not in self._forked:
+                return None  # not this zygote's: its own died with it
+            self._forked.discard(pid)
         try:
             reply, _ = self._ask(Wait(pid), max_fds=0)
         except SandboxError:
@@ -286,40 +314,66 @@ class ZygoteHandle:
     def _ask(
         self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int] = ()
     ) -> tuple[Reply | None, list[int]]:
-        """One request (with `send_fds` attached) and its reply. A channel that fails
-        or times out, or a reply that is none, is closed for good: a late reply would
-        otherwise answer the next request."""
+        """One request (with `send_fds` attached) and its reply. A channel that fails,
+        ends or times out is closed for good (a late reply would otherwise answer the
+        next request): a shared pool's spawn then starts another zygote and asks it."""
         with self._lock:
-            if self._closed:
+            if self._stopped:
                 raise SandboxError("The sandbox is closed.")
-            deadline = time.monotonic() + CONTROL_TIMEOUT_S
-            fds: list[int] = []
-            try:
-                if request == self._queued and not send_fds:  # sent with the start frame
-                    self._queued = None
-                    wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds,
-                                                    deadline)
-                else:
-                    wire, fds = ask_with_fds(self._sock, request.to_wire(), send_fds, max_fds,
-                                             CONTROL_FRAME_BYTES, deadline)
-                return (None if wire is None else Reply.from_wire(wire)), fds
-            except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
-                for fd in fds:
-                    os.close(fd)
-                self._closed = True
-                self._sock.close()  # the zygote sees the end and takes its workers down
-                raise SandboxError(f"The zygote broke its channel: {exc}.") from None
+            for retry in (False, True):
+                if self._broken is None:
+                    reply = self._exchange(request, max_fds, send_fds)
+                    if reply is not None:
+                        return reply
+                if retry or not self._shared or not isinstance(request, Spawn):
+                    break
+                self._end("replaced")  # its workers died with it (their death signal)
+                self._start(None)
+            raise SandboxError(f"The zygote broke its channel: {self._broken}.")
+
+    def _exchange(
+        self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int],
+    ) -> tuple[Reply | None, list[int]] | None:
+        """`request` sent, its reply read; None if the channel broke (then closed,
+        and why kept in _broken); caller holds _lock."""
+        deadline = time.monotonic() + CONTROL_TIMEOUT_S
+        fds: list[int] = []
+        try:
+            if request == self._queued and not send_fds:  # sent with the start frame
+                self._queued = None
+                wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds,
+                                                deadline)
+            else:
+                wire, fds = ask_with_fds(self._sock, request.to_wire(), send_fds, max_fds,
+                                         CONTROL_FRAME_BYTES, deadline)
+            if wire is not None:
+                return Reply.from_wire(wire), fds
+            why = "it ended"
+        except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
+            why = str(exc) or type(exc).__name__
+        for fd in fds:
+            os.close(fd)
+        self._broken = why
+        self._sock.close()  # the zygote sees the end and takes its workers down
+        return None
 
     def stop(self) -> None:
         """End the channel; the zygote kills and reaps its workers, then exits (the
         template reaps it). Waits on its pidfd, and kills it if it lingers."""
         with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._sock.close()
-            pidfd, self._pidfd = self._pidfd, -1
+            self._stopped = True
+            self._end("the sandbox is closed")
+
+    def _end(self, why: str) -> None:
+        """Close the channel (if still open) and see the zygote gone: waited for on its
+        pidfd, killed if it lingers; caller holds _lock (or is the constructor)."""
+        if self._broken is None:
+            self._broken = why
+            self._sock.close()
+        pidfd, self._pidfd = self._pidfd, -1
+        self._forked.clear()
         if pidfd < 0:
-            return  # stopped already
+            return  # ended already
         try:
             if not _ended_within(pidfd, STOP_GRACE_S):
                 with contextlib.suppress(ProcessLookupError):
@@ -515,25 +569,32 @@ def fork_worker(
     root fds). jitter: recycle it up to RECYCLE_JITTER later than max_calls_per_worker."""
     pid, sock, pidfd = zygote.spawn(setup, root_fds)
     limit = options.max_calls_per_worker
-    extra = random.randint(0, int(limit * RECYCLE_JITTER)) if jitter else 0
+    # os.urandom, not random: that module costs `corral call` ~1.4 ms of CPU to import
+    # (it loads hashlib and seeds a generator) for one number a worker
+    spread = int(limit * RECYCLE_JITTER) + 1
+    extra = int.from_bytes(os.urandom(4), "little") % spread if jitter else 0
     return Worker(pid, sock, pidfd, limit + extra, born=time.monotonic())
 
 
 def check_boot(
     worker: Worker, max_bytes: int, confinement: dict[str, Any],
     kill: Callable[[Worker], int | None], halt: Callable[[str], None],
+    died: Callable[[int | None], None],
 ) -> bool:
     """Read a new worker's report: True if it came up confined as `confinement` (any
     way, if that is still empty). Otherwise `kill` kills and reaps it, `halt` fails
     its supply closed with the worker's decoded exit, and False; BootKilled instead
     if something outside SIGKILLed it before it reported (the OOM killer, an
-    operator): not its own failure."""
+    operator): not its own failure. A worker that ended before it reported is told
+    to `died` (Supply.died) either way: a SIGSYS while it starts is one too."""
     report = worker.boot(max_bytes)
     if worker.layers is None:
         ended_alone = report is None and not worker.looks_alive()
         if report is not None and report.confine_error:
             worker.ended_within(CONFINE_FAILED_EXIT_S)  # its exit code, not our SIGKILL
         code = kill(worker)
+        if ended_alone:
+            died(code)
         ended = describe_exit(code, "it sent no report")
         if report is not None and report.confine_error:
             halt(f"a worker could not confine itself: {report.confine_error} ({ended})")
@@ -589,6 +650,8 @@ def _exchange(
 
 def _alive(pid: int) -> bool:
     """A process that can still write: a zombie (dead, not yet reaped) cannot."""
+    import psutil  # here, as in Worker.rss_mb
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

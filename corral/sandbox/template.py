@@ -8,8 +8,9 @@ clean, single-threaded process an exec'd one would be.
 Control channel (a Unix socket pair with the host's launcher): {"op": "zygote"}
 with one fd attached, the new zygote's control socket -> {"pid"} with fds
 [pidfd], or {"error"} if the shared preparation failed. Anything else, or end of
-stream, stops the template; its zygotes die with it (their parent-death
-signal), and their workers with them, as the host's death took them before.
+stream, stops the template; its zygotes outlive it (each goes when its own
+channel with the host ends), so a template killed from outside takes no
+sandbox with it: the host starts another for the next zygote.
 
 Run as: python -c "from corral.sandbox.template import main; main(FD, ENTRY, PID, PDEATHSIG)",
 where ENTRY names a module with prepare() (run once, here) and main(fd) (a
@@ -32,7 +33,6 @@ from corral._prctl import set_parent_death_signal
 from corral.calls.control import ForkZygote, Reply
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
-    EXIT_ORPHANED,
     ProtocolError,
     recv_frame_with_fds,
     send_frame_with_fds,
@@ -114,17 +114,17 @@ class Template:
 
     def fork_zygote(self, channel: int) -> None:
         """Fork a zygote on `channel`; hand the launcher a pidfd for it."""
-        template_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 self._forget_in_child()
-                set_parent_death_signal(signal.SIGKILL)
-                code = EXIT_ORPHANED
-                if os.getppid() == template_pid:
-                    self.zygote(channel)
-                    code = 0
+                # No parent-death signal (a fork has none): the template is shared by
+                # every sandbox of the host, so a zygote that died with it would take
+                # every sandbox (every tenant of a server) down with one process. A
+                # zygote goes when its own channel ends, however the host dies.
+                self.zygote(channel)
+                code = 0
             except BaseException:
                 sys.excepthook(*sys.exc_info())
             finally:

@@ -20,6 +20,8 @@ from corral.sandbox.pool import (
     SWEEP_FAILURES,
     BootKilled,
     Worker,
+    WorkerLost,
+    WorkerMisbehaved,
     ZygoteHandle,
     check_boot,
     fork_worker,
@@ -124,23 +126,50 @@ class WorkerSet:
         return len(self._idle) + 1 >= len(self._workers)
 
     def sweep_temps(self) -> int:
-        """sweep_on, on a worker of its own outside the set (so no call waits for it
-        and no count changes), confined as the set's are."""
+        """sweep_on, on an idle worker of the set if one is idle and no call waits
+        (the broker sweeps once its first call is answered: that call's worker), else
+        on a worker of its own outside the set, confined as the set's are. A call
+        that comes meanwhile finds the set busy, as any busy set, and may grow it."""
+        with self._lock:
+            usable = not (self._closed or self._halted or self._waiting)
+            worker = self._idle.pop() if usable and self._idle else None
+        if worker is None:
+            return self._sweep_on_own()
+        try:
+            removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
+        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
+            code = self.lost(worker)  # it misbehaved (then the host killed it)
+            if not isinstance(exc, WorkerMisbehaved):
+                self.died(code)
+            return 0
+        except SWEEP_FAILURES:
+            self.lost(worker)
+            return 0
+        self.give_back(worker)
+        return removed
+
+    def _sweep_on_own(self) -> int:
         try:
             worker = fork_worker(self.zygote, self.options)
         except SandboxError:
             return 0
+        died_alone = False
         try:
             worker.boot(self.options.max_frame_bytes)
             if worker.layers is None or worker.layers != self.confinement:
                 return 0  # not confined as the set's workers are: it runs nothing
             return sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
+        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
+            died_alone = not isinstance(exc, WorkerMisbehaved)  # it misbehaved
+            return 0
         except SWEEP_FAILURES:
             return 0
         finally:
             worker.kill()
             worker.close()
-            self.zygote.wait(worker.pid)
+            code = self.zygote.wait(worker.pid)
+            if died_alone:
+                self.died(code)
 
     def manage_workers(self) -> None:
         """Spawn workers until the set is back at its target size; a worker that
@@ -261,7 +290,7 @@ class WorkerSet:
     def _boot(self, worker: Worker) -> None:
         """check_boot; anything but the set's confinement halts it (SandboxError)."""
         if not check_boot(worker, self.options.max_frame_bytes, self.confinement,
-                          self.murder_worker, self.halt):
+                          self.murder_worker, self.halt, self.died):
             raise SandboxError(f"The sandbox halted: {self._halted}.")
         self.confinement = self.confinement or dict(worker.layers or {})
 

@@ -66,7 +66,7 @@ def prepare() -> None:
     confine.prepare()  # the seccomp profiles compiled, the Landlock ABI asked
     # The built-in rules' regexes (~20 ms), compiled once per process and shared by
     # every policy that replaces none of them: most sandboxes' zygotes need no other.
-    Policy()
+    Policy().warm()
 
 
 def main(control_fd: int) -> None:
@@ -243,4 +243,6 @@ def compiled(text: str) -> Policy:
     """The policy a shared pool's spawn carries as JSON text, decoded, built and
     compiled at the first fork for it and kept: a fork for one sandbox never pays
     for another's rules (a lookup hashes the text: a millisecond per MiB)."""
-    return Policy.from_dict(json.loads(text))
+    policy = Policy.from_dict(json.loads(text))
+    policy.warm()  # here, before the forks, not in each worker's first call
+    return policy

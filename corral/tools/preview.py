@@ -71,7 +71,11 @@ def bounded(diff: str) -> str:
     """At most PREVIEW_LINES lines and PREVIEW_BYTES bytes, each line at most
     PREVIEW_LINE_CHARS, and "… N more lines" when lines were left out."""
     # difflib's "\ No newline at end of file" says nothing a person needs here
-    lines = [line for line in diff.splitlines() if line != _NO_EOL]
+    # split on newlines alone: a CR or U+2028 within a line is content (escaped where
+    # shown), a line's CRLF ending is not
+    lines = [line.removesuffix("\r") for line in diff.split("\n") if line != _NO_EOL]
+    if lines and lines[-1] == "":
+        lines.pop()
     kept: list[str] = []
     size = 0
     for line in lines[:PREVIEW_LINES]:

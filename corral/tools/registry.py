@@ -17,6 +17,7 @@ from corral.tools.directories import DIRECTORY_TOOLS
 from corral.tools.edit import EDIT_TOOLS
 from corral.tools.files import FILE_TOOLS
 from corral.tools.listing import LISTING_TOOLS
+from corral.tools.made import CountingKeep
 from corral.tools.patch import PATCH_TOOLS
 from corral.tools.preview import previewed
 from corral.tools.read import READ_TOOLS
@@ -86,6 +87,8 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
         tool = lookup(name)
         if ctx.history is not None and tool.writes:
             call.keep = keeper = Keeper(ctx.history, ctx.roots.workspace.path, tool.name)
+        if tool.writes:  # the directories it makes count for the files quota too
+            call.keep = CountingKeep(call.keep)
         call.seen = dict(request.seen or {})
         # Checked here too, not only in the host: the worker trusts no request.
         mode = ctx.policy.tool_mode(tool.name, writes=tool.writes)
@@ -117,4 +120,5 @@ def _meta(call: Context, size: int, keeper: Keeper | None, diff: str | None = No
         tuple(call.touched), size, tuple(call.needs_approval),
         keeper.stored if keeper is not None else 0, call.wrote,
         tuple(keeper.ids) if keeper is not None else (), tuple(call.grants_used), diff,
+        call.keep.made if isinstance(call.keep, CountingKeep) else 0,
     )
