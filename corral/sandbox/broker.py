@@ -34,6 +34,8 @@ class Executor(Protocol):
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer: ...
 
+    def wake(self) -> None: ...
+
     def close(self) -> None: ...
 
     @property
@@ -85,6 +87,10 @@ class Broker:
             # A forked copy would talk over the same sockets as its parent.
             raise SandboxError("A sandbox cannot be used in a process forked after it started.")
         return self._calls.call(request.numbered(next(self._ids)), wait)
+
+    def wake(self) -> None:
+        """A request is arriving: wake the worker it will run on if that one sleeps."""
+        self._calls.wake()
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
         """submit() on a broker thread, so the event loop never blocks on a worker.

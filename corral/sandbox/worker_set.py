@@ -108,6 +108,12 @@ class WorkerSet:
         """Every other worker is idle (an unlocked read)."""
         return len(self._idle) + 1 >= len(self._workers)
 
+    def wake(self) -> None:
+        """Worker.wake the idle worker the next call takes (the last one given back)."""
+        with self._lock:
+            if self._idle and not self._waiting:
+                self._idle[-1].wake()
+
     def sweep_temps(self) -> int:
         """sweep_on, on a worker of its own outside the set (so no call waits for it
         and no count changes), confined as the set's are."""
