@@ -40,6 +40,14 @@ def is_id(text: object) -> bool:
     return isinstance(text, str) and len(text) == ID_WIDTH and set(text) <= _HEX
 
 
+VERSION_WIDTH = 24  # hex digits of fs.version's content hash
+
+
+def is_version(text: object) -> bool:
+    """A content version (fs.version) as a record may name one."""
+    return isinstance(text, str) and len(text) == VERSION_WIDTH and set(text) <= _HEX
+
+
 @dataclass(frozen=True)
 class State:
     """A path's state: its type and, for files, mode, size and how it is known
@@ -210,7 +218,11 @@ def checkpoint_from_bytes(data: bytes) -> Checkpoint:
 
 
 def dump(value: Record | Checkpoint) -> bytes:
-    return json.dumps(value.to_wire(), separators=(",", ":")).encode()
+    return dump_wire(value.to_wire())
+
+
+def dump_wire(wire: dict[str, Any]) -> bytes:
+    return json.dumps(wire, separators=(",", ":")).encode()
 
 
 def _check(condition: object, why: str) -> None:
