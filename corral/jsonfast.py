@@ -64,8 +64,13 @@ def dumps(value: Any, *, finite: bool = False, for_client: bool = False) -> byte
         except Exception:
             pass  # lone surrogates, a non-str key, an unknown type: the stdlib decides
         else:
-            # msgspec writes a non-finite float as null: only then is the value walked
-            if finite or b"null" not in data or _all_finite(value):
+            # msgspec writes a non-finite float as null: a value of few members (a large
+            # read's answer, whose text is JSON kept as it came) is walked, where a scan
+            # of its megabytes for "null" would cost a millisecond; a value of many (a
+            # listing) is scanned first, and walked only if a null is there
+            if finite or _finite_within(value, WALK_FIRST_VALUES) or (
+                b"null" not in data or _all_finite(value)
+            ):
                 return data
     if for_client:
         value = _without_lone_surrogates(value)
@@ -108,6 +113,8 @@ def is_raw(value: Any) -> bool:
 RAW = "raw"  # a field type for decode_members: the member's JSON text, undecoded
 OPTIONAL = "optional"
 # A field of decode_members: (name, type) must be there, (name, type, OPTIONAL) may not.
+# A type that is a tuple of fields is an object of exactly those members, decoded in
+# the same pass (a dict of them).
 Field = tuple[str, Any] | tuple[str, Any, str]
 
 
@@ -128,28 +135,63 @@ def decode_members(
         decoded = _members_decoder(fields, exact).decode(data)
     except (ValueError, RecursionError):  # DecodeError, ValidationError, bad UTF-8 in a str
         return None
-    found = {field[0]: getattr(decoded, field[0]) for field in fields}
-    return {name: value for name, value in found.items() if value is not msgspec.UNSET}
+    return _found(decoded, fields)
 
 
 @functools.cache
 def _members_decoder(fields: tuple[Field, ...], exact: bool) -> Any:
     assert msgspec is not None
+    return msgspec.json.Decoder(_members(fields, exact))
+
+
+def _found(decoded: Any, fields: tuple[Field, ...]) -> dict[str, Any]:
+    """The members a decoded struct holds, nested ones as dicts."""
+    found = {}
+    for field in fields:
+        value = getattr(decoded, field[0])
+        if value is msgspec.UNSET:
+            continue
+        found[field[0]] = _found(value, field[1]) if isinstance(field[1], tuple) else value
+    return found
+
+
+@functools.cache
+def _members(fields: tuple[Field, ...], exact: bool) -> Any:
+    """The msgspec struct type of decode_members' `fields`."""
+    assert msgspec is not None
 
     def typed(field: Field) -> tuple[Any, ...]:
-        kind = msgspec.Raw if field[1] == RAW else field[1]
+        kind = field[1]
+        if kind == RAW:
+            kind = msgspec.Raw
+        elif isinstance(kind, tuple):
+            kind = _members(kind, True)
         if len(field) == 2:
             return (field[0], kind)
         return (field[0], kind | msgspec.UnsetType, msgspec.UNSET)
 
-    shape = msgspec.defstruct("Members", [typed(f) for f in fields], forbid_unknown_fields=exact)
-    return msgspec.json.Decoder(shape)
+    return msgspec.defstruct("Members", [typed(f) for f in fields], forbid_unknown_fields=exact)
+
+
+# dumps walks this many values of a message before it falls back to scanning its
+# JSON for "null": ~10 us of walking, against ~0.5 ms to scan a 1 MiB read's answer.
+WALK_FIRST_VALUES = 256
 
 
 def _all_finite(value: Any) -> bool:
     """No NaN or infinity anywhere in a value of dicts, lists and tuples."""
+    return bool(_finite_within(value, None))
+
+
+def _finite_within(value: Any, budget: int | None) -> bool | None:
+    """_all_finite, looking at `budget` values at most: None when there are more
+    (and none of those seen was a NaN or an infinity)."""
     stack = [value]
     while stack:
+        if budget is not None:
+            if budget <= 0:
+                return None
+            budget -= 1
         item = stack.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
