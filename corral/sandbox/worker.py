@@ -7,6 +7,7 @@ zygote: after Landlock, a lazy import fails.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import posixpath
 import select
@@ -170,6 +171,10 @@ def serve(fd: int, setup: Setup) -> int:
     """Answer frames until the broker closes the socket. A poke (the host saw a
     request coming) only wakes it: it polls for the request as after an answer,
     then sleeps again if none came."""
+    # Everything the zygote loaded lives as long as the worker: the collector need not
+    # walk it (a full collection over the preloaded modules is a latency spike, and
+    # touching their headers copies shared pages into this process).
+    gc.freeze()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
