@@ -239,6 +239,7 @@ C_FLOOR = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
@@ -253,10 +254,14 @@ int main(int argc, char **argv) {
   printf("%g\n", median(v, n));
   for (int i = 0; i < n; i++) { double t = now(); stat(argv[1], &st); v[i] = now() - t; }
   printf("%g\n", median(v, n));
-  int to[2], from[2]; pipe(to); pipe(from);
-  if (fork() == 0) { char c; while (read(to[0], &c, 1) == 1) write(from[1], &c, 1); _exit(0); }
+  int to[2], from[2]; pipe(to); pipe(from); fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) { char c; close(to[1]); close(from[0]);  /* EOF once the parent is done */
+    while (read(to[0], &c, 1) == 1) write(from[1], &c, 1); _exit(0); }
+  close(to[0]); close(from[1]);
   for (int i = 0; i < n / 4; i++) { double t = now(); write(to[1], "x", 1);
     read(from[0], buf, 1); v[i] = now() - t; }
+  close(to[1]); waitpid(child, NULL, 0);
   printf("%g\n", median(v, n / 4));
   return 0;
 }
@@ -280,13 +285,17 @@ def floor_c(calls: int) -> dict[str, float] | None:
     return dict(zip(("open + read 4 KiB", "stat", "pipe round trip"), values, strict=True))
 
 
-def table(rows: list[tuple[str, dict[str, dict[str, float]]]], labels: list[str]) -> list[str]:
+def table(
+    rows: list[tuple[str, dict[str, dict[str, float]]]], labels: list[str], base: str
+) -> list[str]:
+    """One row per operation; the last column compares the last checkout with `base`."""
     ms = 1e3
     header = ["operation"]
     for label in labels:
         header += [f"{label} p50", "p99", "p99/p50", "CPU/call (host)"]
-    if len(labels) > 1:
-        header.append(f"p50 {labels[-1]} / {labels[0]}")
+    compared = base != labels[-1]
+    if compared:
+        header.append(f"p50 {labels[-1]} / {base}")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, cells in rows:
         row = [name]
@@ -295,8 +304,8 @@ def table(rows: list[tuple[str, dict[str, dict[str, float]]]], labels: list[str]
             row += [f"{cell['p50'] * ms:.3f}", f"{cell['p99'] * ms:.3f}",
                     f"{cell['p99'] / cell['p50']:.1f}x",
                     f"{cell['cpu'] * ms:.3f} ({cell['host'] * ms:.3f})"]
-        if len(labels) > 1:
-            row.append(f"{cells[labels[-1]]['p50'] / cells[labels[0]]['p50']:.2f}x")
+        if compared:
+            row.append(f"{cells[labels[-1]]['p50'] / cells[base]['p50']:.2f}x")
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -310,6 +319,8 @@ def main() -> int:
     parser.add_argument("--only", help="run the rows whose name contains this")
     parser.add_argument("--durability", choices=("fsync", "none"), default="fsync")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor measures")
+    parser.add_argument("--history-off", action="store_true",
+                        help="also run the first checkout with [history] enabled = false")
     args = parser.parse_args()
     if args.calls % ROUND_CALLS or args.calls <= 0:
         parser.error(f"--calls must be a positive multiple of {ROUND_CALLS}")
@@ -325,13 +336,18 @@ def main() -> int:
         (ws / "read.txt").write_text(SMALL)
         (ws / "big.txt").write_text(BIG)
         (ws / "edit.txt").write_text(lines_of(100 * 1024, marker_line=800))
+        runs = list(zip(trees, labels, [True] * len(trees), strict=True))
+        if args.history_off:
+            runs.insert(0, (trees[0], f"{labels[0]} (history off)", False))
+            labels.insert(0, runs[0][1])
         servers = {}
         try:
-            for index, (tree, label) in enumerate(zip(trees, labels, strict=True)):
+            for index, (tree, label, history) in enumerate(runs):
                 config = Path(tmp, f"corral-{index}.toml")
                 config.write_text(
                     f"[limits]\nmax_read_bytes = {4 * MIB}\n"
-                    f'[history]\npath = "{tmp}/history-{index}"\n'
+                    f'[history]\nenabled = {str(history).lower()}\n'
+                    f'path = "{tmp}/history-{index}"\n'
                     f'[sandbox]\ndurability = "{args.durability}"\n'
                 )
                 servers[label] = Server(tree, ws, config)
@@ -349,7 +365,7 @@ def main() -> int:
           f"share); load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     for mode, rows in results.items():
         print(f"\n{mode}:\n")
-        print("\n".join(table(rows, labels)))
+        print("\n".join(table(rows, labels, labels[1 if args.history_off else 0])))
     if not args.no_floor:
         python, c = floor_python(FLOOR_CALLS), floor_c(FLOOR_CALLS)
         print("\nfloor (median µs, in one process; a round trip to another process):\n")
