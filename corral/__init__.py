@@ -9,12 +9,13 @@ from corral.errors import CorralError
 if TYPE_CHECKING:
     from corral.api import AsyncSandbox, Sandbox
     from corral.config import ConfigError
-    from corral.flow import Approve, CallFlow, NoApprover, Submit
+    from corral.flow import Approval, Approve, CallFlow, NoApprover, Submit
     from corral.pool import Pool
+    from corral.sandbox.launcher import warm as prestart
 
 __all__ = [
-    "Approve", "AsyncSandbox", "CallFlow", "ConfigError", "CorralError", "NoApprover", "Pool",
-    "Sandbox", "Submit", "__version__",
+    "Approval", "Approve", "AsyncSandbox", "CallFlow", "ConfigError", "CorralError",
+    "NoApprover", "Pool", "Sandbox", "Submit", "__version__", "prestart",
 ]
 
 __version__ = "0.1.0"  # pyproject.toml reads it from here
@@ -26,7 +27,7 @@ def __getattr__(name: str) -> Any:
         from corral import api
 
         return getattr(api, name)
-    if name in ("CallFlow", "Submit", "Approve", "NoApprover"):
+    if name in ("CallFlow", "Submit", "Approve", "Approval", "NoApprover"):
         from corral import flow
 
         return getattr(flow, name)
@@ -34,6 +35,10 @@ def __getattr__(name: str) -> Any:
         from corral.config import ConfigError
 
         return ConfigError
+    if name == "prestart":  # light: a program calls it before it imports the rest
+        from corral.sandbox.launcher import warm
+
+        return warm
     if name == "Pool":
         from corral.pool import Pool
 

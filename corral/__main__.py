@@ -2,6 +2,6 @@
 
 import sys
 
-from corral.faces.cli import main
+from corral.cli import main
 
 sys.exit(main())

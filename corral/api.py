@@ -26,23 +26,29 @@ from corral.config import (
     ConfigError,
     HistoryOptions,
     Limits,
+    QuotaOptions,
     SandboxOptions,
     load_config,
     resolve_roots,
 )
 from corral.errors import CorralError
-from corral.flow import NO_ONE_TO_ASK, CallFlow, CallPlan, NoApprover, adrive, drive
+from corral.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
+from corral.grants import Grants
 from corral.history.host import History
 from corral.history.store import check_location, default_base
 from corral.ledger import FORCE_HINT, Ledger
 from corral.lifecycle import Lifecycle
+from corral.observe import Observer
 from corral.policy import Policy, RootSpec
+from corral.quota import Quotas, QuotaUsage
 from corral.sandbox.broker import Broker, Executor
 from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
 from corral.trust import narrowed
 
-__all__ = ["FORCE_HINT", "NO_ONE_TO_ASK", "Approver", "AsyncSandbox", "NoApprover", "Sandbox"]
+__all__ = [
+    "FORCE_HINT", "NO_ONE_TO_ASK", "Approval", "Approver", "AsyncSandbox", "NoApprover", "Sandbox",
+]
 
 HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
 log = logging.getLogger("corral")
@@ -94,10 +100,10 @@ def _warn_once(workspace: str, why: str) -> None:
 
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-    history: str | None = None,
+    history: str | None = None, observer: Observer | None = None,
 ) -> Executor:
     """The one place that decides where tools run: confined workers, never the host."""
-    return Broker(roots, limits, policy, options, history)
+    return Broker(roots, limits, policy, options, history, observer=observer)
 
 
 def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
@@ -146,6 +152,9 @@ class _BaseSandbox:
         allowed_paths: Sequence[RootSpec] = (),
         options: SandboxOptions | None = None,
         history: HistoryOptions | None = None,
+        quota: QuotaOptions | None = None,
+        quota_usage: QuotaUsage | None = None,
+        observer: Observer | None = None,
     ) -> None:
         policy = policy if policy is not None else Policy()
         options = options if options is not None else SandboxOptions()
@@ -155,10 +164,17 @@ class _BaseSandbox:
         # The arguments are the operator's; the workspace's own corral.toml may only
         # narrow them (ConfigError before anything starts), as on the command line.
         config = narrowed(Config(
-            real, others, policy, limits if limits is not None else Limits(), options
+            real, others, policy, limits if limits is not None else Limits(), options,
+            quota=quota if quota is not None else QuotaOptions(),
         ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
+        self._quota = config.quota
+        # Counted in the host, where no worker reaches; shared if the host shares the usage.
+        self._quotas = Quotas(
+            config.quota, quota_usage if quota_usage is not None else QuotaUsage(), self._limits
+        ) if config.quota.bounded else None
         self._approve = approve
+        self._observer = observer
         self._audit, self._owns_audit = _open_audit(audit, [r.path for r in self._roots])
         self._policy = config.policy
         if self._audit is not None:  # no tool may rewrite the log of what tools did
@@ -180,12 +196,13 @@ class _BaseSandbox:
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
-        self._ledger = Ledger(self._policy, self._audit, self._history)
+        self._grants = Grants(self._policy, self._roots)
+        self._ledger = Ledger(self._policy, self._audit, self._history, self._grants)
         store = self._history
         try:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
-                history=store.work_path if store is not None else None,
+                history=store.work_path if store is not None else None, observer=observer,
             )
             self._settle()
         except BaseException:
@@ -245,13 +262,36 @@ class _BaseSandbox:
         plan = CallPlan(
             self._policy, self._roots[0].path,
             self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw,
+            raw, self._quotas, grants=self._grants, decided=self._ledger.approval,
+            observer=self._observer,
         )
         started = time.monotonic()
         return CallFlow(
             plan.steps(tool, arguments, within),
-            lambda answer: self._ledger.finish(answer, arguments, started),
+            lambda answer: self._finish(answer, arguments, started),
         )
+
+    # -- remembered approvals ------------------------------------------------------
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """The grants remembered approvals made, oldest first: {"id", "tool", "root"
+        (None for a rule grant), "path" (root-relative, resolved) or "rule" (None:
+        what the tool's mode or the default action supervises), "created", "uses"}.
+        No I/O, so AsyncSandbox's is not awaited."""
+        return self._grants.listed()
+
+    def forget(self, grant_id: str | None = None) -> int:
+        """Drop the grant `grant_id`, or every grant: how many were dropped (0: no
+        such grant). A call already on its way may still go through by it."""
+        return self._grants.forget(grant_id)
+
+    def _finish(self, answer: Answer, arguments: Any, started: float) -> dict[str, Any]:
+        """The call's result (Ledger.finish), its end told to the observer."""
+        result = self._ledger.finish(answer, arguments, started)
+        if self._observer is not None:
+            code = answer.error["code"] if answer.error else "ok"
+            self._observer.on_call(answer.tool, code, time.monotonic() - started)
+        return result
 
     # -- history -----------------------------------------------------------------
 
@@ -323,6 +363,11 @@ class _BaseSandbox:
         no-op on a closed sandbox, in a shared pool, or with `[sandbox] spin = false`."""
         self._executor.wake()
 
+    def stats(self) -> dict[str, int]:
+        """This sandbox's share of its pool now: {"workers": alive, "idle_workers",
+        "busy_workers": running a call, "queued_calls": waiting for a worker}."""
+        return self._executor.stats()
+
     @property
     def policy(self) -> Policy:
         """The policy in effect (with the protected audit log and config added)."""
@@ -331,6 +376,11 @@ class _BaseSandbox:
     @property
     def limits(self) -> Limits:
         return self._limits
+
+    @property
+    def quota(self) -> QuotaOptions:
+        """The quotas in effect (the workspace's corral.toml may have lowered them)."""
+        return self._quota
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -352,17 +402,26 @@ class _BaseSandbox:
 class Sandbox(_BaseSandbox):
     """File tools confined to a workspace. Thread-safe; close it (or use `with`).
 
-    `approve(request) -> bool` is asked before a supervised call (a tool in
-    mode "supervised", or a path a "supervised" rule matches) acts, once its
-    paths are resolved: {"tool", "arguments", "paths" (as given), "resolved"
+    `approve(request) -> bool | Approval` is asked before a supervised call (a
+    tool in mode "supervised", or a path a "supervised" rule matches) acts, once
+    its paths are resolved: {"tool", "arguments", "paths" (as given), "resolved"
     (absolute), "rules" (None: the tool's mode), "targets" ([{"root", "path"
-    (root-relative, resolved), "given", "rule", "shown" (one line to show)}])},
-    strings escaped (control characters, backslashes). A call that touches
+    (root-relative, resolved), "given", "rule", "shown" (one line to show),
+    "size" (None: no such file)}]), "diff" (a change's, bounded; else None)},
+    strings escaped (control characters, backslashes). `Approval(True,
+    remember="path"|"rule")` also grants the tool those paths, or that rule's,
+    for the sandbox's life (`approvals()`, `forget()`). A call that touches
     several paths (move, copy) may ask more than once; a path that resolves
     differently when the call runs is asked about again. No callback:
     approval_required; a refusal: approval_denied.
     `allowed_paths` (RootSpec list) and `options` (SandboxOptions) come from
     corral.toml with `from_config`; they may be given here too.
+    `quota` (QuotaOptions: [quota]) bounds calls, bytes written and files created
+    in a sliding window; a call over it fails quota_exceeded with retry_after_s.
+    Sandboxes given the same `quota_usage` (corral.quota.QuotaUsage) share its
+    counters, as a tenant's sessions do; by default each has its own.
+    `observer` (corral.observe.Observer) hears of its calls, approvals and the
+    deaths of its workers.
     """
 
     def call(
@@ -382,12 +441,12 @@ class Sandbox(_BaseSandbox):
         callback), which may raise NoApprover when nobody can be asked."""
         ask = approve if approve is not None else self._approve
 
-        def approved(request: dict[str, Any]) -> bool | NoApprover:
+        def approved(request: dict[str, Any]) -> Approval | bool | NoApprover:
             if ask is None:  # a flow made with can_ask=True but nothing to ask
                 return NoApprover()
             with self._lifecycle.waiting():
                 try:
-                    return bool(ask(request))
+                    return _decision(ask(request))
                 except NoApprover as nobody:
                     return nobody
 
@@ -451,7 +510,7 @@ class AsyncSandbox(_BaseSandbox):
         """Sandbox.run with awaits; cancelling the awaiting task cancels the call."""
         ask = approve if approve is not None else self._approve
 
-        async def approved(request: dict[str, Any]) -> bool | NoApprover:
+        async def approved(request: dict[str, Any]) -> Approval | bool | NoApprover:
             if ask is None:
                 return NoApprover()
             with self._lifecycle.waiting():
@@ -459,7 +518,7 @@ class AsyncSandbox(_BaseSandbox):
                     answer = ask(request)
                     if inspect.isawaitable(answer):
                         answer = await answer
-                    return bool(answer)
+                    return _decision(answer)
                 except NoApprover as nobody:
                     return nobody
 
@@ -519,9 +578,15 @@ def _config_arguments(
         "audit": AuditOptions(config.audit_path, config.audit_key_file, config.audit_max_bytes)
         if config.audit_path else None,
         "history": config.history,
+        "quota": config.quota,
     }
     arguments.update(overrides)
     return config.narrowed_by or config.source, arguments
+
+
+def _decision(reply: Any) -> Approval | bool:
+    """An approve callback's reply: an Approval as it is, anything else as a bool."""
+    return reply if isinstance(reply, Approval) else bool(reply)
 
 
 async def _to_thread(fn: Callable[..., T], *args: Any) -> T:

@@ -47,7 +47,7 @@ TOUCHED_FIELDS = ("path", "root", "resolved", "decision", "rule")
 # `torn` (when it found a half-written line) and `prev` last.
 FIELDS = (
     "tool", "path", "resolved", "root", "decision", "rule", "ok", "error", "bytes",
-    "duration_ms", "touched",
+    "duration_ms", "approval", "grant", "touched",
 )
 
 # A record is JSON, but logs get pasted into shells, `source`d by mistake, shown by
@@ -221,9 +221,12 @@ class Audit:
 
     def record(self, **fields: Any) -> dict[str, Any]:
         """Write one line and return the record. Fields: tool, ok (required), path,
-        resolved, root, decision, rule, error (code), bytes, duration_ms, touched (a
-        list of {path, root, resolved, decision, rule}). When path is not given the
-        first touched entry fills path/resolved/root/decision/rule."""
+        resolved, root, decision, rule, error (code), bytes, duration_ms, approval (an
+        approval decision: "once", "path", "rule" or "denied"), grant (remembered
+        approvals, comma-separated ids: the ones a call went through by, or the ones
+        an approval made), touched (a list of {path, root, resolved, decision,
+        rule}). When path is not given the first touched entry fills
+        path/resolved/root/decision/rule."""
         unknown = set(fields) - set(FIELDS)
         if unknown:
             raise TypeError(f"unknown audit fields: {', '.join(sorted(unknown))}")

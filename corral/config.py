@@ -92,6 +92,32 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class QuotaOptions:
+    """[quota]: how much a sandbox (or a tenant) may do in a sliding window (none:
+    no bound); each field's meaning: config_keys.KEYS. Counted in corral/quota.py."""
+
+    calls_per_minute: int | None = default("quota", "calls_per_minute")
+    write_bytes_per_hour: int | None = default("quota", "write_bytes_per_hour")
+    files_created_per_hour: int | None = default("quota", "files_created_per_hour")
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "quota")
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any quota is set (none: nothing is counted)."""
+        return any(getattr(self, key.name) is not None for key in section_keys("quota"))
+
+    def stricter(self, other: QuotaOptions) -> QuotaOptions:
+        """Each quota at the lower of the two (none: no bound)."""
+        return QuotaOptions(**{
+            key.name: min((v for v in (getattr(self, key.name), getattr(other, key.name))
+                           if v is not None), default=None)
+            for key in section_keys("quota")
+        })
+
+
+@dataclass(frozen=True)
 class SandboxOptions:
     """[sandbox]; each field's default and meaning: config_keys.KEYS."""
 
@@ -148,6 +174,7 @@ class Config:
     history: HistoryOptions = field(default_factory=HistoryOptions)
     audit_key_file: str | None = None  # absolute; None: the chain is plain SHA-256
     audit_max_bytes: int | None = None  # None: the log is never rotated
+    quota: QuotaOptions = field(default_factory=QuotaOptions)
 
     @property
     def roots(self) -> tuple[RootSpec, ...]:
@@ -469,6 +496,7 @@ class _Parser:
             history=HistoryOptions(**self.section(data, "history")),
             audit_key_file=audit.get("key_file"),
             audit_max_bytes=audit.get("max_bytes"),
+            quota=QuotaOptions(**self.section(data, "quota")),
         )
 
     def check_audit(self, audit: dict[str, Any], roots: list[str]) -> None:

@@ -29,7 +29,8 @@ from corral.policy import (
 TOOL_NAMES = (
     "read_file", "write_file", "edit_file", "read_multiple_files", "append_file",
     "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
-    "delete_file", "search_files", "grep", "list_allowed_directories",
+    "delete_file", "search_files", "grep", "list_allowed_directories", "delete_directory",
+    "apply_patch",
 )
 LAYERS = (  # what require names
     "landlock", "seccomp", "openat2", "no_new_privs", "rlimits", "mount_namespace",
@@ -51,7 +52,7 @@ KINDS = (
 )
 # How a workspace's own corral.toml may set the key (see trust.py):
 NARROWS = (
-    "lower",     # at most the operator's value; it replaces it
+    "lower",     # at most the operator's value (none: no bound); it replaces it
     "order",     # at least as far along `order` (loosest first); the stricter one is kept
     "union",     # its values are added to the operator's
     "itself",    # only naming the workspace itself, as written (never resolved)
@@ -147,6 +148,14 @@ KEYS: tuple[Key, ...] = (
         "an HMAC-SHA256 key for the chain, outside every root; none: plain SHA-256"),
     Key("audit", "max_bytes", "int", None, "operator",
         "the log is renamed to PATH.N past this size; none: never"),
+    # Quotas: none by default. A workspace config may add one or lower one, never raise
+    # or remove one ("lower" treats the operator's none as no bound).
+    Key("quota", "calls_per_minute", "int", None, "lower",
+        "tool calls accepted in any 60 seconds; none: no bound"),
+    Key("quota", "write_bytes_per_hour", "int", None, "lower",
+        "bytes written to files in any hour; none: no bound"),
+    Key("quota", "files_created_per_hour", "int", None, "lower",
+        "files and directories created in any hour; none: no bound"),
     Key("history", "enabled", "bool", True, "operator",
         "keep what every changing call replaced, so it can be undone"),
     Key("history", "path", "path", None, "operator",
@@ -159,7 +168,8 @@ KEYS: tuple[Key, ...] = (
 
 BY_PLACE = {(key.section, key.name): key for key in KEYS}
 SECTIONS = (
-    "workspace", "tools", "rules", "policy", "edit", "limits", "sandbox", "audit", "history",
+    "workspace", "tools", "rules", "policy", "edit", "limits", "quota", "sandbox", "audit",
+    "history",
 )
 # The keys of each table section ([[rules]] is an array of tables, checked per rule).
 SECTION_KEYS: dict[str, tuple[str, ...]] = {

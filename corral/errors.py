@@ -33,12 +33,14 @@ ERROR_CODES = frozenset(
         "timeout",
         "worker_crashed",
         "io_error",
+        "quota_exceeded",
     }
 )
 
 
 class CorralError(Exception):
-    """A tool failure with a stable code; `rule` names the policy rule that decided it.
+    """A tool failure with a stable code; `rule` names the policy rule that decided it,
+    `retry_after_s` (quota_exceeded) the seconds until the call would be accepted.
 
     A file system failure carries its parts: the operation (`op`), the path as the
     layer that failed knew it (`path`) and why (`reason`); its message is made from
@@ -49,11 +51,13 @@ class CorralError(Exception):
     def __init__(
         self, code: str, message: str = "", *, rule: str | None = None,
         op: str | None = None, path: str | None = None, reason: str | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         if code not in ERROR_CODES:
             raise ValueError(f"unknown error code {code!r}")
         self.code = code
         self.rule = rule
+        self.retry_after_s = retry_after_s
         self.op, self.path, self.reason = op, path, reason
         self._message = message
         super().__init__(self.message)
@@ -70,13 +74,16 @@ class CorralError(Exception):
         if self.path is None or self.path not in spellings:
             return self
         return CorralError(self.code, self._message, rule=self.rule, op=self.op,
-                           path=spellings[self.path], reason=self.reason)
+                           path=spellings[self.path], reason=self.reason,
+                           retry_after_s=self.retry_after_s)
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, str | float]:
         """As a result carries it: rendered here, once, at the edge."""
-        error = {"code": self.code, "message": self.message}
+        error: dict[str, str | float] = {"code": self.code, "message": self.message}
         if self.rule is not None:
             error["rule"] = self.rule
+        if self.retry_after_s is not None:
+            error["retry_after_s"] = self.retry_after_s
         return error
 
 

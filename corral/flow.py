@@ -5,7 +5,8 @@ validation, the approval rounds) are written once, as a generator that yields
 what it needs done and receives the outcome:
 
     Submit(request)   run this request in a confined worker; reply with its Answer
-    Approve(request)  ask the host's approver; reply True or False, or NoApprover
+    Approve(request)  ask the host's approver; reply True, False, an Approval, or
+                      NoApprover
 
 and returns the call's result. A driver carries the steps out: `Sandbox.call`
 blocks, `AsyncSandbox.call` awaits, the MCP face turns Approve into an
@@ -28,11 +29,21 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from corral.calls.messages import Answer, CallRequest, NeedsApproval, error_answer
+from corral.calls.messages import (
+    Answer,
+    CallRequest,
+    GrantRef,
+    NeedsApproval,
+    Touched,
+    error_answer,
+)
 from corral.errors import CorralError
+from corral.grants import REMEMBER, Grant, Grants
+from corral.observe import Observer
 from corral.policy import Policy
+from corral.quota import Quotas
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
 
@@ -48,6 +59,37 @@ class NoApprover(Exception):
     def __init__(self, hint: str = "") -> None:
         super().__init__(hint)
         self.hint = hint
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An approver's answer that may be remembered: `remember="path"` grants the tool
+    on the approved resolved paths, `"rule"` on every path the same supervised rule
+    covers, for the life of the sandbox (Sandbox.approvals lists them). A denial
+    is never remembered. True is Approval(True), False Approval(False)."""
+
+    allow: bool
+    remember: Literal["once", "path", "rule"] = "once"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allow, bool):
+            raise TypeError(f"Approval.allow must be a bool, not {type(self.allow).__name__}")
+        if self.remember not in REMEMBER:
+            raise ValueError(f"Approval.remember must be one of {', '.join(REMEMBER)}, "
+                             f"not {self.remember!r}")
+
+    def __bool__(self) -> bool:
+        return self.allow
+
+
+# A driver's reply for an approval it was given in an earlier round of the same call
+# (MCP's stateless retries): allowed, and neither audited nor remembered again.
+REPLAYED = Approval(True)
+# An approval decision as the flow reports it: tool, the paths asked about, the
+# answer, the grants it made, and what the stopped call touched (to the ledger,
+# which audits it).
+Decided = Callable[
+    [str, Sequence[NeedsApproval], Approval, Sequence[Grant], Sequence[Touched]], None]
 
 
 @dataclass(frozen=True)
@@ -108,7 +150,7 @@ class CallFlow:
 
 def drive(
     flow: CallFlow, submit: Callable[[CallRequest], Answer],
-    approve: Callable[[dict[str, Any]], bool | NoApprover],
+    approve: Callable[[dict[str, Any]], Approval | bool | NoApprover],
 ) -> dict[str, Any]:
     """Carry a flow out with blocking calls; closed on any exception."""
     with flow:
@@ -122,7 +164,7 @@ def drive(
 
 async def adrive(
     flow: CallFlow, submit: Callable[[CallRequest], Awaitable[Answer]],
-    approve: Callable[[dict[str, Any]], Awaitable[bool | NoApprover]],
+    approve: Callable[[dict[str, Any]], Awaitable[Approval | bool | NoApprover]],
 ) -> dict[str, Any]:
     """drive() with awaits."""
     with flow:
@@ -145,6 +187,10 @@ class CallPlan:
     can_ask: bool  # an approver exists: without one a supervised call fails at once
     seen: Callable[[str], dict[str, str] | None]  # read_before_write versions for a tool
     raw: bool = False  # a large read's text and content may stay JSON text (CallRequest.raw)
+    quotas: Quotas | None = None  # counted here, so every face counts alike
+    grants: Grants | None = None  # remembered approvals (none: nothing is remembered)
+    decided: Decided | None = None  # told every approval decision (the audit)
+    observer: Observer | None = None  # hears of each approval asked and its outcome
 
     def steps(self, name: Any, arguments: Any, within: Sequence[str] | None) -> Steps:
         """The call's steps; the result is the worker's Answer, or one made here."""
@@ -157,11 +203,29 @@ class CallPlan:
             args = validate(tool, arguments)
         except CorralError as error:
             return error_answer(shown_name(name), error)
-        if mode == "supervised" and not self.can_ask:
+        grants = self.grants.for_call(tool.name, args) if self.grants is not None else ()
+        if mode == "supervised" and not self.can_ask and not grants:
             return _nobody_to_ask(
                 tool.name, f"the tool {tool.name} needs approval", None,
                 f'; set {tool.name} = "allow" in [tools] to run it without asking',
             )
+        if self.quotas is None:
+            return (yield from self._run(tool.name, args, within, grants))
+        # Accepted (or refused) here, before a worker is taken; a flow closed before
+        # its answer keeps what it reserved: it may have written.
+        reservation = self.quotas.admit(tool.name, args)
+        if isinstance(reservation, CorralError):
+            return error_answer(tool.name, reservation)
+        answer = yield from self._run(tool.name, args, within, grants)
+        self.quotas.settle(reservation, tool.name, args, answer)
+        return answer
+
+    def _run(
+        self, tool: str, args: dict[str, Any], within: Sequence[str] | None,
+        grants: tuple[GrantRef, ...],
+    ) -> Steps:
+        """The worker's answer, after any approval rounds it asks for (the remembered
+        `grants` that can apply travel with each request)."""
         # A supervised tool, or a path a supervised rule matches: the worker resolves
         # each path, stops before acting and names what needs a yes; the host asks
         # about those resolved paths and sends the call again with them approved.
@@ -170,33 +234,48 @@ class CallPlan:
         while True:
             rounds += 1
             answer = yield Submit(CallRequest(
-                tool.name, args, tuple(approved),
-                tuple(within) if within is not None else None, self.seen(tool.name),
-                raw=self.raw,
+                tool, args, tuple(approved),
+                tuple(within) if within is not None else None, self.seen(tool),
+                raw=self.raw, grants=grants,
             ))
+            answer = self._checked(tool, grants, answer)
             needed = [n for n in answer.meta.needs_approval if n.key not in approved]
+            if not needed and answer.meta.grants and self.observer is not None:
+                self.observer.on_approval("remembered")  # let through by a held grant
             if not needed or not self.can_ask:
                 return answer
-            ask = self._request(tool.name, args, needed)
+            ask = self._request(tool, args, needed, answer.meta.diff)
             rule = next((need.rule for need in needed if need.rule), None)
             why = f" (rule {rule!r})" if rule else ""
             shown = ", ".join(target["shown"] for target in ask["targets"])
             # said only when the callback cannot ask anyone (NoApprover)
-            fix = "" if rule else (f'; or set {tool.name} = "allow" in [tools] of the '
+            fix = "" if rule else (f'; or set {tool} = "allow" in [tools] of the '
                                    "operator's config to run it without asking")
-            refusal = yield from self._ask(ask, f"{shown} needs approval{why}", rule, fix)
-            if refusal is not None:
-                return Answer(False, refusal.tool, error=refusal.error, meta=answer.meta)
+            refusal = yield from self._ask(
+                ask, needed, answer.meta.touched, f"{shown} needs approval{why}", rule, fix)
+            if refusal is not None:  # nothing went through, by a grant or otherwise
+                return Answer(False, refusal.tool, error=refusal.error,
+                              meta=answer.meta._replace(grants=()))
             if rounds == MAX_APPROVAL_ROUNDS:
                 return answer
             approved += [need.key for need in needed]
 
+    def _checked(self, tool: str, sent: tuple[GrantRef, ...], answer: Answer) -> Answer:
+        """The answer with only the grant uses that hold (grants.Grants.checked)."""
+        if not answer.meta.grants:
+            return answer
+        kept = self.grants.checked(tool, sent, answer.meta.grants) if self.grants else ()
+        return answer if kept == answer.meta.grants else answer._replace(
+            meta=answer.meta._replace(grants=kept))
+
     def _request(
-        self, tool: str, args: dict[str, Any], needed: list[NeedsApproval]
+        self, tool: str, args: dict[str, Any], needed: list[NeedsApproval], diff: str | None
     ) -> dict[str, Any]:
         """What approve() is asked (the keys are documented API): every path as
         resolved in the worker, root-relative, with its root, as the caller spelled
-        it and a one-line `shown` form; control characters escaped throughout."""
+        it, a one-line `shown` form and the file's size; for a change, its diff
+        (bounded in the worker: tools/preview.py); control characters escaped
+        throughout (the diff's line by line)."""
         targets = [_target(need, self.workspace) for need in needed]
         return {
             "tool": tool, "arguments": args,
@@ -204,10 +283,12 @@ class CallPlan:
             "resolved": [escaped(posixpath.join(need.root, need.resolved)) for need in needed],
             "rules": [target["rule"] for target in targets],
             "targets": targets,
+            "diff": "\n".join(escaped(line) for line in diff.split("\n")) if diff else None,
         }
 
     def _ask(
-        self, ask: dict[str, Any], what: str, rule: str | None = None, fix: str = ""
+        self, ask: dict[str, Any], needed: list[NeedsApproval], touched: Sequence[Touched],
+        what: str, rule: str | None = None, fix: str = "",
     ) -> Generator[Step, Any, Answer | None]:
         """None if the host approved; else the error answer to return (naming the
         path rule that asked for the approval, if one did)."""
@@ -220,7 +301,16 @@ class CallPlan:
                 "approval_required", f"{what} and nobody can be asked to approve it{how}{fix}.",
                 rule=rule,
             ))
-        if reply:
+        approval = reply if isinstance(reply, Approval) else Approval(bool(reply))
+        if approval is not REPLAYED:
+            issued = self.grants.issue(ask["tool"], needed, approval.remember) if (
+                approval.allow and self.grants is not None) else []
+            if self.decided is not None:
+                self.decided(ask["tool"], needed, approval, issued, touched)
+            if self.observer is not None:
+                self.observer.on_approval("asked")
+                self.observer.on_approval("granted" if approval.allow else "denied")
+        if approval.allow:
             return None
         return error_answer(
             ask["tool"], CorralError("approval_denied", f"{what}; it was denied.", rule=rule)
@@ -241,5 +331,7 @@ def _target(need: NeedsApproval, workspace: str) -> dict[str, Any]:
         shown += f" (given as {given})"  # tpl/../deploy.yml through a symlink, say
     return {
         "root": escaped(root), "path": escaped(path), "given": escaped(given),
-        "rule": need.rule or None, "shown": escaped(shown),
+        # a rule's name may come from the workspace's own corral.toml: escaped too
+        "rule": escaped(need.rule) if need.rule else None, "shown": escaped(shown),
+        "size": need.size,
     }

@@ -7,10 +7,13 @@ from __future__ import annotations
 import posixpath
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from corral.audit import Audit
-from corral.calls.messages import Answer, Meta
+from corral.calls.messages import Answer, Meta, NeedsApproval, Touched
+from corral.flow import Approval
+from corral.grants import Grant, Grants
 from corral.history.host import History
 from corral.policy import Policy
 from corral.tools.access import TOOL_MODE_RULE, approval_key
@@ -21,8 +24,8 @@ PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold o
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 # read_before_write: the tools whose results tell which version a session read or wrote,
 # and the writers that need one
-SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file")
-SESSION_WRITERS = ("write_file", "edit_file", "append_file")
+SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file", "apply_patch")
+SESSION_WRITERS = ("write_file", "edit_file", "append_file", "apply_patch")
 # undo/rewind left a conflict alone: the Python spelling, which the CLI replaces with its own
 FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
 
@@ -37,8 +40,9 @@ def _paths(arguments: dict[str, Any]) -> list[str]:
 class Ledger:
     """Thread-safe; one per sandbox."""
 
-    def __init__(self, policy: Policy, audit: Audit | None, history: History | None) -> None:
-        self.policy, self.audit, self.history = policy, audit, history
+    def __init__(self, policy: Policy, audit: Audit | None, history: History | None,
+                 grants: Grants | None = None) -> None:
+        self.policy, self.audit, self.history, self.grants = policy, audit, history, grants
         # read_before_write: "root\0resolved" -> the version this session read or wrote
         self.seen: dict[str, str] = {}
         self._seen_lock = threading.Lock()
@@ -61,6 +65,8 @@ class Ledger:
             self.history.stored(meta.history_bytes)
         if self.policy.read_before_write == "require" and answer.ok:
             self._remember(answer, meta)
+        if meta.grants and self.grants is not None:  # checked by the flow (Grants.checked)
+            self.grants.used(meta.grants)
         if self.audit is not None:
             error = answer.error or {}
             fields: dict[str, Any] = {
@@ -68,6 +74,8 @@ class Ledger:
                 "bytes": meta.bytes,
                 "duration_ms": round((time.monotonic() - started) * 1000, 3),
             }
+            if meta.grants:
+                fields["grant"] = ",".join(dict.fromkeys(use.id for use in meta.grants))
             if meta.touched:
                 fields["touched"] = meta.touched
             else:
@@ -77,6 +85,22 @@ class Ledger:
                 fields.update(self._mode_decision(answer.tool, error.get("code")))
             self.audit.record(**fields)
         return response
+
+    def approval(self, tool: str, needed: Sequence[NeedsApproval], approval: Approval,
+                 issued: Sequence[Grant], touched: Sequence[Touched] = ()) -> None:
+        """One audit record per approval decision: the paths asked about (with the
+        rule the call's own record names: `touched`), `approval` ("once", "path",
+        "rule" or "denied") and the grants it made."""
+        if self.audit is None:
+            return
+        rules = {(t.root, t.resolved): t.rule for t in touched if t.decision == "supervised"}
+        self.audit.record(
+            tool=tool, ok=approval.allow,
+            touched=[Touched(n.path, n.root, n.resolved, "supervised",
+                             rules.get((n.root, n.resolved), n.rule or None)) for n in needed],
+            approval=approval.remember if approval.allow else "denied",
+            grant=",".join(grant.id for grant in issued) or None,
+        )
 
     def history_result(
         self, answer: Answer, target: str, since: float | None = None
@@ -111,6 +135,9 @@ class Ledger:
         keys = {t.path: approval_key(t.root, t.resolved) for t in meta.touched}
         result = answer.result or {}
         files = result.get("files") if answer.tool == "read_multiple_files" else [result]
+        if answer.tool == "apply_patch":  # the version a patch left is its file's new one
+            files = [{"path": f.get("to", f["path"]), "version": f.get("version")}
+                     for f in result.get("files") or ()]
         with self._seen_lock:
             self.seen.update(meta.seen)
             if answer.tool not in SESSION_TOOLS:

@@ -38,7 +38,7 @@ ROOT_MODES = ("rw", "ro")
 # "/" holds all of them.
 SYSTEM_PATHS = ("/proc", "/sys", "/dev", "/etc", "/run", "/var/run")
 
-DEFAULT_OFF = frozenset({"delete_file"})  # denied unless [tools] enables them
+DEFAULT_OFF = frozenset({"delete_file", "delete_directory"})  # denied unless [tools] enables them
 
 PATH_REGEX_RULE = "path-regex"  # the rule name a whitelist miss reports
 PROTECT_RULE = "protect-corral-files"  # writes to corral.toml and Policy.protected_paths
@@ -61,6 +61,7 @@ TOOL_ACCESS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "stat_file": (_LIST, _WRITE),
     "list_allowed_directories": (_LIST, _WRITE),
     "edit_file": (_READ, _READ | _WRITE),  # the diff shows the file's content
+    "apply_patch": (_READ, _READ | _WRITE),  # likewise; a move relocates content
     "copy_file": (_READ, _WRITE),  # the source is read, the destination written
     # Both ends: moving a file out of a place puts its content where it can be read.
     "move_file": (_READ | _WRITE, _READ | _WRITE),
@@ -68,6 +69,7 @@ TOOL_ACCESS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "append_file": (_LIST, _WRITE),
     "create_directory": (_LIST, _WRITE),
     "delete_file": (_LIST, _WRITE),
+    "delete_directory": (_LIST, _WRITE),
 }
 # A tool not in the table (none today) is treated as doing everything it could.
 _UNKNOWN_ACCESS = (_READ | _LIST, _READ | _WRITE)
@@ -463,7 +465,7 @@ class Policy:
         return replace(self, protected_paths=(*self.protected_paths, *paths))
 
     def tool_mode(self, tool: str, *, writes: bool) -> str:
-        """Mode of a tool: read_only denies writers; delete_file denied unless enabled."""
+        """Mode of a tool: read_only denies writers; DEFAULT_OFF ones denied unless enabled."""
         if self.read_only and writes:
             return "deny"
         default = "deny" if tool in DEFAULT_OFF else "allow"

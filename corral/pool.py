@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from corral.api import AsyncSandbox, Sandbox, _BaseSandbox, _config_arguments
 from corral.config import Config
+from corral.observe import Observer
 from corral.sandbox.broker import Broker
 from corral.sandbox.hub import Hub
 
@@ -34,9 +35,11 @@ class Pool:
 
     def __init__(
         self, max_workers: int = DEFAULT_MAX_WORKERS,
-        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, observer: Observer | None = None,
     ) -> None:
+        """observer: every sandbox's made from this pool that names none of its own."""
         self._hub = Hub(max_workers, idle_timeout_s)
+        self._observer = observer
         self._start = functools.partial(Broker, hub=self._hub)
         self._lock = threading.Lock()
         # closed ones drop out
@@ -45,7 +48,12 @@ class Pool:
     def sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> Sandbox:
         """A Sandbox served by this pool; Sandbox's keyword arguments. `workers`
         caps how many of the pool's workers it may hold at once (default 2)."""
-        return self._add(Sandbox._made(self._start, None, {"workspace": workspace, **kwargs}))
+        arguments = {"workspace": workspace, **self._defaults(kwargs)}
+        return self._add(Sandbox._made(self._start, None, arguments))
+
+    def _defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A sandbox's keyword arguments, with the pool's observer unless it names one."""
+        return {"observer": self._observer, **kwargs}
 
     def _add(self, sandbox: S) -> S:
         with self._lock:
@@ -54,23 +62,26 @@ class Pool:
 
     def async_sandbox(self, workspace: str | os.PathLike[str], **kwargs: Any) -> AsyncSandbox:
         """An AsyncSandbox served by this pool; cancelling an awaited call cancels it."""
-        return self._add(AsyncSandbox._made(self._start, None, {"workspace": workspace, **kwargs}))
+        arguments = {"workspace": workspace, **self._defaults(kwargs)}
+        return self._add(AsyncSandbox._made(self._start, None, arguments))
 
     def sandbox_from_config(
         self, path: str | os.PathLike[str] | Config, **kwargs: Any
     ) -> Sandbox:
         """A Sandbox as corral.toml describes it (or a Config, as Sandbox.from_config
         takes it); keyword arguments win over the file."""
-        return self._add(Sandbox._made(self._start, *_config_arguments(path, kwargs)))
+        made = Sandbox._made(self._start, *_config_arguments(path, self._defaults(kwargs)))
+        return self._add(made)
 
     def async_sandbox_from_config(
         self, path: str | os.PathLike[str] | Config, **kwargs: Any
     ) -> AsyncSandbox:
-        return self._add(AsyncSandbox._made(self._start, *_config_arguments(path, kwargs)))
+        made = AsyncSandbox._made(self._start, *_config_arguments(path, self._defaults(kwargs)))
+        return self._add(made)
 
     def stats(self) -> dict[str, int]:
-        """{"sandboxes": open, "workers": alive, "busy_workers": running a call,
-        "queued_calls": waiting for a worker}."""
+        """{"sandboxes": open, "workers": alive, "idle_workers": alive and idle,
+        "busy_workers": running a call, "queued_calls": waiting for a worker}."""
         return self._hub.stats()
 
     def close(self) -> None:

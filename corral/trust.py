@@ -224,7 +224,7 @@ def _looser(data: dict[str, Any], local: Config, base: Config) -> Problems:
             key = BY_PLACE[section, name]
             mine, theirs = _setting(local, key), _setting(base, key)
             said = f"{key.where} = {_shown(mine)}"
-            if key.narrows == "lower" and mine > theirs:
+            if key.narrows == "lower" and theirs is not None and mine > theirs:
                 problems.append((key.where, f"{said}: above the operator's {_shown(theirs)}"))
             elif key.narrows == "order" and key.order.index(mine) < key.order.index(theirs):
                 problems.append((key.where,
@@ -252,8 +252,8 @@ def _looser_rules(local: Config, base: Config) -> Problems:
 def _narrower(key: Key, mine: Any, theirs: Any) -> Any:
     """The workspace's value of `key` merged with the operator's (already checked by
     _looser to be no looser)."""
-    if key.narrows == "lower":
-        return min(mine, theirs)
+    if key.narrows == "lower":  # the operator's none is no bound ([quota])
+        return mine if theirs is None else min(mine, theirs)
     if key.narrows == "union":
         return tuple(dict.fromkeys((*theirs, *mine)))
     return max(mine, theirs, key=key.order.index)

@@ -5,17 +5,20 @@ start, and a Sandbox's start to its first result and its close.
 
 Each --tree is a checkout of corral to measure (default: this one); with more
 than one (say the code before and after a change) the runs alternate between
-them, so a busy machine slows each alike. Reports medians (and min):
-`python -c pass`, `python -m corral call read_file '{"path": "x.txt"}'` and
-its ratio to the bare start, in wall time and in CPU time (the call's with its
-zygote's and workers'); in one interpreter per tree, Sandbox(ws) to the
-first call's result, and close(). Targets (issue 24): the call <= 10x a bare
-Python start, the sandbox start <= 30 ms.
+them, so a busy machine slows each alike. Reports medians (and min): the floor
+(`python -c pass`, `python -c 'import corral'`, a fork and exec of /bin/true),
+`python -m corral call read_file '{"path": "x.txt"}'` and its ratio to the bare
+start, in wall time and in CPU time (the call's with its zygote template's,
+zygote's and workers'); in one interpreter per tree, Sandbox(ws) to the first
+call's result, and close(). Targets (issue 24): the call <= 10x a bare Python
+start, the sandbox start <= 30 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -28,6 +31,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 CALL = ["-m", "corral", "call", "read_file", '{"path": "x.txt"}']
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+# What any start costs on this machine, beside `python -c pass` (the first tree's corral).
+FLOOR = {
+    "python -c 'import corral'": [sys.executable, "-c", "import corral"],
+    "fork+exec /bin/true": ["/bin/true"],
+}
 # Run in a fresh interpreter per tree: starts a sandbox `starts` times (after one
 # not counted: the first pays for lazy caches) and prints [[start, close], ...].
 STARTS = """
@@ -47,20 +56,30 @@ print(json.dumps(samples[1:]))
 
 
 def environment(tree: Path, home: Path) -> dict[str, str]:
-    """Imports from `tree`; no user config, a history store of its own."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    """Imports from `tree`; no user config, a history store of its own. Bytecode is
+    written and reused (under `home`), as an installed corral's is: with
+    PYTHONDONTWRITEBYTECODE set, every command would compile the modules only the
+    command imports (~20 of them) from source, every time."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(home / "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(XDG_CONFIG_HOME=str(home / "config"), XDG_STATE_HOME=str(home / "state"))
     return env
 
 
 def wall(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """Wall time of a whole process, and the CPU time of it and every process it
-    reaped (the zygote, and through it the workers): a busy machine stretches
-    the first, hardly the second."""
+    started (the zygote template, zygote and workers): a busy machine stretches
+    the first, hardly the second. The template outlives the command by a moment
+    (it exits when it sees the command gone): this process, their subreaper, waits
+    for it so that its CPU is counted too."""
     used = _children_cpu()
     began = time.perf_counter()
     subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - began, _children_cpu() - used
+    took = time.perf_counter() - began
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
+    return took, _children_cpu() - used
 
 
 def _children_cpu() -> float:
@@ -78,6 +97,9 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=10, help="sandbox starts per tree")
     parser.add_argument("--tree", type=Path, action="append", help="a checkout to measure")
     args = parser.parse_args()
+    # orphaned descendants come back here to be reaped (and their CPU counted)
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     trees = [tree.resolve() for tree in args.tree or [HERE]]
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(scratch)
@@ -86,12 +108,15 @@ def main() -> None:
         (workspace / "x.txt").write_text("hello\n")
         envs = [environment(tree, home) for tree in trees]
         bare: list[tuple[float, float]] = []
+        floor: dict[str, list[tuple[float, float]]] = {name: [] for name in FLOOR}
         calls: list[list[tuple[float, float]]] = [[] for _ in trees]
         for _ in range(2):  # warm the page cache and each tree's bytecode
             for env in envs:
                 wall([sys.executable, *CALL], workspace, env)
         for _ in range(args.runs):
             bare.append(wall([sys.executable, "-c", "pass"], workspace, envs[0]))
+            for name, argv in FLOOR.items():
+                floor[name].append(wall(argv, workspace, envs[0]))
             for samples, env in zip(calls, envs, strict=True):
                 samples.append(wall([sys.executable, *CALL], workspace, env))
         starts: list[list[list[float]]] = [[] for _ in trees]
@@ -99,11 +124,16 @@ def main() -> None:
             for samples, env in zip(starts, envs, strict=True):
                 done = subprocess.run(
                     [sys.executable, "-c", STARTS, str(workspace), str(args.starts // 2 or 1)],
-                    env=env, check=True, capture_output=True, text=True,
+                    cwd=workspace, env=env, check=True, capture_output=True, text=True,
                 )
                 samples.extend(json.loads(done.stdout))
     bare_wall, bare_cpu = [w for w, _ in bare], [c for _, c in bare]
     print(f"python -c pass ({args.runs} runs): {summary(bare_wall)}; CPU {summary(bare_cpu)}")
+    for name, samples in floor.items():
+        walls = [w for w, _ in samples]
+        ratio = statistics.median(walls) / statistics.median(bare_wall)
+        print(f"{name} ({args.runs} runs): {summary(walls)}  = {ratio:.2f}x python -c pass; "
+              f"CPU {summary([c for _, c in samples])}")
     for tree, call, start in zip(trees, calls, starts, strict=True):
         print(f"\n{tree}")
         call_wall, call_cpu = [w for w, _ in call], [c for _, c in call]
@@ -111,7 +141,7 @@ def main() -> None:
         cpu_ratio = statistics.median(call_cpu) / statistics.median(bare_cpu)
         print(f"  corral call read_file ({args.runs} runs): {summary(call_wall)}  "
               f"= {ratio:.1f}x python -c pass")
-        print(f"    its CPU, with the zygote's and workers': {summary(call_cpu)}  "
+        print(f"    its CPU, with its other processes': {summary(call_cpu)}  "
               f"= {cpu_ratio:.1f}x python -c pass")
         print(f"  Sandbox(ws) to first result ({len(start)} starts): "
               f"{summary([s for s, _ in start])}")

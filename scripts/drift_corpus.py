@@ -4,7 +4,10 @@ at the wrong indent, straight quotes and dashes for curly ones, and several at
 once), generated from real source files (corral's own), each with the result
 the edit was meant to have. Every case is applied with edit_file's matching and
 sorted into: applied as intended, applied WRONGLY (anything but the intended
-result: must be 0), or refused (no_match / ambiguous_match).
+result: must be 0), or refused (no_match / ambiguous_match). Each case is also
+sent as a one-hunk patch (the model's old and new text diffed into " ", "-" and
+"+" lines, as apply_patch takes them) through apply_hunks, where context lines
+keep the file's own text.
 
 Controls: "stale" cases change a word of old_string (the file never held that
 text), and "twin" cases put the block at a second indentation level in the file;
@@ -19,6 +22,7 @@ checks the file on disk. tests/test_tools_match.py runs a short version.
 from __future__ import annotations
 
 import argparse
+import difflib
 import random
 import re
 import sys
@@ -31,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corral.errors import CorralError
 from corral.tools.edit import Edit, apply
+from corral.tools.patch_format import FilePatch, Hunk, apply_hunks
 
 REPO = Path(__file__).resolve().parent.parent
 KINDS = ("trailing", "crlf", "tabs", "indent", "quotes", "mixed", "stale", "twin")
@@ -45,6 +50,9 @@ class Case:
     old: str  # what the model sends
     new: str
     intended: str | None  # the file after the edit; None: the edit must be refused
+    # the file after the same change sent as a patch: its context lines keep the file's
+    # text (trailing spaces, curly quotes), where edit_file puts new_string in whole
+    patch_intended: str | None = None
 
 
 def sources() -> list[tuple[str, list[str]]]:
@@ -141,8 +149,30 @@ def make(rng: random.Random, name: str, lines: list[str], kind: str) -> Case | N
         model_new = [line.strip() for line in changed]
         intended = None
     text = ending.join(file_lines)
+    patch_intended = None
+    if intended is not None:
+        merged = []
+        for tag, i1, i2, j1, j2 in _opcodes(model_old, model_new):
+            merged += file_lines[start + i1 : start + i2] if tag == "equal" else file_new[j1:j2]
+        patch_intended = ending.join(file_lines[:start] + merged + file_lines[end:])
     return Case(kind, name, text, "\n".join(model_old) + "\n", "\n".join(model_new) + "\n",
-                None if intended is None else intended)
+                intended, patch_intended)
+
+
+def _opcodes(old: list[str], new: list[str]) -> list[tuple[str, int, int, int, int]]:
+    return difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+
+
+def as_patch(case: Case) -> FilePatch:
+    """The case's edit as the one hunk a model would write for it."""
+    old, new = case.old[:-1].split("\n"), case.new[:-1].split("\n")
+    lines: list[tuple[str, str]] = []
+    for tag, i1, i2, j1, j2 in _opcodes(old, new):
+        if tag == "equal":
+            lines += [(" ", line) for line in old[i1:i2]]
+        else:
+            lines += [("-", line) for line in old[i1:i2]] + [("+", line) for line in new[j1:j2]]
+    return FilePatch("update", "f", None, (Hunk((), tuple(lines), False, 3),), None, 2)
 
 
 def _shifted(line: str, shift: int) -> str:
@@ -172,6 +202,15 @@ def outcome(case: Case, tolerant: bool = True) -> str:
     except CorralError as error:
         return f"refused:{error.code}"
     return "applied" if after == case.intended else "WRONG"
+
+
+def patch_outcome(case: Case) -> str:
+    """applied | WRONG | refused:<code>, for the case sent as a patch to apply_hunks."""
+    try:
+        after, _ = apply_hunks(case.text, as_patch(case))
+    except CorralError as error:
+        return f"refused:{error.code}"
+    return "applied" if after == case.patch_intended else "WRONG"
 
 
 def through_sandbox(cases: list[Case]) -> Counter[str]:
@@ -215,9 +254,14 @@ def main() -> None:
           f"({len(cases) - len(drifted)} of them controls that must be refused)")
     exact = sum(1 for case in drifted if outcome(case, tolerant=False) == "applied")
     print(f"with match='exact': {exact}/{len(drifted)} drifted edits applied")
+    patches: Counter[str] = Counter(patch_outcome(case) for case in cases)
+    applied = sum(1 for case in drifted if patch_outcome(case) == "applied")
+    print(f"as patches (apply_hunks): {applied}/{len(drifted)} drifted edits applied as "
+          f"intended, {patches['WRONG']} wrong, "
+          f"{sum(n for k, n in patches.items() if k.startswith('refused'))} refused")
     if args.sandbox:
         print("through a Sandbox:", dict(through_sandbox(cases[: args.sandbox])))
-    if total["WRONG"]:
+    if total["WRONG"] or patches["WRONG"]:
         sys.exit(1)
 
 

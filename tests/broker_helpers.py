@@ -11,6 +11,7 @@ import psutil
 
 from corral.calls.messages import Answer, CallRequest
 from corral.sandbox.broker import Broker
+from corral.sandbox.launcher import template_pids
 
 GONE_WAIT_S = 20.0  # only a safety net for a broken test: processes normally vanish in ms
 
@@ -34,6 +35,14 @@ def wait_gone(pids: list[int]) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.02)
+
+
+def left_running() -> list[int]:
+    """This process's running descendants, but the zygote templates (which live as
+    long as the process, whatever its sandboxes do)."""
+    templates = template_pids()
+    return [p.pid for p in psutil.Process().children(recursive=True)
+            if running(p.pid) and p.pid not in templates]
 
 
 def running(pid: int) -> bool:

@@ -33,6 +33,7 @@ class Server:
     process: subprocess.Popen[bytes]
     alice: Path
     bob: Path
+    metrics_port: int | None = None  # with --metrics: where Prometheus scrapes
 
     @property
     def url(self) -> str:
@@ -77,8 +78,13 @@ def running_server(top: Path, alice: Path, bob: Path, *flags: str) -> Iterator[S
     line = process.stderr.readline().decode()
     assert "serving MCP over HTTP at http://127.0.0.1:" in line, line
     port = int(line.rsplit(":", 1)[1].split("/")[0])
+    metrics_port = None
+    if "--metrics" in flags:  # its line comes next
+        line = process.stderr.readline().decode()
+        assert "serving Prometheus metrics at http://" in line, line
+        metrics_port = int(line.rsplit(":", 1)[1].split("/")[0])
     try:
-        yield Server(port, process, alice, bob)
+        yield Server(port, process, alice, bob, metrics_port)
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(30)

@@ -9,8 +9,10 @@ import errno
 import os
 from typing import Any
 
-from corral.sandbox import worker
+from corral.sandbox import worker, zygote
 from corral.sandbox.protocol import read_sole_frame, write_frame
+
+prepare = zygote.prepare  # the template runs it once, as for the real zygote
 
 
 def _probe(fd: int, setup: Any) -> int:
@@ -27,7 +29,5 @@ def _probe(fd: int, setup: Any) -> int:
 
 
 def main(fd: int) -> None:
-    worker.serve = _probe
-    from corral.sandbox.zygote import main as zygote_main
-
-    zygote_main(fd)
+    worker.serve = _probe  # in this zygote only: the template forked it
+    zygote.main(fd)

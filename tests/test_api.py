@@ -46,7 +46,7 @@ class TestSpecs:
         specs = module_sb.tools()
         names = [spec["name"] for spec in specs]
         assert "delete_file" not in names  # off by default
-        assert set(names) == set(TOOLS) - {"delete_file"}
+        assert set(names) == set(TOOLS) - {"delete_file", "delete_directory"}
         for spec in specs:
             assert set(spec) == {"name", "title", "description", "input_schema", "output_schema",
                                  "annotations"}

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from corral.api import Sandbox
-from corral.sandbox.pool import wait_for_exit
+from corral.sandbox.launcher import wait_for_exit
 
 
 def _no_sleeping(*_: object) -> None:

@@ -17,6 +17,7 @@ from corral.config import (
     ConfigError,
     HistoryOptions,
     Limits,
+    QuotaOptions,
     SandboxOptions,
     load_config,
 )
@@ -24,7 +25,7 @@ from corral.config_keys import KEYS, SECTION_KEYS, Key
 from corral.trust import narrow, policy_field
 
 VALUE_TYPES = {"audit": AuditOptions, "limits": Limits, "sandbox": SandboxOptions,
-               "history": HistoryOptions}
+               "history": HistoryOptions, "quota": QuotaOptions}
 
 
 @pytest.mark.parametrize("section", sorted(VALUE_TYPES))
@@ -65,6 +66,8 @@ def in_effect(config: Config, key: Key) -> Any:
 def cases(key: Key) -> tuple[Any, Any, Any]:
     """(the operator's value, a workspace value that narrows it or None, one that
     widens it or None), from how the table says the key narrows."""
+    if key.narrows == "lower" and key.default is None:  # none by default: a bound set
+        return 100, 50, 101
     if key.narrows == "lower":
         return key.default, key.default / 2 if key.kind == "number" else key.default - 1, (
             key.default + 1)

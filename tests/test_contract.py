@@ -173,6 +173,7 @@ class TestAuditDecisions:
         assert got == [
             ("delete_file", "a.txt", "tool_disabled", "deny", "tool-mode"),
             ("stat_file", "a.txt", "approval_required", "supervised", "tool-mode"),
+            ("stat_file", "a.txt", None, "supervised", "tool-mode"),  # the decision's record
             ("stat_file", "a.txt", "approval_denied", "supervised", "tool-mode"),
             ("write_file", "a.txt", "tool_disabled", "deny", "read-only"),
         ]

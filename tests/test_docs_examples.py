@@ -137,7 +137,7 @@ def test_pool_example_runs_as_written(tmp_path: Path) -> None:
     assert lines[0] == "     1\tprint('alice')"
     assert "notes.txt" in lines[1] and "TODO: carol's" in lines[1]
     stats = ast.literal_eval(lines[-1])  # how many workers: the pool's business
-    assert set(stats) == {"sandboxes", "workers", "busy_workers", "queued_calls"}
+    assert set(stats) == {"sandboxes", "workers", "idle_workers", "busy_workers", "queued_calls"}
     assert stats["sandboxes"] == 3 and stats["workers"] >= 2
     assert json.loads((tmp_path / "log" / "alice.jsonl").read_text().splitlines()[0])
 

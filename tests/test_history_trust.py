@@ -61,9 +61,9 @@ def start(workspace: Path) -> Iterator[Any]:
     def starting(**kwargs: Any) -> Started:
         given: list[str | None] = []
 
-        def recording(*args: Any, history: str | None = None) -> Any:
+        def recording(*args: Any, history: str | None = None, **kwargs: Any) -> Any:
             given.append(history)
-            return _start_executor(*args, history=history)
+            return _start_executor(*args, history=history, **kwargs)
 
         class Recorded(Sandbox):
             _start = staticmethod(recording)

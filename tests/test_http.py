@@ -74,6 +74,8 @@ def test_sdk_client_calls_every_tool_over_http(server: Server, mode: str) -> Non
         await use(client, "search_files", {"pattern": "**/*.txt"})
         await use(client, "grep", {"pattern": "thr+ee"})
         await use(client, "delete_file", {"path": f"{base}/c/d.txt"})
+        await use(client, "apply_patch", {"patch": f"*** Begin Patch\n*** Update File: "
+                                          f"{base}/c/b.txt\n@@\n-three\n+3\n*** End Patch\n"})
         (server.alice / "pic.png").write_bytes(PNG)
         image = await client.call_tool("read_file", {"path": "pic.png"})
         assert any(isinstance(block, types.ImageContent) for block in image.content)
@@ -90,7 +92,7 @@ def test_sdk_client_calls_every_tool_over_http(server: Server, mode: str) -> Non
             assert SECRET not in json.dumps(escape.model_dump())
 
     run_client(server, "alice", body, mode=mode)
-    assert (server.alice / base / "c/b.txt").read_text() == "one\n2\nthree\n"
+    assert (server.alice / base / "c/b.txt").read_text() == "one\n2\n3\n"
 
 
 def test_a_wrong_token_fails_the_sdk_client(server: Server) -> None:
@@ -206,11 +208,8 @@ def test_get_is_405(server: Server) -> None:
 
 
 def workers_of(server: Server) -> list[psutil.Process]:
-    """The server's grandchildren: the zygote's workers."""
-    found = []
-    for child in psutil.Process(server.process.pid).children():
-        found += child.children()
-    return found
+    """The server's descendants: its zygote template, the zygotes and their workers."""
+    return psutil.Process(server.process.pid).children(recursive=True)
 
 
 def test_a_client_disconnect_cancels_its_call(server: Server) -> None:

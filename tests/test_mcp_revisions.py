@@ -97,6 +97,8 @@ def test_sdk_client_lists_and_calls_every_tool(
         await call(client, "search_files", {"pattern": "**/*.txt"})
         await call(client, "grep", {"pattern": "thr+ee"})
         await call(client, "delete_file", {"path": "c/d.txt"})
+        await call(client, "apply_patch", {"patch": "*** Begin Patch\n*** Update File: "
+                                           "c/b.txt\n@@\n-three\n+3\n*** End Patch\n"})
         roots = await call(client, "list_allowed_directories", {})
         assert roots["roots"] == [{"path": str(workspace), "mode": "rw"}]
         image = await client.call_tool("read_file", {"path": "pic.png"})
@@ -110,7 +112,7 @@ def test_sdk_client_lists_and_calls_every_tool(
             jsonschema.validate(structured(escape), schemas["read_file"])
 
     run_client(workspace, body, mode=mode, extra=extra)
-    assert (workspace / "c/b.txt").read_text() == "one\n2\nthree\n"
+    assert (workspace / "c/b.txt").read_text() == "one\n2\n3\n"
 
 
 SUPERVISED_TOOL = '[tools]\nwrite_file = "supervised"\n'

@@ -158,11 +158,11 @@ def test_contract_tool_names_match_the_registry() -> None:
 
 def test_tools_hides_denied_tools_and_calls_fail_tool_disabled(secrets_ws: Path) -> None:
     with Sandbox(secrets_ws) as sb:
-        assert names(sb) == set(TOOL_NAMES) - {"delete_file"}
+        assert names(sb) == set(TOOL_NAMES) - {"delete_file", "delete_directory"}
         assert code(sb.call("delete_file", {"path": "hello.txt"})) == "tool_disabled"
     assert (secrets_ws / "hello.txt").exists()
     with Sandbox(secrets_ws, policy=Policy({"delete_file": "allow", "grep": "deny"})) as sb:
-        assert names(sb) == set(TOOL_NAMES) - {"grep"}
+        assert names(sb) == set(TOOL_NAMES) - {"grep", "delete_directory"}
         assert code(sb.call("grep", {"pattern": "x"})) == "tool_disabled"
         assert sb.call("delete_file", {"path": "hello.txt"})["ok"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
-from broker_helpers import MakeBroker, as_result, call, running, wait_gone
+from broker_helpers import MakeBroker, as_result, call, left_running, running, wait_gone
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
@@ -78,7 +78,7 @@ def test_require_of_a_layer_not_in_use_refuses_to_start(workspace: Path) -> None
     options = SandboxOptions(resolver="walk", require=("landlock", "openat2"))
     with pytest.raises(SandboxError, match=r"required layer\(s\) openat2 not active"):
         Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), options)
-    assert not [p for p in psutil.Process().children(recursive=True) if running(p.pid)]
+    assert not left_running()
 
 
 def test_a_missing_layer_makes_the_level_partial(make_broker: MakeBroker) -> None:
@@ -107,7 +107,7 @@ def test_a_worker_that_cannot_confine_itself_halts_the_start(workspace: Path) ->
     limits = Limits(max_file_bytes=2**70)
     with pytest.raises(SandboxError, match="could not confine itself"):
         Broker([RootSpec(str(workspace), "rw")], limits, Policy(), SandboxOptions())
-    assert not [p for p in psutil.Process().children(recursive=True) if running(p.pid)]
+    assert not left_running()
 
 
 def test_workers_recycle_after_max_calls_without_failing_a_call(make_broker: MakeBroker) -> None:
@@ -224,11 +224,12 @@ HOST = textwrap.dedent(
     from corral.policy import Policy, RootSpec
     from corral.calls.messages import CallRequest
     from corral.sandbox.broker import Broker
+    from corral.sandbox.launcher import template_pids
 
     def start():
         broker = Broker([RootSpec(sys.argv[1], "rw")], Limits(), Policy(), SandboxOptions())
         pids = broker.pids()
-        print(json.dumps([pids["zygote"], *pids["workers"]]), flush=True)
+        print(json.dumps([pids["zygote"], *pids["workers"], *template_pids()]), flush=True)
         return broker
 
     if sys.argv[2] == "thread":  # started from a thread that then ends
@@ -258,8 +259,9 @@ def test_no_orphans_after_the_host_is_killed(workspace: Path, started_from: str)
         pids = [int(pid) for pid in line.strip("[]\n").split(",")]
         answered = host.stdout.readline() if host.stdout else ""
         assert answered.strip() == "true"  # the pool outlives the thread that started it
-        # the zygote and the first worker (the second starts when two calls overlap)
-        assert len(pids) == 2 and all(running(pid) for pid in pids)
+        # the zygote, the first worker (the second starts when two calls overlap) and
+        # the template the zygote was forked from
+        assert len(pids) == 3 and all(running(pid) for pid in pids)
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()

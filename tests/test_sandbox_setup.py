@@ -58,7 +58,7 @@ def test_a_forged_setup_is_refused_saying_what_is_wrong(
 
 def test_a_start_frame_and_a_reply_are_checked_too() -> None:
     with pytest.raises(Malformed):
-        ZygoteStart.from_wire({"setup": None, "host_pid": "1", "pdeathsig": False})
+        ZygoteStart.from_wire({"host_pid": 1})
     with pytest.raises(Malformed):
         Reply.from_wire({"pid": -1})
     assert Reply.from_wire({"pid": 7, "code": -9}) == Reply(7, -9)

@@ -41,7 +41,10 @@ MEANT: list[tuple[str, dict[str, Any]]] = [
     ("move_file", {"source": "d/c.txt", "destination": "m.txt"}),
     ("search_files", {"pattern": "**/*.txt"}),
     ("grep", {"pattern": "thr+ee"}),
+    ("apply_patch", {"patch": "*** Begin Patch\n*** Update File: m.txt\n@@\n-three\n+3\n"
+                              "*** End Patch\n"}),
     ("delete_file", {"path": "m.txt"}),
+    ("delete_directory", {"path": "d"}),
     ("list_allowed_directories", {}),
 ]
 
@@ -80,7 +83,8 @@ def pic_sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     ws = tmp_path_factory.mktemp("ws")
     (ws / "pic.png").write_bytes(PNG)
     (ws / "link").symlink_to("pic.png")
-    with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sandbox:
+    policy = Policy({"delete_file": "allow", "delete_directory": "allow"})
+    with Sandbox(ws, policy=policy) as sandbox:
         yield sandbox
 
 

@@ -182,7 +182,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
 class ProbeZygote(ZygoteHandle):
     """The real zygote, whose confined workers try opening paths instead of serving."""
 
-    ENTRY = "from tenant_probe import main; main({fd})"
+    ENTRY = "tenant_probe"
 
 
 def test_landlock_domain_of_a_tenants_worker_refuses_another_tenants_files(

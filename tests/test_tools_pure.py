@@ -33,6 +33,8 @@ CONTRACT_ARGUMENTS = {
     "search_files": {"pattern", "path", "max_results", "include_ignored"},
     "grep": {"pattern", "path", "glob", "ignore_case", "max_results", "include_ignored"},
     "list_allowed_directories": set(),
+    "delete_directory": {"path", "recursive"},
+    "apply_patch": {"patch", "dry_run", "match"},
 }
 
 CONTRACT_DEFAULTS = {
@@ -44,7 +46,9 @@ CONTRACT_DEFAULTS = {
     "list_directory": {"path": ".", "recursive": False, "max_entries": 500,
                        "include_hidden": True, "include_ignored": False},
     "move_file": {"overwrite": False},
+    "delete_directory": {"recursive": False},
     "copy_file": {"overwrite": False},
+    "apply_patch": {"dry_run": False, "match": "tolerant"},
     "search_files": {"path": ".", "max_results": 500, "include_ignored": False},
     "grep": {"path": ".", "glob": None, "ignore_case": False, "max_results": 200,
              "include_ignored": False},
@@ -143,7 +147,7 @@ class TestStrictShapes:
         )
 
     def test_any_of_names_what_is_wrong(self) -> None:
-        assert "must be an integer" in _invalid("read_file", {"path": "a", "offset": "1"})
+        assert "must be an integer" in _invalid("read_file", {"path": "a", "offset": "01"})
         with pytest.raises(CorralError, match="must be null"):
             schema.check(1, {"anyOf": [{"type": "null"}]}, "x")
         either = {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]}
@@ -168,7 +172,7 @@ class TestValidate:
         ("name", "arguments", "field"),
         [
             ("read_file", {"path": 3}, "'path'"),
-            ("read_file", {"path": "a", "offset": "1"}, "'offset'"),
+            ("read_file", {"path": "a", "offset": "1.0"}, "'offset'"),
             ("read_file", {"path": "a", "limit": True}, "'limit'"),  # bool is not an integer
             ("read_file", {"path": "a", "limit": 1.5}, "'limit'"),
             ("read_file", {"path": "a", "limit": 0}, "'limit'"),

@@ -12,7 +12,7 @@ from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.pool import zygote_environment
+from corral.sandbox.launcher import zygote_environment
 
 SECRET_VALUE = "sk-test-not-a-real-key-0123456789"
 

@@ -3,10 +3,11 @@ back. A sandbox's setup crosses as one typed value (SandboxSetup), built in one
 place (SandboxSetup.of) and checked where the zygote reads it, never a bag of keys.
 
 Wire shapes (one JSON object per frame):
-    start    {"setup": SandboxSetup | null, "host_pid", "pdeathsig"}   the first frame
+    start    {"setup": SandboxSetup | null}   the first frame
     ops      {"op": "spawn", "setup"?} | {"op": "wait", "pid"}
     replies  {"pid"} (started; a spawn's, with fds [socket, pidfd]) | {"pid", "code"} (a
              wait's) | {"error"}
+    template {"op": "zygote"} with fds [control socket] -> {"pid"} with fds [pidfd] | {"error"}
     setup    {"roots": [[path, mode], ...], "limits", "policy": JSON text, "options",
               "history": path | null}
 """
@@ -93,24 +94,27 @@ def _fields(kind: type[_Fields], wire: Any, name: str) -> _Fields:
 
 class ZygoteStart(NamedTuple):
     """The zygote's first frame: the sandbox it forks for (None: a shared pool's
-    zygote, whose every spawn brings its sandbox's setup), the host's pid, and
-    whether to die with the host's thread that started it (pdeathsig)."""
+    zygote, whose every spawn brings its sandbox's setup)."""
 
     setup: SandboxSetup | None
-    host_pid: int
-    pdeathsig: bool
 
     def to_wire(self) -> dict[str, Any]:
-        return {"setup": None if self.setup is None else self.setup.to_wire(),
-                "host_pid": self.host_pid, "pdeathsig": self.pdeathsig}
+        return {"setup": None if self.setup is None else self.setup.to_wire()}
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> ZygoteStart:
-        setup, host_pid, pdeathsig = wire.get("setup"), wire.get("host_pid"), wire.get("pdeathsig")
-        if not (is_count(host_pid) and type(pdeathsig) is bool):
-            raise Malformed("a start frame without the host's pid and pdeathsig")
-        return cls(None if setup is None else SandboxSetup.from_wire(setup), wire["host_pid"],
-                   pdeathsig)
+        if "setup" not in wire:
+            raise Malformed("a start frame without its setup")
+        setup = wire["setup"]
+        return cls(None if setup is None else SandboxSetup.from_wire(setup))
+
+
+class ForkZygote(NamedTuple):
+    """To the zygote template (sandbox/template.py): fork a zygote that serves the
+    control socket attached (reply {"pid"} with fds [pidfd])."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "zygote"}
 
 
 class Spawn(NamedTuple):
@@ -151,8 +155,9 @@ def control_from_wire(wire: dict[str, Any]) -> ControlOp | None:
 
 
 class Reply(NamedTuple):
-    """The zygote's answer to its start frame, a spawn or a wait: a pid (with a
-    wait's exit code, None if unknown), or why it could not."""
+    """The zygote's answer to its start frame, a spawn or a wait, or the template's to
+    a ForkZygote: a pid (with a wait's exit code, None if unknown), or why it could
+    not."""
 
     pid: int | None = None
     code: int | None = None

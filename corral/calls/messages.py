@@ -12,7 +12,8 @@ copied: a result stays the dict the frame decoded to. Requests come from the
 host, which the worker trusts no more: it checks them again where it acts.
 
 Wire shapes (one JSON object per frame):
-    call     {"id", "tool", "arguments", "approved", "within"?, "seen"?}
+    call     {"id", "tool", "arguments", "approved", "within"?, "seen"?, "grants"?}
+             grants: [[id, "root\0resolved" | null, rule | null], ...] (GrantRef)
     history  {"id", "history": "undo"|"rewind"|"settle", "tool", ...its fields}
     cleanup  {"id", "cleanup": {"pid", "tool", "arguments"}}   after a crash
              {"id", "cleanup": {"temps": [[root index, path], ...]}}
@@ -20,6 +21,8 @@ Wire shapes (one JSON object per frame):
              {"id", "find_temps": true} -> {"id", "temps": [[root index, path, pid], ...]}
                (TempList)
     answer   {"id", "ok", "tool", "result"+"text" | "error", "meta"}
+             meta {"touched", "bytes", "needs_approval", "history_bytes"?, "seen"?,
+                   "history_ids"?, "grants"? [[id, root, resolved], ...], "diff"?}
     boot     {"confinement", "pid", "roots"} | {"confine_error"}
 (The zygote's control channel: control.py.)
 """
@@ -44,6 +47,9 @@ HISTORY_OPS = ("undo", "rewind", "settle")
 
 
 _NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
+# quota_exceeded is the host's alone (it counts the quotas): from a worker it is a
+# forgery, which would make a client wait and a quota-refusal metric lie.
+WORKER_CODES = ERROR_CODES - {"quota_exceeded"}
 
 
 class Malformed(ValueError):
@@ -79,11 +85,36 @@ class NeedsApproval:
     root: str
     resolved: str
     path: str  # as the caller gave it
-    rule: str | None  # the supervised rule; "" or None: the tool's mode
+    rule: str | None  # the supervised rule; "" or None: the tool's mode or default action
+    size: int | None = None  # the file's size, for the person asked (None: no such file)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"key": self.key, "root": self.root, "resolved": self.resolved,
-                "path": self.path, "rule": self.rule}
+        wire: dict[str, Any] = {"key": self.key, "root": self.root, "resolved": self.resolved,
+                                "path": self.path, "rule": self.rule}
+        if self.size is not None:
+            wire["size"] = self.size
+        return wire
+
+
+class GrantRef(NamedTuple):
+    """A remembered approval as a call carries it to the worker: a path grant names
+    its approval key, a rule grant its rule ("": what the tool's mode or the default
+    action supervises). Only the grants of the call's tool travel."""
+
+    id: str
+    key: str | None  # access.approval_key(root, resolved), for a path grant
+    rule: str | None  # for a rule grant
+
+    def to_wire(self) -> list[str | None]:
+        return [self.id, self.key, self.rule]
+
+
+class GrantUse(NamedTuple):
+    """A grant the worker's access check let a resolved path through by."""
+
+    id: str
+    root: str
+    resolved: str
 
 
 # -- fields ------------------------------------------------------------------
@@ -120,8 +151,24 @@ def _needs_approval(wire: Any) -> NeedsApproval:
     if not (isinstance(wire, dict) and _strings(wire, ("key", "root", "resolved", "path"))
             and _optional_string(wire.get("rule"))):
         raise Malformed("meta.needs_approval entries without their paths")
+    size = wire.get("size")
+    if size is not None and not is_count(size):
+        raise Malformed("meta.needs_approval entries with a size that is not a count")
     return NeedsApproval(wire["key"], wire["root"], wire["resolved"], wire["path"],
-                         wire.get("rule"))
+                         wire.get("rule"), size)
+
+
+# The longest approval diff a worker may send (tools/preview bounds it to less).
+MAX_PREVIEW_CHARS = 8 * 1024
+
+
+def _grant_uses(wire: Any) -> tuple[GrantUse, ...]:
+    if not (type(wire) is list and all(
+        type(use) is list and len(use) == 3 and all(type(part) is str for part in use)
+        for use in wire
+    )):
+        raise Malformed("meta.grants that is not a list of [id, root, resolved]")
+    return tuple([GrantUse(*use) for use in wire])
 
 
 class Meta(NamedTuple):
@@ -134,6 +181,8 @@ class Meta(NamedTuple):
     history_bytes: int = 0  # what this call added to the history store
     seen: Mapping[str, str] = _NO_VERSIONS  # read_before_write versions
     history_ids: tuple[str, ...] = ()  # the records it made, for the host to check and commit
+    grants: tuple[GrantUse, ...] = ()  # remembered approvals the call went through by
+    diff: str | None = None  # at an approval stop: the change, bounded, for the person asked
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -146,6 +195,10 @@ class Meta(NamedTuple):
             wire["seen"] = dict(self.seen)
         if self.history_ids:
             wire["history_ids"] = list(self.history_ids)
+        if self.grants:
+            wire["grants"] = [list(use) for use in self.grants]
+        if self.diff is not None:
+            wire["diff"] = self.diff
         return wire
 
     @classmethod
@@ -169,10 +222,14 @@ class Meta(NamedTuple):
         ids = wire.get("history_ids", [])
         if not (type(ids) is list and all(type(i) is str for i in ids)):
             raise Malformed("meta.history_ids that is not a list of ids")
+        diff = wire.get("diff")
+        if diff is not None and not (type(diff) is str and len(diff) <= MAX_PREVIEW_CHARS):
+            raise Malformed("meta.diff that is not a bounded string")
         return cls(
             tuple([_touched(t) for t in touched]), wire.get("bytes", 0),
             tuple([_needs_approval(n) for n in needs]) if needs else (),
             wire.get("history_bytes", 0), seen, tuple(ids),
+            _grant_uses(wire["grants"]) if "grants" in wire else (), diff,
         )
 
 
@@ -192,6 +249,7 @@ class CallRequest(NamedTuple):
     # Host side only: the caller writes the answer out as JSON, so a large read's text
     # and content may come back as JSON text (jsonfast.Raw), never decoded in the host.
     raw: bool = False
+    grants: tuple[GrantRef, ...] = ()  # remembered approvals of this tool (grants.Grants)
 
     def numbered(self, id: int) -> CallRequest:
         return self._replace(id=id)
@@ -206,17 +264,32 @@ class CallRequest(NamedTuple):
             wire["within"] = list(self.within)
         if self.seen is not None:
             wire["seen"] = dict(self.seen)
+        if self.grants:  # absent in the common case: no grant of this tool
+            wire["grants"] = [grant.to_wire() for grant in self.grants]
         return wire
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> CallRequest:
         within, seen, approved = wire.get("within"), wire.get("seen"), wire.get("approved")
+        grants = wire.get("grants")
         return cls(
             wire.get("tool"), wire.get("arguments", {}),
             tuple([a for a in approved if type(a) is str]) if type(approved) is list else (),
             tuple(within) if type(within) is list else None,
             seen if type(seen) is dict else None, _id(wire),
+            grants=_grant_refs(grants) if grants is not None else (),
         )
+
+
+def _grant_refs(wire: Any) -> tuple[GrantRef, ...]:
+    """The grants a call carries; a malformed entry is dropped (it grants nothing)."""
+    if type(wire) is not list:
+        return ()
+    return tuple([
+        GrantRef(*entry) for entry in wire
+        if type(entry) is list and len(entry) == 3 and type(entry[0]) is str
+        and all(_optional_string(part) for part in entry[1:])
+    ])
 
 
 class HistoryRequest(NamedTuple):
@@ -382,7 +455,7 @@ class Answer(NamedTuple):
             return cls(True, wire["tool"], result, text, None, meta, request.id)
         if ok is False:
             error = wire.get("error")
-            if not isinstance(error, dict) or error.get("code") not in ERROR_CODES:
+            if not isinstance(error, dict) or error.get("code") not in WORKER_CODES:
                 raise Malformed("an error without a known code")
             if not isinstance(error.get("message"), str) or not _optional_string(
                 error.get("rule")

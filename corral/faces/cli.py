@@ -177,6 +177,8 @@ def policy_lines(sandbox: Sandbox) -> list[str]:
         lines.append(f"  {'path_regex':<18}{', '.join(policy.path_regex)}")
     limits = ", ".join(f"{k} {v}" for k, v in vars(sandbox.limits).items())
     lines.append(f"  {'limits':<18}{limits}")
+    quota = ", ".join(f"{k} {v}" for k, v in vars(sandbox.quota).items() if v is not None)
+    lines.append(f"  {'quota':<18}{quota or 'none'}")
     return lines
 
 
@@ -230,6 +232,8 @@ def ask_on_terminal(request: dict[str, Any]) -> bool:
     rules = [rule for rule in request.get("rules") or () if rule]
     why = f"rule {', '.join(rules)}" if rules else f'{tool} = "supervised" in [tools]'
     on = f" on {', '.join(paths)}" if paths else ""
+    if request.get("diff"):  # bounded and escaped (the request's diff)
+        sys.stderr.write(request["diff"] + "\n")
     sys.stderr.write(f"corral: {tool}{on} needs your approval ({why}). Allow? [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
@@ -288,17 +292,27 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     # imported here, not at the top: `corral call` would load the servers for nothing
-    from corral.faces import jsonl_server, mcp_server
+    from corral.faces import logs
+
+    with logs.configured(args.log_format):
+        return serve(args)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from corral.faces import jsonl_server, logs, mcp_server
 
     keep_freed_memory()  # a server passes megabyte answers on, one after another
     if args.http is not None:
         return serve_http(args)
     if args.tenants is not None:
         raise UsageError("--tenants goes with --http HOST:PORT")
+    if args.metrics is not None:
+        raise UsageError("--metrics goes with --http HOST:PORT (a stdio server lives as long "
+                         "as one client's session)")
     if sys.stdin.isatty():  # a person ran it by hand: say that it is waiting, and for what
         protocol = "JSON lines" if args.jsonl else "MCP"
-        print(f"corral: serving {protocol} on stdin/stdout until end of input (Ctrl-D); "
-              "an MCP client starts this itself, see `corral mcp-config`", file=sys.stderr)
+        logs.log.info("corral: serving %s on stdin/stdout until end of input (Ctrl-D); an MCP "
+                      "client starts this itself, see `corral mcp-config`", protocol)
     if args.jsonl:
         # Streams first: the sandbox's processes must not inherit the protocol's fd 1.
         reader, writer = protocol_streams()
@@ -327,6 +341,8 @@ def serve_http(args: argparse.Namespace) -> int:
     if args.workspace is not None or args.config is not None:
         raise UsageError("with --http, each tenant names its workspace or config in --tenants")
     http_server.parse_address(args.http)  # a bad address fails here, in one line
+    if args.metrics is not None:
+        http_server.parse_address(args.metrics)
     tenants = load_tenants(args.tenants)
     # every tenant's config is checked before anything listens
     configs = [tenant_config(tenant) for tenant in tenants]
@@ -338,7 +354,7 @@ def serve_http(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
         max_connections=args.max_connections, max_tenant_requests=args.max_tenant_requests,
         client_timeout_s=args.client_timeout, protected=server_files(args.tenants, tenants),
-        ready=http_server.announce,
+        ready=http_server.announce, metrics=args.metrics, log_format=args.log_format,
     )
     return EXIT_OK
 
@@ -492,6 +508,10 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         action="store_true",
         help='JSON lines: {"id", "tool", "arguments"} in, the result plus "id" out',
     )
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], default="text",
+        help="log lines on stderr: text, or one JSON object a line (default: text)",
+    )
     http = serve.add_argument_group(
         "many tenants over HTTP (needs uvicorn: pip install uvicorn, or pip install '.[http]' "
         "in corral's source directory)",
@@ -521,6 +541,9 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
                       help="a request's headers, then its body, must each arrive within this "
                       "long, else 408; a client that leaves its answer unread this long is "
                       "cut off (default 30)")
+    http.add_argument("--metrics", metavar="HOST:PORT",
+                      help="serve Prometheus metrics here, on a listener of their own (needs "
+                      "prometheus_client; host 127.0.0.1 unless given; port 0: any free port)")
     serve.set_defaults(run=cmd_serve)
 
 

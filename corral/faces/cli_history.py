@@ -16,6 +16,9 @@ CLI_FORCE_HINT = "Run again with --force to restore a conflicting path anyway."
 Opener = Callable[[argparse.Namespace], Sandbox]
 
 
+PATCH_NAMES_SHOWN = 5  # files of one patch a history line names
+
+
 def _when(timestamp: float | None) -> str:
     if timestamp is None:
         return "?"
@@ -35,6 +38,13 @@ def history_line(entry: dict[str, Any]) -> str:
     if entry["action"] == "checkpoint":
         label = f" {escaped(entry['checkpoint'])}" if entry.get("checkpoint") else ""
         return f"{entry['id']}  {_when(entry['time'])}  checkpoint{label}"
+    if entry["action"] == "patch":
+        names = [escaped(f["path"]) + (f" -> {escaped(f['destination'])}"
+                                       if "destination" in f else "") for f in entry["files"]]
+        shown = ", ".join(names[:PATCH_NAMES_SHOWN]) + (
+            f" (+{len(names) - PATCH_NAMES_SHOWN} more)" if len(names) > PATCH_NAMES_SHOWN else "")
+        return (f"{entry['id']}  {_when(entry['time'])}  {escaped(entry['tool']):<16} "
+                f"patch   {len(names)} file{'s' if len(names) != 1 else ''}: {shown}")
     where = escaped(entry["path"])
     if "destination" in entry:
         where += f" -> {escaped(entry['destination'])}"

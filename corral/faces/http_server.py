@@ -48,19 +48,19 @@ import contextlib
 import ipaddress
 import secrets
 import socket
-import sys
 import threading
-import traceback
+import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from corral import jsonfast
 from corral.calls.waiting import Cancel, WaitPolicy
 from corral.config import ConfigError, Remedy
 from corral.faces.http_guard import RETRY_AFTER_S, guarded
+from corral.faces.logs import log
 from corral.faces.mcp_core import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -77,10 +77,16 @@ from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
 from corral.faces.mcp_threads import SessionDriver
 from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
+from corral.observe import Observer
 from corral.pool import Pool
+from corral.quota import QuotaUsage
+
+if TYPE_CHECKING:  # imported only with --metrics (faces/metrics.py: prometheus_client)
+    from corral.faces.metrics import Metrics
 
 ENDPOINT = "/mcp"
 DEFAULT_PORT = 8931
+METRICS_PORT = 9464  # --metrics HOST alone: the port Prometheus exporters commonly take
 # A request body: a write_file of max_write_bytes (1 MiB), base64 and JSON-escaped, fits.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 # Sessions a tenant may hold open; an initialize past this closes its least recently used.
@@ -164,17 +170,22 @@ class TenantState:
     """A tenant's sessions and call threads; sandboxes come from the shared pool."""
 
     def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
-                 max_requests: int = MAX_TENANT_REQUESTS) -> None:
+                 max_requests: int = MAX_TENANT_REQUESTS, observer: Observer | None = None,
+                 ) -> None:
         self.tenant = tenant
         self.pool = pool
         self.protected = protected
         self.max_requests = max_requests
+        self.observer = observer  # hears of the calls of every sandbox of the tenant's
+        self.sandboxes: weakref.WeakSet[Any] = weakref.WeakSet()  # open ones, for queued()
         self.in_progress = 0  # requests admitted and not yet done; on the event loop only
         # Requests whose call waits for its client's answer (an open event stream, no
         # thread): at most max_requests may ask at once, so a tenant's questions hold
         # a bounded share of the server's connections. On the event loop only.
         self.asking = 0
         self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
+        # The tenant's quotas count every session's calls: one usage for all of them.
+        self.quota_usage = QuotaUsage()
         self.stateless: HttpSession | None = None
         self.lock = threading.Lock()
         self.threads = ThreadPoolExecutor(
@@ -187,8 +198,12 @@ class TenantState:
             config = tenant_config(self.tenant)
             # the server's own files (the tenants file, every tenant's config) are the
             # operator's wherever they lie: no tool of any tenant writes them
-            return self.pool.sandbox_from_config(
-                config, approve=approve, policy=config.policy.protecting(*self.protected))
+            sandbox = self.pool.sandbox_from_config(
+                config, approve=approve, policy=config.policy.protecting(*self.protected),
+                quota_usage=self.quota_usage, observer=self.observer)
+            with self.lock:
+                self.sandboxes.add(sandbox)
+            return sandbox
 
         return HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant), self.threads)
 
@@ -219,6 +234,12 @@ class TenantState:
         session.end()
         return True
 
+    def queued(self) -> int:
+        """Calls of the tenant's sandboxes waiting for a worker of the pool now."""
+        with self.lock:
+            sandboxes = list(self.sandboxes)
+        return sum(sandbox.stats()["queued_calls"] for sandbox in sandboxes)
+
     def shared(self) -> HttpSession:
         with self.lock:
             if self.stateless is None:
@@ -242,13 +263,15 @@ class HttpFace:
         self, pool: Pool, tenants: list[Tenant], *, allowed_origins: list[str],
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
         max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
-        protected: tuple[str, ...] = (),
+        protected: tuple[str, ...] = (), observers: Mapping[str, Observer] | None = None,
     ) -> None:
+        """observers: a tenant's name -> the observer of its sandboxes."""
         self.pool = pool
         self.tenants = tenants
         self.states = {
             tenant.name: TenantState(tenant, pool, protected=protected,
-                                     max_requests=max_tenant_requests)
+                                     max_requests=max_tenant_requests,
+                                     observer=(observers or {}).get(tenant.name))
             for tenant in tenants
         }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
@@ -499,6 +522,10 @@ class HttpFace:
             raise HttpError(408, f"the body did not arrive within {self.client_timeout_s:g} s",
                             {"connection": "close"}) from None
 
+    def queued(self) -> dict[str, int]:
+        """Each tenant's calls waiting for a worker now."""
+        return {name: state.queued() for name, state in self.states.items()}
+
     def close(self) -> None:
         for state in self.states.values():
             state.close()
@@ -518,7 +545,8 @@ def _handle(
             else:
                 session.spawn(run)
     except Exception:
-        traceback.print_exc()  # a host-side bug: the request is answered "internal error"
+        # a host-side bug: the request is answered "internal error"
+        log.exception("corral: internal error handling a request")
         raise
 
 
@@ -653,8 +681,8 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """HOST:PORT, [IPv6]:PORT, :PORT or PORT (host 127.0.0.1), or HOST (port 8931)."""
+def parse_address(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT, :PORT or PORT (host 127.0.0.1), or HOST (`default_port`)."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
         port = rest.removeprefix(":")
@@ -664,7 +692,7 @@ def parse_address(text: str) -> tuple[str, int]:
         host, port = text.split(":")
     else:
         host, port = text, ""
-    port = port or str(DEFAULT_PORT)
+    port = port or str(default_port)
     if not port.isdigit() or int(port) > 65535:
         raise ValueError(f"invalid port in {text!r}")
     return host or "127.0.0.1", int(port)
@@ -676,26 +704,42 @@ def serve(
     max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
     client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
+    metrics: str | None = None, log_format: str = "text",
 ) -> None:
     """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
-    files no tool of any tenant may write (the tenants file, the tenants' configs)."""
+    files no tool of any tenant may write (the tenants file, the tenants' configs).
+    metrics: HOST:PORT to serve Prometheus metrics at (faces/metrics.py). log_format:
+    "json" sends uvicorn's log records to corral's handler (faces/logs.py) instead
+    of uvicorn's own."""
     try:
         import uvicorn
+        from uvicorn.config import LOGGING_CONFIG
         from uvicorn.protocols.http.auto import AutoHTTPProtocol
     except ImportError:
         raise ConfigError("the HTTP face needs uvicorn: pip install '.[http]' in the corral "
                           "clone, or pip install uvicorn") from None
     host, port = parse_address(address)
     if not _is_loopback(host):
-        print(f"corral: warning: {host} is not a loopback address and this server speaks plain "
-              "HTTP (tokens and files in clear text); put TLS in front of it (a reverse proxy)",
-              file=sys.stderr, flush=True)
-    with listen(host, port) as sock, Pool(max_workers=max_workers,
-                                          idle_timeout_s=idle_timeout_s) as pool:
+        log.warning("corral: warning: %s is not a loopback address and this server speaks plain "
+                    "HTTP (tokens and files in clear text); put TLS in front of it (a reverse "
+                    "proxy)", host)
+    with listen(host, port) as sock, serving_metrics(metrics) as exported, Pool(
+            max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
+        observers = {} if exported is None else {
+            tenant.name: exported.observer(tenant.name) for tenant in tenants}
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
                         max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
-                        protected=protected)
+                        protected=protected, observers=observers)
+        if exported is not None:
+            exported.watch(pool.stats, face.queued)
+
+        def started(host: str, port: int) -> None:
+            ready(host, port)
+            if exported is not None:
+                url = f"http://{shown_host(exported.host)}:{exported.port}/metrics"
+                log.info("corral: serving Prometheus metrics at %s", url, extra={"url": url})
+
         config = uvicorn.Config(
             face, host=host, port=port, lifespan="on", log_level="warning",
             access_log=False, server_header=False, timeout_graceful_shutdown=5,
@@ -707,12 +751,33 @@ def serve(
             backlog=min(max_connections, ACCEPT_BURST),
             # no WebSocket: an upgrade request is served as the plain request it also is
             ws="none",
+            # json: no handlers of uvicorn's own; its records reach corral's JSON one
+            log_config=None if log_format == "json" else LOGGING_CONFIG,
         )
         server = uvicorn.Server(config)
         try:
-            asyncio.run(_run(server, sock, host, ready))
+            asyncio.run(_run(server, sock, host, started))
         finally:
             face.close()
+
+
+@contextlib.contextmanager
+def serving_metrics(address: str | None) -> Iterator[Metrics | None]:
+    """The Prometheus listener at `address` (None: no metrics) for the server's life."""
+    if address is None:
+        yield None
+        return
+    try:
+        from corral.faces.metrics import Metrics
+    except ImportError:
+        raise ConfigError("--metrics needs prometheus_client: pip install '.[http]' in the "
+                          "corral clone, or pip install prometheus_client") from None
+    metrics = Metrics()
+    metrics.listen(*parse_address(address, METRICS_PORT))
+    try:
+        yield metrics
+    finally:
+        metrics.close()
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -754,6 +819,10 @@ async def _run(
 
 
 def announce(host: str, port: int) -> None:
-    shown = f"[{host}]" if ":" in host else host
-    print(f"corral: serving MCP over HTTP at http://{shown}:{port}{ENDPOINT}",
-          file=sys.stderr, flush=True)
+    url = f"http://{shown_host(host)}:{port}{ENDPOINT}"
+    log.info("corral: serving MCP over HTTP at %s", url, extra={"url": url})
+
+
+def shown_host(host: str) -> str:
+    """A host as a URL spells it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host

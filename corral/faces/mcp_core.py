@@ -51,11 +51,21 @@ Decisions the spec leaves to us:
   result with `isError: true` and the contract's error in `structuredContent`.
 - Image reads return an image block after the text block; the base64 data is
   not repeated in `structuredContent`.
-- A supervised call asks the user with a form that has no fields: "accept"
-  approves, "decline" or "cancel" denies. Handshake revisions send
-  `elicitation/create`; 2026-07-28 answers `input_required` with the question
-  and a sealed `requestState`, and the retry carries the answer. A client that
-  did not declare form elicitation gets `approval_required`.
+- A success's `structuredContent` is the contract's `result` plus `text`, the
+  same text as the first content block: clients that show a model
+  structuredContent instead of content (pydantic-ai, fastmcp) still show it the
+  numbered lines and paging hints. outputSchema declares it (optional).
+- A supervised call asks the user with a form: "accept" approves, "decline" or
+  "cancel" denies. Its one field, `remember` (not required; default "once"),
+  offers "once", "path" (this file, for the session) and "rule" (every path
+  the same rule supervises, for the session): corral.Approval's choice. An
+  answer without it (a client that only accepts) or with another value is
+  "once". Grants live in the session's sandbox; a stateless request is served
+  by the session the face gives it (over HTTP: one per tenant, for its life).
+  Handshake revisions send `elicitation/create`; 2026-07-28 answers
+  `input_required` with the question and a sealed `requestState`, and the retry
+  carries the answer. A client that did not declare form elicitation gets
+  `approval_required`.
 - `requestState` is sealed (HMAC-SHA256 under a key made when the process
   starts), bound to the call (tool name and arguments), and expires after
   STATE_TTL_S: a forged, replayed-onto-another-call or stale state is refused
@@ -71,11 +81,10 @@ import hmac
 import importlib.metadata
 import itertools
 import json
+import logging
 import os
 import secrets
-import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -87,6 +96,7 @@ from corral.config import ConfigError, Remedy, any_face
 from corral.faces.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
+    REMEMBER_FIELD,
     REVISIONS,
     STATELESS_VERSIONS,
     Revision,
@@ -94,7 +104,11 @@ from corral.faces.mcp_revisions import (
     lists_roots,
     negotiate,
 )
-from corral.flow import CallFlow, NoApprover, Submit
+from corral.flow import REPLAYED, Approval, CallFlow, NoApprover, Submit
+from corral.grants import REMEMBER
+from corral.tools.render import size_text
+
+log = logging.getLogger("corral.serve")  # the server's own lines (faces/logs.py formats them)
 
 # How long a supervised call waits for the user before it counts as denied; also how
 # long a stateless call's requestState stays good between rounds.
@@ -210,18 +224,56 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
         result = {key: value for key, value in result.items() if key != "image"}
     reply = {"content": content, "isError": False}
     if structured:
-        reply["structuredContent"] = result
+        # `text` too: pydantic-ai and fastmcp hand a model structuredContent instead of
+        # content, and the text is what carries line numbers and paging hints
+        reply["structuredContent"] = {**result, "text": outcome["text"]}
     return reply
 
 
 def approval_message(request: dict[str, Any]) -> str:
     """What the user is asked: the tool, the paths as resolved (and as the agent
-    spelled them, where that differs), and the rules that asked for approval."""
-    paths = [target["shown"] for target in request.get("targets") or ()]  # escaped
-    where = f" on {', '.join(str(path) for path in paths)}" if paths else ""
+    spelled them, where that differs) with their sizes, the rules that asked for
+    approval, and a change's diff (bounded, escaped line by line)."""
+    paths = [_sized(target) for target in request.get("targets") or ()]  # escaped
+    where = f" on {', '.join(paths)}" if paths else ""
     rules = sorted({str(rule) for rule in request.get("rules") or () if rule})
     why = f" (rule {', '.join(rules)})" if rules else ""
-    return f"Allow the agent to run {request['tool']}{where}?{why}"
+    diff = request.get("diff")
+    shown = f"\n\n{diff}" if diff else ""
+    return f"Allow the agent to run {request['tool']}{where}?{why}{shown}"
+
+
+def _sized(target: dict[str, Any]) -> str:
+    size = target.get("size")
+    return f"{target['shown']} ({size_text(size)})" if isinstance(size, int) else str(
+        target["shown"])
+
+
+def approval_choices(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """The `remember` choices of the approval form, with titles; "once" first."""
+    tool, targets = request["tool"], request.get("targets") or ()
+    these = "this file" if len(targets) == 1 else "these files"
+    rules = sorted({str(rule) for rule in request.get("rules") or () if rule})
+    if rules:
+        named = ", ".join(f"'{rule}'" for rule in rules)
+        covered = f"everything rule {named} covers" if len(rules) == 1 else (
+            f"everything rules {named} cover")
+    else:  # the tool's mode (or the default action): paths a named rule covers still ask
+        covered = "every path (those a supervised rule names still ask)"
+    return [
+        ("once", "Allow once"),
+        ("path", f"Allow {tool} on {these} for this session"),
+        ("rule", f"Allow {tool} on {covered} for this session"),
+    ]
+
+
+def approval_of(answer: dict[str, Any] | None) -> Approval:
+    """An elicitation answer as an Approval (no answer: a denial)."""
+    if answer is None or answer.get("action") != "accept":
+        return Approval(False)
+    content = answer.get("content")
+    remember = content.get(REMEMBER_FIELD) if isinstance(content, dict) else None
+    return Approval(True, remember if remember in REMEMBER else "once")
 
 
 def client_roots(answer: object) -> list[str] | None:
@@ -543,7 +595,7 @@ class McpSession:
         except Exception as exc:
             self.failed = True
             why = exc.spelled(self._say_remedy) if isinstance(exc, ConfigError) else exc
-            print(f"corral: error: cannot start the sandbox: {why}", file=sys.stderr)
+            log.error("corral: error: cannot start the sandbox: %s", why)
             raise ProtocolError(INTERNAL_ERROR, f"cannot start the sandbox: {why}") from exc
         self._tools = self._sandbox.tools()
         return self._sandbox
@@ -661,7 +713,7 @@ class McpSession:
     def _failed(self, call: Call, exc: Exception) -> list[Action]:
         """A host-side bug: reported to the client as an io_error result, not left
         unanswered."""
-        traceback.print_exception(exc)
+        log.error("corral: internal error in a call of %s", call.name, exc_info=exc)
         return self._finish(call, host_bug_answer(call.name, exc).public())
 
     def _finish(self, call: Call, outcome: dict[str, Any]) -> list[Action]:
@@ -711,7 +763,7 @@ class McpSession:
         if not (call.revision.elicitation and elicits_forms(call.capabilities)):
             return self._advance(call, NoApprover(NO_ELICITATION))
         message = approval_message(request)
-        params = call.revision.elicitation_params(message)
+        params = call.revision.elicitation_params(message, approval_choices(request))
         if call.state is not None:
             return self._approve_stateless(call, request, params)
         if not call.can_ask:
@@ -727,13 +779,13 @@ class McpSession:
         assert call.state is not None
         key = "corral-approve-" + call_digest(request["tool"], request)[:32]
         if key in call.state.approved:
-            return self._advance(call, True)
+            return self._advance(call, REPLAYED)  # decided (and audited) in an earlier round
         if key in call.state.asked and key in call.responses:
             answer = call.responses[key]
-            accepted = isinstance(answer, dict) and answer.get("action") == "accept"
-            if accepted:
+            approval = approval_of(answer if isinstance(answer, dict) else None)
+            if approval.allow:
                 call.state.approved.append(key)
-            return self._advance(call, accepted)
+            return self._advance(call, approval)
         return self._end_round(call, {key: {"method": "elicitation/create", "params": params}})
 
     def _ask(
@@ -758,5 +810,5 @@ class McpSession:
         actions: list[Action] = []
         for call in self._live(question.calls):
             call.stage = "running"  # stepped on at once
-            actions += self._advance(call, answer is not None and answer.get("action") == "accept")
+            actions += self._advance(call, approval_of(answer))
         return actions

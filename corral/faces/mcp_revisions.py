@@ -24,6 +24,7 @@ from corral.tools.formats import mcp_tool
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+REMEMBER_FIELD = "remember"  # the approval form's one field: once, path or rule
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class Revision:
     structured: bool  # structuredContent in results; title and outputSchema on tools
     elicitation: bool  # the client can be asked to approve (form elicitation)
     elicitation_mode: bool  # elicitation params carry "mode": "form"
+    # a choice's titles: oneOf [{const, title}] with a default (2025-11-25 on), else
+    # the older enum + enumNames
+    titled_enums: bool = False
 
     def tool(self, spec: dict[str, Any]) -> dict[str, Any]:
         """A tool spec from `Sandbox.tools()` in the shape `tools/list` returns here
@@ -65,11 +69,21 @@ class Revision:
             "_meta": {SERVER_INFO_KEY: server_info},
         }
 
-    def elicitation_params(self, message: str) -> dict[str, Any]:
-        """An approval question: a form with no fields ("accept" approves)."""
+    def elicitation_params(
+        self, message: str, choices: list[tuple[str, str]]
+    ) -> dict[str, Any]:
+        """An approval question: "accept" approves; one optional field, `remember`,
+        offers `choices` ((value, title) pairs, the first the default)."""
+        field: dict[str, Any] = {"type": "string", "title": "Remember this approval"}
+        if self.titled_enums:
+            field["oneOf"] = [{"const": value, "title": title} for value, title in choices]
+            field["default"] = choices[0][0]
+        else:
+            field["enum"] = [value for value, _ in choices]
+            field["enumNames"] = [title for _, title in choices]
         params: dict[str, Any] = {
             "message": message,
-            "requestedSchema": {"type": "object", "properties": {}},
+            "requestedSchema": {"type": "object", "properties": {REMEMBER_FIELD: field}},
         }
         if self.elicitation_mode:
             params["mode"] = "form"
@@ -80,9 +94,9 @@ REVISIONS: dict[str, Revision] = {
     revision.version: revision
     for revision in (
         Revision("2026-07-28", stateless=True, structured=True,
-                 elicitation=True, elicitation_mode=True),
+                 elicitation=True, elicitation_mode=True, titled_enums=True),
         Revision("2025-11-25", stateless=False, structured=True,
-                 elicitation=True, elicitation_mode=True),
+                 elicitation=True, elicitation_mode=True, titled_enums=True),
         Revision("2025-06-18", stateless=False, structured=True,
                  elicitation=True, elicitation_mode=False),
         Revision("2025-03-26", stateless=False, structured=False,

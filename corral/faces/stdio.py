@@ -13,11 +13,11 @@ import contextlib
 import fcntl
 import functools
 import json
+import logging
 import math
 import os
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
@@ -25,6 +25,10 @@ from typing import Any, BinaryIO
 from corral import jsonfast
 from corral.calls.messages import host_bug_answer
 from corral.calls.waiting import WaitPolicy
+
+# The server's own lines (faces/logs.py formats them); named here, not imported from
+# there, so that `corral call`, which imports this module, loads no more than logging.
+log = logging.getLogger("corral.serve")
 
 # Largest message read: a 1 MiB write as JSON-escaped base64 fits many times over,
 # while a client that never sends a newline cannot grow the host without bound.
@@ -140,7 +144,7 @@ def guarded_call(tool: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any
     try:
         return call()
     except Exception as exc:
-        traceback.print_exc()
+        log.exception("corral: internal error in a call of %s", tool)
         return host_bug_answer(tool, exc).public()
 
 
@@ -229,7 +233,8 @@ class LineServer:
                 else:
                     self._pool.submit(self._run, job, WaitPolicy())
         except OSError:
-            traceback.print_exc()  # unreadable input (EIO, ...) ends the session like EOF
+            # unreadable input (EIO, ...) ends the session like EOF
+            log.exception("corral: error: cannot read the input")
         finally:
             if not handed_off:
                 self._at_end()
@@ -267,5 +272,5 @@ def _guarded(function: Callable[..., Any], *args: Any) -> Any:
     try:
         return function(*args)
     except Exception:
-        traceback.print_exc()
+        log.exception("corral: internal error")
         return None

@@ -4,6 +4,7 @@
     name = "alice"
     token_sha256 = "9f86d0..."              # hex SHA-256 of the bearer token
     config = "/srv/ws/alice/corral.toml"    # or: workspace = "/srv/ws/alice"
+    quota = {calls_per_minute = 600}        # optional: [quota] keys, for the tenant
 
 Parsing and checking, the constant-time token lookup, and what a tenant is
 served with. Relative paths are taken from the tenants file's directory. Errors
@@ -12,17 +13,28 @@ are ConfigError naming the file and the key.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corral.config import Config, ConfigError, read_config, resolve_roots
-from corral.trust import narrowed, operator_config
+from corral.config import (
+    Config,
+    ConfigError,
+    QuotaOptions,
+    load_config,
+    read_config,
+    resolve_roots,
+)
+from corral.config_keys import SECTION_KEYS
+from corral.errors import did_you_mean
+from corral.trust import narrowed
 
-TENANT_KEYS = ("name", "token_sha256", "config", "workspace")
+TENANT_KEYS = ("name", "token_sha256", "config", "workspace", "quota")
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -33,6 +45,9 @@ class Tenant:
     token_sha256: bytes  # the digest itself (32 bytes), not its hex
     config: str | None = None  # an operator's corral.toml (trusted)
     workspace: str | None = None  # or a workspace, served with the defaults
+    # The operator's, like the file: the tenant's config, and its workspace's own
+    # corral.toml, may lower it, never raise it. All its sessions count against it.
+    quota: QuotaOptions = dataclasses.field(default_factory=QuotaOptions)
 
 
 def load_tenants(path: str | os.PathLike[str]) -> list[Tenant]:
@@ -72,7 +87,8 @@ def parse_tenants(source: str, data: dict[str, Any]) -> list[Tenant]:
         if not isinstance(place, str) or not place:
             raise fail(f"{key}.{places[0]}", "expected a path")
         place = os.path.join(os.path.dirname(source), place)
-        tenant = Tenant(name, bytes.fromhex(digest), **{places[0]: os.path.normpath(place)})
+        tenant = Tenant(name, bytes.fromhex(digest), **{places[0]: os.path.normpath(place)},
+                        quota=_quota(entry.get("quota", {}), f"{key}.quota", fail))
         for other in tenants:
             if other.name == name:
                 raise fail(f"{key}.name", f"the name {name!r} is used twice")
@@ -80,6 +96,20 @@ def parse_tenants(source: str, data: dict[str, Any]) -> list[Tenant]:
                 raise fail(f"{key}.token_sha256", f"the same token as tenant {other.name!r}")
         tenants.append(tenant)
     return tenants
+
+
+def _quota(value: Any, key: str, fail: Callable[[str, str], ConfigError]) -> QuotaOptions:
+    """A tenant's `quota = {..}`: [quota]'s keys, each a positive integer."""
+    if not isinstance(value, dict):
+        raise fail(key, "expected a table of [quota] keys, e.g. {calls_per_minute = 600}")
+    allowed = SECTION_KEYS["quota"]
+    for name, setting in value.items():
+        if name not in allowed:
+            raise fail(f"{key}.{name}", f"unknown key; expected {', '.join(allowed)}"
+                       f"{did_you_mean(name, allowed)}")
+        if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
+            raise fail(f"{key}.{name}", f"expected a positive integer, not {setting!r}")
+    return QuotaOptions(**value)
 
 
 def token_digest(token: str) -> bytes:
@@ -106,10 +136,15 @@ def tenant_config(tenant: Tenant) -> Config:
     would share its extra roots (a channel between them), its rules and its
     audit log."""
     if tenant.config is not None:
-        return operator_config(config=tenant.config)
-    assert tenant.workspace is not None  # parse_tenants: exactly one of the two
-    real, others = resolve_roots(tenant.workspace)
-    return narrowed(Config(workspace=real, allowed_paths=others))
+        base = load_config(tenant.config)
+    else:
+        assert tenant.workspace is not None  # parse_tenants: exactly one of the two
+        real, others = resolve_roots(tenant.workspace)
+        base = Config(workspace=real, allowed_paths=others)
+    # The tenant's quota and its config's [quota] are both the operator's: the
+    # stricter holds, and the workspace may only lower it further.
+    base = dataclasses.replace(base, quota=base.quota.stricter(tenant.quota))
+    return narrowed(base, tenant.config)
 
 
 def server_files(path: str | os.PathLike[str], tenants: list[Tenant]) -> tuple[str, ...]:

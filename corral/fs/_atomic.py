@@ -24,7 +24,7 @@ from corral.fs.version import chunked_version
 
 TEMP_PREFIX = ".corral-tmp-"
 STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old temp is orphaned
-_SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
+SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
 _READ_CHUNK = 1 << 20  # reading the current content for expected_version, a MiB at a time
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9]{1,10})-[0-9a-f]{16}")
 
@@ -120,7 +120,7 @@ def _current(dir_fd: int, name: str, limit: int | None) -> tuple[str | None, int
         return None if over else version, stat.S_IMODE(st.st_mode)
 
 
-def _holding(dir_fd: int, name: str, expected: bytes) -> int | None:
+def holding(dir_fd: int, name: str, expected: bytes) -> int | None:
     """The mode of the regular file `name` if it holds exactly `expected`, else None
     (missing, or other content; a file that grows is read a chunk past it at most)."""
     opened = _open_regular(dir_fd, name)
@@ -199,7 +199,7 @@ def replace(
             mode = current[1]
         elif expect.content is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when its fd closes
-            mode = _holding(dir_fd, name, expect.content)
+            mode = holding(dir_fd, name, expect.content)
             if mode is None:
                 raise VersionMismatch
         tmp = temp_name()
@@ -211,7 +211,7 @@ def replace(
             try:
                 write_all(fd, data)
                 if mode is not None:
-                    os.fchmod(fd, mode & ~_SETID)
+                    os.fchmod(fd, mode & ~SETID)
                 if sync:
                     os.fsync(fd)  # (fdatasync measured no cheaper on ext4: a new file)
             finally:

@@ -19,15 +19,16 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from corral.errors import CorralError
-from corral.fs import _atomic, _listing, _resolve, _sys, _treelock
+from corral.fs import _atomic, _listing, _resolve, _sys, _tree, _treelock, batch
 from corral.fs._atomic import ANYTHING, Expect
 from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
+from corral.fs.batch import Staged
 from corral.fs.version import content_version
 
 Guard = Callable[[str], None] | None
@@ -87,6 +88,11 @@ class Keep(Protocol):
 
     def remove(self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result) -> None: ...
 
+    def remove_tree(
+        self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result,
+        tree: list[_tree.Tree],
+    ) -> None: ...
+
     def move(
         self, src: tuple[Root, str, int, str, os.stat_result],
         dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
@@ -94,6 +100,12 @@ class Keep(Protocol):
 
     def together(self) -> AbstractContextManager[None]:
         """The changes made inside are one change to undo."""
+        ...
+
+    def batch(self, staged: Sequence[Staged]) -> AbstractContextManager[None]:
+        """Several changes landing as one (fs/batch.py): entered before the first
+        lands, left with an error when they were all undone, or normally when all
+        landed, the old files still waiting under their temps (batch.set_aside)."""
         ...
 
 
@@ -117,6 +129,12 @@ class NoKeep:
     def remove(self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result) -> None:
         (os.rmdir if stat.S_ISDIR(st.st_mode) else os.unlink)(name, dir_fd=dir_fd)
 
+    def remove_tree(
+        self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result,
+        tree: list[_tree.Tree],
+    ) -> None:
+        _tree.remove(dir_fd, name, st)
+
     def move(
         self, src: tuple[Root, str, int, str, os.stat_result],
         dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
@@ -125,6 +143,14 @@ class NoKeep:
 
     def together(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def batch(self, staged: Sequence[Staged]) -> Iterator[None]:
+        yield
+        for item in staged:  # nobody keeps the old files
+            if batch.set_aside(item):
+                with contextlib.suppress(OSError):
+                    os.unlink(item.temp, dir_fd=item.dir_fd)
 
 
 NO_KEEP = NoKeep()
@@ -616,21 +642,65 @@ class Root:
     @contextlib.contextmanager
     def _unmaking(self, made: list[str]) -> Iterator[None]:
         """A write or append that fails removes the directories it made on its way
-        (`made`, filled as it resolves), deepest first and only while empty: a failed
-        call leaves no trace. Under the tree lock exclusively, so no call of corral's
-        is between resolving a path through one of them and acting in it."""
+        (`made`, filled as it resolves): a failed call leaves no trace."""
         try:
             yield
         except BaseException:
-            if made:
-                with self._locked(exclusive=True):
-                    for directory in reversed(made):
-                        try:
-                            with self._target(directory, follow=False) as t:
-                                os.rmdir(t.name(), dir_fd=t.dir_fd)
-                        except (OSError, CorralError):
-                            break  # not empty (or gone): the ones above it are not either
+            self.remove_made(made)
             raise
+
+    def remove_made(self, made: list[str]) -> None:
+        """Remove directories a failed change made on its way, deepest first and only
+        while empty. Under the tree lock exclusively, so no call of corral's is between
+        resolving a path through one of them and acting in it (the caller holds none)."""
+        if made:
+            with self._locked(exclusive=True):
+                for directory in reversed(made):
+                    try:
+                        with self._target(directory, follow=False) as t:
+                            os.rmdir(t.name(), dir_fd=t.dir_fd)
+                    except (OSError, CorralError):
+                        break  # not empty (or gone): the ones above it are not either
+
+    def stage(
+        self, rel: str, data: bytes, *, given: str, old: bytes | None, mode: int | None = None,
+        guard: Guard = None, made: list[str],
+    ) -> Staged:
+        """One add (`old` None: the target must be missing; parents are made, into
+        `made`) or update (`old`: the bytes read, which the target must still hold
+        when the batch lands) of a batch (fs/batch.py): the new file written and
+        fsynced beside the target. `mode`: a new file's permission bits (an update
+        keeps the old file's). The caller holds the tree lock (batch.tree_locked), so
+        this never takes it (a failure's directories are the caller's to remove)."""
+        op = "write"
+        with self._at(op, rel, follow=True, guard=guard, changes=True, named=True,
+                      make_parents=old is None, made=made) as t:
+            name = t.name()
+            if old is None and t.st is not None:
+                raise OSError(errno.EEXIST, "exists")
+            if old is not None:
+                _require_file(t.st, t.trailing_slash)
+                assert t.st is not None
+                mode = stat.S_IMODE(t.st.st_mode)
+            dir_fd = os.dup(t.dir_fd)
+            try:
+                temp = batch.write_temp(dir_fd, data, mode, sync=self.durable)
+            except BaseException:
+                os.close(dir_fd)
+                raise
+            return Staged(self, t.rel, given, "add" if old is None else "update", dir_fd, name,
+                          temp, old, mode, len(data), content_version(data), made,
+                          staged=True)
+
+    def stage_removal(self, rel: str, *, given: str, old: bytes, guard: Guard = None) -> Staged:
+        """A removal of a regular file in a batch, holding `old` (what the caller read):
+        nothing changes until the batch lands."""
+        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
+            name = t.name()
+            _require_file(t.st, t.trailing_slash)
+            assert t.st is not None
+            return Staged(self, t.rel, given, "remove", os.dup(t.dir_fd), name,
+                          _atomic.temp_name(), old, stat.S_IMODE(t.st.st_mode))
 
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
@@ -765,6 +835,86 @@ class Root:
             if _has_entries(t.dir_fd, name):  # a rename would take them along
                 raise OSError(errno.ENOTEMPTY, "not empty")
             keep.remove(self, t.rel, t.dir_fd, name, t.st)
+
+    def remove_tree(
+        self, rel: str, *, recursive: bool, guard: Guard = None,
+        beneath: Callable[[str], None] | None = None, keep: Keep = NO_KEEP,
+    ) -> int:
+        """Remove a directory and, with `recursive`, everything beneath it; returns
+        how many entries beneath it went. Every entry is surveyed first (never
+        following a symlink: a link is removed as a link) and given to
+        `beneath` with its resolved path, then `guard.decided()` (if the guard has
+        it: say, to ask about every supervised entry at once); only then does
+        anything change. Refused: the root itself (invalid_arguments), a symlink
+        (not_a_directory), a non-empty directory without `recursive`
+        (invalid_arguments), a mount point of another file system beneath
+        (path_denied), a FIFO, socket or device beneath (not_a_regular_file), more
+        than _tree.MAX_TREE_ENTRIES entries (too_large). Under the tree lock held
+        exclusively, as a directory move: no call of corral's adds a name meanwhile."""
+        with self._locked(exclusive=True), self._at(
+            "delete", rel, follow=False, guard=guard, changes=True
+        ) as t:
+            if t.leaf is None:
+                raise fail("invalid_arguments", "delete", rel,
+                           "it is a root of the workspace, which is never deleted")
+            name = t.name()
+            if t.st is None:
+                raise OSError(errno.ENOENT, "missing")
+            if stat.S_ISLNK(t.st.st_mode):
+                raise fail("not_a_directory", "delete", rel,
+                           "it is a symlink (delete_file removes the link)")
+            if not stat.S_ISDIR(t.st.st_mode):
+                raise OSError(errno.ENOTDIR, "not a directory")
+            try:
+                tree = _tree.survey(t.dir_fd, name, t.st)
+            except _tree.TreeRefused as refused:
+                where = _resolve.join(rel.rstrip("/"), refused.path) if refused.path else rel
+                raise fail(refused.code, "delete", where, refused.why) from None
+            if tree and not recursive:
+                raise fail("invalid_arguments", "delete", rel,
+                           f"the directory is not empty ({len(tree)} entries beneath it); "
+                           "pass recursive: true to delete it with everything in it")
+            if beneath is not None:
+                for entry in tree:
+                    beneath(_resolve.join(t.rel, entry.path))
+            decided = getattr(guard, "decided", None)
+            if decided is not None:
+                decided()
+            keep.remove_tree(self, t.rel, t.dir_fd, name, t.st, tree)
+            return len(tree)
+
+    def restore_tree(
+        self, rel: str, src_fd: int, src_name: str, *,
+        copy: Callable[[int, str], None], keep: Keep = NO_KEEP,
+    ) -> None:
+        """Put a directory kept outside the roots (`src_name` of `src_fd`: a history
+        store's) at `rel`, which must not exist (already_exists), its missing parents
+        made: renamed in whole, or, where a rename cannot reach (another file
+        system, a directory this process may not change), `copy(dir_fd, name)`
+        makes it under a temp name beside `rel`, renamed in whole. keep: records it
+        as a directory made (one record)."""
+        made: list[str] = []
+        with self._locked(exclusive=True), self._at(
+            "restore", rel, follow=False, guard=None, changes=True, named=True,
+            make_parents=True, made=made,
+        ) as t:
+            name = t.name()
+            if t.st is not None:
+                raise OSError(errno.EEXIST, "exists")
+            with keep.making_dir(self, t.rel, made):
+                try:
+                    _sys.renameat2(src_fd, src_name, t.dir_fd, name, _sys.RENAME_NOREPLACE)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
+                        raise
+                temp = _atomic.temp_name()
+                copy(t.dir_fd, temp)
+                try:
+                    _sys.renameat2(t.dir_fd, temp, t.dir_fd, name, _sys.RENAME_NOREPLACE)
+                except BaseException:
+                    _tree.remove(t.dir_fd, temp)
+                    raise
 
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,

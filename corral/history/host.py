@@ -22,7 +22,7 @@ from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history import promote
 from corral.history.promote import Expect
-from corral.history.records import Checkpoint, Entry, Record, State, dump
+from corral.history.records import PATCH_TOOL, Checkpoint, Entry, Record, State, dump
 from corral.history.store import (
     CHECKPOINT,
     COMMITTED,
@@ -52,6 +52,8 @@ def public(state: State | None) -> dict[str, Any] | None:
     shown = {key: getattr(state, key) for key in PUBLIC_STATE if getattr(state, key) is not None}
     if state.type != "file":
         shown.pop("size", None)  # a directory's or a link's st_size says nothing useful
+    if state.tree is not None:  # a deleted directory: how many entries went with it
+        shown["entries"] = len(state.tree)
     return shown
 
 
@@ -210,8 +212,11 @@ class History:
             record = self.store.load_record(self.store.home, f"{RECORD}{item_id}{COMMITTED}")
             if record is None:
                 continue
+            if wanted is None and record.tool == PATCH_TOOL:
+                found.append(_patch_entry(record))  # a patch is one change
+                continue
             for entry in record.entries:
-                if wanted is None or entry.path == wanted:
+                if wanted is None or entry.path == wanted or _beneath(entry, wanted):
                     found.append(_entry(record, entry))
         return found[:limit]
 
@@ -221,6 +226,15 @@ class History:
         if normal.startswith(self.workspace + "/"):
             return normal[len(self.workspace) + 1:]
         return normal
+
+
+def _beneath(entry: Entry, path: str) -> bool:
+    """Is `path` one of the entries of a directory the change deleted?"""
+    tree = entry.before.tree if entry.before is not None else None
+    if not tree or not path.startswith(entry.path.rstrip("/") + "/"):
+        return False
+    rest = path[len(entry.path.rstrip("/")) + 1:]
+    return any(kept.path == rest for kept in tree)
 
 
 def _entry(record: Record, entry: Entry) -> dict[str, Any]:
@@ -234,6 +248,16 @@ def _entry(record: Record, entry: Entry) -> dict[str, Any]:
     if record.undoes is not None:
         shown["undoes"] = record.undoes
     return shown
+
+
+def _patch_entry(record: Record) -> dict[str, Any]:
+    """A patch as one history entry: its files, each with what the patch did to it
+    (a move's two ends as one file)."""
+    files = [{"path": e.path, "action": e.action, **({"destination": e.to} if e.to else {})}
+             for e in record.entries if e.source is None]
+    return {"id": record.id, "time": record.time, "tool": record.tool,
+            "path": record.entries[0].path, "action": "patch", "before": None, "after": None,
+            "files": files}
 
 
 def _open_dir(path: str) -> int:

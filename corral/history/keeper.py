@@ -11,6 +11,11 @@ What is kept, per change:
   or Landlock refusing the move) the old bytes are copied instead.
 - an append: the old size (an append only adds; its undo cuts the file back).
 - a delete: the file itself, renamed into the store (copied across mounts).
+- a directory deleted with everything in it (delete_directory): the tree itself,
+  renamed into the store, and the list of its entries in the record
+  (history/trees.py). Across mounts it is copied in, then renamed aside in its
+  own directory and removed; a tree holding symlinks is then refused (a worker
+  cannot make symlinks, so no undo could put them back).
 - a move: the moved inode's number (its undo moves it back); a destination it
   overwrote is copied into the store first.
 - a directory made: nothing (its undo removes it if empty).
@@ -22,6 +27,7 @@ the type and, for files, mode, size and where it is kept (`blob`), the content
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import stat
@@ -29,12 +35,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corral.errors import CorralError
 from corral.fs import Root, content_version
-from corral.fs._atomic import Land
+from corral.fs._atomic import Land, temp_name
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
+from corral.fs._tree import Tree, remove, survey
+from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
-from corral.history.records import Entry, Record, State
+from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
+from corral.history.trees import check_kept, copy_tree, kept_of
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -279,6 +289,86 @@ class Keeper:
                     raise
                 os.rmdir(name, dir_fd=dir_fd)
 
+    def remove_tree(
+        self, root: Root, rel: str, dir_fd: int, name: str, st: os.stat_result,
+        tree: list[Tree],
+    ) -> None:
+        """A directory and everything beneath it: one record listing every entry, and
+        the tree itself renamed into the store as the record's blob."""
+        record_id = self._next_id()
+        blob = blob_name(record_id)
+        before = State("dir", stat.S_IMODE(st.st_mode), blob=blob, tree=kept_of(tree))
+        record = self._pending(self._entry(root, rel, "remove_tree", "delete", before, None))
+        with self._landing(record):
+            try:
+                os.rename(name, blob, src_dir_fd=dir_fd, dst_dir_fd=self.store.fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
+                    raise
+                self._copy_tree(dir_fd, name, blob, before, st, shown(self.workspace, root, rel))
+                return
+            self.stored += sum(kept.size for kept in before.tree or ())
+            try:
+                check_kept(self.store.fd, blob, before.mode, before.tree or (), hashed=False,
+                           contents=False)
+            except BadRecord:
+                self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root, rel))
+
+    def _changed_meanwhile(self, record: Record, dir_fd: int, name: str, path: str) -> None:
+        """Another process changed the tree between the survey and the rename
+        (corral's own calls wait for the tree lock): it goes back and the call fails,
+        rather than keep a tree its record does not list. If its name was taken
+        meanwhile too, what was taken stays kept and its record is made to list it:
+        nothing is lost (an undo then finds the name taken: a conflict)."""
+        blob = blob_name(record.id)
+        try:
+            renameat2(self.store.fd, blob, dir_fd, name, RENAME_NOREPLACE)
+        except FileExistsError:
+            st = os.stat(blob, dir_fd=self.store.fd, follow_symlinks=False)
+            entry = record.entries[0]
+            assert entry.before is not None  # a remove_tree entry's: made just before
+            before = dataclasses.replace(entry.before, mode=stat.S_IMODE(st.st_mode),
+                                         tree=kept_of(survey(self.store.fd, blob, st)))
+            self.store.rewrite_pending(dataclasses.replace(
+                record, entries=(dataclasses.replace(entry, before=before),)))
+            return
+        raise CorralError("conflict", f"{path} changed while it was being deleted; nothing "
+                          "was deleted.")
+
+    def _copy_tree(
+        self, dir_fd: int, name: str, blob: str, before: State, st: os.stat_result, path: str
+    ) -> None:
+        """The store is on another file system: the tree is copied in, then renamed
+        aside in its own directory (the one step the change lands by) and removed.
+        A name that no longer is the surveyed directory (another process swapped it,
+        for a symlink say) stops it: conflict, and nothing is deleted."""
+        tree = before.tree or ()
+        if any(kept.type == "symlink" for kept in tree):
+            raise CorralError(
+                "io_error", f"cannot delete {path}: the history store is on another mount "
+                "and the directory holds symlinks, which an undo could not make again; "
+                "nothing was deleted. Delete its symlinks with delete_file first.")
+        changed = CorralError(
+            "conflict", f"{path} changed while it was being deleted; nothing was deleted.")
+        if not _same(_lstat(dir_fd, name), st):
+            raise changed
+        try:
+            self.stored += copy_tree(dir_fd, name, self.store.fd, blob, tree)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENOTDIR):
+                raise changed from None
+            raise StoreError(exc) from None
+        try:
+            check_kept(self.store.fd, blob, before.mode, tree, hashed=False, contents=False)
+        except BadRecord:
+            raise changed from None
+        aside = temp_name()
+        renameat2(dir_fd, name, dir_fd, aside, RENAME_NOREPLACE)
+        if not _same(_lstat(dir_fd, aside), st):  # swapped between the check and the rename
+            renameat2(dir_fd, aside, dir_fd, name, RENAME_NOREPLACE)
+            raise changed
+        remove(dir_fd, aside)
+
     def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
         src_root, src_rel, src_fd, src_name, src_st = src
         dst_root, dst_rel, dst_fd, dst_name, dst_st = dst
@@ -309,6 +399,49 @@ class Keeper:
         )
         with self._landing(record):
             renameat2(src_fd, src_name, dst_fd, dst_name, flags)
+
+    @contextlib.contextmanager
+    def batch(self, staged: Sequence[Staged]) -> Iterator[None]:
+        """A patch: one record naming every change and its temp, written before the
+        first lands (what a settle reads to finish or undo it after a kill); once all
+        landed, each old file is taken from its temp into the store (blob i: entry i)."""
+        record_id = self._next_id()
+        record = self._pending(*(self._batch_entry(record_id, index, item)
+                                 for index, item in enumerate(staged)))
+        try:
+            yield
+        except BaseException:
+            self.store.drop(record.id, len(staged))
+            raise
+        try:
+            for index, item in enumerate(staged):
+                if set_aside(item):
+                    self._take(item.dir_fd, item.temp, blob_name(record.id, index))
+        except (OSError, StoreError):
+            # The patch landed; old files wait in their temps. The record stays pending,
+            # unheld: an orphan the host has the next settle finish (it takes them).
+            self.store.let_go(record.id)
+            return
+        self._commit(record)
+
+    def _batch_entry(self, record_id: str, index: int, item: Staged) -> Entry:
+        before = after = None
+        if item.action != "add":
+            assert item.old is not None
+            before = State("file", item.mode, len(item.old), blob=blob_name(record_id, index),
+                           version=content_version(item.old))
+        if item.action != "remove":
+            after = State("file", size=item.size, version=item.version)
+        other = item.partner
+        to = source = None
+        action = {"add": "create", "update": "modify", "remove": "delete"}[item.action]
+        if other is not None:
+            action = "move"
+            shown_other = shown(self.workspace, other.root, other.rel)
+            to, source = (shown_other, None) if item.action == "remove" else (None, shown_other)
+        kind = "remove" if item.action == "remove" else "replace"
+        return Entry(item.root.path, item.rel, shown(self.workspace, item.root, item.rel), kind,
+                     action, before, after, tuple(item.made), to, source, item.temp_rel)
 
     # -- moving bytes into the store ------------------------------------------
 

@@ -14,7 +14,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from corral.fs import temp_owner
 from corral.history.records import (
+    PATCH_TOOL,
     BadRecord,
     Entry,
     Record,
@@ -40,6 +42,7 @@ from corral.history.store import (
     read_small,
     skipped,
 )
+from corral.history.trees import check_kept, check_listing
 
 # Workers and host read one clock; this much slack covers a step of it (NTP) between
 # the two readings, and no more: a record dated later than that is refused.
@@ -111,7 +114,14 @@ def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expec
     if record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
-    entries = tuple(_entry(store, work, record_id, entry, expect) for entry in record.entries)
+    patch = record.tool == PATCH_TOOL
+    _check(patch or all(entry.temp is None for entry in record.entries),
+           "a temp in a record that is not a patch's")
+    entries = tuple(_entry(store, work, record, index if patch else 0, entry, expect)
+                    for index, entry in enumerate(record.entries))
+    if patch:
+        keys = [(entry.root, entry.rel) for entry in entries]
+        _check(len(set(keys)) == len(keys), "a patch record that names a path twice")
     return dataclasses.replace(record, entries=entries)
 
 
@@ -124,17 +134,31 @@ def _check_time(item: str, made: float, expect: Expect) -> None:
         _check(at >= expect.since - CLOCK_SLACK_S, "older than the call that made it")
 
 
-def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect) -> Entry:
+def _entry(
+    store: Store, work: str, record: Record, index: int, entry: Entry, expect: Expect
+) -> Entry:
+    """One entry checked; `index`: the blob it may keep (a patch keeps one per entry)."""
+    record_id = record.id
     _check(entry.root in expect.writable, "a path in a root this sandbox does not write")
     for rel in (entry.rel, *entry.made):
         _check(_plain(rel), "a path that is not plainly beneath its root")
+    if entry.temp is not None:  # beside its path, named as its writer names temps
+        _check(_plain(entry.temp) and posixpath.dirname(entry.temp) == posixpath.dirname(
+            entry.rel) and temp_owner(posixpath.basename(entry.temp)) == record.pid,
+            "a patch entry whose temp is not its writer's, beside its path")
     for state in (entry.before, entry.after):
         _check(state is None or state.hash is None, "a state that claims its own hash")
     _check(entry.after is None or entry.after.blob is None, "an after state with a blob")
+    for state in (entry.before, entry.after):
+        _check(state is None or state.tree is None or (
+            entry.kind == "remove_tree" and state is entry.before),
+            "a list of kept entries on a change that is not a directory's delete")
+    if entry.kind == "remove_tree":
+        return _tree_entry(store, work, record_id, entry)
     before = entry.before
     if before is None or before.blob is None:
         return entry
-    blob = blob_name(record_id)
+    blob = blob_name(record_id, index)
     _check(before.blob == blob, "a blob of another record")
     kept = f"{work}/{blob}"
     if before.type == "dir":  # what an undo needs of it is that it was a directory
@@ -173,6 +197,23 @@ def _entry(store: Store, work: str, record_id: str, entry: Entry, expect: Expect
 # its blob read and hashed here as before.
 
 
+def _tree_entry(store: Store, work: str, record_id: str, entry: Entry) -> Entry:
+    """A deleted directory: its kept tree must be exactly the list its record holds
+    (checked, every file hashed, nothing followed), which then carries the hashes."""
+    before = entry.before
+    _check(entry.rel != "." and entry.after is None and entry.action == "delete",
+           "a directory's delete that is not one")
+    _check(before is not None and before.type == "dir" and before.tree is not None,
+           "a directory's delete without its list of entries")
+    assert before is not None and before.tree is not None  # for mypy: checked just above
+    blob = blob_name(record_id)
+    _check(before.blob == blob, "a blob of another record")
+    check_listing(before.tree)
+    tree = check_kept(store.fd, blob, before.mode, before.tree, hashed=False)
+    return dataclasses.replace(entry, before=dataclasses.replace(
+        before, blob=f"{work}/{blob}", tree=tree))
+
+
 def _committed(store: Store, record_id: str) -> bool:
     try:
         os.stat(f"{RECORD}{record_id}{COMMITTED}", dir_fd=store.home, follow_symlinks=False)
@@ -191,8 +232,12 @@ def _plain(rel: str) -> bool:
 def _drop(store: Store, item: str, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=store.fd)
-    if name.startswith(RECORD):
-        store.remove_blob(blob_name(item))
+    if name.startswith(RECORD):  # every blob of it (a patch's: one per entry)
+        prefix = blob_name(item, 0)[:-1]
+        with os.scandir(store.fd) as found:
+            blobs = [entry.name for entry in found if entry.name.startswith(prefix)]
+        for blob in blobs:
+            store.remove_blob(blob)
 
 
 def _check(condition: object, why: str) -> None:

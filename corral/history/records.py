@@ -7,7 +7,9 @@ value or raise BadRecord (why, in a sentence): a caller skips and reports that
 file, and everything else keeps working.
 
 A record is {"v", "id", "time", "tool", "pid", "entries": [entry...], "undoes"?,
-"group"?, "done"?}: `group` joins the records of one change made as several (a
+"group"?, "done"?}: one or two entries, but an apply_patch record names every
+path of its patch (up to MAX_PATCH_ENTRIES), each with the `temp` beside it that
+holds its new file until it lands; `group` joins the records of one change made as several (a
 move between roots: a copy, then a delete), undone whole; `done` (no entries)
 says the undo of `undoes` finished;
 an entry names one path and its state before and after the change (None: the
@@ -23,13 +25,22 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.fs._tree import MAX_TREE_ENTRIES
+
 VERSION = 1
-MAX_RECORD_BYTES = 256 * 1024  # a record names a few paths; more is not one of ours
-KINDS = ("replace", "append", "mkdir", "remove", "move_from", "move_to")
+# A record names a few paths, or a deleted directory's entries (at most
+# MAX_TREE_ENTRIES of them, each a path and a few numbers): more is not one of ours.
+MAX_RECORD_BYTES = 2 * 1024 * 1024
+KINDS = ("replace", "append", "mkdir", "remove", "move_from", "move_to", "remove_tree")
+KEPT_TYPES = ("file", "dir", "symlink")
 ACTIONS = ("create", "modify", "delete", "move")
 TYPES = ("file", "dir", "symlink", "other")
 _HEX = frozenset("0123456789abcdef")
 ID_WIDTH = 16 + 6 + 4  # hex: time_ns, pid, counter
+PATCH_TOOL = "apply_patch"  # its record names every file of one patch, changed together
+# A patch of up to 100 files, a move being two entries; ~0.5 KiB an entry stays far
+# inside MAX_RECORD_BYTES.
+MAX_PATCH_ENTRIES = 200
 
 
 class BadRecord(ValueError):
@@ -49,6 +60,46 @@ def is_version(text: object) -> bool:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """One entry beneath a deleted directory, as its record keeps it: the path below
+    the directory, type, permission bits, and a file's size (with its content hash
+    once the host committed the record) or a symlink's target. On the wire a list,
+    [path, type, mode, size or target, hash?]: a tree has thousands."""
+
+    path: str
+    type: str
+    mode: int
+    size: int = 0
+    target: str | None = None
+    hash: str | None = None
+
+    def to_wire(self) -> list[Any]:
+        if self.type == "symlink":
+            return [self.path, self.type, self.mode, self.target]
+        if self.type == "dir":
+            return [self.path, self.type, self.mode]
+        return [self.path, self.type, self.mode, self.size,
+                *([] if self.hash is None else [self.hash])]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Kept:
+        _check(isinstance(wire, list) and 3 <= len(wire) <= 5, "a kept entry that is not a list")
+        path, kind, mode, *rest = wire
+        _check(isinstance(path, str) and kind in KEPT_TYPES and _count(mode),
+               "a kept entry without its path, type and mode")
+        if kind == "dir":
+            _check(not rest, "a kept directory with more than its mode")
+            return cls(path, kind, mode)
+        if kind == "symlink":
+            _check(len(rest) == 1 and isinstance(rest[0], str), "a kept symlink without a target")
+            return cls(path, kind, mode, target=rest[0])
+        _check(1 <= len(rest) <= 2 and _count(rest[0]), "a kept file without its size")
+        digest = rest[1] if len(rest) == 2 else None
+        _check(digest is None or isinstance(digest, str), "a kept file whose hash is not text")
+        return cls(path, kind, mode, rest[0], hash=digest)
+
+
+@dataclass(frozen=True)
 class State:
     """A path's state: its type and, for files, mode, size and how it is known
     (`blob`: where the old bytes are kept, with `hash` once committed; `version`:
@@ -63,9 +114,13 @@ class State:
     tail: str | None = None
     target: str | None = None
     ino: int | None = None
+    tree: tuple[Kept, ...] | None = None  # a deleted directory's entries (remove_tree)
 
     def to_wire(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items() if value is not None}
+        wire = {key: value for key, value in self.__dict__.items() if value is not None}
+        if self.tree is not None:
+            wire["tree"] = [kept.to_wire() for kept in self.tree]
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Any) -> State | None:
@@ -79,7 +134,12 @@ class State:
             _check(_count(wire.get(key, 0)), f"a state whose {key} is not a count")
         for key in ("blob", "hash", "version", "tail", "target"):
             _check(isinstance(wire.get(key, ""), str), f"a state whose {key} is not text")
-        return cls(**wire)
+        tree = wire.get("tree")
+        if tree is None:
+            return cls(**wire)
+        _check(isinstance(tree, list) and len(tree) <= MAX_TREE_ENTRIES,
+               f"a state whose tree is not a list of at most {MAX_TREE_ENTRIES} entries")
+        return cls(**{**wire, "tree": tuple(Kept.from_wire(kept) for kept in tree)})
 
 
 @dataclass(frozen=True)
@@ -96,6 +156,7 @@ class Entry:
     made: tuple[str, ...] = ()
     to: str | None = None
     source: str | None = None
+    temp: str | None = None  # a patch's: root-relative, its new file (or old, set aside)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -106,7 +167,7 @@ class Entry:
         }
         if self.made:
             wire["made"] = list(self.made)
-        for key in ("to", "source"):
+        for key in ("to", "source", "temp"):
             if getattr(self, key) is not None:
                 wire[key] = getattr(self, key)
         return wire
@@ -122,12 +183,12 @@ class Entry:
         made = wire.get("made", [])
         _check(isinstance(made, list) and all(isinstance(m, str) for m in made),
                "an entry whose made is not a list of paths")
-        for key in ("to", "source"):
+        for key in ("to", "source", "temp"):
             _check(isinstance(wire.get(key, ""), str), f"an entry whose {key} is not text")
         return cls(
             wire["root"], wire["rel"], wire["path"], wire["kind"], wire["action"],
             State.from_wire(wire.get("before")), State.from_wire(wire.get("after")),
-            tuple(made), wire.get("to"), wire.get("source"),
+            tuple(made), wire.get("to"), wire.get("source"), wire.get("temp"),
         )
 
 
@@ -172,9 +233,14 @@ class Record:
         entries = wire.get("entries")
         if done:  # an undo's last word: it names what it finished, and nothing else
             _check(undoes is not None and entries == [], "a done record with entries")
+        elif wire["tool"] == PATCH_TOOL:
+            _check(isinstance(entries, list) and 1 <= len(entries) <= MAX_PATCH_ENTRIES,
+                   f"a patch record without 1 to {MAX_PATCH_ENTRIES} entries")
         else:
             _check(isinstance(entries, list) and 1 <= len(entries) <= 2,
                    "a record without one or two entries")
+            _check(all(isinstance(e, dict) and "temp" not in e for e in entries),
+                   "a temp in a record that is not a patch's")
         return cls(wire["id"], float(wire["time"]), wire["tool"], wire["pid"],
                    tuple(Entry.from_wire(entry) for entry in entries), undoes, group, done)
 

@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
-from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
+from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version, temp_owner
 from corral.history.keeper import Keeper, shown
-from corral.history.records import Entry, Record, State
-from corral.history.store import Store, id_pid, is_id, new_id
+from corral.history.records import PATCH_TOOL, BadRecord, Entry, Record, State
+from corral.history.store import Store, blob_name, id_pid, is_id, new_id
+from corral.history.trees import check_kept, copy_tree
 from corral.policy import Policy, RootSpec
 
 
@@ -77,6 +78,9 @@ class Restorer:
                 raise CorralError("read_only", f"{entry.path} lies in a read-only root.")
             for rel in (entry.rel, *entry.made):
                 self._allowed(tool, root, rel)
+            if entry.before is not None and entry.before.tree is not None:
+                for kept in entry.before.tree:  # a deleted directory comes back whole
+                    self._allowed(tool, root, posixpath.join(entry.rel, kept.path))
 
     def _allowed(self, tool: str, root: Root, rel: str) -> None:
         """path_denied, naming the path and the rule, if the policy denies `tool`
@@ -107,6 +111,9 @@ class Restorer:
         entries = record.entries
         if entries and entries[0].kind == "move_from":
             self._unmove(entries[0], entries[1], record.tool)
+            return
+        if entries and entries[0].kind == "remove_tree":
+            self._put_tree(entries[0])
             return
         for entry in reversed(entries):
             self._put(entry, entry.before)
@@ -141,6 +148,42 @@ class Restorer:
         if info is not None and info.type == "dir":
             root.rmdir(rel, keep=keep)
         root.write_atomic(rel, data, mode=state.mode, keep=keep)
+
+    def _put_tree(self, entry: Entry) -> None:
+        """A deleted directory back, whole: its kept tree, checked against the list
+        its record holds (every file's hash too), moved back from the store, or
+        copied where a move cannot reach (the blob lies in another sandbox's work
+        directory, or on another file system: there a symlink cannot be made)."""
+        before = entry.before
+        if before is None or before.tree is None or before.blob is None:
+            raise CorralError("io_error", f"the record of {entry.path} keeps no tree.")
+        tree = before.tree
+        where, _, name = before.blob.rpartition("/")
+        try:
+            work = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=self.store.home)
+        except OSError as exc:
+            raise CorralError("io_error", f"the kept tree is gone ({exc.strerror}).") from None
+        try:
+            try:
+                check_kept(work, name, before.mode, tree, hashed=True)
+            except BadRecord:
+                raise CorralError(
+                    "io_error", f"the kept tree of {entry.path} is damaged or was replaced "
+                    "(it is not what its record lists); nothing was written.") from None
+
+            def copy(dir_fd: int, temp: str) -> None:
+                if any(kept.type == "symlink" for kept in tree):
+                    raise CorralError(
+                        "io_error", f"{entry.path} held symlinks, which corral can put back "
+                        "only by moving its kept tree, and that tree cannot be moved here "
+                        "(undo it from a sandbox with the same roots).")
+                copy_tree(work, name, dir_fd, temp, tree)
+
+            self.root(entry.root).restore_tree(entry.rel, work, name, copy=copy,
+                                               keep=self.keeper)
+        finally:
+            os.close(work)
 
     def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
         """Remove the directories the change made on its way, deepest first, if empty
@@ -187,9 +230,9 @@ class Restorer:
         yield from self.store.uncommitted(after=record_id)
 
     @staticmethod
-    def _temps_of(root: Root, rel: str, pid: int) -> list[str]:
-        """The temp files a writer `pid` left beside `rel` (e.g. an atomic write
-        swapped in, the old file not yet taken into the store)."""
+    def _temps_of(root: Root, rel: str, pid: int, kind: str = "file") -> list[str]:
+        """The temp files (or directories: `kind`) a writer `pid` left beside `rel`
+        (e.g. an atomic write swapped in, the old file not yet taken into the store)."""
         parent = posixpath.dirname(rel) or "."
         prefix = f"{TEMP_PREFIX}{pid}-"
         try:
@@ -197,20 +240,25 @@ class Restorer:
         except CorralError:  # the directory is gone: so are they
             return []
         return [posixpath.join(parent, entry.path) if parent != "." else entry.path
-                for entry in found if entry.path.startswith(prefix) and entry.type == "file"]
+                for entry in found if entry.path.startswith(prefix) and entry.type == kind]
 
     def _temp_of(self, root: Root, rel: str, pid: int) -> str | None:
         temps = self._temps_of(root, rel, pid)
         return temps[0] if temps else None
 
-    def forget_temps(self, record: Record, pid: int) -> None:
+    def forget_temps(self, record: Record, pid: int, landed: bool) -> None:
         """Remove the temp files the dead writer `pid` of `record` left beside its
-        paths, once the record is settled: any writer's, undo's and rewind's too."""
+        paths, once the record is settled: any writer's, undo's and rewind's too;
+        and, if its change landed, the directory a copied-in delete_directory had
+        renamed aside and was removing (the store holds the whole tree)."""
         for entry in record.entries:
             with contextlib.suppress(CorralError):
                 root = self.root(entry.root)
                 for temp in self._temps_of(root, entry.rel, pid):
                     root.unlink(temp)
+                if entry.kind == "remove_tree" and landed:
+                    for temp in self._temps_of(root, entry.rel, pid, "dir"):
+                        root.remove_tree(temp, recursive=True)
 
     # -- settle -------------------------------------------------------------
 
@@ -228,6 +276,9 @@ class Restorer:
         # landed. The tree does.
         if kind == "remove":
             return self.matches(entry, None)
+        if kind == "remove_tree":  # renamed into the store, or copied, then renamed aside
+            return self.matches(entry, None) and before is not None and (
+                self.store.has_blob(before))
         if kind == "replace" and before is not None:
             if not self.matches(entry, entry.after):
                 return False
@@ -247,6 +298,97 @@ class Restorer:
         return self.matches(entry, entry.after)
 
 
+class PatchSettler:
+    """A patch whose writer died part-way (fs/batch.py's steps): its record names
+    every entry with the temp beside it. Each entry has landed (its target holds
+    the new file, or is gone for a removal), is ready to (target as the patch found
+    it; the new file whole in the temp), or neither (changed since by someone else).
+    If some landed and every other is ready, the patch is finished: the rest land
+    and every old file set aside goes into the store; otherwise what landed is put
+    back from the old files set aside, and the temps go."""
+
+    def __init__(self, restorer: Restorer, record: Record) -> None:
+        self.restorer, self.record = restorer, record
+
+    def settle(self) -> bool:
+        """True: the whole patch is there (commit its record); False: none of it."""
+        entries = self.record.entries
+        if not all(self._temp_is_its_own(entry) for entry in entries):
+            raise CorralError("io_error", "a patch record whose temps are not its writer's.")
+        landed = [self._landed(entry) for entry in entries]
+        if any(landed) and all(done or self._ready(e) for e, done in zip(entries, landed,
+                                                                         strict=True)):
+            for index, (entry, done) in enumerate(zip(entries, landed, strict=True)):
+                (self._put_away if done else self._land)(entry, blob_name(self.record.id, index))
+            return True
+        for entry, done in reversed(list(zip(entries, landed, strict=True))):
+            if done:
+                self._unland(entry)
+            self._forget(entry)
+            self.restorer._unmake(entry, recorded=False)
+        return False
+
+    def _temp_is_its_own(self, entry: Entry) -> bool:
+        temp = entry.temp or ""
+        return posixpath.dirname(temp) == posixpath.dirname(entry.rel) and temp_owner(
+            posixpath.basename(temp)) == self.record.pid
+
+    def _holds(self, entry: Entry, rel: str, version: str | None) -> bool:
+        try:
+            data = self.restorer.root(entry.root).read_bytes(
+                rel, max_file_bytes=self.restorer.max_file_bytes)
+        except CorralError:
+            return False
+        return content_version(data) == version
+
+    def _landed(self, entry: Entry) -> bool:
+        if entry.after is None:  # a removal
+            return self.restorer.matches(entry, None)
+        return self._holds(entry, entry.rel, entry.after.version)
+
+    def _ready(self, entry: Entry) -> bool:
+        before, after = entry.before, entry.after
+        if before is None:
+            target_as_found = self.restorer.matches(entry, None)
+        else:
+            target_as_found = self._holds(entry, entry.rel, before.version)
+        assert entry.temp is not None
+        return target_as_found and (after is None or self._holds(entry, entry.temp, after.version))
+
+    def _keep_old(self, entry: Entry, rel: str, blob: str) -> None:
+        root, store = self.restorer.root(entry.root), self.restorer.store
+        store.stash_bytes(blob, root.read_bytes(rel, max_file_bytes=self.restorer.max_file_bytes))
+
+    def _land(self, entry: Entry, blob: str) -> None:
+        root, temp = self.restorer.root(entry.root), entry.temp or ""
+        if entry.before is not None:
+            self._keep_old(entry, entry.rel, blob)
+        if entry.after is None:
+            root.unlink(entry.rel)
+        else:
+            root.rename(temp, root, entry.rel, overwrite=entry.before is not None)
+
+    def _put_away(self, entry: Entry, blob: str) -> None:
+        """A landed entry's old file, set aside under its temp, into the store."""
+        root, temp = self.restorer.root(entry.root), entry.temp or ""
+        if entry.before is not None and root.info(temp) is not None:
+            self._keep_old(entry, temp, blob)
+            root.unlink(temp)
+
+    def _unland(self, entry: Entry) -> None:
+        root, temp = self.restorer.root(entry.root), entry.temp or ""
+        if entry.before is None:
+            root.unlink(entry.rel)
+        elif self._holds(entry, temp, entry.before.version):
+            root.rename(temp, root, entry.rel, overwrite=entry.after is not None)
+
+    def _forget(self, entry: Entry) -> None:
+        root = self.restorer.root(entry.root)
+        with contextlib.suppress(CorralError):
+            if root.info(entry.temp or "") is not None:
+                root.unlink(entry.temp or "")
+
+
 def settle(restorer: Restorer, pids: list[int] | None) -> int:
     """Commit or forget the pending records of dead writers (`pids`; None: every
     pending record). Returns how many were settled."""
@@ -259,16 +401,22 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
             restorer.store.drop(record_id)
             settled += 1
             continue
-        try:
-            landed = all(restorer.landed(e, record_id) for e in record.entries)
-        except CorralError:
-            landed = True  # cannot tell: keep it; an undo will call it a conflict
+        if record.tool == PATCH_TOOL:
+            try:
+                landed = PatchSettler(restorer, record).settle()
+            except CorralError:
+                continue  # left pending: a later settle tries again
+        else:
+            try:
+                landed = all(restorer.landed(e, record_id) for e in record.entries)
+            except CorralError:
+                landed = True  # cannot tell: keep it; an undo will call it a conflict
         if landed:
             restorer.store.commit(record_id)
         else:
-            restorer.store.drop(record_id)
+            restorer.store.drop(record_id, len(record.entries))
         if pids is not None:  # its writer is known dead: nothing writes those temps now
-            restorer.forget_temps(record, id_pid(record_id))
+            restorer.forget_temps(record, id_pid(record_id), landed)
         settled += 1
     return settled
 
@@ -277,7 +425,14 @@ def settle(restorer: Restorer, pids: list[int] | None) -> int:
 
 
 def _keys(record: Record) -> set[tuple[str, str]]:
-    return {(entry.root, entry.rel) for entry in record.entries}
+    """The (root, path) keys a record changed: a deleted directory's, every entry
+    beneath it too (an undo of any of them puts the whole tree back)."""
+    keys = {(entry.root, entry.rel) for entry in record.entries}
+    for entry in record.entries:
+        if entry.kind == "remove_tree" and entry.before is not None and entry.before.tree:
+            keys |= {(entry.root, posixpath.join(entry.rel, kept.path))
+                     for kept in entry.before.tree}
+    return keys
 
 
 def _key_of(roots: Roots, path: str) -> set[tuple[str, str]]:

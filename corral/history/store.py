@@ -84,9 +84,10 @@ class StoreError(CorralError):
         )
 
 
-def blob_name(record_id: str) -> str:
-    """Where a record keeps what its change replaced (one blob per record at most)."""
-    return f"{BLOB}{record_id}-0"
+def blob_name(record_id: str, index: int = 0) -> str:
+    """Where a record keeps what its change replaced: one blob per record, but a
+    patch's, which keeps one per entry (`index`)."""
+    return f"{BLOB}{record_id}-{index}"
 
 
 def new_id() -> str:
@@ -247,6 +248,10 @@ class Store:
         wire = record.to_wire()
         Record.from_wire(wire)  # what the host will refuse is refused here first
         data = dump_wire(wire)
+        if len(data) > MAX_RECORD_BYTES:  # the host would refuse it: nothing changes
+            raise CorralError("too_large", f"the history record of this change would take "
+                              f"{len(data)} bytes, over the {MAX_RECORD_BYTES} byte limit; "
+                              "nothing was changed.")
         name = f"{RECORD}{record.id}{PENDING}"
         try:
             fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
@@ -267,6 +272,19 @@ class Store:
         self._held[record.id] = fd
         return len(data)
 
+    def rewrite_pending(self, record: Record) -> None:
+        """A pending record this Store holds, written again in place (its change kept
+        something other than it first said: history/keeper.py); the same id, so the
+        same blob. A kill meanwhile leaves it torn: dropped by the settle."""
+        data = dump(Record.from_wire(record.to_wire()))
+        fd = self._held[record.id]
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            _write_all(fd, data)
+        except OSError as exc:
+            raise StoreError(exc) from None
+
     def commit(self, record_id: str) -> None:
         """The change landed: the record is done, for the host to promote. A failure
         here changes nothing the tree depends on: the record stays pending, settled
@@ -276,12 +294,14 @@ class Store:
                       src_dir_fd=self.fd, dst_dir_fd=self.fd)
         self._release(record_id)
 
-    def drop(self, record_id: str) -> None:
-        """Forget a record whose change did not land, and its blobs."""
+    def drop(self, record_id: str, blobs: int = 1) -> None:
+        """Forget a record whose change did not land, and its blobs (a patch's record
+        has one per entry)."""
         for name in (f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}{DONE}"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=self.fd)
-        self.remove_blob(blob_name(record_id))
+        for index in range(blobs):
+            self.remove_blob(blob_name(record_id, index))
         self._release(record_id)
 
     def checkpoint(self, label: str | None) -> str:
@@ -376,6 +396,11 @@ class Store:
             return False  # its writer lives
         self._held[record_id] = fd
         return True
+
+    def let_go(self, record_id: str) -> None:
+        """Leave a pending record to a settle: its change is in a state only a settle
+        can finish (a patch whose old files could not be stored)."""
+        self._release(record_id)
 
     def _release(self, record_id: str) -> None:
         fd = self._held.pop(record_id, None)

@@ -12,17 +12,20 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.calls.control import SandboxSetup
 from corral.calls.messages import Answer, CallRequest, HistoryRequest
 from corral.calls.waiting import PLAIN, Cancel, WaitPolicy
 from corral.config import LAYERS, Limits, SandboxOptions
 from corral.errors import SandboxError
+from corral.observe import Observer
 from corral.policy import Policy, RootSpec
-from corral.sandbox.hub import Hub
 from corral.sandbox.pool import CallPath, Supply, ZygoteHandle
 from corral.sandbox.worker_set import WorkerSet
+
+if TYPE_CHECKING:  # a private sandbox (`corral call`'s) never loads the shared pool's code
+    from corral.sandbox.hub import Hub
 
 Submittable = CallRequest | HistoryRequest
 
@@ -43,6 +46,8 @@ class Executor(Protocol):
 
     def pids(self) -> dict[str, Any]: ...
 
+    def stats(self) -> dict[str, int]: ...
+
 
 class Broker:
     """Starts a sandbox's supply of workers (a private zygote and WorkerSet, or a
@@ -51,14 +56,15 @@ class Broker:
 
     def __init__(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
-        history: str | None = None, hub: Hub | None = None,
+        history: str | None = None, hub: Hub | None = None, observer: Observer | None = None,
     ) -> None:
-        """history: the workspace's history store directory (None: history off)."""
+        """history: the workspace's history store directory (None: history off);
+        observer: hears of the deaths of its workers."""
         check_known(options.require)
         setup = SandboxSetup.of(roots, limits, policy, options, history)
         supply: Supply = (
-            WorkerSet(ZygoteHandle(setup), options, limits) if hub is None
-            else hub.open_lane(setup)
+            WorkerSet(ZygoteHandle(setup), options, limits, observer) if hub is None
+            else hub.open_lane(setup, observer)
         )
         try:
             supply.start()
@@ -125,6 +131,9 @@ class Broker:
     def pids(self) -> dict[str, Any]:
         """The zygote's and the workers' pids (for doctor and tests)."""
         return {"zygote": self._supply.zygote.pid, "workers": self._supply.pids()}
+
+    def stats(self) -> dict[str, int]:
+        return self._supply.stats()
 
 
 def _on_thread(work: Callable[[], int]) -> Future[int]:

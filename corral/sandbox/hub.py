@@ -21,6 +21,7 @@ made with and asks the hub for everything else.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ from corral.calls.control import SandboxSetup
 from corral.calls.waiting import Cancel
 from corral.errors import SandboxError
 from corral.fs._resolve import DIR_FLAGS
+from corral.observe import Observer
 from corral.sandbox.pool import (
     SWEEP_FAILURES,
     BootKilled,
@@ -43,6 +45,7 @@ from corral.sandbox.pool import (
     halt_if_unconfined,
     log,
     log_halt,
+    note_death,
     sweep_on,
 )
 from corral.sandbox.protocol import MAX_ROOTS
@@ -93,8 +96,9 @@ class Lane:
     """One sandbox's supply in a shared pool (pool.Supply): workers of its own roots,
     forked on demand in the slots the hub grants."""
 
-    def __init__(self, hub: Hub, setup: SandboxSetup) -> None:
+    def __init__(self, hub: Hub, setup: SandboxSetup, observer: Observer | None = None) -> None:
         self.hub = hub
+        self.observer = observer
         self.zygote = hub.zygote
         self.setup = setup
         self.options = setup.options
@@ -131,7 +135,7 @@ class Lane:
                 except BootKilled as exc:  # the OOM killer or an operator: this call fails
                     raise SandboxError(f"A new worker was killed while starting ({exc}).") from None
             elif not worker.looks_alive():  # ended while idle: queue again for another
-                self.lost(worker)
+                self.died(self.lost(worker))
                 continue
             if cancel is not None:
                 cancel.attach(worker)
@@ -147,6 +151,13 @@ class Lane:
         halt_if_unconfined(code, self.halt)
         self.hub.done(self)
         return code
+
+    def died(self, code: int | None) -> None:
+        if not self.hub.closing(self):
+            note_death(self.observer, code)
+
+    def stats(self) -> dict[str, int]:
+        return self.hub.lane_stats(self)
 
     def sweep_temps(self) -> int:
         """sweep_on, on a worker of this lane taken as a call takes one (within
@@ -251,12 +262,12 @@ class Hub:
         self._reaper.start()
         self.sweeps = ThreadPoolExecutor(SWEEP_THREADS, thread_name_prefix="corral-sweep")
 
-    def open_lane(self, setup: SandboxSetup) -> Lane:
+    def open_lane(self, setup: SandboxSetup, observer: Observer | None = None) -> Lane:
         if len(setup.roots) > MAX_ROOTS:
             raise SandboxError(
                 f"A sandbox in a pool may have at most {MAX_ROOTS} roots, not {len(setup.roots)}."
             )
-        lane = Lane(self, setup)
+        lane = Lane(self, setup, observer)
         with self.lock:
             if self.closed:
                 lane.close_fds()
@@ -451,6 +462,11 @@ class Hub:
             for ticket in share.queue:
                 ticket.ready.notify()
 
+    def closing(self, lane: Lane) -> bool:
+        """The lane was closed (its workers killed by close_lane), or the pool."""
+        with self.lock:
+            return self.closed or self._row(lane).closed
+
     def halted(self, lane: Lane) -> str | None:
         with self.lock:
             return self._row(lane).halted
@@ -515,25 +531,27 @@ class Hub:
                     expired = self._expired()
                 if self.closed:
                     return
-                for worker, share in expired:
+                for worker, share, _ in expired:
                     self._retire(worker, share)
                 orphans, self._orphans = self._orphans, []
                 self._dispatch()
-            for worker, _ in expired:
+            for worker, _, lane in expired:
                 code = self.zygote.wait(worker.pid)
                 log.info("corral: worker %d reaped after %gs idle: %s", worker.pid,
                          self.idle_timeout_s, describe_exit(code, "gone"))
+                if code is not None and code != -signal.SIGKILL:  # it died before our kill
+                    note_death(lane.observer, code)
             for pid in orphans:
                 self.reap_evicted(pid)
 
-    def _expired(self) -> list[tuple[Worker, Share]]:
+    def _expired(self) -> list[tuple[Worker, Share, Lane]]:
         limit = time.monotonic() - self.idle_timeout_s
         expired = []
-        for share in self.shares.values():
+        for lane, share in self.shares.items():
             for worker, since in share.idle.items():
                 if since > limit:
                     break
-                expired.append((worker, share))
+                expired.append((worker, share, lane))
         return expired
 
     # -- the whole pool ----------------------------------------------------------
@@ -544,9 +562,17 @@ class Hub:
             return {
                 "sandboxes": len(open_),
                 "workers": sum(len(share.workers) for share in open_),
+                "idle_workers": sum(len(share.idle) for share in open_),
                 "busy_workers": sum(share.busy for share in open_),
                 "queued_calls": self.queued,
             }
+
+    def lane_stats(self, lane: Lane) -> dict[str, int]:
+        """stats() of one lane (no "sandboxes")."""
+        with self.lock:
+            share = self._row(lane)
+            return {"workers": len(share.workers), "idle_workers": len(share.idle),
+                    "busy_workers": share.busy, "queued_calls": len(share.queue)}
 
     def close(self) -> None:
         """Close every lane still open, stop the reaper and the zygote."""

@@ -18,13 +18,10 @@ import random
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import psutil
@@ -53,7 +50,9 @@ from corral.calls.waiting import (
 )
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
+from corral.observe import Observer
 from corral.sandbox.answers import answer_limits, decode_answer
+from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
@@ -61,13 +60,13 @@ from corral.sandbox.protocol import (
     FrameTooLarge,
     FrameTruncated,
     ProtocolError,
+    ask_with_fds,
     decode,
     encode,
     read_frame,
     read_sole_frame,
     recv_frame_with_fds,
     send_bytes,
-    write_frame,
 )
 
 # A worker reports its confinement within ms; this only catches a wedged one.
@@ -75,7 +74,8 @@ BOOT_TIMEOUT_S = 10.0
 # A worker that reported it could not confine itself exits at once; its own exit code
 # (EXIT_CONFINE_FAILED) is awaited this long before it is killed, so the halt names it.
 CONFINE_FAILED_EXIT_S = 5.0
-# The zygote's first answer comes after its imports: seconds on a loaded machine at worst.
+# The zygote's first answer comes after it opened the roots (and the template's, after
+# its imports): seconds on a loaded machine at worst.
 START_TIMEOUT_S = 30.0
 # Later answers take a fork or a waitpid on a SIGKILLed worker (which may finish an fsync).
 CONTROL_TIMEOUT_S = 30.0
@@ -91,15 +91,6 @@ RSS_CHECK_EVERY = 8
 MAX_BOOT_KILLS = 3
 # A cleanup is tried this many times: its own worker may be killed too (OOM, operator).
 CLEANUP_ATTEMPTS = 3
-# The directory that holds the `corral` package the host runs: the zygote imports the same one.
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-# All the zygote (so every worker) gets of the host's environment: the locale, which
-# decides how Python decodes and encodes file names and text, and what decides how the
-# interpreter starts (PYTHONHOME: where its library is; PYTHONUTF8: UTF-8 mode). Nothing
-# else: a worker runs no program, so PATH is moot, and API keys and tokens stay in the
-# host. PYTHONPATH is not needed either: the zygote gets the host's sys.path verbatim.
-ZYGOTE_ENVIRONMENT = ("LANG", "PYTHONHOME", "PYTHONUTF8")
-ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
 
 # Every worker's end an operator should see (a halt, a kill at boot, a recycle, an
 # eviction, an idle reap), with its decoded exit; a call's crash too.
@@ -260,37 +251,28 @@ class ZygoteHandle:
     """The host's handle on the zygote process (sandbox/zygote.py's Zygote): start
     it, ask it to fork, ask how a worker ended."""
 
-    # What the exec'd interpreter runs, given the control channel's fd.
-    ENTRY = "from corral.sandbox.zygote import main; main({fd})"
+    # The module the zygote runs (launcher.ZYGOTE_ENTRY: its prepare() once in the
+    # template, its main(fd) in the zygote).
+    ENTRY = ZYGOTE_ENTRY
 
     def __init__(self, setup: SandboxSetup | None) -> None:
         """Start the zygote for a private sandbox's `setup` (None: a shared pool's,
-        whose every spawn brings its sandbox's)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # -S and the host's own sys.path: the same modules, without site's start-up cost.
-        path = [PACKAGE_PARENT, *sys.path]
-        code = f"import sys; sys.path[:] = {path!r}; " + self.ENTRY.format(fd=theirs.fileno())
+        whose every spawn brings its sandbox's): a fork of the template."""
+        # A private sandbox's zygote is asked for its first worker with its start frame
+        # (its reply waits for spawn()): one round trip fewer before the first call.
+        self._queued = Spawn() if setup is not None else None
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-S", "-c", code], pass_fds=[theirs.fileno()], close_fds=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # stdout may be a protocol
-                env=zygote_environment(os.environ),
-            )
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        self._sock = ours
+            hello = encode(ZygoteStart(setup).to_wire(), CONTROL_FRAME_BYTES)
+        except ProtocolError as exc:  # a setup too large for the control channel
+            raise SandboxError(f"The sandbox could not start: {exc}.") from None
+        if self._queued is not None:
+            hello += encode(self._queued.to_wire(), CONTROL_FRAME_BYTES)
+        self.pid, self._sock, self._pidfd = launch_zygote(self.ENTRY, hello)
         self._lock = threading.Lock()
         self._closed = False
-        # The death signal follows the thread that forked, not the process: only the
-        # main thread lives as long as the host. Elsewhere the zygote relies on its
-        # control channel ending, which happens however the host dies.
-        main_thread = threading.current_thread() is threading.main_thread()
-        start = ZygoteStart(setup, os.getpid(), pdeathsig=main_thread)
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            write_frame(ours.fileno(), start.to_wire(), CONTROL_FRAME_BYTES, deadline)
-            wire = read_frame(ours.fileno(), CONTROL_FRAME_BYTES, deadline)
+            wire = read_frame(self._sock.fileno(), CONTROL_FRAME_BYTES, deadline)
             reply = None if wire is None else Reply.from_wire(wire)
         except TimeoutError:
             reply = Reply(error=f"the zygote did not answer within {START_TIMEOUT_S:g} seconds")
@@ -298,10 +280,8 @@ class ZygoteHandle:
             reply = Reply(error=f"the zygote broke its channel: {exc}")
         if reply is None or reply.error is not None:
             self.stop()
-            reason = reply.error if reply else f"it exited with code {self.process.returncode}"
+            reason = reply.error if reply else "it exited before it answered"
             raise SandboxError(f"The sandbox could not start: {reason}.")
-        assert reply.pid is not None
-        self.pid: int = reply.pid
 
     def spawn(
         self, setup: SandboxSetup | None = None, root_fds: Sequence[int] = (),
@@ -339,11 +319,13 @@ class ZygoteHandle:
             deadline = time.monotonic() + CONTROL_TIMEOUT_S
             fds: list[int] = []
             try:
-                frame = encode(request.to_wire(), CONTROL_FRAME_BYTES)
-                if send_fds:  # the fds ride on the first byte; the rest as any frame
-                    frame = frame[socket.send_fds(self._sock, [frame[:1]], list(send_fds)):]
-                send_bytes(self._sock.fileno(), frame, deadline)
-                wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds, deadline)
+                if request == self._queued and not send_fds:  # sent with the start frame
+                    self._queued = None
+                    wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds,
+                                                    deadline)
+                else:
+                    wire, fds = ask_with_fds(self._sock, request.to_wire(), send_fds, max_fds,
+                                             CONTROL_FRAME_BYTES, deadline)
                 return (None if wire is None else Reply.from_wire(wire)), fds
             except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
                 for fd in fds:
@@ -353,36 +335,29 @@ class ZygoteHandle:
                 raise SandboxError(f"The zygote broke its channel: {exc}.") from None
 
     def stop(self) -> None:
-        """End the channel; the zygote kills and reaps its workers, then exits."""
+        """End the channel; the zygote kills and reaps its workers, then exits (the
+        template reaps it). Waits on its pidfd, and kills it if it lingers."""
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._sock.close()
-        if not wait_for_exit(self.process, STOP_GRACE_S):
-            self.process.kill()
-        self.process.wait()  # it has exited (or was SIGKILLed): a blocking reap, no polling
-
-
-def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Block until `process` exits or `timeout` passes (True if it exited), woken by
-    its pidfd: Popen.wait(timeout) instead polls, sleeping up to 50 ms between looks.
-    A kernel without pidfd_open (before Linux 5.3) gets Popen's own wait."""
-    if process.returncode is not None:
-        return True
-    try:
-        pidfd = os.pidfd_open(process.pid)  # our unreaped child: its pid cannot be reused
-    except OSError:
+            pidfd, self._pidfd = self._pidfd, -1
+        if pidfd < 0:
+            return  # stopped already
         try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    try:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)  # readable once the process has exited
-        return bool(poller.poll(timeout * 1000))
-    finally:
-        os.close(pidfd)
+            if not _ended_within(pidfd, STOP_GRACE_S):
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                _ended_within(pidfd, None)
+        finally:
+            os.close(pidfd)
+
+
+def _ended_within(pidfd: int, timeout_s: float | None) -> bool:
+    """Whether the process of `pidfd` ends within `timeout_s` (None: however long)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)  # readable once the process has exited
+    return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
 
 
 class Supply(Protocol):
@@ -408,6 +383,10 @@ class Supply(Protocol):
         is recycled): kill it, reap it, return its exit code; the supply makes up
         for it (at once, or when a call needs one)."""
 
+    def died(self, code: int | None) -> None:
+        """A worker ended with exit `code` of something the host did not do: tell the
+        sandbox's observer (note_death), unless the supply's close killed it."""
+
     def close(self) -> None:
         """Kill every worker (a call in flight ends with worker_crashed) and reap them."""
 
@@ -417,6 +396,9 @@ class Supply(Protocol):
 
     def pids(self) -> list[int]:
         """The pids of the supply's live workers."""
+
+    def stats(self) -> dict[str, int]:
+        """{"workers", "idle_workers", "busy_workers", "queued_calls"} now."""
 
     def sole(self) -> bool:
         """No other call holds a worker now (an unlocked guess: a wrong one costs speed)."""
@@ -500,6 +482,9 @@ class CallPath:
             ) from None
         except WorkerLost as exc:
             code = self.supply.lost(worker)
+            cancelled = wait.cancel is not None and wait.cancel.cancelled  # killed by us
+            if not cancelled and not isinstance(exc, WorkerMisbehaved):
+                self.supply.died(code)
             self.clean_after(worker.pid, request, wait)
             raise CallFailed("worker_crashed", _crashed(worker.pid, tool, code, exc)) from None
         self.checkin(worker)
@@ -543,7 +528,7 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
         log.error(
             "corral: worker %d running %s was killed by SIGSYS: it attempted a system "
             "call the seccomp profile forbids outright (a compromised worker?); it was "
-            "replaced", pid, tool,
+            "replaced", pid, tool, extra={"pid": pid, "tool": tool, "signal": "SIGSYS"},
         )
         what = "was killed by SIGSYS: it attempted a system call the sandbox forbids"
     else:
@@ -551,7 +536,8 @@ def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:
             f"sent an invalid answer ({exc})" if isinstance(exc, WorkerMisbehaved)
             else f"stopped unexpectedly ({describe_exit(code, str(exc))})"
         )
-        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what)
+        log.warning("corral: worker %d running %s %s; it was replaced", pid, tool, what,
+                    extra={"pid": pid, "tool": tool})
     return f"The worker running {tool} {what}; the pool replaced it."
 
 
@@ -645,12 +631,20 @@ def _alive(pid: int) -> bool:
         return True  # cannot tell: keep its file
 
 
-def zygote_environment(host: Mapping[str, str]) -> dict[str, str]:
-    """The part of the host's environment the zygote starts with (ZYGOTE_ENVIRONMENT)."""
-    return {
-        name: value for name, value in host.items()
-        if name in ZYGOTE_ENVIRONMENT or name.startswith(ZYGOTE_ENVIRONMENT_PREFIX)
-    }
+def note_death(observer: Observer | None, code: int | None) -> None:
+    """Tell `observer` how a worker the host did not kill ended (Observer.on_worker_death)."""
+    if observer is None:
+        return
+    if code is None:
+        how = "unknown"
+    elif code >= 0:
+        how = "exit"
+    else:
+        try:
+            how = signal.Signals(-code).name
+        except ValueError:  # a real-time signal: a label of its own each would be unbounded
+            how = "unknown"
+    observer.on_worker_death(how)
 
 
 def describe_exit(code: int | None, fallback: str) -> str:

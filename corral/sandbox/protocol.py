@@ -17,7 +17,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral import jsonfast
@@ -298,3 +298,16 @@ def _recv_fds(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     return data, list(fds), flags
+
+
+def ask_with_fds(
+    sock: socket.socket, message: dict[str, Any], send_fds: Sequence[int], max_fds: int,
+    max_bytes: int, deadline: float,
+) -> tuple[dict[str, Any] | None, list[int]]:
+    """One request over a non-blocking Unix socket (`send_fds` attached to its first
+    byte) and its reply frame with up to `max_fds` fds; (None, []) on end of stream."""
+    frame = encode(message, max_bytes)
+    if send_fds:  # the fds ride on the first byte; the rest as any frame
+        frame = frame[socket.send_fds(sock, [frame[:1]], list(send_fds)):]
+    send_bytes(sock.fileno(), frame, deadline)
+    return recv_frame_with_fds(sock, max_bytes, max_fds, deadline)

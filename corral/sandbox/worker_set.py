@@ -14,6 +14,7 @@ from typing import Any
 from corral.calls.waiting import Cancel
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
+from corral.observe import Observer
 from corral.sandbox.pool import (
     MAX_BOOT_KILLS,
     SWEEP_FAILURES,
@@ -24,6 +25,7 @@ from corral.sandbox.pool import (
     fork_worker,
     halt_if_unconfined,
     log_halt,
+    note_death,
     sweep_on,
 )
 
@@ -45,10 +47,12 @@ class WorkerSet:
     calls in their order of arrival. Its calls are not cancelled (take ignores
     `cancel`)."""
 
-    def __init__(self, zygote: ZygoteHandle, options: SandboxOptions, limits: Limits) -> None:
+    def __init__(self, zygote: ZygoteHandle, options: SandboxOptions, limits: Limits,
+                 observer: Observer | None = None) -> None:
         self.zygote = zygote
         self.options = options
         self.limits = limits
+        self.observer = observer
         self.confinement: dict[str, Any] = {}
         self._lock = threading.RLock()
         # Calls waiting for a worker, oldest first: a freed worker goes to the first,
@@ -90,7 +94,7 @@ class WorkerSet:
                 worker = self._take_in_turn()
             if worker.looks_alive():
                 return worker
-            self.lost(worker)
+            self.died(self.lost(worker))
 
     def give_back(self, worker: Worker) -> None:
         """To the call waiting longest, else idle."""
@@ -103,6 +107,17 @@ class WorkerSet:
         halt_if_unconfined(code, self.halt)
         self.manage_workers()
         return code
+
+    def died(self, code: int | None) -> None:
+        if not self._closed:
+            note_death(self.observer, code)
+
+    def stats(self) -> dict[str, int]:
+        """Pool.stats()'s keys, for this set alone."""
+        with self._lock:
+            return {"workers": len(self._workers), "idle_workers": len(self._idle),
+                    "busy_workers": len(self._workers) - len(self._idle),
+                    "queued_calls": len(self._waiting)}
 
     def sole(self) -> bool:
         """Every other worker is idle (an unlocked read)."""

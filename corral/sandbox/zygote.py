@@ -1,7 +1,8 @@
-"""The zygote: a fresh interpreter (exec'd by the broker, never forked from the
-threaded host) that preloads everything a worker needs, opens the root fds
-once, and forks confined workers on request. Each worker's socket and a pidfd
-for it travel back to the broker over SCM_RIGHTS.
+"""The zygote: a fork of the zygote template (template.py: a fresh interpreter,
+exec'd, never forked from the threaded host, that has preloaded everything a
+worker needs) that opens the root fds once and forks confined workers on
+request. Each worker's socket and a pidfd for it travel back to the broker
+over SCM_RIGHTS.
 
 Control channel (a Unix socket pair with the broker, frames of protocol.py,
 messages of calls/control.py): the first frame is ZygoteStart (its setup null
@@ -16,7 +17,7 @@ replaces it and the pool's process count never passes its bound). End of stream 
 channel means the broker closed or died: the zygote kills its workers, reaps
 them and exits, as forkserver's "alive" pipe does.
 
-Run as: python -c "from corral.sandbox.zygote import main; main(FD)".
+The template runs prepare() once and main(FD) in each zygote it forks.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import socket
 import sys
 
 from corral._malloc import keep_freed_memory
-from corral._prctl import set_parent_death_signal
 from corral.calls.control import (
     Reply,
     SandboxSetup,
@@ -59,28 +59,27 @@ from corral.sandbox.protocol import (
 POLICY_CACHE_SIZE = 64
 
 
+def prepare() -> None:
+    """Once, in the template every zygote is forked from (template.py): what each
+    would otherwise repeat, inherited by every zygote and worker."""
+    keep_freed_memory()  # for the workers: each answer reuses the last one's pages
+    confine.prepare()  # the seccomp profiles compiled, the Landlock ABI asked
+    # The built-in rules' regexes (~20 ms), compiled once per process and shared by
+    # every policy that replaces none of them: most sandboxes' zygotes need no other.
+    Policy()
+
+
 def main(control_fd: int) -> None:
-    """Entry point of the exec'd interpreter."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
-    keep_freed_memory()  # for the workers it forks: each answer reuses the last one's pages
+    """A zygote's body, in a fork of the template (which set its death signal)."""
     control = socket.socket(fileno=control_fd)
     wire = read_frame(control_fd, CONTROL_FRAME_BYTES)
     if wire is None:
         return
     try:
         start = ZygoteStart.from_wire(wire)
-    except Malformed as exc:
-        _reply(control_fd, Reply(error=str(exc)))
-        return
-    if start.pdeathsig:
-        set_parent_death_signal(signal.SIGKILL)
-        if os.getppid() != start.host_pid:
-            return
-    try:
         setup = None if start.setup is None else worker.Setup.open(
             start.setup, compiled(start.setup.policy))
-        confine.prepare()  # compile the seccomp profile once, not in every worker
-    except Exception as exc:
+    except Exception as exc:  # Malformed, or roots that cannot be opened
         _reply(control_fd, Reply(error=str(exc)))
         return
     _reply(control_fd, Reply(os.getpid()))

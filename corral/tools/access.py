@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from corral.calls.messages import GrantUse
 from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
 from corral.policy import HARDLINKS_RULE, Decision, RootSpec
@@ -80,6 +81,8 @@ class PathCheck:
     def __init__(self, ctx: Context, root: Root, path: str, *, write: bool) -> None:
         self.ctx, self.root, self.path, self.write = ctx, root, path, write
         self.spec = RootSpec(root.path, root.mode)
+        # TreeCheck: the paths that need approval, asked about together once all are known
+        self.deferred: list[str] | None = None
 
     def __call__(self, resolved: str) -> None:
         ctx, path = self.ctx, self.path
@@ -93,12 +96,15 @@ class PathCheck:
             raise _denied(path, rule)
         if action == "supervised":
             key = approval_key(self.root.path, resolved)
-            if key not in ctx.approved:
+            # the rule a "rule" grant must name: "" for the tool's mode or default action
+            scope = "" if rule == TOOL_MODE_RULE else decision.rule or ""
+            if key not in ctx.approved and not _granted(ctx, key, scope, self.root, resolved):
                 # The host asks about this resolved path and sends the call again with
                 # its key approved; a path that resolves differently then asks again.
-                ctx.needs_approval.append(
-                    NeedsApproval(key, self.root.path, resolved, path, decision.rule or "")
-                )
+                ctx.needs_approval.append(NeedsApproval(key, self.root.path, resolved, path, scope))
+                if self.deferred is not None:
+                    self.deferred.append(path)
+                    return
                 why = f"the tool {ctx.tool}'s mode" if rule == TOOL_MODE_RULE else _why(rule)
                 raise CorralError(
                     "approval_required", f"{path} needs approval under {why}.",
@@ -140,6 +146,73 @@ class PathCheck:
                 "path_denied", f"{self.path} is outside the client's roots.",
                 rule=CLIENT_ROOTS_RULE,
             )
+
+
+def _granted(ctx: Context, key: str, scope: str, root: Root, resolved: str) -> bool:
+    """Whether a remembered approval covers this resolved path (noted for the host,
+    which checks the claim against the grants it sent)."""
+    for grant in ctx.grants:
+        if (grant.key == key) if grant.key is not None else (grant.rule == scope):
+            use = GrantUse(grant.id, root.path, resolved)
+            if use not in ctx.grants_used:
+                ctx.grants_used.append(use)
+            return True
+    return False
+
+
+# Entries beneath one deleted directory asked about in one request: what a person
+# can read, and what the worker's answer carries (corral/sandbox/answers.py).
+MAX_ASKED_ENTRIES = 100
+
+
+class TreeCheck(PathCheck):
+    """The guard of a directory deleted with everything beneath it: the directory
+    itself as PathCheck decides it, then each entry beneath (`entry`, with its
+    resolved path) before anything is deleted. A denied entry stops the call
+    naming it; every path that needs approval is collected and asked about at
+    once (`decided`). Under the tool's own "supervised" mode the directory's
+    approval covers what is beneath it. Only refused entries are recorded as
+    touched: a big tree must not flood the audit record."""
+
+    def __init__(self, ctx: Context, root: Root, path: str) -> None:
+        super().__init__(ctx, root, path, write=True)
+        self.deferred: list[str] = []
+
+    def entry(self, resolved: str) -> None:
+        ctx = self.ctx
+        decision = ctx.policy.decide(ctx.tool, self.spec, resolved, write=True)
+        if decision.action == "allow":
+            return
+        shown = self._shown(resolved)
+        if decision.action != "deny" and len(self.deferred) >= MAX_ASKED_ENTRIES:
+            self.deferred.append(shown)  # counted, not asked: decided() refuses
+            return
+        _record(ctx, Touched(shown, self.root.path, resolved, decision.action, decision.rule))
+        if decision.action == "deny":
+            raise CorralError(
+                "path_denied", f"{shown} is denied by {_why(decision.rule)} (beneath "
+                f"{self.path}); nothing was deleted.", rule=decision.rule)
+        key = approval_key(self.root.path, resolved)
+        scope = decision.rule or ""
+        if key not in ctx.approved and not _granted(ctx, key, scope, self.root, resolved):
+            ctx.needs_approval.append(NeedsApproval(key, self.root.path, resolved, shown, scope))
+            self.deferred.append(shown)
+
+    def decided(self) -> None:
+        """approval_required naming what needs approval, if anything does."""
+        if not self.deferred:
+            return
+        count = len(self.deferred)
+        if count > MAX_ASKED_ENTRIES:
+            del self.ctx.needs_approval[:]  # nobody is asked about a part of them
+            raise CorralError(
+                "approval_required", f"{count} entries beneath {self.path} need approval, over "
+                f"the {MAX_ASKED_ENTRIES} one request may ask about; delete its "
+                "subdirectories first, or change the rule that supervises them.")
+        first = ", ".join(self.deferred[:3]) + (f" and {count - 3} more" if count > 3 else "")
+        rule = next((n.rule for n in self.ctx.needs_approval if n.rule), None)
+        raise CorralError("approval_required", f"{first} need{'s' if count == 1 else ''} "
+                          f"approval before {self.path} is deleted.", rule=rule)
 
 
 def _denied(path: str, rule: str | None) -> CorralError:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.calls.messages import GrantRef, GrantUse
 from corral.calls.messages import NeedsApproval as NeedsApproval  # re-exported: the tools'
 from corral.calls.messages import Touched as Touched  # vocabulary, as the host's
 from corral.config import Limits
@@ -25,6 +26,8 @@ class Context:
     limits: Limits
     policy: Policy
     approved: frozenset[str] = frozenset()  # "root\0resolved" keys the host approved
+    grants: tuple[GrantRef, ...] = ()  # remembered approvals of this tool (checked per path)
+    grants_used: list[GrantUse] = field(default_factory=list)  # which ones let a path through
     touched: list[Touched] = field(default_factory=list)
     tool: str = ""  # the tool being run: policy decisions are per tool
     needs_approval: list[NeedsApproval] = field(default_factory=list)
@@ -115,7 +118,8 @@ STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
 BOOLEAN = {"type": "boolean"}
-ERROR = {"type": "object", "properties": {"code": STRING, "message": STRING, "rule": STRING},
+ERROR = {"type": "object", "properties": {"code": STRING, "message": STRING, "rule": STRING,
+                                          "retry_after_s": NUMBER},
          "required": ["code", "message"]}
 
 

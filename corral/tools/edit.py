@@ -63,11 +63,7 @@ def edits_of(args: dict[str, Any]) -> list[Edit]:
     return edits
 
 
-_LOOSENED = {  # what each tolerant level ignored, as messages say it
-    "whitespace": "trailing whitespace and line endings",
-    "indentation": "indentation",
-    "unicode": "indentation and look-alike characters (quotes, dashes, spaces)",
-}
+_LOOSENED = matching.LOOSENED
 SHOWN_PLACES = 5  # line numbers an ambiguous_match message lists
 
 

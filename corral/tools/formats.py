@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.tools.base import ERROR
+from corral.tools.responses_patch import NATIVE_TOOL
 
 # structuredContent is a success's result, or a failure's {"error": ...}: some
 # clients (the TypeScript SDK, so the MCP Inspector) check error results against
@@ -61,9 +62,19 @@ def mcp_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
         "title": spec["title"],
         "description": spec["description"],
         "inputSchema": _parameters(spec, strict),
-        "outputSchema": {"type": "object", "anyOf": [spec["output_schema"], FAILURE]},
+        "outputSchema": {"type": "object", "anyOf": [_with_text(spec["output_schema"]), FAILURE]},
         "annotations": spec["annotations"],
     }
+
+
+# A success's structuredContent also carries the text the model should see (see
+# corral/faces/mcp_core.py's tool_result).
+TEXT = {"type": "string", "description": "What the model should see: the same text as the "
+        "first content block (numbered lines, paging hints)."}
+
+
+def _with_text(output: dict[str, Any]) -> dict[str, Any]:
+    return {**output, "properties": {**output["properties"], "text": TEXT}}
 
 
 def openai_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
@@ -80,7 +91,10 @@ def openai_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
 
 def openai_responses_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
     """A function tool of OpenAI's Responses API; `strict` is always spelled out
-    there, because that API takes a missing one as true."""
+    there, because that API takes a missing one as true. apply_patch is offered as
+    the API's native tool, whose calls responses_patch.py maps onto ours."""
+    if spec["name"] == "apply_patch":
+        return dict(NATIVE_TOOL)
     return {
         "type": "function",
         "name": spec["name"],

@@ -24,6 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 LEVELS = ("exact", "whitespace", "indentation", "unicode")  # loosest last
+LOOSENED = {  # what each tolerant level ignored, as messages say it
+    "whitespace": "trailing whitespace and line endings",
+    "indentation": "indentation",
+    "unicode": "indentation and look-alike characters (quotes, dashes, spaces)",
+}
 TAB_WIDTHS = (4, 8, 2)  # tried in turn to relate tab and space indentation
 # Windows one level collects at most (more is "ambiguous", even for replace_all:
 # each costs a pass over old_string), so a file of equal lines cannot stall a call.
@@ -125,15 +130,24 @@ def tolerant(text: str, old: str, new: str) -> tuple[str, list[Span]] | None:
     whole = old.endswith("\n")
     if whole:
         old_lines.pop()
-    if not any(line.strip() for line in old_lines):
+    return tolerant_lines(Lines.of(text), old_lines, new, whole=whole)
+
+
+def tolerant_lines(
+    lines: Lines, old: list[str], new: str, *, whole: bool = True, first: int = 0,
+) -> tuple[str, list[Span]] | None:
+    """tolerant() over a text already split, for old text given as lines: windows
+    start at line index `first` or later (a patch's hunks are found in order), and
+    each span ends after its last line's ending unless `whole` is false."""
+    if not any(line.strip() for line in old):
         return None  # only whitespace: nothing to anchor a tolerant match on
-    lines = Lines.of(text)
     loosest, normal = _LADDER[-1]
-    anywhere = _windows(lines, old_lines, new, whole, normal, shifted=True)
+    anywhere = _windows(lines, old, new, whole, normal, shifted=True, from_line=first)
     if not anywhere:
         return None
     for level, normal in _LADDER[:-1]:  # the strictest level that finds them all
-        spans = _windows(lines, old_lines, new, whole, normal, shifted=level != "whitespace")
+        spans = _windows(lines, old, new, whole, normal, shifted=level != "whitespace",
+                         from_line=first)
         if len(spans) == len(anywhere):
             return level, spans
     return loosest, anywhere
@@ -151,6 +165,11 @@ def _plain(line: str) -> str:
     return (line if line.isascii() else line.translate(_LOOKALIKES)).strip()
 
 
+def normalised(line: str) -> str:
+    """A line as the loosest level compares it: stripped, look-alikes made ASCII."""
+    return _plain(line)
+
+
 _LADDER: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("whitespace", _rstrip), ("indentation", _strip), ("unicode", _plain),
 )
@@ -158,12 +177,15 @@ _LADDER: tuple[tuple[str, Callable[[str], str]], ...] = (
 
 def _windows(
     lines: Lines, old: list[str], new: str, whole: bool, normal: Callable[[str], str],
-    *, shifted: bool,
+    *, shifted: bool, from_line: int = 0,
 ) -> list[Span]:
     want = [normal(line) for line in old]
-    have = list(map(normal, lines.contents))
+    # only the lines a window may start at or run into are normalised: a patch's
+    # later hunks search less of the file
+    have = list(map(normal, lines.contents[from_line:] if from_line else lines.contents))
     spans = []
-    for first in _starts(have, want):
+    for offset in _starts(have, want):
+        first = from_line + offset
         found = lines.contents[first : first + len(want)]
         last = first + len(want) - 1
         end = lines.end(last) if whole else lines.content_end(last)
@@ -182,6 +204,11 @@ def _windows(
         if len(spans) > MAX_WINDOWS:
             break
     return spans
+
+
+def exact_lines(lines: Lines, old: list[str], first: int = 0) -> Iterator[int]:
+    """Every line index from `first` on where the lines `old` lie as they are."""
+    return (first + offset for offset in _starts(lines.contents[first:], old))
 
 
 def _starts(have: list[str], want: list[str]) -> Iterator[int]:

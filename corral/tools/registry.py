@@ -13,9 +13,12 @@ from corral.history.keeper import Keeper
 from corral.tools import schema
 from corral.tools.access import as_given
 from corral.tools.base import Context, Tool
+from corral.tools.directories import DIRECTORY_TOOLS
 from corral.tools.edit import EDIT_TOOLS
 from corral.tools.files import FILE_TOOLS
 from corral.tools.listing import LISTING_TOOLS
+from corral.tools.patch import PATCH_TOOLS
+from corral.tools.preview import previewed
 from corral.tools.read import READ_TOOLS
 from corral.tools.roots import ROOT_TOOLS
 from corral.tools.search import SEARCH_TOOLS
@@ -24,8 +27,9 @@ from corral.tools.write import WRITE_TOOLS
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in [
-        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *LISTING_TOOLS, *FILE_TOOLS, *SEARCH_TOOLS,
-        *ROOT_TOOLS,
+        *READ_TOOLS, *WRITE_TOOLS, *EDIT_TOOLS, *PATCH_TOOLS, *LISTING_TOOLS, *FILE_TOOLS,
+        *DIRECTORY_TOOLS,
+        *SEARCH_TOOLS, *ROOT_TOOLS,
     ]
 }
 
@@ -68,13 +72,16 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
     reads (touched paths, bytes, needs_approval, history)."""
     name = request.tool
     call = dataclasses.replace(
-        ctx, approved=frozenset(request.approved), touched=[],
+        ctx, approved=frozenset(request.approved), grants=request.grants, grants_used=[],
+        touched=[],
         within=None if request.within is None else ctx.roots.narrow(list(request.within)),
         tool=shown_name(name) if isinstance(name, str) else "", needs_approval=[], given={},
         wrote={},
     )
     size = 0
     keeper: Keeper | None = None
+    tool: Tool | None = None
+    args: dict[str, Any] = {}
     try:
         tool = lookup(name)
         if ctx.history is not None and tool.writes:
@@ -86,7 +93,8 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
             why = ctx.policy.disabled_reason(tool.name, writes=tool.writes)
             raise CorralError("tool_disabled", why)
         call.supervised = mode == "supervised"
-        outcome = tool.run(call, validate(tool, request.arguments))
+        args = validate(tool, request.arguments)
+        outcome = tool.run(call, args)
         size = outcome.bytes
         return Answer(True, tool.name, outcome.result, outcome.text,
                       meta=_meta(call, size, keeper), id=request.id)
@@ -94,13 +102,19 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
         failure = as_given(call, error)
     except Exception as error:  # the worker must answer every request
         failure = CorralError("io_error", _unexpected(call.tool, error))
-    return error_answer(call.tool, failure, meta=_meta(call, size, keeper), id=request.id)
+    diff = None
+    if failure.code == "approval_required" and call.needs_approval and tool is not None:
+        try:  # what the person asked sees: sizes and the change's diff
+            call.needs_approval, diff = previewed(call, tool, args, call.needs_approval)
+        except Exception:  # a preview that fails leaves the question plain, still asked
+            diff = None
+    return error_answer(call.tool, failure, meta=_meta(call, size, keeper, diff), id=request.id)
 
 
-def _meta(call: Context, size: int, keeper: Keeper | None) -> Meta:
+def _meta(call: Context, size: int, keeper: Keeper | None, diff: str | None = None) -> Meta:
     """What the call did, for the host (never shown to a caller)."""
     return Meta(
         tuple(call.touched), size, tuple(call.needs_approval),
         keeper.stored if keeper is not None else 0, call.wrote,
-        tuple(keeper.ids) if keeper is not None else (),
+        tuple(keeper.ids) if keeper is not None else (), tuple(call.grants_used), diff,
     )

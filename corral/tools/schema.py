@@ -9,10 +9,17 @@ two never drift. Every failure is invalid_arguments naming the field.
 An optional property given as null means "the default", at any depth: strict
 tool calling (OpenAI, openai-agents, langchain) marks every property required,
 so a strict model sends null for each argument it does not mean.
+
+An integer may also come as its canonical decimal text ("3", "-5": no sign on
+zero, no leading zeros, no spaces, at most 19 digits) and a boolean as "true" or
+"false": the MCP Inspector's CLI (0.15) sends every optional argument as a
+string, since it converts by a top-level `type`, which an optional's anyOf has
+not. The text is read exactly, then checked as the number would be (bounds).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from corral.errors import CorralError, did_you_mean
@@ -47,6 +54,21 @@ def _is_type(value: Any, name: str) -> bool:
     raise ValueError(f"unsupported schema type {name!r}")
 
 
+_INTEGER_TEXT = re.compile(r"0|-?[1-9][0-9]{0,18}")
+_BOOLEAN_TEXT = {"true": True, "false": False}
+
+
+def _from_text(value: Any, name: str) -> Any:
+    """An integer or boolean given as its exact text (see the module docstring), as
+    that value; anything else unchanged."""
+    if isinstance(value, str):
+        if name == "integer" and _INTEGER_TEXT.fullmatch(value):
+            return int(value)
+        if name == "boolean" and value in _BOOLEAN_TEXT:
+            return _BOOLEAN_TEXT[value]
+    return value
+
+
 def _fail(field: str, problem: str) -> CorralError:
     return CorralError("invalid_arguments", f"argument '{field}' {problem}.")
 
@@ -59,7 +81,9 @@ def check(value: Any, schema: dict[str, Any], field: str) -> Any:
     types = schema.get("type")
     if isinstance(types, str):  # the usual case: no list and no generator to build
         if not _is_type(value, types):
-            raise _fail(field, f"must be {_TYPE_NAMES[types]}")
+            value = _from_text(value, types)
+            if not _is_type(value, types):
+                raise _fail(field, f"must be {_TYPE_NAMES[types]}")
     elif types is not None and not any(_is_type(value, name) for name in types):
         wanted = " or ".join(_TYPE_NAMES[name] for name in types)
         raise _fail(field, f"must be {wanted}")

@@ -1,0 +1,297 @@
+"""Quotas ([quota], or a tenant's in tenants.toml), counted in the host.
+
+`QuotaUsage` holds the counters: one per sandbox, or one a host shares between
+sandboxes (a tenant's sessions share one). `Quotas` is a sandbox's quotas over
+its usage: `admit` runs before a call takes a worker, `settle` once its answer
+is back. Both are driven by flow.CallPlan, so every face counts the same way.
+
+Each quota is a sliding window, not a token bucket: "N per minute" then holds
+for *every* 60 seconds (a bucket of N refilled at N a minute lets nearly 2N
+through in one minute: a full bucket, then the refill), and `retry_after_s`
+is the moment enough of the window's oldest use expires, which is when the
+call would be accepted if nothing else came in first.
+
+What a call costs, and what the host trusts of it (a worker's answer is input):
+- a call: 1, counted when the host accepts it, whatever becomes of it;
+- bytes written: write_file and append_file cost their content's length, known
+  from the request and reserved before they run (a write that does not fit is
+  refused then); another writing tool's figure is the worker's (Meta.bytes: an
+  edited or copied file's new size), raised to a floor and cut to a cap the
+  request and the limits fix, and refused before it runs only when nothing is
+  left of the quota;
+- files created: at most what the request could create (1, or a patch's added
+  files), reserved before the call runs; the answer may only lower it.
+An error answer releases its reservation (a failed call changed nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from corral.calls.messages import Answer
+from corral.config import Limits, QuotaOptions
+from corral.errors import CorralError, shown_path
+
+CALLS, BYTES, FILES = "calls_per_minute", "write_bytes_per_hour", "files_created_per_hour"
+WINDOWS = {CALLS: 60.0, BYTES: 3600.0, FILES: 3600.0}  # each quota's window, in seconds
+# Uses closer together than window/SLOTS share one slot, dated by the latest of them:
+# memory stays bounded under a flood, and a slot expires no earlier than its uses.
+SLOTS = 1000
+# The tools whose calls write file content, and those whose content length the request fixes.
+BYTE_WRITERS = frozenset({"write_file", "append_file", "edit_file", "copy_file", "apply_patch"})
+SIZED_WRITERS = frozenset({"write_file", "append_file"})
+# The tools that may create one file or directory (apply_patch: one per added file).
+CREATORS = frozenset({"write_file", "append_file", "copy_file", "create_directory"})
+ADD_FILE = "*** Add File: "  # an apply_patch header that creates a file
+WHAT = {CALLS: "calls accepted in the last minute", BYTES: "bytes written in the last hour",
+        FILES: "files created in the last hour"}
+
+
+class _Slot:
+    __slots__ = ("amount", "at", "live")
+
+    def __init__(self, at: float, amount: int) -> None:
+        self.at, self.amount, self.live = at, amount, True
+
+
+class _Window:
+    """The uses of one quota in the last `span` seconds."""
+
+    __slots__ = ("grain", "slots", "span", "total")
+
+    def __init__(self, span: float) -> None:
+        self.span, self.grain = span, span / SLOTS
+        self.slots: deque[_Slot] = deque()
+        self.total = 0
+
+    def expire(self, now: float) -> None:
+        while self.slots and self.slots[0].at + self.span <= now:
+            slot = self.slots.popleft()
+            self.total -= slot.amount
+            slot.live = False
+
+    def add(self, now: float, amount: int) -> _Slot:
+        last = self.slots[-1] if self.slots else None
+        if last is not None and now - last.at < self.grain:
+            last.at, last.amount = now, last.amount + amount
+        else:
+            last = _Slot(now, amount)
+            self.slots.append(last)
+        self.total += amount
+        return last
+
+    def adjust(self, slot: _Slot, delta: int, now: float) -> None:
+        """A reservation settled: `delta` more (or less) than reserved."""
+        if slot.live:
+            delta = max(delta, -slot.amount)
+            slot.amount += delta
+            self.total += delta
+        elif delta > 0:  # expired meanwhile: the extra is a use of now
+            self.add(now, delta)
+
+    def wait(self, now: float, free: int) -> float:
+        """Seconds until at least `free` of the total has expired."""
+        gone = 0
+        for slot in self.slots:
+            gone += slot.amount
+            if gone >= free:
+                return slot.at + self.span - now
+        return self.span  # not reached: free <= total, as callers ensure
+
+
+Reservation = dict[str, tuple[_Slot, int]]  # quota -> (its slot, the amount reserved)
+
+
+class QuotaUsage:
+    """The counters of one sandbox, or of every sandbox given the same one (a
+    tenant's sessions). Thread-safe; `clock` (monotonic seconds) is for tests."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._windows = {name: _Window(span) for name, span in WINDOWS.items()}
+
+    def take(
+        self, limits: dict[str, int], wants: dict[str, int], room: dict[str, int] | None = None
+    ) -> Reservation | tuple[str, float]:
+        """Reserve `wants` (quota -> amount) in the window of each quota `limits`
+        bounds, all or none; `room`: amounts that must fit without being reserved.
+        Else (the quota whose room comes last, seconds until it does)."""
+        needs = dict(room) if room else {}
+        for name, amount in wants.items():
+            if amount > needs.get(name, 0):
+                needs[name] = amount
+        with self._lock:
+            now = self._clock()
+            refusal: tuple[str, float] | None = None
+            for name, needed in needs.items():
+                limit = limits.get(name)
+                if limit is None:
+                    continue
+                window = self._windows[name]
+                window.expire(now)
+                over = window.total + needed - limit
+                if over > 0:
+                    wait = window.wait(now, over)
+                    if refusal is None or wait > refusal[1]:
+                        refusal = (name, wait)
+            if refusal is not None:
+                return refusal
+            # a quota that needs only room gets an empty slot: its use is settled later
+            return {name: (self._windows[name].add(now, wants.get(name, 0)), wants.get(name, 0))
+                    for name in needs if name in limits}
+
+    def settle(self, reservation: Reservation, used: dict[str, int]) -> None:
+        """Correct each reservation to what the call used."""
+        with self._lock:
+            now = self._clock()
+            for name, (slot, reserved) in reservation.items():
+                window = self._windows[name]
+                window.expire(now)  # a slot past its window takes nothing more
+                window.adjust(slot, used.get(name, 0) - reserved, now)
+
+    def used(self, name: str) -> int:
+        """What the window of quota `name` holds now."""
+        with self._lock:
+            window = self._windows[name]
+            window.expire(self._clock())
+            return window.total
+
+
+class Quotas:
+    """One sandbox's quotas over its usage (see the module docstring)."""
+
+    def __init__(self, quotas: QuotaOptions, usage: QuotaUsage, limits: Limits) -> None:
+        self.quotas, self.usage, self.limits = quotas, usage, limits
+        self._bounds = {name: getattr(quotas, name) for name in WINDOWS
+                        if getattr(quotas, name) is not None}
+
+    def admit(self, tool: str, args: dict[str, Any]) -> Reservation | CorralError:
+        """Count a call the host accepts, before it takes a worker; or why not."""
+        wants = {CALLS: 1}
+        room = None
+        if tool in CREATORS or tool == "apply_patch":
+            wants[FILES] = _most_created(tool, args)
+            limit = self.quotas.files_created_per_hour
+            if limit is not None and wants[FILES] > limit:  # no wait would be honest
+                return CorralError(
+                    "too_large", f"the patch adds {wants[FILES]} files, over the quota [quota] "
+                    f"files_created_per_hour = {limit}, so it can never be accepted.")
+        size = _content_bytes(tool, args)
+        if size is not None:
+            wants[BYTES] = size
+            limit = self.quotas.write_bytes_per_hour
+            if limit is not None and size > limit:
+                return CorralError(
+                    "too_large", f"content for {shown_path(args['path'])} is {size} bytes, over "
+                    f"the quota [quota] write_bytes_per_hour = {limit}, so it can never be "
+                    "accepted.")
+        elif tool in BYTE_WRITERS:
+            room = {BYTES: 1}  # its size shows afterwards: some must be left
+        taken = self.usage.take(self._bounds, wants, room)
+        if isinstance(taken, dict):
+            return taken
+        name, wait = taken
+        limit = getattr(self.quotas, name)
+        retry = math.ceil(wait * 1000) / 1000  # never sooner than it would be accepted
+        return CorralError(
+            "quota_exceeded",
+            f"the quota [quota] {name} = {limit} has no room for this call "
+            f"({self.usage.used(name)} {WHAT[name]}); it would be accepted in {retry} s.",
+            retry_after_s=retry,
+        )
+
+    def settle(self, reservation: Reservation, tool: str, args: dict[str, Any],
+               answer: Answer) -> None:
+        """Count what the call did, as far as the host can trust it. Its call was
+        counted for good when it was admitted."""
+        held = {name: taken for name, taken in reservation.items() if name != CALLS}
+        if not held:  # a call that neither writes nor creates: nothing to correct
+            return
+        if not answer.ok:  # nothing changed
+            self.usage.settle(held, {})
+            return
+        used = {BYTES: self._written(tool, args, answer)}
+        if FILES in held:  # a worker's figure may lower the reservation, never raise it
+            used[FILES] = min(_created(tool, answer), held[FILES][1])
+        self.usage.settle(held, used)
+
+    def _written(self, tool: str, args: dict[str, Any], answer: Answer) -> int:
+        """The bytes a finished call wrote: the request's when it fixes them, else the
+        worker's figure between a floor and a cap the host knows."""
+        size = _content_bytes(tool, args)
+        if size is not None:
+            return size
+        if tool not in BYTE_WRITERS:
+            return 0
+        most = self.limits.max_file_bytes + self.limits.max_write_bytes  # one file's new size
+        if tool == "copy_file":
+            most = self.limits.max_file_bytes  # the source is read within it
+        elif tool == "apply_patch":
+            most *= max(1, _patch_files(args))
+        least = _edit_floor(args) if tool == "edit_file" else 0
+        return max(least, min(answer.meta.bytes, most))
+
+
+def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
+    """The bytes a write_file or append_file puts in, from its request; else None.
+    Counted, not encoded, where that is cheap: this runs on every such call."""
+    if tool not in SIZED_WRITERS:
+        return None
+    content = args["content"]
+    if args.get("encoding") == "base64":
+        # what b64decode gives a valid string; an invalid one fails in the worker
+        return len(content) // 4 * 3 - content[-2:].count("=")
+    if content.isascii():
+        return len(content)
+    return len(content.encode("utf-8", "surrogatepass"))
+
+
+def _most_created(tool: str, args: dict[str, Any]) -> int:
+    if tool in CREATORS:
+        return 1
+    if tool == "apply_patch":
+        return _added_files(args)
+    return 0
+
+
+def _created(tool: str, answer: Answer) -> int:
+    """Files a successful call says it created (capped by the caller)."""
+    result = answer.result or {}
+    if tool in ("write_file", "create_directory"):
+        return 1 if result.get("created") is True else 0
+    if tool == "append_file":  # a new file holds just what was appended
+        return 1 if result.get("size") == result.get("bytes_appended") else 0
+    if tool == "copy_file":
+        return 1  # a copy onto an existing file (overwrite) counts too: the host cannot tell
+    if tool == "apply_patch":
+        files = result.get("files")
+        return sum(1 for f in files if isinstance(f, dict) and f.get("action") == "add") \
+            if isinstance(files, list) else 0
+    return 0
+
+
+def _patch_lines(args: dict[str, Any]) -> list[str]:
+    patch = args.get("patch")
+    return patch.splitlines() if isinstance(patch, str) else []
+
+
+def _added_files(args: dict[str, Any]) -> int:
+    return sum(1 for line in _patch_lines(args) if line.startswith(ADD_FILE))
+
+
+def _patch_files(args: dict[str, Any]) -> int:
+    return sum(1 for line in _patch_lines(args) if line.startswith("*** ") and " File: " in line)
+
+
+def _edit_floor(args: dict[str, Any]) -> int:
+    """Bytes an edit's new file holds at least: its largest new_string without
+    whitespace (tolerant matching may re-indent it or change its line endings)."""
+    edits = args.get("edits") or [args]
+    return max((len("".join(str(edit.get("new_string", "")).split()).encode(
+        "utf-8", "surrogatepass")) for edit in edits if isinstance(edit, dict)), default=0)

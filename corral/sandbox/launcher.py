@@ -1,0 +1,267 @@
+"""The host's side of the zygote template (template.py): one template process per
+host process, started by the first sandbox or earlier by warm(), asked to fork
+each sandbox's zygote; it lives until the host exits. A zygote must start as an
+exec'd one would have then: with the host's sys.path and the part of its
+environment it passes on (the locale decides how the interpreter encodes file
+names), so a host that changes either gets another template for the new ones.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from corral.errors import SandboxError
+
+# The module whose prepare() the template runs once and whose main(fd) each zygote runs.
+ZYGOTE_ENTRY = "corral.sandbox.zygote"
+# The template's first answer comes after its imports: seconds on a loaded machine at worst.
+START_TIMEOUT_S = 30.0
+# stop() gives a template whose channel it closed this long to exit, then kills it.
+STOP_GRACE_S = 5.0
+# The directory that holds the `corral` package the host runs: the template imports the same one.
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# All the template (so every zygote and worker) gets of the host's environment: the
+# locale, which decides how Python decodes and encodes file names and text, and what
+# decides how the interpreter starts (PYTHONHOME: where its library is; PYTHONUTF8:
+# UTF-8 mode). Nothing else: a worker runs no program, so PATH is moot, and API keys
+# and tokens stay in the host. PYTHONPATH is not needed either: the template gets the
+# host's sys.path verbatim.
+ZYGOTE_ENVIRONMENT = ("LANG", "PYTHONHOME", "PYTHONUTF8")
+ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
+
+_lock = threading.Lock()
+# What a zygote's start depends on: its entry, environment and sys.path.
+Key = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
+_templates: dict[Key, Template] = {}
+
+
+class TemplateGone(Exception):
+    """The template's channel broke or ended: it exited (or never started)."""
+
+
+class Template:
+    """The host's handle on one template process."""
+
+    def __init__(self, key: Key) -> None:
+        entry, environment, path = key
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # The death signal follows the thread that forked, not the process: only the
+        # main thread lives as long as the host. Elsewhere the template relies on its
+        # channel ending, which happens however the host dies.
+        main_thread = threading.current_thread() is threading.main_thread()
+        # -S and the host's own sys.path: the same modules, without site's start-up cost;
+        # no garbage collection until they are imported (template.main turns it back on)
+        code = (
+            f"import gc, sys; gc.disable(); sys.path[:] = {list(path)!r}; "
+            f"from corral.sandbox.template import main; "
+            f"main({theirs.fileno()}, {entry!r}, {os.getpid()}, {main_thread})"
+        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-S", "-c", code], pass_fds=[theirs.fileno()], close_fds=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # stdout may be a protocol
+                env=dict(environment),
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        self._lock = threading.Lock()
+        self.owner = os.getpid()
+        self.forked = 0  # zygotes it has forked: one that has is known to have started
+
+    def fork_zygote(self, hello: bytes) -> tuple[int, socket.socket, int]:
+        """A new zygote: (pid, its control socket, a pidfd for it), sent `hello` (its
+        first frame, encoded). SandboxError if the template refuses; TemplateGone if
+        its channel broke."""
+        # here, not at the top: `corral call` starts the template (warm) before it
+        # imports the rest of corral, so that the two interpreters import side by side
+        from corral.calls.control import ForkZygote, Reply
+        from corral.calls.messages import Malformed
+        from corral.sandbox.protocol import (
+            CONTROL_FRAME_BYTES,
+            ProtocolError,
+            ask_with_fds,
+            send_bytes,
+        )
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
+        # Queued before the fork, the zygote reads its first frame as soon as it runs
+        # instead of after the host has read the template's reply and been scheduled.
+        unsent = hello[_write_some(ours, hello):]
+        fds: list[int] = []
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            with self._lock:
+                try:
+                    wire, fds = ask_with_fds(
+                        self._sock, ForkZygote().to_wire(), [theirs.fileno()], 1,
+                        CONTROL_FRAME_BYTES, deadline,
+                    )
+                    reply = None if wire is None else Reply.from_wire(wire)
+                except (ProtocolError, OSError, Malformed) as exc:  # TimeoutError included
+                    # closed for good: a late reply would otherwise answer the next request
+                    self._sock.close()
+                    for fd in fds:
+                        os.close(fd)
+                    ours.close()
+                    raise TemplateGone(str(exc)) from None
+        finally:
+            theirs.close()
+        if reply is None or reply.pid is None or len(fds) != 1:
+            ours.close()
+            for fd in fds:
+                os.close(fd)
+            if reply is not None and reply.error is not None:
+                raise SandboxError(f"The sandbox could not start: {reply.error}.")
+            raise TemplateGone("its channel ended")
+        self.forked += 1
+        try:
+            send_bytes(ours.fileno(), unsent, deadline)  # what the buffer did not take
+        except OSError as exc:  # TimeoutError included: the zygote read nothing
+            ours.close()
+            os.close(fds[0])
+            raise SandboxError(f"The sandbox could not start: the zygote broke its "
+                               f"channel: {exc}.") from None
+        return reply.pid, ours, fds[0]
+
+    def release(self) -> None:
+        """End the channel, and so the template (its zygotes with it), without waiting."""
+        self._sock.close()
+        # Popen would warn at the interpreter's teardown of a child never waited for:
+        # this one is left to exit alone and to be reaped by init once the host is gone
+        self.process.returncode = 0
+
+    def stop(self) -> None:
+        """End the channel; the template exits (its zygotes with it). One that never
+        forked a zygote is killed: it may still be importing (a command that failed
+        before its sandbox started), and has nothing to take down."""
+        self._sock.close()
+        if self.owner != os.getpid():
+            return  # a forked host's copy: the process is its parent's to wait for
+        if not self.forked or not wait_for_exit(self.process, STOP_GRACE_S):
+            self.process.kill()
+        self.process.wait()
+
+
+def warm(entry: str = ZYGOTE_ENTRY) -> None:
+    """Start the template now without waiting for it, so its start overlaps whatever
+    the host does before its first sandbox (`corral call` importing corral). Public
+    as corral.prestart()."""
+    with _lock:
+        _running(_key(entry))
+
+
+def launch_zygote(entry: str, hello: bytes) -> tuple[int, socket.socket, int]:
+    """Fork a zygote from the template for `entry`: (pid, control socket, pidfd),
+    sent `hello` (its first frame, encoded). A template that served before and has
+    died since is replaced, once."""
+    key = _key(entry)
+    with _lock:
+        template = _running(key)
+    try:
+        return template.fork_zygote(hello)
+    except TemplateGone as exc:
+        if not template.forked:
+            code = template.process.poll()
+            how = f"exited with code {code}" if code is not None else f"broke its channel ({exc})"
+            raise SandboxError(f"The sandbox could not start: the zygote template {how}.") from None
+    with _lock:
+        if _templates.get(key) is template:
+            del _templates[key]
+            template.stop()
+        template = _running(key)
+    try:
+        return template.fork_zygote(hello)
+    except TemplateGone as exc:
+        raise SandboxError(
+            f"The sandbox could not start: the zygote template broke its channel ({exc}).",
+        ) from None
+
+
+def _key(entry: str) -> Key:
+    """What a zygote for `entry` started now would start with."""
+    environment = tuple(sorted(zygote_environment(os.environ).items()))
+    return entry, environment, (PACKAGE_PARENT, *sys.path)
+
+
+def _running(key: Key) -> Template:
+    """The template for `key`, started if there is none (or only a forked host's
+    copy of its parent's); caller holds _lock."""
+    template = _templates.get(key)
+    if template is None or template.owner != os.getpid():
+        if template is not None:
+            template.stop()
+        template = _templates[key] = Template(key)
+    return template
+
+
+def _write_some(sock: socket.socket, data: bytes) -> int:
+    """Write what a non-blocking socket's buffer takes now; how many bytes."""
+    try:
+        return os.write(sock.fileno(), data)
+    except BlockingIOError:
+        return 0
+
+
+def template_pids() -> list[int]:
+    """The pids of this host's running templates (for doctor and tests)."""
+    with _lock:
+        return sorted(t.process.pid for t in _templates.values() if t.owner == os.getpid())
+
+
+def _stop_all() -> None:
+    """Stop every template and wait for each to exit."""
+    with _lock:
+        while _templates:
+            _templates.popitem()[1].stop()
+
+
+@atexit.register
+def _release_all() -> None:
+    """At the host's exit: end each template's channel and wait for none of them (a
+    `corral call` would wait for another process to be scheduled). Each exits when
+    it reads the end, or at once by its death signal; then init reaps it."""
+    with _lock:
+        for template in _templates.values():
+            template.release()
+
+
+def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Block until `process` exits or `timeout` passes (True if it exited), woken by
+    its pidfd: Popen.wait(timeout) instead polls, sleeping up to 50 ms between looks.
+    A kernel without pidfd_open (before Linux 5.3) gets Popen's own wait."""
+    if process.returncode is not None:
+        return True
+    try:
+        pidfd = os.pidfd_open(process.pid)  # our unreaped child: its pid cannot be reused
+    except OSError:
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)  # readable once the process has exited
+        return bool(poller.poll(timeout * 1000))
+    finally:
+        os.close(pidfd)
+
+
+def zygote_environment(host: Mapping[str, str]) -> dict[str, str]:
+    """The part of the host's environment the template starts with (ZYGOTE_ENVIRONMENT)."""
+    return {
+        name: value for name, value in host.items()
+        if name in ZYGOTE_ENVIRONMENT or name.startswith(ZYGOTE_ENVIRONMENT_PREFIX)
+    }

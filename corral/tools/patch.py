@@ -1,0 +1,367 @@
+"""apply_patch: a patch in the Codex CLI's format (tools/patch_format.py reads it
+and locates its hunks) applied to several files as one change (fs/batch.py).
+
+Every path is resolved and decided by the policy, and every hunk located,
+before anything changes; the paths that need a person's yes are all asked
+about in one round. Then the new files are staged beside their targets and
+land together: a failure, or a kill followed by a settle, leaves all of the
+patch or none of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from corral.errors import CorralError
+from corral.fs import Root
+from corral.fs import batch as fs_batch
+from corral.fs.batch import Staged
+from corral.history.records import MAX_PATCH_ENTRIES
+from corral.tools import matching
+from corral.tools.access import PathCheck, content, open_target, require_read
+from corral.tools.base import (
+    BOOLEAN,
+    STRING,
+    Context,
+    Outcome,
+    Tool,
+    list_of,
+    mcp_hints,
+    obj,
+    shape,
+)
+from corral.tools.diff import capped, unified_diff
+from corral.tools.encodings import decode
+from corral.tools.patch_format import FilePatch, apply_hunks, parse_patch
+from corral.tools.write import utf8
+
+# Files one patch may change: a move is two entries of its history record.
+MAX_PATCH_FILES = MAX_PATCH_ENTRIES // 2
+DIFF_TEXT_LINES = 400  # diff lines shown to a model; the whole diff stays in result.diff
+ACTIONS = ("add", "update", "delete", "move")
+
+
+@dataclass
+class Plan:
+    """One file of the patch, decided and computed; nothing changed yet."""
+
+    file: FilePatch
+    root: Root
+    rel: str
+    check: PathCheck
+    old: bytes | None = None  # what update, delete and move read
+    new: bytes | None = None  # what add, update and move write
+    before: str = ""
+    after: str = ""
+    match: str = "exact"
+    dest: tuple[Root, str, PathCheck] | None = None  # a move's destination
+    version: str | None = None  # of the new file, once it is staged
+
+    @property
+    def action(self) -> str:
+        return "move" if self.dest is not None else self.file.action
+
+
+def apply_patch(ctx: Context, args: dict[str, Any]) -> Outcome:
+    files = parse_patch(args["patch"])
+    if len(files) > MAX_PATCH_FILES:
+        raise CorralError(
+            "too_large", f"the patch changes {len(files)} files, over the limit of "
+            f"{MAX_PATCH_FILES} files a patch may change; split it.")
+    _bound_new_bytes(ctx, files)
+    tolerant = args["match"] != "exact" and ctx.policy.edit_match != "exact"
+    plans = _plan(ctx, files, tolerant)
+    diff, cut = capped("".join(_diff(plan) for plan in plans))
+    if not args["dry_run"]:
+        _land(ctx, plans)
+    result = {
+        "files": [_shown(plan, args["dry_run"]) for plan in plans],
+        "match": matching.LEVELS[max(matching.LEVELS.index(p.match) for p in plans)],
+        "diff": diff,
+        "diff_truncated": cut,
+        "dry_run": args["dry_run"],
+    }
+    written = sum(len(plan.new or b"") for plan in plans)
+    return Outcome(result, _text(plans, result["match"], diff, args["dry_run"]), written)
+
+
+def _bound_new_bytes(ctx: Context, files: tuple[FilePatch, ...]) -> None:
+    """The text the patch brings (added files, added lines) within max_write_bytes."""
+    size = sum(len((f.content or "").encode("utf-8", "surrogatepass")) + sum(
+        len(text.encode("utf-8", "surrogatepass")) + 1
+        for hunk in f.hunks for op, text in hunk.lines if op == "+") for f in files)
+    if size > ctx.limits.max_write_bytes:
+        raise CorralError(
+            "too_large", f"the patch adds {size} bytes, over the write limit of "
+            f"{ctx.limits.max_write_bytes} bytes.")
+
+
+# -- deciding, before anything changes ------------------------------------------
+
+
+def _plan(ctx: Context, files: tuple[FilePatch, ...], tolerant: bool) -> list[Plan]:
+    """Every file decided and computed. The paths that need approval are gathered
+    over the whole patch (one question about all of them); any other refusal
+    answers at once and asks nothing."""
+    plans: list[Plan] = []
+    asking: CorralError | None = None
+    for file in files:
+        try:
+            plans.append(_plan_one(ctx, file, tolerant))
+        except CorralError as error:
+            if error.code != "approval_required":
+                ctx.needs_approval.clear()
+                raise
+            asking = asking or error
+    if asking is not None:
+        raise asking
+    seen: dict[tuple[str, str], str] = {}
+    for plan in plans:
+        ends = [(plan.root, plan.rel)] + ([plan.dest[:2]] if plan.dest is not None else [])
+        for root, rel in ends:
+            key = (root.path, _resolved(root, rel))
+            if key in seen:
+                raise CorralError(
+                    "invalid_arguments", f"the patch changes {seen[key]} twice (also as "
+                    f"{plan.file.path}); change each file once.")
+            seen[key] = plan.file.path
+    return plans
+
+
+def _resolved(root: Root, rel: str) -> str:
+    """Where `rel` leads (a new file's missing directories: as spelled)."""
+    try:
+        return root.resolve(rel)
+    except CorralError:
+        return posixpath.normpath(rel)
+
+
+def _plan_one(ctx: Context, file: FilePatch, tolerant: bool) -> Plan:
+    path = file.path
+    if file.action == "add":
+        root, rel, check = open_target(ctx, path, write=True)
+        if root.info(rel, follow=True, guard=check) is not None:
+            raise CorralError(
+                "already_exists", f"{path} exists; the patch's Add File makes new files "
+                "only: use Update File to change it, or Delete File first.")
+        new = utf8(file.content or "", "patch")
+        _fits(ctx, path, new)
+        return Plan(file, root, rel, check, new=new, after=file.content or "")
+    deleting = file.action == "delete"
+    root, rel, check = open_target(ctx, path, write=True)
+    if deleting or file.move_to is not None:
+        check = _deleting(ctx, root, path, "deletes" if deleting else "moves")
+    old = content(ctx, root, rel, check)
+    require_read(ctx, root, path, old)
+    decoded = decode(old, ctx.policy.fallback_encodings)
+    if decoded is None:
+        if not deleting:
+            raise CorralError("binary_file", f"{path} is a binary file; a patch edits text only.")
+        return Plan(file, root, rel, check, old=old)
+    plan = Plan(file, root, rel, check, old=old, before=decoded.text)
+    if deleting:
+        return plan
+    plan.after, plan.match = apply_hunks(decoded.text, file, exact=not tolerant) if (
+        file.hunks) else (decoded.text, "exact")
+    plan.new = decoded.encode(plan.after, "patch")
+    _fits(ctx, path, plan.new)
+    if file.move_to is not None:
+        dest_root, dest_rel, dest_check = open_target(ctx, file.move_to, write=True)
+        if dest_root.info(dest_rel, follow=True, guard=dest_check) is not None:
+            raise CorralError(
+                "already_exists", f"{file.move_to} exists; a patch moves a file only to a "
+                "new path.")
+        plan.dest = (dest_root, dest_rel, dest_check)
+    return plan
+
+
+def _deleting(ctx: Context, root: Root, path: str, verb: str) -> PathCheck:
+    """A path the patch removes needs delete_file allowed (supervised: asked about)."""
+    mode = ctx.policy.tool_mode("delete_file", writes=True)
+    if mode == "deny":
+        why = ctx.policy.disabled_reason("delete_file", writes=True)
+        raise CorralError("tool_disabled", f"the patch {verb} {path}, which needs delete_file: "
+                          f"{why[0].lower()}{why[1:]}")
+    supervised = ctx.supervised or mode == "supervised"
+    # replace() copies the per-call lists by reference: decisions land in the call's own
+    return PathCheck(dataclasses.replace(ctx, supervised=supervised), root, path, write=True)
+
+
+def _fits(ctx: Context, path: str, data: bytes) -> None:
+    if len(data) > ctx.limits.max_file_bytes:
+        raise CorralError(
+            "too_large", f"{path} would be {len(data)} bytes after the patch, over the file "
+            f"limit of {ctx.limits.max_file_bytes} bytes.")
+
+
+# -- changing ---------------------------------------------------------------------
+
+
+def _land(ctx: Context, plans: list[Plan]) -> None:
+    """Stage every file beside its target, then land them together (fs/batch.py)."""
+    roots = list({id(r): r for p in plans for r in (p.root, *(p.dest or ())[:1])}.values())
+    staged: list[Staged] = []
+    made: list[tuple[Root, list[str]]] = []  # directories made on the way, by root
+    try:
+        with fs_batch.tree_locked(roots):
+            for plan in plans:
+                staged += _stage(plan, made)
+            fs_batch.land(staged, ctx.keep, durable=any(r.durable for r in roots))
+    except BaseException:
+        fs_batch.discard(staged)
+        for root, directories in made:  # once the tree lock is released: it takes it
+            root.remove_made(directories)
+        raise
+    fs_batch.discard(staged)
+
+
+def _stage(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
+    """The plan's changes staged; directories made for them go into `made` as they
+    are made (a failure part-way removes them too)."""
+    staged = _staged(plan, made)
+    plan.version = staged[-1].version
+    return staged
+
+
+def _staged(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
+    """One plan's staged changes: one, or a move's two (the removal first)."""
+    file, root, rel, check = plan.file, plan.root, plan.rel, plan.check
+    if file.action == "add":
+        assert plan.new is not None
+        made.append((root, []))
+        return [root.stage(rel, plan.new, given=file.path, old=None, guard=check,
+                           made=made[-1][1])]
+    assert plan.old is not None
+    if file.action == "delete":
+        return [root.stage_removal(rel, given=file.path, old=plan.old, guard=check)]
+    assert plan.new is not None
+    if plan.dest is None:
+        return [root.stage(rel, plan.new, given=file.path, old=plan.old, guard=check, made=[])]
+    source = root.stage_removal(rel, given=file.path, old=plan.old, guard=check)
+    dest_root, dest_rel, dest_check = plan.dest
+    made.append((dest_root, []))
+    try:
+        added = dest_root.stage(dest_rel, plan.new, given=file.move_to or "", old=None,
+                                mode=source.mode, guard=dest_check, made=made[-1][1])
+    except BaseException:
+        fs_batch.discard([source])
+        raise
+    source.partner, added.partner = added, source
+    return [source, added]
+
+
+# -- what the caller sees ----------------------------------------------------------
+
+
+def _shown(plan: Plan, dry_run: bool) -> dict[str, Any]:
+    shown: dict[str, Any] = {"path": plan.file.path, "action": plan.action}
+    if plan.version is not None and not dry_run:
+        shown["version"] = plan.version
+    if plan.file.move_to is not None:
+        shown["to"] = plan.file.move_to
+    return shown
+
+
+def _diff(plan: Plan) -> str:
+    before, after = plan.before, plan.after
+    return unified_diff(plan.file.move_to or plan.file.path, before, after,
+                        (_common(before, after, 1), _common(before, after, -1)))
+
+
+def _common(a: str, b: str, way: int) -> int:
+    """How many characters `a` and `b` share at their start (way 1) or end (-1):
+    a binary search over slice comparisons, which run in C (a 100 KiB file's hunk
+    is found in ~20 of them), so the diff looks only at what the patch changed."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        same = a[:mid] == b[:mid] if way == 1 else a[len(a) - mid:] == b[len(b) - mid:]
+        low, high = (mid, high) if same else (low, mid - 1)
+    return low
+
+
+_VERBS = {"add": "A", "update": "M", "delete": "D", "move": "R"}
+_LOOSENED = {
+    "whitespace": "trailing whitespace and line endings",
+    "indentation": "indentation",
+    "unicode": "indentation and look-alike characters (quotes, dashes, spaces)",
+}
+
+
+def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
+    count = f"{len(plans)} file{'s' if len(plans) != 1 else ''}"
+    head = f"{'Would apply' if dry_run else 'Applied'} the patch to {count}:"
+    names = [f"{_VERBS[p.action]} {p.file.path}" + (f" -> {p.file.move_to}" if p.dest else "")
+             for p in plans]
+    lines = [head, *names]
+    if match != "exact":
+        lines.append(f"(some hunks matched ignoring {_LOOSENED[match]}.)")
+    diff_lines = diff.splitlines()
+    if len(diff_lines) > DIFF_TEXT_LINES:
+        diff_lines = [*diff_lines[:DIFF_TEXT_LINES],
+                      f"[diff cut: {len(diff_lines)} lines in result.diff]"]
+    return "\n".join([*lines, *diff_lines])
+
+
+EXAMPLE = """*** Begin Patch
+*** Add File: src/util.py
++def helper():
++    return 42
+*** Update File: src/app.py
+@@ def main():
+     setup()
+-    print('hello')
++    print('hello, patch')
+     return 0
+*** Delete File: old.txt
+*** End Patch"""
+
+PATCH_TOOLS = [
+    Tool(
+        name="apply_patch",
+        title="Apply patch",
+        description=(
+            "Change several files at once with one patch: '*** Begin Patch', then for each "
+            "file '*** Add File: path' followed by its lines each prefixed '+', '*** Delete "
+            "File: path', or '*** Update File: path' (optionally '*** Move to: new/path') "
+            "followed by hunks: an '@@' line (it may name the class or function the change "
+            "is in), about three unchanged context lines prefixed ' ', removed lines "
+            "prefixed '-', added lines prefixed '+'; then '*** End Patch'. Either every file "
+            "changes or none does. A hunk is found exactly, else ignoring trailing "
+            "whitespace, indentation or look-alike quotes and dashes (result.match says "
+            "which); a miss names the closest lines. dry_run=true returns the diff without "
+            "changing anything."
+        ),
+        input_schema=obj(
+            {
+                "patch": {"type": "string", "minLength": 1,
+                          "description": "The whole patch, from '*** Begin Patch' to "
+                          "'*** End Patch', e.g.\n" + EXAMPLE},
+                "dry_run": {"type": "boolean", "default": False,
+                            "description": "Return the diff without changing anything."},
+                "match": {
+                    "type": "string", "enum": ["tolerant", "exact"], "default": "tolerant",
+                    "description": "'exact': context and removed lines must match byte for "
+                    "byte; 'tolerant' also accepts one unique match that differs only in "
+                    "trailing whitespace, line endings, indentation or look-alike quotes "
+                    "and dashes.",
+                },
+            },
+            ("patch",),
+        ),
+        output_schema=shape({
+            "files": list_of(shape({"path": STRING, "action": {"type": "string",
+                                                               "enum": list(ACTIONS)},
+                                    "version": STRING, "to": STRING},
+                                   optional=("version", "to"))),
+            "match": {"type": "string", "enum": list(matching.LEVELS)},
+            "diff": STRING, "diff_truncated": BOOLEAN, "dry_run": BOOLEAN,
+        }),
+        annotations=mcp_hints(read_only=False, destructive=True, idempotent=False),
+        writes=True,
+        run=apply_patch,
+    ),
+]

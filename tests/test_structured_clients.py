@@ -1,0 +1,64 @@
+"""Clients that hand a model structuredContent instead of the text content
+(pydantic-ai's MCP toolset, fastmcp's Client): what the model would receive still
+carries the numbered lines and the paging hint of a long read."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import ToolReturnPart
+
+from tests.mcp_helpers import REPO, serve_argv
+
+LONG = "".join(f"line {n}\n" for n in range(1, 101))
+
+
+def _transport(ws: Path) -> StdioTransport:
+    argv = serve_argv(ws)
+    return StdioTransport(command=sys.executable, args=argv[1:], env={"PYTHONPATH": str(REPO)},
+                          cwd=str(ws))
+
+
+def _seen(shown: str) -> None:
+    """Numbered lines (cat -n) and the hint to page on, as corral's text has them."""
+    assert "     1\tline 1" in shown and "     3\tline 3" in shown, shown
+    assert "offset=4" in shown, shown
+
+
+@pytest.fixture
+def long_ws(ws: Path) -> Path:
+    (ws / "long.txt").write_text(LONG)
+    return ws
+
+
+def test_pydantic_ai_shows_the_model_the_numbered_text(long_ws: Path) -> None:
+    async def main() -> Any:
+        async with MCPToolset(_transport(long_ws)) as toolset:
+            return await toolset.direct_call_tool("read_file", {"path": "long.txt", "limit": 3})
+
+    mapped = anyio.run(main)
+    assert isinstance(mapped, dict)  # the structured content, not the text block
+    shown = ToolReturnPart(tool_name="read_file", content=mapped).model_response_str()
+    # the model reads that dict as JSON: the text is in it, escaped as JSON escapes it
+    assert '"     1\\tline 1\\n' in shown and "continue with offset=4" in shown, shown
+    _seen(json.loads(shown)["text"])
+
+
+def test_fastmcp_client_data_carries_the_numbered_text(long_ws: Path) -> None:
+    async def main() -> Any:
+        async with Client(_transport(long_ws)) as client:
+            return await client.call_tool("read_file", {"path": "long.txt", "limit": 3})
+
+    result = anyio.run(main)
+    data = result.data
+    text = data["text"] if isinstance(data, dict) else data.text
+    _seen(text)
+    assert result.structured_content["content"] == "line 1\nline 2\nline 3\n"

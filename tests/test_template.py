@@ -1,0 +1,186 @@
+"""The zygote template (sandbox/template.py, launcher.py): every sandbox's zygote is a
+fork of one exec'd interpreter per host. A zygote forked late, from a template that
+has served other sandboxes, confines its workers exactly as the first one forked;
+what the template compiled once is what a fresh compile gives; a template that
+dies, is misused, or cannot prepare fails closed and clearly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from broker_helpers import MakeBroker, call, wait_gone
+
+import corral
+from corral.calls.control import ForkZygote
+from corral.errors import SandboxError
+from corral.sandbox import launcher
+from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote, template_pids, wait_for_exit
+from corral.sandbox.protocol import CONTROL_FRAME_BYTES, encode, read_frame
+from corral.seccomp import MODE_CHANGES, compile_native, load_profile, refusing
+
+# What the kernel says of a process's confinement, beside its boot report.
+KERNEL_STATUS = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff", "CapPrm", "CapBnd")
+
+
+def kernel_view(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    status = {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    view = {key: status[key] for key in KERNEL_STATUS}
+    view["limits"] = Path(f"/proc/{pid}/limits").read_text()
+    view["mounts"] = str(len(Path(f"/proc/{pid}/mounts").read_text().splitlines()))
+    return view
+
+
+def fresh_template() -> None:
+    """Stop this process's templates: the next sandbox starts a new one."""
+    launcher._stop_all()
+
+
+def test_a_zygote_forked_late_confines_its_workers_as_the_first_one(
+    make_broker: MakeBroker,
+) -> None:
+    fresh_template()
+    first = make_broker(workers=1)
+    (template,) = template_pids()
+    for _ in range(3):  # the template serves others, which come and go
+        make_broker(workers=1).close()
+    late = make_broker(workers=1)
+    assert template_pids() == [template]  # the same template forked both zygotes
+    (one,), (other,) = first.pids()["workers"], late.pids()["workers"]
+    assert late.confinement == first.confinement
+    assert kernel_view(other) == kernel_view(one)
+    assert kernel_view(other)["Seccomp"] == "2" and kernel_view(other)["NoNewPrivs"] == "1"
+    assert not call(late, "read_file", path="../outside/secret.txt")["ok"]
+    assert call(late, "read_file", path="hello.txt")["ok"]
+
+
+def test_the_filters_the_template_compiled_once_are_those_a_fresh_compile_gives() -> None:
+    _, sock, pidfd = launch_zygote("template_probe", b"")
+    try:
+        sock.setblocking(True)
+        report = read_frame(sock.fileno(), 1 << 20)
+    finally:
+        sock.close()
+        os.close(pidfd)
+    assert report is not None
+    assert report["cached"] == 2  # compiled before the fork, not in the zygote
+    assert report["builtins"] == 1  # so were the built-in rules every default policy uses
+    profile = load_profile()
+    assert bytes.fromhex(report["programs"]["True"]) == compile_native(profile)
+    assert bytes.fromhex(report["programs"]["False"]) == compile_native(
+        refusing(profile, MODE_CHANGES))
+
+
+def test_a_template_that_cannot_prepare_says_why() -> None:
+    with pytest.raises(SandboxError, match="could not start: the seccomp profile does not"):
+        launch_zygote("template_unprepared", b"")
+    with pytest.raises(SandboxError, match="could not start: the seccomp profile does not"):
+        launch_zygote("template_unprepared", b"")  # every time, from the same template
+
+
+def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
+    with pytest.raises(SandboxError, match="could not start: the zygote template"):
+        launch_zygote("tests_no_such_entry_module", b"")
+
+
+def test_a_template_that_died_is_replaced(make_broker: MakeBroker) -> None:
+    fresh_template()
+    make_broker(workers=1).close()
+    (dead,) = template_pids()
+    os.kill(dead, signal.SIGKILL)
+    assert wait_gone([dead]) == []
+    broker = make_broker(workers=1)
+    assert call(broker, "read_file", path="hello.txt")["ok"]
+    assert template_pids() != [dead]
+
+
+@pytest.mark.parametrize("frame", [
+    {"op": "spawn"},  # a zygote's op, not the template's
+    {"op": "zygote", "more": 1},
+    ForkZygote().to_wire(),  # without the zygote's socket attached
+])
+def test_a_template_stops_at_anything_but_a_fork_request(frame: dict[str, object]) -> None:
+    template = launcher.Template(launcher._key(ZYGOTE_ENTRY))
+    try:
+        template._sock.setblocking(True)
+        template._sock.sendall(encode(frame, CONTROL_FRAME_BYTES))
+        assert wait_for_exit(template.process, 30.0)  # it forked nothing and left
+    finally:
+        template.stop()
+
+
+def test_a_host_that_changes_its_locale_gets_a_template_with_it(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh_template()
+    make_broker(workers=1).close()
+    before = template_pids()
+    monkeypatch.setenv("LC_MESSAGES", "C.UTF-8")
+    broker = make_broker(workers=1)
+    zygote = broker.pids()["zygote"]
+    assert "LC_MESSAGES=C.UTF-8" in Path(f"/proc/{zygote}/environ").read_text().split("\0")
+    assert set(before) < set(template_pids())
+
+
+FORKED_HOST = textwrap.dedent(
+    """
+    import json, os, sys
+    from corral.api import Sandbox
+    from corral.sandbox.launcher import template_pids
+
+    with Sandbox(sys.argv[1]) as sandbox:
+        assert sandbox.call("read_file", {"path": "hello.txt"})["ok"]
+    parent = template_pids()
+    read_fd, write_fd = os.pipe()
+    if os.fork() == 0:  # the copy starts a template of its own, and leaves its parent's
+        with Sandbox(sys.argv[1]) as sandbox:
+            ok = sandbox.call("read_file", {"path": "hello.txt"})["ok"]
+        os.write(write_fd, json.dumps([ok, template_pids()]).encode())
+        os._exit(0)
+    os.close(write_fd)
+    ok, child = json.loads(os.read(read_fd, 4096))
+    os.wait()
+    with Sandbox(sys.argv[1]) as sandbox:
+        again = sandbox.call("read_file", {"path": "hello.txt"})["ok"]
+    print(json.dumps([ok, again, parent, child, template_pids()]))
+    """
+)
+
+
+def test_a_forked_host_starts_its_own_template_and_leaves_its_parents(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_HOST, str(workspace)], capture_output=True, text=True,
+        timeout=120, check=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    ok, again, parent, child, after = json.loads(done.stdout)
+    assert ok and again
+    assert len(child) == 1 and child != parent
+    assert after == parent and wait_gone(child) == []  # it died with the copy
+
+
+def test_a_closed_sandboxs_zygote_is_reaped_by_the_template(make_broker: MakeBroker) -> None:
+    broker = make_broker(workers=1)
+    zygote = broker.pids()["zygote"]
+    broker.close()
+    deadline = time.monotonic() + 30.0
+    while psutil.pid_exists(zygote):  # a zombie until the template's waitpid
+        assert time.monotonic() < deadline, "the template left its zygote a zombie"
+        time.sleep(0.01)
+
+
+def test_prestart_starts_the_template_the_next_sandbox_uses(make_broker: MakeBroker) -> None:
+    fresh_template()
+    corral.prestart()  # returns at once: the template imports while the host goes on
+    started = template_pids()
+    assert len(started) == 1
+    assert call(make_broker(workers=1), "read_file", path="hello.txt")["ok"]
+    assert template_pids() == started
