@@ -43,8 +43,14 @@ def _asleep(pid: int) -> int:
 
 
 def _idle_worker(sb: Sandbox) -> Worker:
-    worker: Worker = sb._executor._supply._idle[-1]  # type: ignore[attr-defined]
-    return worker
+    """The sandbox's idle worker, once it has one: right after its first call, that
+    call's worker sweeps stale temps before it is idle again."""
+    idle: list[Worker] = sb._executor._supply._idle  # type: ignore[attr-defined]
+    for _ in range(5000):
+        if idle:
+            return idle[-1]
+        time.sleep(0.001)
+    raise AssertionError("no worker became idle")
 
 
 def test_read_sole_frame_skips_pokes() -> None:
