@@ -228,7 +228,7 @@ class ZygoteHandle:
     it, ask it to fork, ask how a worker ended. A shared pool's zygote that died
     (killed from outside, or hung past CONTROL_TIMEOUT_S and killed) is replaced at
     the next spawn: it serves every sandbox of the pool, every tenant of a server,
-    and holds nothing of theirs (each spawn brings its sandbox's setup and root fds).
+    and holds nothing of theirs (each new worker gets its setup from the host).
     A private sandbox's zygote is not: it opened its roots by path, and a new one
     might open other directories there; its sandbox fails closed instead."""
 
@@ -238,7 +238,7 @@ class ZygoteHandle:
 
     def __init__(self, setup: SandboxSetup | None) -> None:
         """Start the zygote for a private sandbox's `setup` (None: a shared pool's,
-        whose every spawn brings its sandbox's): a fork of the template."""
+        whose workers get their setup from the host): a fork of the template."""
         self._lock = threading.Lock()
         self._shared = setup is None
         self._stopped = False  # by stop(): for good
