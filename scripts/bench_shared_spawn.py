@@ -1,22 +1,23 @@
-"""Benchmark of a shared pool's worker start (fork + setup + policy + confine).
+"""Benchmark of a shared pool's worker start: fork, setup, policy build, confinement.
 
-    python scripts/bench_shared_spawn.py [--sandboxes 6] [--calls 120]
+    python scripts/bench_shared_spawn.py [--starts 25]
 
-A corral.Pool of 2 workers and more sandboxes, called in turn: every call finds
-no worker of its sandbox and forks one (evicting another's idle worker). Reports,
-in one run, for sandboxes with no rules of their own and with the workspace
-config's most (64 rules of 16 globs): that cold call's median and p99, beside a
-warm call through the pool and the same stat_file run in-process (same tool
-code, no IPC, no fork); and what building the policy from its JSON text costs
-(what each shared pool's worker now does once, after its fork).
+Asks a shared pool's zygote (pool.ZygoteHandle(None), as corral.Pool does) for
+workers of one sandbox and times each from the request to the worker's boot
+report (it has its setup, built its policy and confined itself), for a sandbox
+with no rules of its own and one with the workspace config's most (64 rules of
+16 globs), taking turns, in one run; beside the same stat_file run in-process
+(same tool code, no IPC, no fork) as the unit. Also times building that policy
+in a fresh interpreter (what each such worker pays after its fork).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,11 +25,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_tenants import STAT, in_process, make_workspaces, ms, percentile, timed
+from bench_tenants import in_process, make_workspaces, ms, percentile, timed
 
-from corral import Pool
-from corral.config import WORKSPACE_MAX_GLOBS_PER_RULE, WORKSPACE_MAX_RULES
-from corral.policy import Policy, Rule
+import corral
+from corral.calls.control import SandboxSetup
+from corral.config import WORKSPACE_MAX_GLOBS_PER_RULE, WORKSPACE_MAX_RULES, Limits, SandboxOptions
+from corral.policy import Policy, RootSpec, Rule
+from corral.sandbox.pool import ZygoteHandle
+from corral.sandbox.protocol import read_frame
+
+# A fresh interpreter that has done what the template does, timing one policy build.
+BUILD = """
+import json, sys, time
+from corral.sandbox import zygote
+zygote.prepare()
+from corral.policy import Policy
+text = sys.stdin.read()
+start = time.perf_counter()
+Policy.from_dict(json.loads(text))
+print(time.perf_counter() - start)
+"""
 
 
 def policy_with(rules: int) -> Policy:
@@ -39,57 +55,57 @@ def policy_with(rules: int) -> Policy:
     ))
 
 
-def bench_cold(workspaces: list[str], policy: Policy, calls: int) -> dict[str, list[float]]:
-    with Pool(max_workers=2, idle_timeout_s=60.0) as pool:
-        sandboxes = [pool.sandbox(path, policy=policy) for path in workspaces]
-        for sb in sandboxes:
-            sb._executor._sweep.result()
-        cold = []
-        for index in range(calls):
-            sb = sandboxes[index % len(sandboxes)]
-            start = time.perf_counter()
-            assert sb.call("stat_file", dict(STAT))["ok"]
-            cold.append(time.perf_counter() - start)
-        warm = timed(lambda: sandboxes[0].call("stat_file", dict(STAT)), calls)
-    return {"cold": cold, "warm": warm}
+def start_worker(zygote: ZygoteHandle, setup: SandboxSetup, root_fd: int) -> float:
+    """One worker asked for, its boot report read, the worker reaped: seconds."""
+    start = time.perf_counter()
+    pid, sock, pidfd = zygote.spawn(setup, [root_fd])
+    sock.setblocking(True)
+    report = read_frame(sock.fileno(), 1 << 20)
+    took = time.perf_counter() - start
+    assert report is not None and "confinement" in report, report
+    sock.close()
+    os.close(pidfd)
+    zygote.wait(pid)
+    return took
 
 
-def build_cost(policy: Policy, count: int) -> list[float]:
-    """As in a new worker: re's cache of compiled patterns purged first (a fork
-    inherits the zygote's, which holds no sandbox's globs)."""
-    text = json.dumps(policy.to_dict())
-
-    def build() -> None:
-        re.purge()
-        Policy()  # the built-in rules, compiled in the template: not this build's cost
-        start = time.perf_counter()
-        Policy.from_dict(json.loads(text))
-        samples.append(time.perf_counter() - start)
-
-    samples: list[float] = []
-    for _ in range(count):
-        build()
-    return samples
+def cold_build(policy: Policy) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD], input=json.dumps(policy.to_dict()), text=True,
+        capture_output=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(corral.__file__).resolve().parents[1])},
+    )
+    return float(done.stdout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sandboxes", type=int, default=6)
-    parser.add_argument("--calls", type=int, default=120)
+    parser.add_argument("--starts", type=int, default=25)
     args = parser.parse_args()
-    Policy()  # the built-in rules, compiled once per process as the template does
     with tempfile.TemporaryDirectory() as top:
-        workspaces = make_workspaces(top, args.sandboxes)
-        reference = statistics.median(timed(in_process(workspaces[0]), 500))
+        (workspace,) = make_workspaces(top, 1)
+        reference = statistics.median(timed(in_process(workspace), 500))
         print(f"in-process stat_file: median {ms(reference)}")
-        for rules in (0, WORKSPACE_MAX_RULES):
-            policy = policy_with(rules)
-            run = bench_cold(workspaces, policy, args.calls)
-            cold, warm = statistics.median(run["cold"]), statistics.median(run["warm"])
-            build = statistics.median(build_cost(policy, 20))
-            print(f"{rules:2d} rules: cold call median {ms(cold)} p99 "
-                  f"{ms(percentile(run['cold'], 0.99))} ({cold / reference:5.0f}x in-process, "
-                  f"{cold / warm:4.1f}x warm {ms(warm)}); policy build {ms(build)}")
+        root_fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY)
+        zygote = ZygoteHandle(None)
+        try:
+            counts = (0, WORKSPACE_MAX_RULES)
+            setups = {rules: SandboxSetup.of([RootSpec(workspace, "rw")], Limits(),
+                                             policy_with(rules), SandboxOptions())
+                      for rules in counts}
+            starts: dict[int, list[float]] = {rules: [] for rules in counts}
+            for _ in range(args.starts):
+                for rules in counts:
+                    starts[rules].append(start_worker(zygote, setups[rules], root_fd))
+        finally:
+            zygote.stop()
+            os.close(root_fd)
+    for rules in counts:
+        median = statistics.median(starts[rules])
+        build = statistics.median(cold_build(policy_with(rules)) for _ in range(3))
+        print(f"{rules:2d} rules: worker start median {ms(median)} p99 "
+              f"{ms(percentile(starts[rules], 0.99))} ({median / reference:5.0f}x in-process "
+              f"stat_file); policy build in a fresh interpreter {ms(build)}")
 
 
 if __name__ == "__main__":

@@ -95,3 +95,14 @@ def test_a_shared_pools_worker_refuses_a_bad_setup_and_the_next_spawn_serves(
     finally:
         os.close(fd)
         zygote.stop()
+
+
+def test_a_shared_pools_blank_worker_whose_host_sends_no_setup_exits_quietly() -> None:
+    zygote = ZygoteHandle(None)
+    try:
+        pid, sock, pidfd = zygote.spawn()  # no setup: the worker waits for one
+        sock.close()
+        os.close(pidfd)
+        assert zygote.wait(pid) == 0
+    finally:
+        zygote.stop()
