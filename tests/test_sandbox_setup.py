@@ -19,7 +19,7 @@ from corral.errors import SandboxError
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec, Rule
 from corral.sandbox.pool import ZygoteHandle
-from corral.sandbox.protocol import read_frame
+from corral.sandbox.protocol import EXIT_CONFINE_FAILED, read_frame
 
 
 def setup_for(workspace: Path, **changes: Any) -> SandboxSetup:
@@ -71,13 +71,20 @@ def test_a_private_zygote_refuses_a_setup_it_cannot_serve(workspace: Path) -> No
         ZygoteHandle(forged)
 
 
-def test_a_shared_zygote_refuses_one_bad_spawn_and_serves_the_next(workspace: Path) -> None:
+def test_a_shared_pools_worker_refuses_a_bad_setup_and_the_next_spawn_serves(
+    workspace: Path,
+) -> None:
     zygote = ZygoteHandle(None)
     fd = os.open(workspace, DIR_FLAGS)
     try:
         forged = setup_for(workspace, roots=(RootSpec(str(workspace), "rwx"),))
-        with pytest.raises(SandboxError, match="could not start a worker: a setup without"):
-            zygote.spawn(forged, [fd])
+        pid, sock, pidfd = zygote.spawn(forged, [fd])
+        sock.setblocking(True)
+        report = read_frame(sock.fileno(), 1 << 20)
+        assert report is not None and "a setup without its roots" in report["confine_error"]
+        sock.close()
+        os.close(pidfd)
+        assert zygote.wait(pid) == EXIT_CONFINE_FAILED
         pid, sock, pidfd = zygote.spawn(setup_for(workspace), [fd])
         sock.setblocking(True)
         report = read_frame(sock.fileno(), 1 << 20)
@@ -87,4 +94,15 @@ def test_a_shared_zygote_refuses_one_bad_spawn_and_serves_the_next(workspace: Pa
         zygote.wait(pid)
     finally:
         os.close(fd)
+        zygote.stop()
+
+
+def test_a_shared_pools_blank_worker_whose_host_sends_no_setup_exits_quietly() -> None:
+    zygote = ZygoteHandle(None)
+    try:
+        pid, sock, pidfd = zygote.spawn()  # no setup: the worker waits for one
+        sock.close()
+        os.close(pidfd)
+        assert zygote.wait(pid) == 0
+    finally:
         zygote.stop()

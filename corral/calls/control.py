@@ -4,10 +4,11 @@ place (SandboxSetup.of) and checked where the zygote reads it, never a bag of ke
 
 Wire shapes (one JSON object per frame):
     start    {"setup": SandboxSetup | null}   the first frame
-    ops      {"op": "spawn", "setup"?} | {"op": "wait", "pid"}
+    ops      {"op": "spawn"} | {"op": "wait", "pid"}
     replies  {"pid"} (started; a spawn's, with fds [socket, pidfd]) | {"pid", "code"} (a
              wait's) | {"error"}
     template {"op": "zygote"} with fds [control socket] -> {"pid"} with fds [pidfd] | {"error"}
+    worker   a shared pool's new worker, on its own socket: setup with fds [root, ...]
     setup    {"roots": [[path, mode], ...], "limits", "policy": JSON text, "options",
               "history": path | null}
 """
@@ -32,11 +33,12 @@ _Fields = TypeVar("_Fields", Limits, SandboxOptions)
 class SandboxSetup:
     """What a sandbox's workers serve with: its roots, limits, policy, options and
     history store. A private sandbox's zygote gets it in its start frame; a shared
-    pool's zygote with every spawn (and the sandbox's root fds)."""
+    pool's zygote never does: each new worker gets it (and the sandbox's root fds)
+    from the host on its own socket."""
 
     roots: tuple[RootSpec, ...]  # the workspace first
     limits: Limits
-    policy: str  # as JSON text: a shared pool's zygote compiles it once per sandbox
+    policy: str  # as JSON text: compiled by the zygote (private) or the worker (shared)
     options: SandboxOptions
     history: str | None = None  # the workspace's history work directory; None: off
 
@@ -94,7 +96,7 @@ def _fields(kind: type[_Fields], wire: Any, name: str) -> _Fields:
 
 class ZygoteStart(NamedTuple):
     """The zygote's first frame: the sandbox it forks for (None: a shared pool's
-    zygote, whose every spawn brings its sandbox's setup)."""
+    zygote, whose workers get their setup from the host)."""
 
     setup: SandboxSetup | None
 
@@ -118,16 +120,10 @@ class ForkZygote(NamedTuple):
 
 
 class Spawn(NamedTuple):
-    """Fork one worker (reply {"pid"} with fds [socket, pidfd]). A shared pool's
-    zygote needs the sandbox's `setup`."""
-
-    setup: SandboxSetup | None = None
+    """Fork one worker (reply {"pid"} with fds [socket, pidfd])."""
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"op": "spawn"}
-        if self.setup is not None:
-            wire["setup"] = self.setup.to_wire()
-        return wire
+        return {"op": "spawn"}
 
 
 class Wait(NamedTuple):
@@ -143,12 +139,10 @@ ControlOp = Spawn | Wait
 
 
 def control_from_wire(wire: dict[str, Any]) -> ControlOp | None:
-    """The op a control frame holds; None if it is none (not our broker talking).
-    Malformed for a spawn whose setup is not one (that spawn fails, no more)."""
+    """The op a control frame holds; None if it is none (not our broker talking)."""
     op = wire.get("op")
-    if op == "spawn":
-        setup = wire.get("setup")
-        return Spawn(None if setup is None else SandboxSetup.from_wire(setup))
+    if op == "spawn" and len(wire) == 1:
+        return Spawn()
     if op == "wait" and is_count(wire.get("pid")):
         return Wait(wire["pid"])
     return None

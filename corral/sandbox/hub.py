@@ -1,8 +1,9 @@
 """A shared pool: one zygote, many sandboxes ("lanes"), workers on demand.
 
-Each lane is a sandbox's supply of workers (pool.Supply), which the one zygote
-forks from that sandbox's own root fds, sent with each spawn request, so a
-worker is confined to its sandbox's roots and never serves another. Workers are
+Each lane is a sandbox's supply of workers (pool.Supply): blank forks of the one
+zygote, each sent that sandbox's setup and own root fds by the host on its own
+socket, so a worker is confined to its sandbox's roots, never serves another,
+and holds nothing of another in its memory. Workers are
 forked when a call needs one and exit after `idle_timeout_s` idle; at most
 `max_workers` exist at once. A call that finds no worker of its lane idle
 queues; queued calls are granted round-robin across lanes (one grant per lane

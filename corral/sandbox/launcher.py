@@ -201,7 +201,11 @@ def _drop(key: Key, template: Template) -> None:
 def _key(entry: str) -> Key:
     """What a zygote for `entry` started now would start with."""
     environment = tuple(sorted(zygote_environment(os.environ).items()))
-    return entry, environment, (PACKAGE_PARENT, *sys.path)
+    # Not the host's working directory (sys.path[0] under `python -m` or -c): the
+    # import system would cache its listing in the template, so in every worker,
+    # and a server's working directory may hold its tenants' workspaces.
+    here = ("", os.getcwd())
+    return entry, environment, (PACKAGE_PARENT, *(p for p in sys.path if p not in here))
 
 
 def _running(key: Key) -> Template:

@@ -259,7 +259,7 @@ class ZygoteHandle:
     it, ask it to fork, ask how a worker ended. A shared pool's zygote that died
     (killed from outside, or hung past CONTROL_TIMEOUT_S and killed) is replaced at
     the next spawn: it serves every sandbox of the pool, every tenant of a server,
-    and holds nothing of theirs (each spawn brings its sandbox's setup and root fds).
+    and holds nothing of theirs (each new worker gets its setup from the host).
     A private sandbox's zygote is not: it opened its roots by path, and a new one
     might open other directories there; its sandbox fails closed instead."""
 
@@ -269,7 +269,7 @@ class ZygoteHandle:
 
     def __init__(self, setup: SandboxSetup | None) -> None:
         """Start the zygote for a private sandbox's `setup` (None: a shared pool's,
-        whose every spawn brings its sandbox's): a fork of the template."""
+        whose workers get their setup from the host): a fork of the template."""
         self._lock = threading.Lock()
         self._shared = setup is None
         self._stopped = False  # by stop(): for good
@@ -308,9 +308,9 @@ class ZygoteHandle:
     def spawn(
         self, setup: SandboxSetup | None = None, root_fds: Sequence[int] = (),
     ) -> tuple[int, socket.socket, int]:
-        """Fork one worker: (pid, socket, pidfd). A shared pool's zygote needs the
-        sandbox's `setup` and its root fds."""
-        reply, fds = self._ask(Spawn(setup), max_fds=2, send_fds=root_fds)
+        """Fork one worker: (pid, socket, pidfd). A shared pool's worker is sent its
+        sandbox's `setup` and root fds on its own socket, never through the zygote."""
+        reply, fds = self._ask(Spawn(), max_fds=2)
         if reply is None or reply.pid is None or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
@@ -321,6 +321,16 @@ class ZygoteHandle:
             self._forked.add(reply.pid)
         sock = socket.socket(fileno=fds[0])
         sock.setblocking(False)
+        if setup is not None:
+            try:
+                send_setup(sock, setup, root_fds)
+            except (ProtocolError, OSError) as exc:  # TimeoutError included
+                sock.close()
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(fds[1], signal.SIGKILL)
+                os.close(fds[1])
+                self.wait(reply.pid)
+                raise SandboxError(f"The zygote's new worker took no setup: {exc}.") from None
         return reply.pid, sock, fds[1]
 
     def wait(self, pid: int) -> int | None:
@@ -335,10 +345,8 @@ class ZygoteHandle:
             return None
         return None if reply is None else reply.code
 
-    def _ask(
-        self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int] = ()
-    ) -> tuple[Reply | None, list[int]]:
-        """One request (with `send_fds` attached) and its reply. A channel that fails,
+    def _ask(self, request: Spawn | Wait, max_fds: int) -> tuple[Reply | None, list[int]]:
+        """One request and its reply. A channel that fails,
         ends or times out is closed for good (a late reply would otherwise answer the
         next request): a shared pool's spawn then starts another zygote and asks it."""
         with self._lock:
@@ -346,7 +354,7 @@ class ZygoteHandle:
                 raise SandboxError("The sandbox is closed.")
             for retry in (False, True):
                 if self._broken is None:
-                    reply = self._exchange(request, max_fds, send_fds)
+                    reply = self._exchange(request, max_fds)
                     if reply is not None:
                         return reply
                 if retry or not self._shared or not isinstance(request, Spawn):
@@ -356,19 +364,19 @@ class ZygoteHandle:
             raise SandboxError(f"The zygote broke its channel: {self._broken}.")
 
     def _exchange(
-        self, request: Spawn | Wait, max_fds: int, send_fds: Sequence[int],
+        self, request: Spawn | Wait, max_fds: int,
     ) -> tuple[Reply | None, list[int]] | None:
         """`request` sent, its reply read; None if the channel broke (then closed,
         and why kept in _broken); caller holds _lock."""
         deadline = time.monotonic() + CONTROL_TIMEOUT_S
         fds: list[int] = []
         try:
-            if request == self._queued and not send_fds:  # sent with the start frame
+            if request == self._queued:  # sent with the start frame
                 self._queued = None
                 wire, fds = recv_frame_with_fds(self._sock, CONTROL_FRAME_BYTES, max_fds,
                                                 deadline)
             else:
-                wire, fds = ask_with_fds(self._sock, request.to_wire(), send_fds, max_fds,
+                wire, fds = ask_with_fds(self._sock, request.to_wire(), (), max_fds,
                                          CONTROL_FRAME_BYTES, deadline)
             if wire is not None:
                 return Reply.from_wire(wire), fds
@@ -412,6 +420,15 @@ def _ended_within(pidfd: int, timeout_s: float | None) -> bool:
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)  # readable once the process has exited
     return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
+
+
+def send_setup(sock: socket.socket, setup: SandboxSetup, root_fds: Sequence[int]) -> None:
+    """A shared pool's new worker's first frame, its sandbox's setup with the root
+    fds attached to its first byte, on the worker's (non-blocking) socket."""
+    frame = encode(setup.to_wire(), CONTROL_FRAME_BYTES)
+    deadline = time.monotonic() + CONTROL_TIMEOUT_S
+    send_bytes(sock.fileno(), frame[socket.send_fds(sock, [frame[:1]], list(root_fds)):],
+               deadline)
 
 
 class Supply(Protocol):

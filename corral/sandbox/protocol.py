@@ -27,7 +27,7 @@ HEADER = struct.Struct(">I")
 CONTROL_FRAME_BYTES = 4 * 1024 * 1024
 
 # The most roots (workspace + allowed paths) one sandbox of a shared pool may have:
-# their fds travel with each spawn request, and the zygote reads at most this many.
+# their fds travel with each new worker's setup, and the worker reads at most this many.
 MAX_ROOTS = 64
 
 # How a worker's exit code tells the pool why it ended (gunicorn's WORKER_BOOT_ERROR idea).

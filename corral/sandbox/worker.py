@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import posixpath
 import select
 import signal
+import socket
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
 from collections.abc import Callable
@@ -45,14 +47,17 @@ from corral.history.store import Store
 from corral.policy import Policy
 from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
+    CONTROL_FRAME_BYTES,
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,
     EXIT_ORPHANED,
+    MAX_ROOTS,
     POKED,
     FrameTooLarge,
     ProtocolError,
     encode,
     read_sole_frame,
+    recv_frame_with_fds,
     send_bytes,
 )
 from corral.tools.base import Context
@@ -89,10 +94,10 @@ class Setup:
     def adopt(
         cls, sandbox: SandboxSetup, fds: list[int], policies: Callable[[str], Policy]
     ) -> Setup:
-        """The same from root fds the host opened and sent (a shared pool's zygote
-        holds no roots of its own: each spawn brings its sandbox's), and the policy
-        `policies` makes of the setup's JSON text (the zygote's keeps what it
-        built). Takes the fds: they are closed on failure, and by close() afterwards."""
+        """The same from root fds the host opened and sent (a shared pool's worker
+        gets them with its setup), and the policy `policies` makes of the setup's
+        JSON text. Takes the fds: they are closed on failure, and by close()
+        afterwards."""
         opened: list[Root] = []
         try:
             if len(fds) != len(sandbox.roots) or not fds:
@@ -148,11 +153,21 @@ def _durable(options: SandboxOptions) -> bool:
     return options.durability != "none"
 
 
-def run(fd: int, setup: Setup, zygote_pid: int) -> int:
-    """Confine this process, report the layers on `fd`, then serve; returns the exit code."""
+def run(fd: int, setup: Setup | None, zygote_pid: int) -> int:
+    """Confine this process, report the layers on `fd`, then serve; returns the exit
+    code. `setup` None: a shared pool's worker, whose setup comes first on `fd`."""
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != zygote_pid:
         return EXIT_ORPHANED
+    if setup is None:
+        try:
+            setup = receive_setup(fd)
+        except Exception as exc:  # Malformed, or fds that do not match its roots
+            send_bytes(fd, encode(BootReport(confine_error=f"its setup was refused: {exc}")
+                                  .to_wire(), CONTROL_FRAME_BYTES))
+            return EXIT_CONFINE_FAILED
+        if setup is None:
+            return 0  # the host closed the socket before it sent one
     try:
         preload(setup.policy.fallback_encodings)  # a confined worker cannot import a codec
         dirs = setup.confined_dirs()
@@ -165,6 +180,27 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
     roots = tuple((root.path, root.mode) for root in setup.roots.all())
     _send(fd, BootReport(layers, os.getpid(), roots), setup)
     return serve(fd, setup)
+
+
+def receive_setup(fd: int) -> Setup | None:
+    """A shared pool's worker's setup, sent by the host on the worker's own socket with
+    the root fds attached, and its policy built here: the zygote that forked this
+    worker never sees it, so no worker inherits another sandbox's roots or rules.
+    None at end of stream."""
+    sock = socket.socket(fileno=fd)
+    try:
+        wire, fds = recv_frame_with_fds(sock, CONTROL_FRAME_BYTES, MAX_ROOTS)
+    finally:
+        sock.detach()  # the fd stays the worker's
+    if wire is None:
+        return None
+    try:
+        sandbox = SandboxSetup.from_wire(wire)
+    except BaseException:
+        for received in fds:
+            os.close(received)
+        raise
+    return Setup.adopt(sandbox, fds, lambda text: Policy.from_dict(json.loads(text)))
 
 
 def serve(fd: int, setup: Setup) -> int:

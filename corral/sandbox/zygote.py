@@ -6,16 +6,16 @@ over SCM_RIGHTS.
 
 Control channel (a Unix socket pair with the broker, frames of protocol.py,
 messages of calls/control.py): the first frame is ZygoteStart (its setup null
-for a shared pool's zygote, which opens no roots: each spawn then carries its
-sandbox's SandboxSetup, the policy compiled once per sandbox, with its root fds
-attached, which the zygote closes once the worker is forked, so no worker ever
-holds another sandbox's roots); then {"op": "spawn"} -> {"pid"} + fds
-[socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit code
-as os.waitstatus_to_exitcode gives it, None if unknown: the broker waits for
-every worker it kills, so an evicted worker is reaped before the fork that
-replaces it and the pool's process count never passes its bound). End of stream on the
-channel means the broker closed or died: the zygote kills its workers, reaps
-them and exits, as forkserver's "alive" pipe does.
+for a shared pool's zygote, which never sees any sandbox's setup: it forks a
+blank worker, and the host sends that worker its sandbox's setup and root fds
+over the worker's own socket, so no worker inherits another sandbox's roots,
+rules or options from the zygote's memory); then {"op": "spawn"} -> {"pid"} +
+fds [socket, pidfd], and {"op": "wait", "pid"} -> {"pid", "code"} (the exit
+code as os.waitstatus_to_exitcode gives it, None if unknown: the broker waits
+for every worker it kills, so an evicted worker is reaped before the fork that
+replaces it and the pool's process count never passes its bound). End of
+stream on the channel means the broker closed or died: the zygote kills its
+workers, reaps them and exits, as forkserver's "alive" pipe does.
 
 The template runs prepare() once and main(FD) in each zygote it forks.
 """
@@ -23,7 +23,6 @@ The template runs prepare() once and main(FD) in each zygote it forks.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import selectors
@@ -32,20 +31,11 @@ import socket
 import sys
 
 from corral._malloc import keep_freed_memory
-from corral.calls.control import (
-    Reply,
-    SandboxSetup,
-    Spawn,
-    Wait,
-    ZygoteStart,
-    control_from_wire,
-)
-from corral.calls.messages import Malformed
+from corral.calls.control import Reply, Spawn, Wait, ZygoteStart, control_from_wire
 from corral.policy import Policy
 from corral.sandbox import confine, worker
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
-    MAX_ROOTS,
     ProtocolError,
     read_frame,
     recv_frame_with_fds,
@@ -53,10 +43,6 @@ from corral.sandbox.protocol import (
     widen_socket,
     write_frame,
 )
-
-# A shared pool's zygote keeps the compiled policies of this many sandboxes (a
-# policy is a few hundred KiB at most under the workspace config's bounds).
-POLICY_CACHE_SIZE = 64
 
 
 def prepare() -> None:
@@ -78,7 +64,7 @@ def main(control_fd: int) -> None:
     try:
         start = ZygoteStart.from_wire(wire)
         setup = None if start.setup is None else worker.Setup.open(
-            start.setup, compiled(start.setup.policy))
+            start.setup, Policy.from_dict(json.loads(start.setup.policy)))
     except Exception as exc:  # Malformed, or roots that cannot be opened
         _reply(control_fd, Reply(error=str(exc)))
         return
@@ -126,45 +112,23 @@ class Zygote:
     def accept(self) -> bool:
         """Serve one broker request; False when the channel has ended."""
         try:
-            request, fds = recv_frame_with_fds(self.control, CONTROL_FRAME_BYTES, MAX_ROOTS)
+            # none of its requests has fds attached: one that has is not our broker's
+            request, _ = recv_frame_with_fds(self.control, CONTROL_FRAME_BYTES, 0)
         except (ProtocolError, ConnectionError):
             return False
-        try:
-            op = None if request is None else control_from_wire(request)
-        except Malformed as exc:  # a spawn whose setup is none: it fails, nothing more
-            for fd in fds:
-                os.close(fd)
-            _reply(self.control.fileno(), Reply(error=str(exc)))
-            return True
-        match op:
-            case Spawn(setup=setup) if (self.setup is None) == (setup is not None):
-                self.fork_for(setup, fds)
+        match None if request is None else control_from_wire(request):
+            case Spawn():
+                self.fork_one(self.setup)
             case Wait(pid=pid):
                 _reply(self.control.fileno(), Reply(pid, self.wait(pid)))
             case _:
                 return False  # the channel ended, or not our broker talking: stop, never guess
         return True
 
-    def fork_for(self, setup: SandboxSetup | None, fds: list[int]) -> None:
-        """Fork a worker for the private pool's setup, or for a shared pool's sandbox
-        `setup` and its root fds (closed here once the worker has them)."""
-        if setup is None:
-            for fd in fds:  # none are expected; never keep strays
-                os.close(fd)
-            self.fork_one(self.setup)  # type: ignore[arg-type]
-            return
-        try:
-            ready = worker.Setup.adopt(setup, fds, compiled)
-        except Exception as exc:
-            _reply(self.control.fileno(), Reply(error=str(exc)))
-            return
-        try:
-            self.fork_one(ready)
-        finally:
-            ready.close()
-
-    def fork_one(self, setup: worker.Setup) -> None:
-        """Fork a worker on a fresh socket pair; hand the broker its end and a pidfd."""
+    def fork_one(self, setup: worker.Setup | None) -> None:
+        """Fork a worker on a fresh socket pair (for a private pool's setup; None: a
+        blank worker that reads its setup from the host); hand the broker its end
+        and a pidfd."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (ours, theirs):
             widen_socket(end)
@@ -237,12 +201,3 @@ class Zygote:
             while os.read(self.wake_r, 4096):
                 pass
 
-
-@functools.lru_cache(maxsize=POLICY_CACHE_SIZE)
-def compiled(text: str) -> Policy:
-    """The policy a shared pool's spawn carries as JSON text, decoded, built and
-    compiled at the first fork for it and kept: a fork for one sandbox never pays
-    for another's rules (a lookup hashes the text: a millisecond per MiB)."""
-    policy = Policy.from_dict(json.loads(text))
-    policy.warm()  # here, before the forks, not in each worker's first call
-    return policy
