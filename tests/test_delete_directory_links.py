@@ -96,3 +96,20 @@ def test_corral_undo_lists_the_links(ws: Path) -> None:
     assert snapshot(ws) == _without_links(before)
     # the plain text names them, escaped, for a person to make again
     assert escaped(LINKS["d/bin/evil"]) in outcome["text"] and _raw(outcome["text"]) == []
+
+
+def test_undo_of_a_deleted_symlink_lists_it(ws: Path) -> None:
+    """delete_file of a symlink, undone: nothing to restore, nothing conflicting; the
+    link is listed as a deleted directory's are, and the change counts as undone."""
+    (ws / "a.txt").write_text("alpha\n")
+    (ws / "link").symlink_to("a.txt")
+    with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sandbox:
+        ok(sandbox, "delete_file", path="link")
+        undone = sandbox.undo("link")
+        assert undone["ok"], undone
+        assert undone["result"]["restored"] == [] and undone["result"]["conflicts"] == []
+        assert _listed(undone["result"]) == {"link": "a.txt"}
+        assert "  link -> a.txt" in undone["text"].splitlines()
+        assert not os.path.lexists(ws / "link")
+        again = sandbox.undo("link")  # stepped past it: no other change of the link
+    assert again["error"]["code"] == "not_found", again

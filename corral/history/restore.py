@@ -140,7 +140,10 @@ class Restorer:
                     root.unlink(rel, keep=keep)
                 root.mkdir(rel, keep=keep)
             return
-        if kind == "symlink":
+        if kind == "symlink":  # a worker cannot make one: listed, for a person to make
+            if info is None:
+                self.unkept_links.append({"path": entry.path, "target": state.target or ""})
+                return
             raise CorralError(
                 "path_denied", f"{entry.path} was a symlink, which corral cannot create."
             )
@@ -497,7 +500,7 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
                if restorer.matches(step, step.after)}
     reasons: dict[str, str] = {}
     restored, conflicts = _revert_one(restorer, whole, force, reasons, resumed)
-    if restored and not conflicts:
+    if not conflicts:  # (a deleted symlink's undo restores nothing, and lists it)
         for record in whole:  # the host commits them with the undo's other records
             restorer.keeper.ids.append(_finished(store, record.id))
     return {"restored": restored, "conflicts": conflicts, "undone": target.id,
@@ -590,4 +593,6 @@ def _revert_one(
         for path in paths:
             reasons[path] = error.message
         return [], paths
-    return paths, []
+    unmade = {link["path"] for link in restorer.unkept_links}
+    return [e.path for e in entries if not (  # a deleted symlink: listed, not restored
+        e.before is not None and e.before.type == "symlink" and e.path in unmade)], []
