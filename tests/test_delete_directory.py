@@ -386,6 +386,32 @@ def test_a_claimed_link_is_only_shown(
     assert snapshot(ws) == {path: was for path, was in before.items() if path not in LINKS}
 
 
+def test_a_removal_the_kernel_stops_puts_back_all_but_the_links_it_took(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry the kernel refuses to remove (immutable, say) stops the removal of
+    the copied tree: its files come back from the store's copy, nothing is
+    recorded, and a link already gone, which no worker can make again, is named
+    with its target in the error."""
+    _links_tree(ws)
+    before = snapshot(ws)
+    work, store = work_store(tmp_path / "store")
+
+    def refused(dir_fd: int, name: str) -> None:
+        os.unlink(f"{name}/out", dir_fd=dir_fd)
+        os.unlink(f"{name}/a.txt", dir_fd=dir_fd)
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(keeper_module, "remove", refused)
+    with pytest.raises(CorralError) as raised:
+        _copied_delete(ws, store, monkeypatch)
+    assert raised.value.code == "io_error"
+    assert "d/out -> /etc/passwd" in raised.value.message and "d/gone" not in (
+        raised.value.message)
+    assert snapshot(ws) == {path: was for path, was in before.items() if path != "d/out"}
+    assert left(work, ".pending", ".done") == [] and not list(work.glob("b-*"))
+
+
 def test_a_kept_tree_changed_after_it_was_committed_is_not_put_back(
     ws: Path, tmp_path: Path
 ) -> None:
