@@ -57,3 +57,27 @@ def test_an_append_cut_short_leaves_no_part_of_its_record(tmp_path: Path):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert (tmp_path / "log.txt").read_bytes() == b"old record\n"
+
+
+def test_a_worker_started_after_the_workspace_was_removed_names_it(tmp_path: Path):
+    """A worker forked once the workspace is gone (its path cannot be bound in the
+    mount namespace) stands an empty removed directory in for it: the call fails
+    not_found naming the removal, and the sandbox keeps answering."""
+    from corral import Sandbox
+
+    ws = tmp_path / "gone"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    with Sandbox(ws) as sb:
+        assert sb.call("read_file", {"path": "a.txt"})["ok"]
+        (ws / "a.txt").unlink()
+        ws.rmdir()
+        for pid in sb.pids()["workers"]:  # every later call needs a newly forked worker
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(2):
+            answer = sb.call("read_file", {"path": "a.txt"})
+            if answer["error"]["code"] != "worker_crashed":  # the call that met the kill
+                break
+        assert answer["error"]["code"] == "not_found", answer
+        assert "workspace directory was removed" in answer["error"]["message"]
+        assert sb.call("list_directory", {"path": "."})["error"]["code"] == "not_found"

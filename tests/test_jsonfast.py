@@ -89,3 +89,27 @@ def test_text_for_a_client_carries_no_lone_surrogate() -> None:
     assert json.loads(line) == {"name": "bad\ufffd.txt", "odd": ["\ufffd" * 3], "bad\ufffd": 1}
     # between worker and host the escape stays, so the Python API can name the file
     assert json.loads(jsonfast.dumps(value)) == value
+
+
+@pytest.mark.parametrize("where", [0, jsonfast.WALK_FIRST_VALUES * 4])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_number_is_refused_before_or_past_the_walk(
+    path: str, where: int, bad: float
+) -> None:
+    """dumps walks a message's first values, then scans its text for null: a NaN is
+    refused however many values come before it, with a large raw string beside it."""
+    raw = msgspec.json.decode(json.dumps("x" * 100_000).encode(), type=msgspec.Raw)
+    value = {"text": raw, "items": [None] * where + [bad]}
+    with pytest.raises(ValueError):
+        jsonfast.dumps(value, for_client=True)
+
+
+def test_members_decode_a_nested_object_in_one_pass() -> None:
+    inner = (("a", int), ("b", jsonfast.RAW, jsonfast.OPTIONAL))
+    fields = (("tool", str), ("result", inner, jsonfast.OPTIONAL))
+    found = jsonfast.decode_members(b'{"tool":"t","result":{"a":1,"b":"x"},"more":2}', fields)
+    assert found is not None and found["tool"] == "t"
+    assert found["result"]["a"] == 1 and bytes(found["result"]["b"]) == b'"x"'
+    assert jsonfast.decode_members(b'{"tool":"t"}', fields) == {"tool": "t"}
+    # the nested object is exact: an unknown member refuses the whole
+    assert jsonfast.decode_members(b'{"tool":"t","result":{"a":1,"c":0}}', fields) is None

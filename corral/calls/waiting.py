@@ -23,6 +23,12 @@ from typing import Protocol
 
 # A lone call's thread polls this long for the answer before it sleeps.
 ANSWER_SPIN_S = 150e-6
+# After an answer (or a poke) a worker polls for the next request this long before it
+# sleeps in a blocking read: a woken worker runs its call 2-3x slower than a running
+# one (cold CPU, wake-up), and an agent's next call often comes within it. It yields
+# the CPU while it polls, so it never holds a core that something else wants. The
+# host pokes only a worker idle longer than this: one that sleeps.
+NEXT_REQUEST_SPIN_S = 500e-6
 # A call not answered within this long is slow: `on_slow` hears of it once.
 SLOW_CALL_S = 0.001
 

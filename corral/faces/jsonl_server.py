@@ -86,4 +86,4 @@ def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
 
         return job
 
-    LineServer(read_lines(reader), handle, MAX_CONCURRENT_CALLS).run()
+    LineServer(read_lines(reader, arrived=sandbox.wake), handle, MAX_CONCURRENT_CALLS).run()

@@ -508,6 +508,11 @@ class McpSession:
             actions += self._answered(question_id, None)
         return actions
 
+    def wake(self) -> None:
+        """The face is reading a message: Sandbox.wake, once the sandbox is open."""
+        if self._sandbox is not None:
+            self._sandbox.wake()
+
     def shut(self) -> None:
         """Close the sandbox (once every call has finished)."""
         if self._sandbox is not None:

@@ -64,8 +64,9 @@ class McpServer:
         say_remedy: Callable[[Remedy], str] = any_face,
     ) -> None:
         self._out = LineWriter(writer)
-        self._lines = LineServer(read_lines(reader), self._receive, MAX_CONCURRENT_CALLS)
         self._session = McpSession(open_sandbox, say_remedy=say_remedy)
+        lines = read_lines(reader, arrived=self._session.wake)
+        self._lines = LineServer(lines, self._receive, MAX_CONCURRENT_CALLS)
         self._driver = SessionDriver(self._session, deliver=self._deliver, spawn=self._spawn)
 
     def serve(self) -> bool:

@@ -77,10 +77,19 @@ def protocol_streams() -> tuple[BinaryIO, BinaryIO]:
     return sys.stdin.buffer, out
 
 
-def read_lines(stream: BinaryIO) -> Iterator[bytes | None]:
+def read_lines(
+    stream: BinaryIO, arrived: Callable[[], None] | None = None
+) -> Iterator[bytes | None]:
     """Each non-blank line without its newline; None for a line over MAX_LINE_BYTES
-    (its bytes are skipped up to the next newline)."""
+    (its bytes are skipped up to the next newline). arrived: called as soon as a
+    line's first bytes are in (a buffered stream's peek), before the rest is read
+    and parsed: the server wakes the worker that will run it (Sandbox.wake)."""
+    peek = getattr(stream, "peek", None) if arrived is not None else None
     while True:
+        if arrived is not None:
+            if peek is not None and not peek(1):
+                return
+            arrived()
         line = stream.readline(MAX_LINE_BYTES + 1)
         if not line:
             return

@@ -50,6 +50,37 @@ from corral.history.trees import check_kept, copy_tree, kept_of, refill, unshare
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
 HASH_MOVED_BYTES = 8 * 1024 * 1024
+# Files this worker wrote, by (device, inode): their (size, mtime, ctime) just after
+# they landed and their version. A write over one of them that finds it unchanged
+# records the version of what it replaces without reading it (an agent rewrites and
+# edits the same few files), and the host commits that version as the kept copy's
+# hash instead of reading and hashing the blob (promote.py: why that is as strong).
+# Bounded: a miss only costs the host its hash.
+WRITTEN_KEPT = 256
+_written: dict[tuple[int, int], tuple[tuple[int, int, int], str]] = {}
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """What any change to a file's bytes moves: its size, mtime and ctime (ctime
+    cannot be set back, and from Linux 6.13 a change after a stat gets a finer one)."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _landed(dir_fd: int, name: str, version: str) -> None:
+    """Remember the file a write just landed at `name` as holding `version`."""
+    st = _lstat(dir_fd, name)
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return
+    if len(_written) >= WRITTEN_KEPT:
+        del _written[next(iter(_written))]
+    _written[(st.st_dev, st.st_ino)] = (_stamp(st), version)
+
+
+def _known_version(st: os.stat_result) -> str | None:
+    """The version of the file `st` describes, if this worker wrote it and it has not
+    changed since; None otherwise."""
+    known = _written.get((st.st_dev, st.st_ino))
+    return known[1] if known is not None and known[0] == _stamp(st) else None
 
 
 def kind_of(mode: int) -> str:
@@ -163,11 +194,17 @@ class Keeper:
         def land(dir_fd: int, tmp: str, name: str, flags: int) -> None:
             entry = current.record.entries[0]
             now = _lstat(dir_fd, name)
-            if not _same(now, current.st):
+            # a version the record claims for the old file must still be its own
+            claimed = entry.before is not None and entry.before.version is not None
+            if not _same(now, current.st) or (
+                claimed and now is not None and current.st is not None
+                and _stamp(now) != _stamp(current.st)
+            ):
                 entry = again(now)
             if entry.before is None:
                 try:
                     renameat2(dir_fd, tmp, dir_fd, name, flags | RENAME_NOREPLACE)
+                    _landed(dir_fd, name, version)
                     return
                 except FileExistsError:
                     if flags & RENAME_NOREPLACE or (now := _lstat(dir_fd, name)) is None:
@@ -177,6 +214,7 @@ class Keeper:
                 raise FileExistsError(errno.EEXIST, "exists")
             # the blob _replacing named for what is there: the record's own
             self._swap(dir_fd, tmp, name, blob_name(current.record.id))
+            _landed(dir_fd, name, version)
 
         try:
             yield land
@@ -190,8 +228,9 @@ class Keeper:
     ) -> Entry:
         if st is None:
             return self._entry(root, rel, "replace", "create", None, after, made=made)
+        known = _known_version(st) if stat.S_ISREG(st.st_mode) else None
         before = State(kind_of(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
-                       blob=blob_name(self._next_id()))
+                       blob=blob_name(self._next_id()), version=known)
         return self._entry(root, rel, "replace", "modify", before, after, made=made)
 
     def _swap(self, dir_fd: int, tmp: str, name: str, blob: str) -> None:

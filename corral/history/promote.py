@@ -23,6 +23,7 @@ from corral.history.records import (
     State,
     checkpoint_from_bytes,
     dump,
+    is_version,
     record_from_bytes,
 )
 from corral.history.store import (
@@ -32,6 +33,7 @@ from corral.history.store import (
     RECORD,
     Store,
     blob_name,
+    blob_size,
     hash_blob,
     id_pid,
     id_time,
@@ -67,7 +69,7 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
         if not is_id(item):
             refused[str(item)[:64]] = "not an id"
             continue
-        for prefix in (RECORD, CHECKPOINT):
+        for prefix in (RECORD, CHECKPOINT):  # an id names a record or a checkpoint
             name = f"{prefix}{item}{DONE}"
             try:
                 data = read_small(store.fd, name)
@@ -84,10 +86,11 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
                 refused[name] = str(why)
                 skipped(name, why)
                 _drop(store, item, name)
-                continue
+                break
             publish(store.home, f"{prefix}{item}{COMMITTED}", value)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=store.fd)
+            break
     return refused
 
 
@@ -161,10 +164,37 @@ def _entry(
     if before.type == "dir":  # what an undo needs of it is that it was a directory
         return dataclasses.replace(entry, before=dataclasses.replace(before, blob=kept))
     _check(before.type == "file", "a blob of something that is not a file")
-    digest = hash_blob(store.fd, blob, before.size)
+    if before.version is not None:
+        # The version the writer claims for what it replaced becomes the kept copy's
+        # hash, unread: the note below says why that is as strong as hashing it here.
+        _check(is_version(before.version), "a version that is not one")
+        size = blob_size(store.fd, blob)
+        _check(size is not None and size == before.size,
+               "a blob that is missing, not a file or cut short")
+        digest: str | None = before.version
+    else:
+        digest = hash_blob(store.fd, blob, before.size)
     _check(digest is not None, "a blob that is missing, not a file or cut short")
     return dataclasses.replace(entry, before=State(**{
         **before.to_wire(), "blob": kept, "hash": digest}))
+
+
+# Why the committed hash of a kept copy may be the version its writer claimed (the
+# Keeper knows it without reading: the file is one it wrote itself, unchanged since),
+# rather than a hash the host takes of the blob here:
+# - Undo (store.read_blob) writes nothing until the blob it read has the record's
+#   size and hash. The record is the host's (workers may only read the store), so a
+#   blob swapped or altered after the claim is refused, exactly as one altered after
+#   a host's hash would be.
+# - A writer that lies (a compromised worker) gains nothing: the host hashing the blob
+#   would bind whatever bytes that writer put there before the promote, just as
+#   well. Either way the hash says what the blob held as the change landed, not that
+#   those were the file's bytes before it, which no check after the fact can know.
+# - So a lie or a stale claim (the file rewritten in place by another program in the
+#   microseconds between the writer's last look and its rename into the store) costs
+#   only that undo: it is refused, nothing written, the blob left as it is.
+# A record without a claim (a file the worker did not write, or one changed since) has
+# its blob read and hashed here as before.
 
 
 def _tree_entry(store: Store, work: str, record_id: str, entry: Entry) -> Entry:

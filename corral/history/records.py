@@ -51,6 +51,14 @@ def is_id(text: object) -> bool:
     return isinstance(text, str) and len(text) == ID_WIDTH and set(text) <= _HEX
 
 
+VERSION_WIDTH = 24  # hex digits of fs.version's content hash
+
+
+def is_version(text: object) -> bool:
+    """A content version (fs.version) as a record may name one."""
+    return isinstance(text, str) and len(text) == VERSION_WIDTH and set(text) <= _HEX
+
+
 @dataclass(frozen=True)
 class Kept:
     """One entry beneath a deleted directory, as its record keeps it: the path below
@@ -276,7 +284,11 @@ def checkpoint_from_bytes(data: bytes) -> Checkpoint:
 
 
 def dump(value: Record | Checkpoint) -> bytes:
-    return json.dumps(value.to_wire(), separators=(",", ":")).encode()
+    return dump_wire(value.to_wire())
+
+
+def dump_wire(wire: dict[str, Any]) -> bytes:
+    return json.dumps(wire, separators=(",", ":")).encode()
 
 
 def _check(condition: object, why: str) -> None:

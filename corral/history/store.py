@@ -56,6 +56,7 @@ from corral.history.records import (
     State,
     checkpoint_from_bytes,
     dump,
+    dump_wire,
     is_id,
     record_from_bytes,
 )
@@ -244,7 +245,9 @@ class Store:
         """Write a record before its change lands (checked as the host will check
         it), and hold its flock until it is committed or dropped (the sign its
         writer lives); the bytes it takes."""
-        data = dump(Record.from_wire(record.to_wire()))
+        wire = record.to_wire()
+        Record.from_wire(wire)  # what the host will refuse is refused here first
+        data = dump_wire(wire)
         if len(data) > MAX_RECORD_BYTES:  # the host would refuse it: nothing changes
             raise CorralError("too_large", f"the history record of this change would take "
                               f"{len(data)} bytes, over the {MAX_RECORD_BYTES} byte limit; "
@@ -615,9 +618,11 @@ def publish(dir_fd: int, name: str, data: bytes) -> bool:
     temp, which `remove_temps` clears). False if `name` exists (left as it is).
     The caller holds the store's lock, so no other host writes the same temp."""
     temp = f"{TEMP}{name}"
-    with contextlib.suppress(FileNotFoundError):
+    try:
+        _write_new(dir_fd, temp, data)
+    except FileExistsError:  # left by a host killed here (remove_temps clears them too)
         os.unlink(temp, dir_fd=dir_fd)
-    _write_new(dir_fd, temp, data)
+        _write_new(dir_fd, temp, data)
     try:
         renameat2(dir_fd, temp, dir_fd, name, RENAME_NOREPLACE)
     except FileExistsError:
@@ -651,12 +656,24 @@ def read_small(dir_fd: int, name: str) -> bytes | None:
             raise BadRecord("not a regular file")
         if st.st_size > MAX_RECORD_BYTES:
             raise BadRecord("a file too big to be a record")
-        chunks = []
+        data = os.read(fd, st.st_size + 1)  # one byte more: the end is seen in one read
+        if len(data) <= st.st_size:
+            return data
+        chunks = [data]  # it grew since the fstat: read on to its end, as it is now
         while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def blob_size(dir_fd: int, name: str) -> int | None:
+    """The size of a regular-file blob (never followed); None if it is not one."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def hash_blob(dir_fd: int, name: str, size: int | None) -> str | None:

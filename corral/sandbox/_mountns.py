@@ -148,6 +148,9 @@ def enter(roots: Sequence[tuple[str, int | None]], read_only: Collection[str] = 
     except Refused:
         return False
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
+    # a root removed since the sandbox opened it has no path left to bind
+    removed = [fd for _, fd in roots if fd is not None and os.fstat(fd).st_nlink == 0]
+    roots = [(path, fd) for path, fd in roots if fd not in removed]
     staging = _staging([path for path, _ in roots])
     # bind from fds opened in this namespace (a bind takes its source from the
     # caller's own namespace), before the tmpfs covers `staging`; each must be the
@@ -166,6 +169,15 @@ def enter(roots: Sequence[tuple[str, int | None]], read_only: Collection[str] = 
     finally:
         for bound_fd in opened.values():
             os.close(bound_fd)
+    if removed:
+        # on a tmpfs of their own, detached at once: an open removed directory on the
+        # staging tmpfs would keep it from being remounted read-only (EBUSY)
+        scratch = staging + "/.removed"
+        os.mkdir(scratch)
+        _mount("corral", scratch, "tmpfs", _TMPFS, _TMPFS_OPTIONS)
+        for index, gone in enumerate(removed):
+            _stand_in(f"{scratch}/{index}", gone)
+        _mount_detach(scratch)
     os.makedirs(staging + _PROC_FDS)
     _mount(_PROC_FDS, staging + _PROC_FDS, None, MS_BIND)  # /proc/self: this process's own
     _mount(None, staging, None, MS_REMOUNT | MS_RDONLY | _TMPFS)
@@ -216,6 +228,20 @@ def _open_same(path: str, fd: int | None) -> int:
             os.close(fresh)
             raise OSError(errno.ESTALE, f"root {path!r} is no longer the directory opened")
     return fresh
+
+
+def _stand_in(place: str, fd: int) -> None:
+    """Replace `fd`, a removed root, by an empty directory made at `place` in the
+    namespace's tmpfs and removed again: every call finds nothing in it, as in the
+    removed root, and its link count of 0 tells the worker why (worker.py names it)."""
+    os.mkdir(place, 0o500)
+    flags = _DIR_FLAGS if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_PATH else _DIR_FLAGS & ~os.O_PATH
+    fresh = os.open(place, flags | os.O_NOFOLLOW)
+    try:
+        os.rmdir(place)
+        os.dup2(fresh, fd, inheritable=os.get_inheritable(fd))
+    finally:
+        os.close(fresh)
 
 
 def _reopen(path: str, fd: int) -> None:

@@ -35,14 +35,18 @@ _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtrac
 
 
 # A large read_file answer, as the host passes it on (decode_answer): its members, the
-# result's exact shape (tools/read.py), and the two strings that stay JSON text.
-_ANSWER = tuple((name, jsonfast.RAW, jsonfast.OPTIONAL)
-                for name in ("id", "ok", "tool", "result", "text", "error", "meta"))
+# result's exact shape (tools/read.py), and the two strings that stay JSON text. The
+# result is decoded in the same pass as the answer: its megabyte of content is
+# skipped once.
 _READ_RESULT = (
     ("path", str), ("content", jsonfast.RAW), ("encoding", str), ("total_lines", int),
     ("start_line", int), ("lines_read", int), ("truncated", bool),
     ("next_offset", int | None), ("size", int), ("version", str),
     ("next_byte_offset", int, jsonfast.OPTIONAL),
+)
+_ANSWER = tuple(
+    (name, _READ_RESULT if name == "result" else jsonfast.RAW, jsonfast.OPTIONAL)
+    for name in ("id", "ok", "tool", "result", "text", "error", "meta")
 )
 
 
@@ -71,9 +75,7 @@ def read_passed_on(data: bytes, max_values: int) -> dict[str, Any] | None:
     members = jsonfast.decode_members(data, _ANSWER)
     if members is None or bytes(members.get("tool", b"")) != b'"read_file"':
         return None
-    text, result = members.pop("text", None), members.pop("result", None)
-    fields = None if result is None else jsonfast.decode_members(
-        bytes(result), _READ_RESULT, exact=True)
+    text, fields = members.pop("text", None), members.pop("result", None)
     if text is None or fields is None or not (
         _json_string(bytes(text)) and _json_string(bytes(fields["content"]))
     ):

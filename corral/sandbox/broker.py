@@ -37,6 +37,8 @@ class Executor(Protocol):
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer: ...
 
+    def wake(self) -> None: ...
+
     def close(self) -> None: ...
 
     @property
@@ -104,6 +106,10 @@ class Broker:
         with self._sweep_lock:
             if self._sweep is None:
                 self._sweep = _on_thread(self._supply.sweep_temps)
+
+    def wake(self) -> None:
+        """A request is arriving: wake the worker it will run on if that one sleeps."""
+        self._calls.wake()
 
     async def asubmit(self, request: Submittable, wait: WaitPolicy = PLAIN) -> Answer:
         """submit() on a broker thread, so the event loop never blocks on a worker.

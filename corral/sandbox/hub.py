@@ -198,6 +198,10 @@ class Lane:
     def sole(self) -> bool:
         return self.hub.sole(self)
 
+    def wake(self) -> None:
+        """Nothing: which worker a shared pool's next call gets is the hub's choice
+        when the call comes (a lane's workers may be lent to another sandbox by then)."""
+
     def close_fds(self) -> None:
         while self.root_fds:
             os.close(self.root_fds.pop())

@@ -37,7 +37,14 @@ from corral.calls.messages import (
     TempList,
     error_answer,
 )
-from corral.calls.waiting import ANSWER_SPIN_S, PLAIN, SLOW_CALL_S, Cancel, WaitPolicy
+from corral.calls.waiting import (
+    ANSWER_SPIN_S,
+    NEXT_REQUEST_SPIN_S,
+    PLAIN,
+    SLOW_CALL_S,
+    Cancel,
+    WaitPolicy,
+)
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
 from corral.observe import Observer
@@ -46,6 +53,7 @@ from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,
+    POKE,
     FrameTooLarge,
     FrameTruncated,
     ProtocolError,
@@ -130,7 +138,23 @@ class Worker:
     layers: dict[str, Any] | None = None
     roots: list[list[str]] | None = None  # [path, mode] of each root, as it reported
     born: float = 0.0  # time.monotonic() when it was forked
+    idle_since: float = 0.0  # time.monotonic() when its last call was checked in
+    poked: bool = False  # poked since then: it is awake, or about to be
     _process: psutil.Process | None = None
+
+    def wake(self) -> None:
+        """Poke an idle worker that has gone to sleep (idle longer than it polls for
+        its next request), once: a request is coming, and waking it now overlaps its
+        wake-up with the host's parsing of that request, where waking it with the
+        request puts the two wakes one after the other. The caller holds its
+        supply's lock, with the worker idle: no request frame is being written, so
+        the 4 bytes go whole into an empty socket. A worker that finds no request
+        after it polls sleeps again (worker.serve)."""
+        if self.poked or time.monotonic() - self.idle_since < NEXT_REQUEST_SPIN_S:
+            return
+        self.poked = True
+        with contextlib.suppress(OSError):  # a dead worker is found when a call takes it
+            os.write(self.sock.fileno(), POKE)
 
     def exchange(
         self, frame: bytes, deadline: float, max_bytes: int, wait: WaitPolicy,
@@ -433,6 +457,9 @@ class Supply(Protocol):
     def sole(self) -> bool:
         """No other call holds a worker now (an unlocked guess: a wrong one costs speed)."""
 
+    def wake(self) -> None:
+        """A call is on its way: Worker.wake the idle worker it will take, if any."""
+
 
 class CallPath:
     """The one call path: checkout (Supply.take) -> exchange -> check in (give back,
@@ -446,6 +473,12 @@ class CallPath:
         # one, or one of more values, is a misbehaving worker's, refused undecoded.
         size, self.answer_values = answer_limits(limits)
         self.answer_bytes = min(size, options.max_frame_bytes)
+
+    def wake(self) -> None:
+        """A call is on its way (its first bytes came in): wake the worker it will
+        take if that one sleeps. Only where workers poll for requests (spin)."""
+        if self.options.spin:
+            self.supply.wake()
 
     def call(self, request: CallRequest | HistoryRequest, wait: WaitPolicy = PLAIN) -> Answer:
         """Run one call on a worker; failures of the worker become error answers."""
@@ -514,6 +547,7 @@ class CallPath:
     def checkin(self, worker: Worker) -> None:
         """Back to the supply, or recycled (max calls, RSS cap) without failing anyone."""
         worker.calls += 1
+        worker.idle_since, worker.poked = time.monotonic(), False
         if worker.calls >= worker.max_calls:
             why = f"after {worker.calls} calls"
         elif worker.calls % RSS_CHECK_EVERY == 0 and (

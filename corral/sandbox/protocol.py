@@ -44,6 +44,14 @@ SOCKET_SEND_BYTES = 4 * 1024 * 1024
 # read_sole_frame's first read: a small frame (a stat, a 4 KiB read's answer) comes
 # whole, header included, in that one syscall (~5 us each on a VM).
 SOLE_FIRST_READ = 64 * 1024
+# A poke: the header of an empty frame (no message is empty JSON), which the host
+# sends a sleeping worker when a request is on its way, so the worker's wake-up
+# overlaps the host's parsing (pool.Worker.poke). One 4-byte write to an idle
+# socket: it arrives whole, before the request it announces.
+POKE = HEADER.pack(0)
+# What read_sole_frame(pokes=True) returns for a read that held only pokes: no
+# request yet (compared with `is`).
+POKED: dict[str, Any] = {}
 
 
 class ProtocolError(Exception):
@@ -156,14 +164,16 @@ def read_frame(fd: int, max_bytes: int, deadline: float | None = None) -> dict[s
 
 def read_sole_frame(
     fd: int, max_bytes: int, deadline: float | None = None,
-    parse: Callable[[bytearray], dict[str, Any]] = decode,
+    parse: Callable[[bytearray], dict[str, Any]] = decode, *, pokes: bool = False,
 ) -> dict[str, Any] | None:
     """read_frame for a channel whose peer sends one frame and then waits for an
     answer (a worker and the broker): the first read takes the header and up to
     SOLE_FIRST_READ bytes of payload at once. Bytes past the frame are a
     ProtocolError: the peer sent more than one frame. A deadline is waited on
     before the first read, not after a read that would block. parse(payload): the
-    message in the payload (default: decode), ProtocolError if there is none."""
+    message in the payload (default: decode), ProtocolError if there is none.
+    pokes: POKEs before the frame are skipped, and a read of nothing else
+    returns POKED (a worker's requests)."""
     if deadline is not None:
         _wait(fd, select.POLLIN, deadline, at_deadline_ok=True)
     buffer = bytearray(HEADER.size + min(max_bytes, SOLE_FIRST_READ))
@@ -175,6 +185,10 @@ def read_sole_frame(
             _wait(fd, select.POLLIN, deadline)
     if count == 0:
         return None
+    if pokes:
+        count = _skip_pokes(buffer, count)
+        if count == 0:
+            return POKED
     if count < HEADER.size:
         rest = _read_exactly(fd, HEADER.size - count, deadline, eof_ok=False)
         assert rest is not None
@@ -190,6 +204,15 @@ def read_sole_frame(
         assert rest is not None
         payload += rest
     return parse(payload)
+
+
+def _skip_pokes(buffer: bytearray, count: int) -> int:
+    """Drop the POKEs that lead the `count` bytes read into `buffer`; how many are left."""
+    start = 0
+    while count - start >= HEADER.size and buffer[start:start + HEADER.size] == POKE:
+        start += HEADER.size
+    del buffer[:start]
+    return count - start
 
 
 def _read_exactly(fd: int, size: int, deadline: float | None, *, eof_ok: bool) -> bytearray | None:

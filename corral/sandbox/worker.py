@@ -7,6 +7,7 @@ zygote: after Landlock, a lazy import fails.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import posixpath
 import select
@@ -35,6 +36,7 @@ from corral.calls.messages import (
     error_answer,
     request_from_wire,
 )
+from corral.calls.waiting import NEXT_REQUEST_SPIN_S
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots, temp_owner
@@ -46,6 +48,7 @@ from corral.sandbox.protocol import (
     EXIT_BAD_FRAME,
     EXIT_CONFINE_FAILED,
     EXIT_ORPHANED,
+    POKED,
     FrameTooLarge,
     ProtocolError,
     encode,
@@ -56,11 +59,6 @@ from corral.tools.base import Context
 from corral.tools.encodings import preload
 from corral.tools.registry import TOOLS, execute
 
-# After an answer a worker polls for the next request this long before it sleeps in a
-# blocking read: a woken worker runs its call 2-3x slower than a running one (cold CPU,
-# wake-up), and an agent's next call often comes within it. It yields the CPU while it
-# polls, so it never holds a core that something else wants.
-NEXT_REQUEST_SPIN_S = 500e-6
 # find_temps looks at this many entries per root at most: ~4 us each, so a sweep of a
 # huge tree stays within a second or so (a temp past that many stays where it is).
 SWEEP_MAX_ENTRIES = 250_000
@@ -170,18 +168,26 @@ def run(fd: int, setup: Setup, zygote_pid: int) -> int:
 
 
 def serve(fd: int, setup: Setup) -> int:
-    """Answer frames until the broker closes the socket."""
+    """Answer frames until the broker closes the socket. A poke (the host saw a
+    request coming) only wakes it: it polls for the request as after an answer,
+    then sleeps again if none came."""
+    # Everything the zygote loaded lives as long as the worker: the collector need not
+    # walk it (a full collection over the preloaded modules is a latency spike, and
+    # touching their headers copies shared pages into this process).
+    gc.freeze()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
         if setup.options.spin:
             _spin_for_request(poller)
         try:
-            wire = read_sole_frame(fd, setup.options.max_frame_bytes)
+            wire = read_sole_frame(fd, setup.options.max_frame_bytes, pokes=True)
         except ProtocolError:
             return EXIT_BAD_FRAME
         if wire is None:
             return 0
+        if wire is POKED:
+            continue
         request = request_from_wire(wire)
         _send(fd, answer(request, setup), setup, request)
 

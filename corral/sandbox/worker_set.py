@@ -125,6 +125,12 @@ class WorkerSet:
         """Every other worker is idle (an unlocked read)."""
         return len(self._idle) + 1 >= len(self._workers)
 
+    def wake(self) -> None:
+        """Worker.wake the idle worker the next call takes (the last one given back)."""
+        with self._lock:
+            if self._idle and not self._waiting:
+                self._idle[-1].wake()
+
     def sweep_temps(self) -> int:
         """sweep_on, on an idle worker of the set if one is idle and no call waits
         (the broker sweeps once its first call is answered: that call's worker), else
