@@ -310,12 +310,12 @@ class Keeper:
                 self._copy_tree(dir_fd, name, blob, before, st, shown(self.workspace, root, rel))
                 return
             self.stored += sum(kept.size for kept in before.tree or ())
-            try:
-                checked = check_kept(self.store.fd, blob, before.mode, before.tree or (),
-                                     hashed=False, contents=False)
-                if checked.unkept:  # renamed in, every link must be there
-                    raise BadRecord("links gone")
+            try:  # renamed in: its links too, every one
+                whole = not check_kept(self.store.fd, blob, before.mode, before.tree or (),
+                                       hashed=False, contents=False).unkept
             except BadRecord:
+                whole = False
+            if not whole:
                 self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root, rel))
                 return
             unshare(self.store.fd, blob, zip(tree, before.tree or (), strict=True))

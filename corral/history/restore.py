@@ -34,8 +34,8 @@ class Restorer:
         self.roots, self.store, self.policy = roots, store, policy
         self.max_file_bytes = max_file_bytes
         self.keeper = Keeper(store, roots.workspace.path, tool, undoes)
-        # symlinks of deleted directories put back without them (a worker cannot make
-        # one): path and target, for a person to make again
+        # deleted symlinks this could not put back (a worker cannot make one): path
+        # and target, for a person to make again
         self.unkept_links: list[dict[str, str]] = []
 
     def root(self, path: str) -> Root:
