@@ -119,6 +119,11 @@ class Ledger:
         result = answer.result
         # names escaped, as approvals are: the text is shown to a person
         lines = [f"Restored {escaped(path)}." for path in result["restored"]]
+        if links := result.get("links_not_restored"):  # a deleted directory's symlinks
+            lines.append(f"Not made again ({len(links)}): corral cannot create symlinks; "
+                         "make these by hand if they are needed (path -> target):")
+            lines += [f"  {escaped(link['path'])} -> {escaped(link['target'])}"
+                      for link in links]
         reasons = result.get("reasons") or {}
         lines += [f"Left {escaped(path)} alone: {escaped(reasons.get(path, 'it changed since'))}"
                   + ("" if reasons.get(path, "").endswith(".") else ".")

@@ -1,10 +1,12 @@
-"""delete_directory of a tree (default: 20 directories of 25 files of 4 KiB) against
+"""delete_directory of a tree (default: 20 directories of 25 files of 4 KiB; with
+--links, that many symlinks in each directory too, as a node_modules' .bin) against
 shutil.rmtree of the same tree in-process, measured in one run: the recorded
 delete renamed into the store and copied into it (a store on another file
 system, /dev/shm), in-process; and through a Sandbox, history on (its workers'
 mount namespace makes the store another mount: copied) and off.
 
-    python scripts/bench_deldir.py [--dirs 20] [--files 25] [--size 4096] [--rounds 5]
+    python scripts/bench_deldir.py [--dirs 20] [--files 25] [--size 4096] [--links 0]
+                                   [--rounds 5]
 
 Prints each median and its ratio to rmtree's.
 """
@@ -28,13 +30,15 @@ from corral.history.store import Store
 from corral.policy import Policy
 
 
-def make_tree(top: Path, dirs: int, files: int, size: int) -> None:
+def make_tree(top: Path, dirs: int, files: int, size: int, links: int = 0) -> None:
     data = os.urandom(size)
     for d in range(dirs):
         sub = top / f"dir{d:03d}"
         sub.mkdir(parents=True)
         for f in range(files):
             (sub / f"file{f:03d}.bin").write_bytes(data)
+        for f in range(links):
+            (sub / f"link{f:03d}").symlink_to(f"file{f % max(files, 1):03d}.bin")
 
 
 def timed(make: Callable[[], None], delete: Callable[[], None], rounds: int) -> float:
@@ -63,16 +67,17 @@ def main() -> None:
     parser.add_argument("--dirs", type=int, default=20)
     parser.add_argument("--files", type=int, default=25)
     parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--links", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    entries = args.dirs * (args.files + 1)
+    entries = args.dirs * (args.files + args.links + 1)
     with tempfile.TemporaryDirectory() as tmp, \
             tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
         ws = Path(tmp) / "ws"
         ws.mkdir()
 
         def make() -> None:
-            make_tree(ws / "t", args.dirs, args.files, args.size)
+            make_tree(ws / "t", args.dirs, args.files, args.size, args.links)
 
         results = {"shutil.rmtree (in-process)": timed(
             make, lambda: shutil.rmtree(ws / "t"), args.rounds)}
@@ -96,7 +101,7 @@ def main() -> None:
                 results[f"Sandbox.call, {label}"] = timed(make, delete, args.rounds)
     base = results["shutil.rmtree (in-process)"]
     print(f"a tree of {entries} entries ({args.dirs} x {args.files} files of {args.size} "
-          f"bytes), median of {args.rounds}:")
+          f"bytes, {args.links} symlinks), median of {args.rounds}:")
     for label, seconds in results.items():
         print(f"  {label:50s} {seconds * 1000:8.2f} ms  x{seconds / base:6.2f}")
 

@@ -58,7 +58,8 @@ def test_it_is_off_by_default(sb: Sandbox, ws: Path) -> None:
 def test_an_empty_directory_goes_without_recursive(tree_sb: Sandbox, ws: Path) -> None:
     (ws / "empty").mkdir()
     response = ok(tree_sb, "delete_directory", path="empty")
-    assert response["result"] == {"path": "empty", "deleted": True, "entries_removed": 0}
+    assert response["result"] == {"path": "empty", "deleted": True, "entries_removed": 0,
+                                  "links_not_restorable": 0}
     assert not (ws / "empty").exists()
 
 
@@ -267,7 +268,7 @@ def test_a_renamed_tree_keeps_its_symlinks_and_comes_back(ws: Path, tmp_path: Pa
     assert not (ws / "d").exists()
     promoted(store, work, ws)
     result = _undo(ws, store, "d")
-    assert result["restored"] == ["d"], result
+    assert result["restored"] == ["d"] and result["links_not_restored"] == [], result
     assert snapshot(ws) == before
 
 
@@ -309,6 +310,106 @@ def test_a_forged_directory_delete_is_refused(
     assert list(refused) == [done.name], refused
     assert store.listing().records == []
     assert not list(work.glob("b-*"))  # dropped with its record
+
+
+def _copied_delete(ws: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delete_directory's change as a confined worker makes it: the store on another
+    mount (EXDEV), the tree copied in without its symlinks."""
+    real = os.rename
+
+    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if str(dst).startswith("b-"):
+            raise OSError(errno.EXDEV, "cross-device")
+        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(keeper_module.os, "rename", rename)
+        _keeper_delete(ws, store, "d")
+
+
+def _links_tree(ws: Path) -> None:
+    _tree(ws)
+    for path, target in LINKS.items():
+        (ws / path).symlink_to(target)
+
+
+@pytest.mark.parametrize("forgery", ["dotdot", "absolute", "no_parent", "over_a_file",
+                                     "one_kept", "kept_elsewhere"])
+def test_a_forged_record_of_a_tree_with_links_is_refused(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forgery: str
+) -> None:
+    """The host checks a copied tree's record as any other: a link entry must name a
+    plain path beneath the directory, below a listed directory, where the kept tree
+    holds nothing; and the kept tree holds all its links or none."""
+    _links_tree(ws)
+    work, store = work_store(tmp_path / "store")
+    _copied_delete(ws, store, monkeypatch)
+    done, record = _pending_record(work)
+    tree = record["entries"][0]["before"]["tree"]
+    (kept,) = work.glob("b-*")
+    link = ["x", "symlink", 0o777, "/etc/passwd"]
+    if forgery == "dotdot":
+        tree.append(["../x", *link[1:]])
+    elif forgery == "absolute":
+        tree.append(["/x", *link[1:]])
+    elif forgery == "no_parent":
+        tree.append(["nodir/x", *link[1:]])
+    elif forgery == "over_a_file":  # a.txt, kept as a file, claimed to be a link
+        tree[:] = [["a.txt", *link[1:]] if kept[0] == "a.txt" else kept for kept in tree]
+    elif forgery == "one_kept":  # one link put in the kept tree, the others not
+        (kept / "out").symlink_to("/etc/passwd")
+    else:  # a link kept at a path the record does not list
+        (kept / "sub" / "other").symlink_to("../a.txt")
+    done.write_text(json.dumps(record))
+    refused = commit_done(store, work, ws)
+    assert list(refused) == [done.name], refused
+    assert store.listing().records == []
+
+
+def test_a_claimed_link_is_only_shown(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link the record claims and the kept tree lacks cannot be checked (it is
+    gone): it is listed by undo, never made, never followed."""
+    _links_tree(ws)
+    before = snapshot(ws)
+    work, store = work_store(tmp_path / "store")
+    _copied_delete(ws, store, monkeypatch)
+    done, record = _pending_record(work)
+    record["entries"][0]["before"]["tree"].append(["sub/zz", "symlink", 0o777, "/etc/shadow"])
+    done.write_text(json.dumps(record))
+    promoted(store, work, ws)
+    undone = _undo(ws, store, "d")
+    assert undone["restored"] == ["d"] and undone["conflicts"] == []
+    assert {link["path"]: link["target"] for link in undone["links_not_restored"]} == {
+        **LINKS, "d/sub/zz": "/etc/shadow"}
+    assert snapshot(ws) == {path: was for path, was in before.items() if path not in LINKS}
+
+
+def test_a_removal_the_kernel_stops_puts_back_all_but_the_links_it_took(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry the kernel refuses to remove (immutable, say) stops the removal of
+    the copied tree: its files come back from the store's copy, nothing is
+    recorded, and a link already gone, which no worker can make again, is named
+    with its target in the error."""
+    _links_tree(ws)
+    before = snapshot(ws)
+    work, store = work_store(tmp_path / "store")
+
+    def refused(dir_fd: int, name: str) -> None:
+        os.unlink(f"{name}/out", dir_fd=dir_fd)
+        os.unlink(f"{name}/a.txt", dir_fd=dir_fd)
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(keeper_module, "remove", refused)
+    with pytest.raises(CorralError) as raised:
+        _copied_delete(ws, store, monkeypatch)
+    assert raised.value.code == "io_error"
+    assert "d/out -> /etc/passwd" in raised.value.message and "d/gone" not in (
+        raised.value.message)
+    assert snapshot(ws) == {path: was for path, was in before.items() if path != "d/out"}
+    assert left(work, ".pending", ".done") == [] and not list(work.glob("b-*"))
 
 
 def test_a_kept_tree_changed_after_it_was_committed_is_not_put_back(
@@ -392,6 +493,7 @@ def test_through_the_mcp_sdk_client(ws: Path, tmp_path: Path) -> None:
         done = await session.call_tool("delete_directory", {"path": "d", "recursive": True})
         assert not done.is_error
         assert structured(done) == {"path": "d", "deleted": True, "entries_removed": 4,
+                                    "links_not_restorable": 0,
                                     "text": "Deleted d and the 4 entries beneath it."}
 
     run_session(ws, body, extra=extra)
@@ -449,14 +551,25 @@ TREE_CRASHES: dict[str, Callable[[], None]] = {
 }
 
 
+# the crash points where the tree is copied into the store, its symlinks left out
+COPIED = ("copied in", "renamed aside", "half removed", "copied, not committed")
+LINKS = {"d/sub/rel": "../a.txt", "d/out": "/etc/passwd", "d/gone": "no/such/file"}
+
+
+@pytest.mark.parametrize("links", [False, True], ids=["files", "links"])
 @pytest.mark.parametrize("point", list(TREE_CRASHES))
-def test_a_kill_at_every_instant_of_a_directory_delete(tmp_path: Path, point: str) -> None:
+def test_a_kill_at_every_instant_of_a_directory_delete(
+    tmp_path: Path, point: str, links: bool
+) -> None:
     """All or nothing: the directory whole where it was and no record, or gone and
-    one record whose undo puts every entry back; no temp directory left."""
+    one record whose undo puts every entry back (a copied tree's symlinks: listed,
+    not made); no temp directory left."""
     ws, work = tmp_path / "ws", tmp_path / "store" / "w-test"
     ws.mkdir()
     work.mkdir(parents=True)
     _tree(ws)
+    for path, target in LINKS.items() if links else ():
+        (ws / path).symlink_to(target)
     before = snapshot(ws)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child dies at the crash point
@@ -477,8 +590,11 @@ def test_a_kill_at_every_instant_of_a_directory_delete(tmp_path: Path, point: st
         return
     assert not (ws / "d").exists()
     assert len(store.listing().records) == 1
-    assert _undo(ws, store, "d")["restored"] == ["d"]
-    assert snapshot(ws) == before
+    undone = _undo(ws, store, "d")
+    assert undone["restored"] == ["d"]
+    unkept = {link["path"]: link["target"] for link in undone["links_not_restored"]}
+    assert unkept == (LINKS if links and point in COPIED else {})
+    assert snapshot(ws) == {path: was for path, was in before.items() if path not in unkept}
 
 
 def test_more_supervised_entries_than_one_request_asks_about(ws: Path) -> None:
@@ -493,18 +609,6 @@ def test_more_supervised_entries_than_one_request_asks_about(ws: Path) -> None:
         error = err(sandbox, "delete_directory", path="d", recursive=True)
     assert error["code"] == "approval_required" and "101 entries" in error["message"]
     assert asked == [] and len(list((ws / "d").iterdir())) == MAX_ASKED_ENTRIES + 1
-
-
-def test_a_tree_with_symlinks_that_can_only_be_copied_is_refused(
-    tree_sb: Sandbox, ws: Path
-) -> None:
-    """The confined workers' mount namespace makes the store another mount: the tree
-    would be copied, and no undo could make its symlinks again."""
-    (ws / "d" / "link").symlink_to("a.txt")
-    before = snapshot(ws)
-    error = err(tree_sb, "delete_directory", path="d", recursive=True)
-    assert error["code"] == "io_error" and "symlinks" in error["message"]
-    assert snapshot(ws) == before
 
 
 def test_a_read_only_root_is_refused(ws: Path, tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ What is kept, per change:
 - a directory deleted with everything in it (delete_directory): the tree itself,
   renamed into the store, and the list of its entries in the record
   (history/trees.py). Across mounts it is copied in, then renamed aside in its
-  own directory and removed; a tree holding symlinks is then refused (a worker
-  cannot make symlinks, so no undo could put them back).
+  own directory and removed; its symlinks are not copied (a worker cannot make
+  one): the record still names each with its target, and an undo reports them
+  for a person to make again (`unkept_links` counts them for the call's result).
 - a move: the moved inode's number (its undo moves it back); a destination it
   overwrote is copied into the store first.
 - a directory made: nothing (its undo removes it if empty).
@@ -35,14 +36,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from corral.errors import CorralError
+from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
 from corral.fs._atomic import Land, temp_name
 from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from corral.fs._tree import Tree, remove, survey
 from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
-from corral.history.records import BadRecord, Entry, Record, State
+from corral.history.records import BadRecord, Entry, Kept, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
 from corral.history.trees import check_kept, copy_tree, kept_of, refill, unshare
 
@@ -118,6 +119,7 @@ class Keeper:
         self.group: str | None = None  # set by together()
         self.stored = 0  # bytes copied or moved into the store, for the host's bounds
         self.ids: list[str] = []
+        self.unkept_links = 0  # symlinks deleted that no undo can make again
         self._reserved: str | None = None
 
     # -- records --------------------------------------------------------------
@@ -308,10 +310,12 @@ class Keeper:
                 self._copy_tree(dir_fd, name, blob, before, st, shown(self.workspace, root, rel))
                 return
             self.stored += sum(kept.size for kept in before.tree or ())
-            try:
-                check_kept(self.store.fd, blob, before.mode, before.tree or (), hashed=False,
-                           contents=False)
+            try:  # renamed in: its links too, every one
+                whole = not check_kept(self.store.fd, blob, before.mode, before.tree or (),
+                                       hashed=False, contents=False).unkept
             except BadRecord:
+                whole = False
+            if not whole:
                 self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root, rel))
                 return
             unshare(self.store.fd, blob, zip(tree, before.tree or (), strict=True))
@@ -343,13 +347,9 @@ class Keeper:
         """The store is on another file system: the tree is copied in, then renamed
         aside in its own directory (the one step the change lands by) and removed.
         A name that no longer is the surveyed directory (another process swapped it,
-        for a symlink say) stops it: conflict, and nothing is deleted."""
+        for a symlink say) stops it: conflict, and nothing is deleted. Its symlinks
+        are not copied (listed in the record, with their targets)."""
         tree = before.tree or ()
-        if any(kept.type == "symlink" for kept in tree):
-            raise CorralError(
-                "io_error", f"cannot delete {path}: the history store is on another mount "
-                "and the directory holds symlinks, which an undo could not make again; "
-                "nothing was deleted. Delete its symlinks with delete_file first.")
         changed = CorralError(
             "conflict", f"{path} changed while it was being deleted; nothing was deleted.")
         if not _same(_lstat(dir_fd, name), st):
@@ -376,11 +376,19 @@ class Keeper:
             # the copy and the call fails, nothing deleted; if even that fails the
             # delete stands, the tree whole in the store (committed: undo brings it)
             try:
-                refill(self.store.fd, blob, dir_fd, aside, tree)
+                lost = refill(self.store.fd, blob, dir_fd, aside, tree)
                 renameat2(dir_fd, aside, dir_fd, name, RENAME_NOREPLACE)
             except OSError:
+                self.unkept_links += _links(tree)
                 return
+            if lost:  # removed before the kernel stopped it: named, targets and all
+                named = ", ".join(f"{shown_path(f'{path}/{kept.path}')} -> "
+                                  f"{shown_path(kept.target or '')}" for kept in lost)
+                raise CorralError("io_error", f"cannot delete {path}: the kernel refused to "
+                                  "remove an entry; everything else was put back but these "
+                                  f"symlinks, which corral cannot make: {named}") from None
             raise
+        self.unkept_links += _links(tree)
 
     def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
         src_root, src_rel, src_fd, src_name, src_st = src
@@ -483,6 +491,10 @@ class Keeper:
             self.stored += self.store.stash_copy(fd, blob)
         finally:
             os.close(fd)
+
+
+def _links(tree: Sequence[Kept]) -> int:
+    return sum(kept.type == "symlink" for kept in tree)
 
 
 def _version(dir_fd: int, name: str) -> str:

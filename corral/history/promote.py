@@ -209,7 +209,7 @@ def _tree_entry(store: Store, work: str, record_id: str, entry: Entry) -> Entry:
     blob = blob_name(record_id)
     _check(before.blob == blob, "a blob of another record")
     check_listing(before.tree)
-    tree = check_kept(store.fd, blob, before.mode, before.tree, hashed=False)
+    tree = check_kept(store.fd, blob, before.mode, before.tree, hashed=False).tree
     return dataclasses.replace(entry, before=dataclasses.replace(
         before, blob=f"{work}/{blob}", tree=tree))
 

@@ -34,6 +34,9 @@ class Restorer:
         self.roots, self.store, self.policy = roots, store, policy
         self.max_file_bytes = max_file_bytes
         self.keeper = Keeper(store, roots.workspace.path, tool, undoes)
+        # deleted symlinks this could not put back (a worker cannot make one): path
+        # and target, for a person to make again
+        self.unkept_links: list[dict[str, str]] = []
 
     def root(self, path: str) -> Root:
         for root in self.roots.all():
@@ -137,7 +140,10 @@ class Restorer:
                     root.unlink(rel, keep=keep)
                 root.mkdir(rel, keep=keep)
             return
-        if kind == "symlink":
+        if kind == "symlink":  # a worker cannot make one: listed, for a person to make
+            if info is None:
+                self.unkept_links.append({"path": entry.path, "target": state.target or ""})
+                return
             raise CorralError(
                 "path_denied", f"{entry.path} was a symlink, which corral cannot create."
             )
@@ -153,7 +159,9 @@ class Restorer:
         """A deleted directory back, whole: its kept tree, checked against the list
         its record holds (every file's hash too), moved back from the store, or
         copied where a move cannot reach (the blob lies in another sandbox's work
-        directory, or on another file system: there a symlink cannot be made)."""
+        directory, or on another file system). Its symlinks come back only with a
+        move of a tree that holds them; the others are listed in `unkept_links`
+        (their targets are only shown: never followed, never made)."""
         before = entry.before
         if before is None or before.tree is None or before.blob is None:
             raise CorralError("io_error", f"the record of {entry.path} keeps no tree.")
@@ -166,24 +174,26 @@ class Restorer:
             raise CorralError("io_error", f"the kept tree is gone ({exc.strerror}).") from None
         try:
             try:
-                check_kept(work, name, before.mode, tree, hashed=True)
+                unkept = check_kept(work, name, before.mode, tree, hashed=True).unkept
             except BadRecord:
                 raise CorralError(
                     "io_error", f"the kept tree of {entry.path} is damaged or was replaced "
                     "(it is not what its record lists); nothing was written.") from None
 
+            copied = False
+
             def copy(dir_fd: int, temp: str) -> None:
-                if any(kept.type == "symlink" for kept in tree):
-                    raise CorralError(
-                        "io_error", f"{entry.path} held symlinks, which corral can put back "
-                        "only by moving its kept tree, and that tree cannot be moved here "
-                        "(undo it from a sandbox with the same roots).")
+                nonlocal copied
+                copied = True
                 copy_tree(work, name, dir_fd, temp, tree)
 
             self.root(entry.root).restore_tree(entry.rel, work, name, copy=copy,
                                                keep=self.keeper)
         finally:
             os.close(work)
+        links = [kept for kept in tree if kept.type == "symlink"] if copied else unkept
+        self.unkept_links += [{"path": posixpath.join(entry.path, kept.path),
+                               "target": kept.target or ""} for kept in links]
 
     def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
         """Remove the directories the change made on its way, deepest first, if empty
@@ -490,11 +500,12 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
                if restorer.matches(step, step.after)}
     reasons: dict[str, str] = {}
     restored, conflicts = _revert_one(restorer, whole, force, reasons, resumed)
-    if restored and not conflicts:
+    if not conflicts:  # (a deleted symlink's undo restores nothing, and lists it)
         for record in whole:  # the host commits them with the undo's other records
             restorer.keeper.ids.append(_finished(store, record.id))
     return {"restored": restored, "conflicts": conflicts, "undone": target.id,
-            "reasons": reasons, "records": restorer.keeper.ids}
+            "reasons": reasons, "links_not_restored": restorer.unkept_links,
+            "records": restorer.keeper.ids}
 
 
 def _group_of(target: Record, seen: list[Record], older: Iterator[Record],
@@ -552,7 +563,8 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             trusted |= keys
     restored = [p for p in restored if p not in conflicts]
     return {"restored": restored, "conflicts": conflicts, "checkpoint": checkpoint,
-            "reasons": reasons, "records": restorer.keeper.ids}
+            "reasons": reasons, "links_not_restored": restorer.unkept_links,
+            "records": restorer.keeper.ids}
 
 
 def _revert_one(
@@ -581,4 +593,6 @@ def _revert_one(
         for path in paths:
             reasons[path] = error.message
         return [], paths
-    return paths, []
+    unmade = {link["path"] for link in restorer.unkept_links}
+    return [e.path for e in entries if not (  # a deleted symlink: listed, not restored
+        e.before is not None and e.before.type == "symlink" and e.path in unmade)], []

@@ -4,7 +4,10 @@ against that list. The host checks a worker's kept tree before it commits the
 record (and hashes every file into the list); an undo checks it again, hashes
 included, before it moves the tree back. A kept tree that is not exactly its
 list (an entry more or less, another type, mode, size, target, or content) is
-refused: whatever lies in a work directory was written by a worker."""
+refused: whatever lies in a work directory was written by a worker. One
+exception: a tree copied into the store (it lies on another mount) holds none of
+its symlinks, since a worker can never make one; its list still names each link
+and its target, which an undo shows (never makes, never follows)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import dataclasses
 import os
 import stat
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from corral.fs._atomic import temp_name
 from corral.fs._listing import SUBDIR_FLAGS
@@ -61,13 +65,22 @@ def check_listing(tree: tuple[Kept, ...]) -> None:
             dirs.add(path)
 
 
+class Checked(NamedTuple):
+    """A kept tree that is its list: the list with every file's hash, and the
+    symlinks the list names that the kept tree does not hold (it was copied)."""
+
+    tree: tuple[Kept, ...]
+    unkept: tuple[Kept, ...]
+
+
 def check_kept(dir_fd: int, name: str, mode: int | None, tree: tuple[Kept, ...],
-               *, hashed: bool, contents: bool = True) -> tuple[Kept, ...]:
+               *, hashed: bool, contents: bool = True) -> Checked:
     """The list of the kept tree `name` of `dir_fd`, with every file's content hash,
-    if the tree is exactly `tree` (and its top directory has permission bits
-    `mode`); with `hashed`, each hash must also be the one `tree` holds; without
-    `contents`, no file is read (types, modes, sizes and targets only). BadRecord
-    otherwise. Nothing is followed; only regular files are opened."""
+    if the tree is exactly `tree`, or `tree` without any of its symlinks (and its
+    top directory has permission bits `mode`); with `hashed`, each hash must also
+    be the one `tree` holds; without `contents`, no file is read (types, modes,
+    sizes and targets only). BadRecord otherwise. Nothing is followed; only
+    regular files are opened."""
     try:
         fd = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
     except OSError:
@@ -76,19 +89,54 @@ def check_kept(dir_fd: int, name: str, mode: int | None, tree: tuple[Kept, ...],
     try:
         if mode is not None and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
             raise BadRecord("a kept tree whose directory's mode is not its record's")
-        found = []
-        for count, entry in enumerate(entries):
-            if count >= len(tree):
-                raise _differs(entry.path)
-            found.append(_matched(entry, tree[count], hashed=hashed, contents=contents))
-        if len(found) != len(tree):
-            raise _differs(tree[len(found)].path)
-        return tuple(found)
+        match = _Match(tree)
+        for entry in entries:
+            match.next(entry, hashed=hashed, contents=contents)
+        return match.end()
     except OSError as exc:
         raise BadRecord(f"a kept tree that cannot be read ({exc.strerror})") from None
     finally:
         entries.close()
         os.close(fd)
+
+
+class _Match:
+    """A walk of a kept tree matched against its list, in the list's (a walk's)
+    order. Its symlinks are all there (renamed in) or none (copied in): a listed
+    link the walk does not reach next is passed over, and from then on none may
+    be found."""
+
+    def __init__(self, tree: tuple[Kept, ...]) -> None:
+        self.tree, self.at = tree, 0
+        self.found: list[Kept] = []
+        self.unkept: list[Kept] = []
+        self.links: bool | None = None  # are the links kept? (not known until one is met)
+
+    def _pass_links(self, path: str | None) -> None:
+        while (self.at < len(self.tree) and self.links is not True
+               and self.tree[self.at].type == "symlink" and self.tree[self.at].path != path):
+            self.links = False
+            self.unkept.append(self.tree[self.at])
+            self.found.append(self.tree[self.at])
+            self.at += 1
+
+    def next(self, entry: Tree, *, hashed: bool, contents: bool) -> None:
+        self._pass_links(entry.path)
+        if self.at >= len(self.tree):
+            raise _differs(entry.path)
+        kept = self.tree[self.at]
+        if kept.type == "symlink":
+            if self.links is False:
+                raise _differs(kept.path)
+            self.links = True
+        self.found.append(_matched(entry, kept, hashed=hashed, contents=contents))
+        self.at += 1
+
+    def end(self) -> Checked:
+        self._pass_links(None)
+        if self.at != len(self.tree):
+            raise _differs(self.tree[self.at].path)
+        return Checked(tuple(self.found), tuple(self.unkept))
 
 
 def _matched(entry: Tree, kept: Kept, *, hashed: bool, contents: bool) -> Kept:
@@ -121,9 +169,10 @@ def _differs(path: str) -> BadRecord:
 
 
 def copy_tree(src_fd: int, name: str, dst_fd: int, blob: str, tree: tuple[Kept, ...]) -> int:
-    """Copy the directory `name` of `src_fd` (no symlinks in it: the caller refused
-    those) to a new directory `blob` of `dst_fd`, modes kept; the bytes copied.
-    Each directory gets its mode once it is filled (a 0o500 one could not be)."""
+    """Copy the directory `name` of `src_fd` to a new directory `blob` of `dst_fd`,
+    modes kept, its symlinks left out (a worker cannot make one: `tree` names them);
+    the bytes copied. Each directory gets its mode once it is filled (a 0o500 one
+    could not be)."""
     os.mkdir(blob, 0o700, dir_fd=dst_fd)
     src = os.open(name, SUBDIR_FLAGS, dir_fd=src_fd)
     dst = os.open(blob, SUBDIR_FLAGS, dir_fd=dst_fd)
@@ -133,7 +182,7 @@ def copy_tree(src_fd: int, name: str, dst_fd: int, blob: str, tree: tuple[Kept, 
             if kept.type == "dir":
                 os.mkdir(kept.path, 0o700, dir_fd=dst)
                 modes.append((kept.path, kept.mode))
-            else:
+            elif kept.type == "file":
                 copied += _copy_file(src, dst, kept)
         _set_modes(dst, modes)
         os.fchmod(dst, stat.S_IMODE(os.fstat(src).st_mode))
@@ -143,17 +192,19 @@ def copy_tree(src_fd: int, name: str, dst_fd: int, blob: str, tree: tuple[Kept, 
     return copied
 
 
-def refill(src_fd: int, blob: str, dst_fd: int, name: str, tree: tuple[Kept, ...]) -> None:
-    """Put back into the directory `name` of `dst_fd` every entry of `tree` it lacks,
-    from the kept copy `blob` of `src_fd` (no symlinks in it, as copy_tree), modes
-    kept: a removal the kernel stopped part-way is undone, not left half done."""
+def refill(src_fd: int, blob: str, dst_fd: int, name: str,
+           tree: tuple[Kept, ...]) -> list[Kept]:
+    """Put back into the directory `name` of `dst_fd` every file and directory of
+    `tree` it lacks, from the kept copy `blob` of `src_fd`, modes kept: a removal the
+    kernel stopped part-way is undone, not left half done. The symlinks it lacks
+    (the copy holds none: copy_tree) are returned."""
     src = os.open(blob, SUBDIR_FLAGS, dir_fd=src_fd)
     try:
         dst = os.open(name, SUBDIR_FLAGS, dir_fd=dst_fd)
     except BaseException:
         os.close(src)
         raise
-    modes = []
+    modes, lost = [], []
     try:
         for kept in tree:  # a walk's order: each directory before what it holds
             try:
@@ -164,12 +215,15 @@ def refill(src_fd: int, blob: str, dst_fd: int, name: str, tree: tuple[Kept, ...
             if kept.type == "dir":
                 os.mkdir(kept.path, 0o700, dir_fd=dst)
                 modes.append((kept.path, kept.mode))
-            else:
+            elif kept.type == "file":
                 _copy_file(src, dst, kept)
+            else:
+                lost.append(kept)
         _set_modes(dst, modes)
     finally:
         os.close(src)
         os.close(dst)
+    return lost
 
 
 def _set_modes(dst: int, modes: list[tuple[str, int]]) -> None:
