@@ -128,20 +128,7 @@ def set_aside(item: Staged) -> bool:
 def write_temp(dir_fd: int, data: bytes, mode: int | None, *, sync: bool) -> str:
     """A new temp file beside the target holding `data`; its name."""
     name = _atomic.temp_name()
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o666, dir_fd=dir_fd)
-    try:
-        _atomic.write_all(fd, data)
-        if mode is not None:
-            os.fchmod(fd, mode & ~_atomic.SETID)
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    os.close(fd)
+    _atomic.write_new(dir_fd, name, data, mode=mode, sync=sync)
     return name
 
 
