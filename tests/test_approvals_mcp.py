@@ -25,7 +25,6 @@ from corral.faces.mcp_core import (
     Action,
     McpSession,
     Reply,
-    Run,
     Send,
     approval_choices,
     approval_message,
@@ -34,6 +33,7 @@ from corral.faces.mcp_core import (
 from corral.faces.mcp_revisions import REVISIONS
 from corral.policy import Policy
 from tests.http_helpers import TOKENS, Server, running_server, sha256
+from tests.mcp_core_helpers import run_all
 from tests.mcp_helpers import REPO, serve_argv, write_config
 
 RULES = """
@@ -169,20 +169,11 @@ def test_a_2025_06_18_session_remembers_with_the_older_form(ws: Path) -> None:
     policy = Policy({"write_file": "supervised"})
     session = McpSession(lambda approve: Sandbox(ws, policy=policy, approve=approve))
 
-    def run_all(actions: list[Action]) -> list[Action]:
-        rest: list[Action] = []
-        while actions:
-            action, *actions = actions
-            if isinstance(action, Run):
-                actions += session.submitted(action.call, action.sandbox.submit(action.request))
-            else:
-                rest.append(action)
-        return rest
-
     def call(request_id: int) -> list[Action]:
-        return run_all(session.handle({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                                       "params": {"name": "write_file", "arguments": {
-                                           "path": "x.txt", "content": str(request_id)}}}))
+        return run_all(session, session.handle({
+            "jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "write_file",
+                       "arguments": {"path": "x.txt", "content": str(request_id)}}}))
 
     try:
         session.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -193,9 +184,9 @@ def test_a_2025_06_18_session_remembers_with_the_older_form(ws: Path) -> None:
         field = question.message["params"]["requestedSchema"]["properties"]["remember"]
         assert field["enum"] == ["once", "path", "rule"] and "oneOf" not in field
         assert "mode" not in question.message["params"]
-        (reply,) = run_all(session.handle({"jsonrpc": "2.0", "id": question.message["id"],
-                                           "result": {"action": "accept",
-                                                      "content": {"remember": "path"}}}))
+        (reply,) = run_all(session, session.handle({
+            "jsonrpc": "2.0", "id": question.message["id"],
+            "result": {"action": "accept", "content": {"remember": "path"}}}))
         assert isinstance(reply, Reply) and not reply.message["result"]["isError"]
         (again,) = call(2)  # granted: answered without a question
         assert isinstance(again, Reply) and not again.message["result"]["isError"]
