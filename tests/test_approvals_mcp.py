@@ -34,15 +34,8 @@ from corral.faces.mcp_revisions import REVISIONS
 from corral.policy import Policy
 from tests.http_helpers import TOKENS, Server, running_server, sha256
 from tests.mcp_core_helpers import run_all
-from tests.mcp_helpers import REPO, serve_argv, write_config
+from tests.mcp_helpers import REPO, SUPERVISED_DOCS, serve_argv, write_config
 
-RULES = """
-[[rules]]
-name = "ask-docs"
-action = "supervised"
-tools = ["write_file"]
-paths = ["docs/**"]
-"""
 MODES = ["legacy", "2026-07-28"]
 Transport = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
@@ -86,7 +79,7 @@ def stdio_client(workspace: Path, extra: tuple[str, ...], mode: str, person: Per
 def test_stdio_remembers_what_the_person_chose(
     tmp_path: Path, ws: Path, mode: str, remember: str | None
 ) -> None:
-    extra = write_config(tmp_path, RULES)
+    extra = write_config(tmp_path, SUPERVISED_DOCS)
     person = Person(remember)
     run(lambda: stdio_client(ws, extra, mode, person), "docs/a.md", "docs/a.md", "docs/b.md")
     asked = {"path": 2, "rule": 1, None: 3}[remember]
@@ -129,7 +122,7 @@ def asking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     top = tmp_path_factory.mktemp("http-remember")
     alice = top / "alice"
     alice.mkdir()
-    (top / "alice.toml").write_text(f'[workspace]\nroot = "{alice}"\n{RULES}')
+    (top / "alice.toml").write_text(f'[workspace]\nroot = "{alice}"\n{SUPERVISED_DOCS}')
     (top / "tenants.toml").write_text(
         f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
         f'config = "{top / "alice.toml"}"\n'
@@ -202,7 +195,7 @@ def test_an_approval_round_is_not_charged_to_the_quotas_twice(
 ) -> None:
     """On 2026-07-28 the question ends a round and the call comes again: the first
     round wrote nothing, so it keeps no file or byte reservation (3: docs/, a.md, b.md)."""
-    extra = write_config(tmp_path, RULES + "[quota]\nfiles_created_per_hour = 3\n")
+    extra = write_config(tmp_path, SUPERVISED_DOCS + "[quota]\nfiles_created_per_hour = 3\n")
     person = Person(None)
     run(lambda: stdio_client(ws, extra, mode, person), "docs/a.md", "docs/b.md")
     assert len(person.asked) == 2
