@@ -16,7 +16,6 @@ a pipe, in Python and, when a C compiler is there, in C.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -28,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench_mcp import StdioClient, marker, text_of
+
 REPO = Path(__file__).resolve().parent.parent
 ROUND_CALLS = 20  # calls per checkout per round
 WARMUP_CALLS = 20
@@ -36,21 +37,8 @@ FLOOR_CALLS = 20_000
 MIB = 1024 * 1024
 
 
-def lines_of(size: int, marker_line: int | None = None) -> str:
-    """Numbered 64-byte lines of source-like text (as scripts/bench_mcp.py)."""
-    lines = [f"{n:06d} line of source text that an agent reads and edits here!\n"
-             for n in range(size // 64)]
-    if marker_line is not None:
-        lines[marker_line] = "MARKER_A".ljust(63) + "\n"
-    return "".join(lines)
-
-
-SMALL = lines_of(4096)
-BIG = lines_of(MIB)
-
-
-def marker(i: int) -> tuple[str, str]:
-    return ("MARKER_A", "MARKER_B") if i % 2 == 0 else ("MARKER_B", "MARKER_A")
+SMALL = text_of(4096)
+BIG = text_of(MIB)
 
 
 # name -> (tool, arguments for call i, big row?)
@@ -65,46 +53,13 @@ ROWS: dict[str, tuple[str, Callable[[int], dict[str, Any]], bool]] = {
 }
 
 
-class Server:
-    """`corral serve` of one checkout, driven by raw JSON-RPC lines, one call at a time."""
+class Server(StdioClient):
+    """`corral serve` of one checkout."""
 
     def __init__(self, tree: Path, ws: Path, config: Path) -> None:
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "corral", "serve", "--workspace", str(ws),
-             "--config", str(config)],
-            cwd=ws, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        )
-        self.ids = 0
-        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                    "clientInfo": {"name": "bench_gap", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        self.ids += 1
-        self.send({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the server exited during {method}")
-            message = json.loads(line)
-            if message.get("id") == self.ids:
-                if "error" in message:
-                    raise RuntimeError(f"{method} failed: {message['error']}")
-                result: dict[str, Any] = message["result"]
-                return result
-
-    def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        result = self.request("tools/call", {"name": tool, "arguments": arguments})
-        if result.get("isError"):
-            raise RuntimeError(f"{tool} failed: {result['content']}")
-        return result
+        argv = [sys.executable, "-m", "corral", "serve", "--workspace", str(ws),
+                "--config", str(config)]
+        super().__init__(argv, ws, tree, "bench_gap")
 
     def cpu(self) -> tuple[float, float]:
         """(all, host) CPU seconds so far: the server's threads, then its children's."""
@@ -119,11 +74,6 @@ class Server:
             except OSError:
                 continue
         return total, host
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 def _schedstat(pid: int) -> float:
@@ -335,7 +285,7 @@ def main() -> int:
         ws.mkdir()
         (ws / "read.txt").write_text(SMALL)
         (ws / "big.txt").write_text(BIG)
-        (ws / "edit.txt").write_text(lines_of(100 * 1024, marker_line=800))
+        (ws / "edit.txt").write_text(text_of(100 * 1024, marker_line=800))
         runs = list(zip(trees, labels, [True] * len(trees), strict=True))
         if args.history_off:
             runs.insert(0, (trees[0], f"{labels[0]} (history off)", False))

@@ -61,8 +61,9 @@ BIG_CALLS_DIVISOR = 4  # 1 MiB rows and the listing take 10-100x longer: fewer c
 class StdioClient:
     """Newline-delimited JSON-RPC over a child's stdin/stdout, one call at a time."""
 
-    def __init__(self, argv: list[str], cwd: Path) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+    def __init__(self, argv: list[str], cwd: Path, tree: Path = REPO,
+                 name: str = "bench_mcp") -> None:
+        env = dict(os.environ, PYTHONPATH=str(tree))
         self.proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
@@ -72,7 +73,7 @@ class StdioClient:
             {
                 "protocolVersion": "2025-06-18",
                 "capabilities": {},
-                "clientInfo": {"name": "bench_mcp", "version": "1"},
+                "clientInfo": {"name": name, "version": "1"},
             },
         )
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -127,7 +128,7 @@ class StdioClient:
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
-        self.proc.wait(timeout=10)
+        self.proc.wait(timeout=30)
 
 
 def text_of(size: int, marker_line: int | None = None) -> str:

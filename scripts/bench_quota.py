@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_pool import make_workspace
+from bench_tenants import timed
 
 from corral import Pool, Sandbox
 from corral.calls.messages import Answer, Meta
@@ -31,15 +32,6 @@ WARMUP = 50  # calls before timing: first calls pay for lazy caches on both side
 # Every quota, far above what the run uses: counted, never refused.
 QUOTA = QuotaOptions(calls_per_minute=10**9, write_bytes_per_hour=10**12,
                      files_created_per_hour=10**9)
-
-
-def per_call(fn: Callable[[], Any], count: int) -> list[float]:
-    samples = []
-    for _ in range(count):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return samples
 
 
 def read(sb: Sandbox) -> Callable[[], Any]:
@@ -64,8 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="timed reads per sandbox")
     args = parser.parse_args()
-    workspace = tempfile.mkdtemp(prefix="corral-bench-")
-    Path(workspace, READ["path"]).write_text(("x" * 63 + "\n") * 64)  # 4096 bytes
+    workspace = make_workspace()  # READ's 4 KiB file
     with Pool(max_workers=4) as pool:
         # "again": a second sandbox without quotas, so the noise between two equal
         # sandboxes is there to compare with
@@ -74,14 +65,14 @@ def main() -> None:
                      "again": pool.sandbox(workspace, workers=1)}
         samples: dict[str, list[float]] = {name: [] for name in sandboxes}
         for sb in sandboxes.values():
-            per_call(read(sb), WARMUP)
+            timed(read(sb), WARMUP)
         reads = {name: read(sb) for name, sb in sandboxes.items()}
         for _ in range(args.calls):  # one call each in turn: drift on a shared machine hits all
             for name, one in reads.items():
-                samples[name] += per_call(one, 1)
+                samples[name] += timed(one, 1)
     account = accounting()
-    per_call(account, WARMUP)
-    alone = per_call(account, args.calls)
+    timed(account, WARMUP)
+    alone = timed(account, args.calls)
     none, quota, again = (statistics.median(samples[k]) * 1e6 for k in samples)
     cost = statistics.median(alone) * 1e6
     print(f"4 KiB read_file through a Pool, {len(samples['none'])} calls each, median:")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -50,3 +51,18 @@ def running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# What the kernel says of a process's confinement, beside its boot report.
+KERNEL_STATUS = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff", "CapPrm", "CapBnd")
+
+
+def kernel_view(pid: int) -> dict[str, str]:
+    """KERNEL_STATUS of /proc/PID/status, its limits and how many mounts it sees: two
+    workers confined alike show the same view."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    status = {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    view = {key: status[key] for key in KERNEL_STATUS}
+    view["limits"] = Path(f"/proc/{pid}/limits").read_text()
+    view["mounts"] = str(len(Path(f"/proc/{pid}/mounts").read_text().splitlines()))
+    return view

@@ -44,6 +44,12 @@ def sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def tenant(name: str, keys: str) -> str:
+    """A [[tenant]] entry of tenants.toml for `name`, holding TOKENS[name], and `keys`
+    (its other lines: workspace or config, quota)."""
+    return f'[[tenant]]\nname = "{name}"\ntoken_sha256 = "{sha256(TOKENS[name])}"\n{keys}\n'
+
+
 def serve_two_tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`corral serve --http` for alice (a config, delete on) and bob (a workspace
     holding the secret), until the generator is closed: the `server` fixture."""
@@ -58,10 +64,7 @@ def serve_two_tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
         "[limits]\ntimeout_s = 60\n"
     )
     (top / "tenants.toml").write_text(
-        f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
-        f'config = "{top / "alice.toml"}"\n\n'
-        f'[[tenant]]\nname = "bob"\ntoken_sha256 = "{sha256(TOKENS["bob"])}"\n'
-        f'workspace = "{bob}"\n'
+        tenant("alice", f'config = "{top / "alice.toml"}"') + tenant("bob", f'workspace = "{bob}"')
     )
     yield from running_server(top, alice, bob, "--max-body-bytes", "65536")
 
@@ -117,8 +120,7 @@ def start_http(tmp_path: Path, address: str) -> tuple[subprocess.Popen[bytes], s
     ws.mkdir(exist_ok=True)
     (ws / "secret.txt").write_text(SECRET + "\n")
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text(f'[[tenant]]\nname = "alice"\ntoken_sha256 = '
-                       f'"{sha256(TOKENS["alice"])}"\nworkspace = "{ws}"\n')
+    tenants.write_text(tenant("alice", f'workspace = "{ws}"'))
     process = subprocess.Popen(
         [sys.executable, "-m", "corral", "serve", "--http", address, "--tenants", str(tenants)],
         stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,

@@ -62,6 +62,16 @@ def error_code(result: types.CallToolResult) -> str:
     return structured(result)["error"]["code"]
 
 
+# corral.toml: write_file asks first under docs/ only, by the rule "ask-docs"
+SUPERVISED_DOCS = """
+[[rules]]
+name = "ask-docs"
+action = "supervised"
+tools = ["write_file"]
+paths = ["docs/**"]
+"""
+
+
 def write_config(tmp_path: Path, text: str) -> tuple[str, ...]:
     config = tmp_path / "corral.toml"
     config.write_text(text)

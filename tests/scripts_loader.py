@@ -13,6 +13,8 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 def load_script(name: str) -> ModuleType:
     """The module of scripts/NAME.py, run once per call."""
+    if str(SCRIPTS) not in sys.path:  # a script imports its siblings by bare name (run, its
+        sys.path.append(str(SCRIPTS))  # directory is sys.path[0]); last: it shadows nothing
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

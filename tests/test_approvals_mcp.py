@@ -25,7 +25,6 @@ from corral.faces.mcp_core import (
     Action,
     McpSession,
     Reply,
-    Run,
     Send,
     approval_choices,
     approval_message,
@@ -34,15 +33,9 @@ from corral.faces.mcp_core import (
 from corral.faces.mcp_revisions import REVISIONS
 from corral.policy import Policy
 from tests.http_helpers import TOKENS, Server, running_server, sha256
-from tests.mcp_helpers import REPO, serve_argv, write_config
+from tests.mcp_core_helpers import run_all
+from tests.mcp_helpers import REPO, SUPERVISED_DOCS, serve_argv, write_config
 
-RULES = """
-[[rules]]
-name = "ask-docs"
-action = "supervised"
-tools = ["write_file"]
-paths = ["docs/**"]
-"""
 MODES = ["legacy", "2026-07-28"]
 Transport = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
@@ -86,7 +79,7 @@ def stdio_client(workspace: Path, extra: tuple[str, ...], mode: str, person: Per
 def test_stdio_remembers_what_the_person_chose(
     tmp_path: Path, ws: Path, mode: str, remember: str | None
 ) -> None:
-    extra = write_config(tmp_path, RULES)
+    extra = write_config(tmp_path, SUPERVISED_DOCS)
     person = Person(remember)
     run(lambda: stdio_client(ws, extra, mode, person), "docs/a.md", "docs/a.md", "docs/b.md")
     asked = {"path": 2, "rule": 1, None: 3}[remember]
@@ -129,7 +122,7 @@ def asking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     top = tmp_path_factory.mktemp("http-remember")
     alice = top / "alice"
     alice.mkdir()
-    (top / "alice.toml").write_text(f'[workspace]\nroot = "{alice}"\n{RULES}')
+    (top / "alice.toml").write_text(f'[workspace]\nroot = "{alice}"\n{SUPERVISED_DOCS}')
     (top / "tenants.toml").write_text(
         f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
         f'config = "{top / "alice.toml"}"\n'
@@ -169,20 +162,11 @@ def test_a_2025_06_18_session_remembers_with_the_older_form(ws: Path) -> None:
     policy = Policy({"write_file": "supervised"})
     session = McpSession(lambda approve: Sandbox(ws, policy=policy, approve=approve))
 
-    def run_all(actions: list[Action]) -> list[Action]:
-        rest: list[Action] = []
-        while actions:
-            action, *actions = actions
-            if isinstance(action, Run):
-                actions += session.submitted(action.call, action.sandbox.submit(action.request))
-            else:
-                rest.append(action)
-        return rest
-
     def call(request_id: int) -> list[Action]:
-        return run_all(session.handle({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                                       "params": {"name": "write_file", "arguments": {
-                                           "path": "x.txt", "content": str(request_id)}}}))
+        return run_all(session, session.handle({
+            "jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "write_file",
+                       "arguments": {"path": "x.txt", "content": str(request_id)}}}))
 
     try:
         session.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -193,9 +177,9 @@ def test_a_2025_06_18_session_remembers_with_the_older_form(ws: Path) -> None:
         field = question.message["params"]["requestedSchema"]["properties"]["remember"]
         assert field["enum"] == ["once", "path", "rule"] and "oneOf" not in field
         assert "mode" not in question.message["params"]
-        (reply,) = run_all(session.handle({"jsonrpc": "2.0", "id": question.message["id"],
-                                           "result": {"action": "accept",
-                                                      "content": {"remember": "path"}}}))
+        (reply,) = run_all(session, session.handle({
+            "jsonrpc": "2.0", "id": question.message["id"],
+            "result": {"action": "accept", "content": {"remember": "path"}}}))
         assert isinstance(reply, Reply) and not reply.message["result"]["isError"]
         (again,) = call(2)  # granted: answered without a question
         assert isinstance(again, Reply) and not again.message["result"]["isError"]
@@ -211,7 +195,7 @@ def test_an_approval_round_is_not_charged_to_the_quotas_twice(
 ) -> None:
     """On 2026-07-28 the question ends a round and the call comes again: the first
     round wrote nothing, so it keeps no file or byte reservation (3: docs/, a.md, b.md)."""
-    extra = write_config(tmp_path, RULES + "[quota]\nfiles_created_per_hour = 3\n")
+    extra = write_config(tmp_path, SUPERVISED_DOCS + "[quota]\nfiles_created_per_hour = 3\n")
     person = Person(None)
     run(lambda: stdio_client(ws, extra, mode, person), "docs/a.md", "docs/b.md")
     assert len(person.asked) == 2

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from history_helpers import promoted, work_store
@@ -21,55 +23,60 @@ from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
 
 
-def _write(root: Root, store: Store, rel: str, data: bytes) -> None:
-    root.write_atomic(rel, data, keep=Keeper(store, root.path, "write_file"))
+class Local(NamedTuple):
+    """A workspace written through a Root, recorded in a store outside any sandbox."""
+
+    workspace: Path
+    work: Path
+    store: Store
+    root: Root
+
+    def write(self, rel: str, data: bytes) -> None:
+        self.root.write_atomic(rel, data, keep=Keeper(self.store, self.root.path, "write_file"))
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Iterator[Local]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    work, store = work_store(tmp_path / "store")
+    try:
+        yield Local(workspace, work, store, Root(str(workspace)))
+    finally:
+        store.close()
 
 
 def test_a_rewrite_of_its_own_file_is_committed_unread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    local: Local, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    work, store = work_store(tmp_path / "store")
-    try:
-        root = Root(str(workspace))
-        _write(root, store, "a.txt", b"first\n")
-        _write(root, store, "a.txt", b"second\n")
+    local.write("a.txt", b"first\n")
+    local.write("a.txt", b"second\n")
 
-        def unread(*args: object) -> None:
-            raise AssertionError("the host read a blob whose version was claimed")
+    def unread(*args: object) -> None:
+        raise AssertionError("the host read a blob whose version was claimed")
 
-        monkeypatch.setattr(promote, "hash_blob", unread)
-        promoted(store, work, workspace)
-        [second, _] = list(store.records())
-        before = second.entries[0].before
-        assert before is not None and before.version == content_version(b"first\n")
-        assert before.hash == before.version
-        assert store.read_blob(before) == b"first\n"
-    finally:
-        store.close()
+    monkeypatch.setattr(promote, "hash_blob", unread)
+    promoted(local.store, local.work, local.workspace)
+    [second, _] = list(local.store.records())
+    before = second.entries[0].before
+    assert before is not None and before.version == content_version(b"first\n")
+    assert before.hash == before.version
+    assert local.store.read_blob(before) == b"first\n"
 
 
-def test_a_file_changed_since_it_was_written_is_hashed_by_the_host(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    work, store = work_store(tmp_path / "store")
-    try:
-        root = Root(str(workspace))
-        _write(root, store, "a.txt", b"first\n")
-        # another program, in place (a size that differs: within one tick of an old
-        # kernel's coarse clock a same-size rewrite can leave every time as it was)
-        with open(workspace / "a.txt", "r+b") as other:
-            other.write(b"FIRST!\n")
-        _write(root, store, "a.txt", b"second\n")
-        promoted(store, work, workspace)
-        [second, _] = list(store.records())
-        before = second.entries[0].before
-        assert before is not None and before.version is None  # no claim
-        assert before.hash == content_version(b"FIRST!\n")
-        assert store.read_blob(before) == b"FIRST!\n"
-    finally:
-        store.close()
+def test_a_file_changed_since_it_was_written_is_hashed_by_the_host(local: Local) -> None:
+    local.write("a.txt", b"first\n")
+    # another program, in place (a size that differs: within one tick of an old
+    # kernel's coarse clock a same-size rewrite can leave every time as it was)
+    with open(local.workspace / "a.txt", "r+b") as other:
+        other.write(b"FIRST!\n")
+    local.write("a.txt", b"second\n")
+    promoted(local.store, local.work, local.workspace)
+    [second, _] = list(local.store.records())
+    before = second.entries[0].before
+    assert before is not None and before.version is None  # no claim
+    assert before.hash == content_version(b"FIRST!\n")
+    assert local.store.read_blob(before) == b"FIRST!\n"
 
 
 def _forge(ws: Path, work: str, version: str, blob: bytes) -> str:
@@ -145,20 +152,13 @@ def test_undo_restores_a_claimed_copy(history_sb: Sandbox, ws: Path) -> None:
         assert (ws / "hello.txt").read_text() == "two\n"
 
 
-def test_a_read_blob_refuses_a_claimed_copy_altered_after_commit(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    work, store = work_store(tmp_path / "store")
-    try:
-        root = Root(str(workspace))
-        _write(root, store, "a.txt", b"first\n")
-        _write(root, store, "a.txt", b"second\n")
-        promoted(store, work, workspace)
-        before = next(iter(store.records())).entries[0].before
-        assert before is not None and before.blob is not None and before.hash is not None
-        blob = work / before.blob.rpartition("/")[2]
-        blob.write_bytes(b"FIRST\n")  # in place, the same size
-        with pytest.raises(CorralError, match="damaged or was replaced"):
-            store.read_blob(before)
-    finally:
-        store.close()
+def test_a_read_blob_refuses_a_claimed_copy_altered_after_commit(local: Local) -> None:
+    local.write("a.txt", b"first\n")
+    local.write("a.txt", b"second\n")
+    promoted(local.store, local.work, local.workspace)
+    before = next(iter(local.store.records())).entries[0].before
+    assert before is not None and before.blob is not None and before.hash is not None
+    blob = local.work / before.blob.rpartition("/")[2]
+    blob.write_bytes(b"FIRST\n")  # in place, the same size
+    with pytest.raises(CorralError, match="damaged or was replaced"):
+        local.store.read_blob(before)

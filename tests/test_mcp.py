@@ -21,6 +21,7 @@ from tests.conftest import SECRET
 from tests.mcp_helpers import (
     PNG,
     REPO,
+    SUPERVISED_DOCS,
     error_code,
     run_session,
     serve_argv,
@@ -149,16 +150,9 @@ def test_denied_tool_is_absent_and_refused(tmp_path: Path, workspace: Path) -> N
 
 
 SUPERVISED_TOOL = '[tools]\nwrite_file = "supervised"\n'
-SUPERVISED_PATH = """
-[[rules]]
-name = "ask-for-docs"
-action = "supervised"
-tools = ["write_file"]
-paths = ["docs/**"]
-"""
 
 
-@pytest.mark.parametrize("config", [SUPERVISED_TOOL, SUPERVISED_PATH], ids=["tool", "path"])
+@pytest.mark.parametrize("config", [SUPERVISED_TOOL, SUPERVISED_DOCS], ids=["tool", "path"])
 @pytest.mark.parametrize("action", ["accept", "decline"])
 def test_supervised_call_asks_by_elicitation(
     tmp_path: Path, workspace: Path, config: str, action: str
@@ -182,7 +176,7 @@ def test_supervised_call_asks_by_elicitation(
     run_session(workspace, body, extra=extra, elicit=elicit)
     expected_asks = 2 if config == SUPERVISED_TOOL else 1
     assert len(asked) == expected_asks and "write_file" in asked[0] and "docs/x.md" in asked[0]
-    assert ("ask-for-docs" in asked[0]) == (config == SUPERVISED_PATH)
+    assert ("ask-docs" in asked[0]) == (config == SUPERVISED_DOCS)
     assert (workspace / "docs/x.md").exists() == (action == "accept")
 
 

@@ -20,12 +20,12 @@ from corral.faces.mcp_core import (
     Drop,
     McpSession,
     Reply,
-    Run,
     Send,
 )
 from corral.faces.mcp_revisions import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
 from corral.faces.mcp_threads import SessionDriver
 from corral.policy import Policy
+from tests.mcp_core_helpers import run_all
 
 WRITE = {"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}
 
@@ -46,18 +46,6 @@ def session(workspace: Path) -> Iterator[McpSession]:
     yield session
     session.close()
     session.shut()
-
-
-def run_all(session: McpSession, actions: list[Action]) -> list[Action]:
-    """Carry out every Run (as a face does) until none is left; what else came."""
-    rest: list[Action] = []
-    while actions:
-        action, *actions = actions
-        if isinstance(action, Run):
-            actions += session.submitted(action.call, action.sandbox.submit(action.request))
-        else:
-            rest.append(action)
-    return rest
 
 
 def handshake(session: McpSession) -> None:

@@ -7,7 +7,6 @@ prometheus_client."""
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import logging
 import os
@@ -32,6 +31,8 @@ from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.faces.logs import JsonFormatter, TextFormatter
 from corral.faces.metrics import BUCKETS, Metrics, Tally
+from corral.sandbox import pool as pool_module
+from corral.sandbox import worker_set
 from corral.sandbox.pool import CallPath
 from corral.sandbox.worker_set import WorkerSet
 from corral.seccomp.arches import load_arch, native_arch
@@ -280,15 +281,16 @@ def test_a_worker_that_dies_under_the_start_up_sweep_is_counted(
     """A sandbox's start-up sweep runs on a worker of its own (a private sandbox) or
     one taken as a call takes one (a pool): one killed by SIGSYS under it is a death
     as much as under a call."""
-    module = importlib.import_module(f"corral.sandbox.{where}")
-    sweep = module.sweep_on
+    sweep = pool_module.sweep_on
 
     def killed_first(worker: Any, *args: Any) -> int:
         os.kill(worker.pid, signal.SIGSYS)
         psutil.Process(worker.pid).wait(30)
         return int(sweep(worker, *args))  # finds it dead: WorkerLost
 
-    monkeypatch.setattr(module, "sweep_on", killed_first)
+    # sweep_taken's (a taken worker) and a private set's own worker's
+    for module in (pool_module, worker_set):
+        monkeypatch.setattr(module, "sweep_on", killed_first)
     tally = Tally()
     if where == "hub":
         with Pool(max_workers=2, observer=tally) as pool:

@@ -75,23 +75,28 @@ def _immutable(path: Path, on: bool) -> None:
 
 
 def test_a_rename_the_kernel_refuses_part_way_lands_nothing_and_names_the_file(
-    sb: Sandbox, ws: Path
+    ws: Path,
 ) -> None:
-    """The second file cannot be replaced (immutable): the first is swapped back, the
-    added one taken away, and the error names the file at fault."""
+    """The third file cannot be replaced (immutable): the first is swapped back, the
+    deleted one put back, the added one taken away, and the error names the file at
+    fault."""
     (ws / "a.txt").write_text("one\n")
     (ws / "b.txt").write_text("two\n")
+    (ws / "d.txt").write_text("gone\n")
     _immutable(ws / "b.txt", True)
     try:
-        error = err(sb, "apply_patch", patch=_patch(
-            UPDATE_A, "*** Update File: b.txt\n@@\n-two\n+TWO\n", "*** Add File: c.txt\n+c\n"))
+        with Sandbox(ws, policy=Policy({"delete_file": "allow"})) as sb:
+            error = err(sb, "apply_patch", patch=_patch(
+                UPDATE_A, "*** Delete File: d.txt\n", "*** Update File: b.txt\n@@\n-two\n+TWO\n",
+                "*** Add File: c.txt\n+c\n"))
     finally:
         _immutable(ws / "b.txt", False)
     assert error["code"] == "path_denied"
     assert "b.txt" in error["message"]
     assert (ws / "a.txt").read_text() == "one\n"
     assert (ws / "b.txt").read_text() == "two\n"
-    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]
+    assert (ws / "d.txt").read_text() == "gone\n"
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt", "d.txt"]
 
 
 def test_a_moved_file_s_diff_names_both_ends(ws: Path) -> None:

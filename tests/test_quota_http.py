@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.http_helpers import TOKENS, Server, call, post, running_server, sha256
+from tests.http_helpers import Server, call, post, running_server, tenant
 
 ALICE_CALLS = 10  # alice's calls_per_minute
 CONCURRENT = 100
@@ -26,10 +26,8 @@ def quota_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     alice.mkdir()
     bob.mkdir()
     (top / "tenants.toml").write_text(
-        f'[[tenant]]\nname = "alice"\ntoken_sha256 = "{sha256(TOKENS["alice"])}"\n'
-        f'workspace = "{alice}"\nquota = {{calls_per_minute = {ALICE_CALLS}}}\n\n'
-        f'[[tenant]]\nname = "bob"\ntoken_sha256 = "{sha256(TOKENS["bob"])}"\n'
-        f'workspace = "{bob}"\nquota = {{calls_per_minute = 1000}}\n'
+        tenant("alice", f'workspace = "{alice}"\nquota = {{calls_per_minute = {ALICE_CALLS}}}')
+        + tenant("bob", f'workspace = "{bob}"\nquota = {{calls_per_minute = 1000}}')
     )
     yield from running_server(top, alice, bob, "--max-tenant-requests", "128")
 

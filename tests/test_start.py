@@ -10,24 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_helpers import MakeBroker, call
+from broker_helpers import MakeBroker, call, kernel_view
 
 from corral.cli import main
 from corral.sandbox.worker_set import WorkerSet
 
 REPO = Path(__file__).resolve().parents[1]
-
-# What the kernel says of a process's confinement, beside its boot report.
-KERNEL_STATUS = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff", "CapPrm", "CapBnd")
-
-
-def kernel_view(pid: int) -> dict[str, str]:
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    status = {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
-    view = {key: status[key] for key in KERNEL_STATUS}
-    view["limits"] = Path(f"/proc/{pid}/limits").read_text()
-    return view
-
 
 def test_a_sandbox_starts_one_worker_and_another_when_calls_overlap(
     make_broker: MakeBroker,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from broker_helpers import MakeBroker, call, wait_gone
+from broker_helpers import MakeBroker, call, kernel_view, wait_gone
 
 import corral
 from corral.calls.control import ForkZygote
@@ -26,18 +26,6 @@ from corral.sandbox import launcher
 from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote, template_pids, wait_for_exit
 from corral.sandbox.protocol import CONTROL_FRAME_BYTES, encode, read_frame
 from corral.seccomp import MODE_CHANGES, compile_native, load_profile, refusing
-
-# What the kernel says of a process's confinement, beside its boot report.
-KERNEL_STATUS = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapEff", "CapPrm", "CapBnd")
-
-
-def kernel_view(pid: int) -> dict[str, str]:
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    status = {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
-    view = {key: status[key] for key in KERNEL_STATUS}
-    view["limits"] = Path(f"/proc/{pid}/limits").read_text()
-    view["mounts"] = str(len(Path(f"/proc/{pid}/mounts").read_text().splitlines()))
-    return view
 
 
 def fresh_template() -> None:

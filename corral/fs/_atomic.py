@@ -144,6 +144,30 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def write_new(
+    dir_fd: int, name: str, data: bytes, *, perms: int = 0o666, mode: int | None = None,
+    sync: bool = False,
+) -> None:
+    """A new file `name` in `dir_fd` holding `data`, created with `perms` (umask
+    applies), then given `mode` (set-id bits dropped) if one is given. O_EXCL and
+    O_NOFOLLOW: an existing name (a symlink planted there included) is never opened,
+    and never removed: it may be another's. Removed again if writing fails."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 perms, dir_fd=dir_fd)
+    try:
+        write_all(fd, data)
+        if mode is not None:
+            os.fchmod(fd, mode & ~SETID)
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+
+
 def append_whole(fd: int, data: bytes) -> None:
     """write_all for an O_APPEND fd, all or nothing: when a write fails part-way (disk
     full, a size limit), the part already written is cut off again, so the file never

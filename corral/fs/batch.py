@@ -91,13 +91,13 @@ def land(staged: Sequence[Staged], keep: Keep, *, durable: bool) -> None:
         at = staged[0] if staged else None
         try:
             for at in staged:
-                _land(at)
+                _rename(at)
                 at.landed = True
         except BaseException as exc:
             for item in reversed(staged):
                 if item.landed:
                     with contextlib.suppress(OSError):
-                        _unland(item)
+                        _rename(item, undo=True)
                         item.landed = False
             if isinstance(exc, OSError) and at is not None:  # say which file, not just why
                 raise from_errno(exc.errno, "patch", at.given) from None
@@ -128,39 +128,19 @@ def set_aside(item: Staged) -> bool:
 def write_temp(dir_fd: int, data: bytes, mode: int | None, *, sync: bool) -> str:
     """A new temp file beside the target holding `data`; its name."""
     name = _atomic.temp_name()
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o666, dir_fd=dir_fd)
-    try:
-        _atomic.write_all(fd, data)
-        if mode is not None:
-            os.fchmod(fd, mode & ~_atomic.SETID)
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    os.close(fd)
+    _atomic.write_new(dir_fd, name, data, mode=mode, sync=sync)
     return name
 
 
-def _land(item: Staged) -> None:
-    if item.action == "add":
-        renameat2(item.dir_fd, item.temp, item.dir_fd, item.name, RENAME_NOREPLACE)
-    elif item.action == "update":
-        renameat2(item.dir_fd, item.temp, item.dir_fd, item.name, RENAME_EXCHANGE)
-    else:
-        renameat2(item.dir_fd, item.name, item.dir_fd, item.temp, RENAME_NOREPLACE)
-
-
-def _unland(item: Staged) -> None:
-    if item.action == "add":
-        renameat2(item.dir_fd, item.name, item.dir_fd, item.temp, RENAME_NOREPLACE)
-    elif item.action == "update":
-        renameat2(item.dir_fd, item.temp, item.dir_fd, item.name, RENAME_EXCHANGE)
-    else:
-        renameat2(item.dir_fd, item.temp, item.dir_fd, item.name, RENAME_NOREPLACE)
+def _rename(item: Staged, *, undo: bool = False) -> None:
+    """Land `item` (an add's or update's temp in at the target, a removal's target out
+    to the temp), or undo that: the same rename the other way (an update's exchange
+    is its own inverse)."""
+    src, dst = (item.name, item.temp) if item.action == "remove" else (item.temp, item.name)
+    if undo:
+        src, dst = dst, src
+    flags = RENAME_EXCHANGE if item.action == "update" else RENAME_NOREPLACE
+    renameat2(item.dir_fd, src, item.dir_fd, dst, flags)
 
 
 def _check_current(item: Staged) -> None:

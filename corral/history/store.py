@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 from corral.config import ConfigError, Remedy
 from corral.errors import CorralError
+from corral.fs import _atomic
 from corral.fs._sys import RENAME_NOREPLACE, renameat2
 from corral.fs.version import chunked_version, content_version
 from corral.history.records import (
@@ -261,7 +262,7 @@ class Store:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_nlink == 0:  # a settler took it for a dead writer's first
                 raise StoreError("a record was removed as it was being written")
-            _write_all(fd, data)
+            _atomic.write_all(fd, data)
         except BaseException as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -281,7 +282,7 @@ class Store:
         try:
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
-            _write_all(fd, data)
+            _atomic.write_all(fd, data)
         except OSError as exc:
             raise StoreError(exc) from None
 
@@ -321,7 +322,7 @@ class Store:
                 offset = 0
                 while chunk := os.pread(src_fd, _COPY_CHUNK, offset):
                     offset += len(chunk)
-                    _write_all(fd, chunk)
+                    _atomic.write_all(fd, chunk)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -592,24 +593,9 @@ class Store:
                 os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _write_new(dir_fd: int, name: str, data: bytes) -> None:
-    """A new file `name` holding `data`. O_EXCL: an existing name (a symlink planted
-    there included) is never opened, and never removed: it may be another's."""
-    fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=dir_fd)
-    try:
-        _write_all(fd, data)
-    except OSError:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    os.close(fd)
+    """A new file `name` holding `data`, for its owner only (as every file of the store)."""
+    _atomic.write_new(dir_fd, name, data, perms=0o600)
 
 
 def publish(dir_fd: int, name: str, data: bytes) -> bool:

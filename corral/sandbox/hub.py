@@ -36,11 +36,8 @@ from corral.errors import SandboxError
 from corral.fs._resolve import DIR_FLAGS
 from corral.observe import Observer
 from corral.sandbox.pool import (
-    SWEEP_FAILURES,
     BootKilled,
     Worker,
-    WorkerLost,
-    WorkerMisbehaved,
     ZygoteHandle,
     check_boot,
     describe_exit,
@@ -49,7 +46,7 @@ from corral.sandbox.pool import (
     log,
     log_halt,
     note_death,
-    sweep_on,
+    sweep_taken,
 )
 from corral.sandbox.protocol import MAX_ROOTS
 
@@ -169,18 +166,7 @@ class Lane:
             worker = self.take()
         except SandboxError:
             return 0
-        try:
-            removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
-        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
-            code = self.lost(worker)  # it misbehaved (then the host killed it)
-            if not isinstance(exc, WorkerMisbehaved):
-                self.died(code)
-            return 0
-        except SWEEP_FAILURES:
-            self.lost(worker)
-            return 0
-        self.give_back(worker)
-        return removed
+        return sweep_taken(self, worker, self.options.max_frame_bytes, self.limits.timeout_s)
 
     def halt(self, reason: str) -> None:
         """Fail closed: kill its idle workers and refuse every later call."""

@@ -692,6 +692,22 @@ def sweep_on(worker: Worker, max_bytes: int, timeout_s: float) -> int:
     return Removed.from_wire(_exchange(worker, remove, max_bytes, timeout_s), remove).removed
 
 
+def sweep_taken(supply: Supply, worker: Worker, max_bytes: int, timeout_s: float) -> int:
+    """sweep_on, on `worker` taken from `supply`: given back if the sweep went well,
+    else lost (and a death the host did not cause told, as a call's would be)."""
+    try:
+        removed = sweep_on(worker, max_bytes, timeout_s)
+    except WorkerLost as exc:  # it died under the sweep: of something outside, unless
+        code = supply.lost(worker)  # it misbehaved (then the host killed it)
+        if not isinstance(exc, WorkerMisbehaved):
+            supply.died(code)
+        return 0
+    except SWEEP_FAILURES:
+        supply.lost(worker)
+        return 0
+    supply.give_back(worker)
+    return removed
+
 def _exchange(
     worker: Worker, request: FindTemps | RemoveTemps, max_bytes: int, timeout_s: float,
 ) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from corral.sandbox.pool import (
     log_halt,
     note_death,
     sweep_on,
+    sweep_taken,
 )
 
 
@@ -141,18 +142,7 @@ class WorkerSet:
             worker = self._idle.pop() if usable and self._idle else None
         if worker is None:
             return self._sweep_on_own()
-        try:
-            removed = sweep_on(worker, self.options.max_frame_bytes, self.limits.timeout_s)
-        except WorkerLost as exc:  # it died under the sweep: of something outside, unless
-            code = self.lost(worker)  # it misbehaved (then the host killed it)
-            if not isinstance(exc, WorkerMisbehaved):
-                self.died(code)
-            return 0
-        except SWEEP_FAILURES:
-            self.lost(worker)
-            return 0
-        self.give_back(worker)
-        return removed
+        return sweep_taken(self, worker, self.options.max_frame_bytes, self.limits.timeout_s)
 
     def _sweep_on_own(self) -> int:
         try:

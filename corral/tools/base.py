@@ -143,3 +143,14 @@ def path_prop(what: str) -> dict[str, Any]:
         "minLength": 1,
         "description": f"{what}: relative to the workspace, or absolute inside an allowed root.",
     }
+
+
+def match_prop(exact: str) -> dict[str, Any]:
+    """The `match` argument of a tool that locates text (matching): `exact` says what
+    must then match byte for byte."""
+    return {
+        "type": "string", "enum": ["tolerant", "exact"], "default": "tolerant",
+        "description": f"'exact': {exact} byte for byte; 'tolerant' also accepts one "
+        "unique match that differs only in trailing whitespace, line endings, indentation "
+        "or look-alike quotes and dashes.",
+    }

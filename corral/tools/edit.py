@@ -16,6 +16,7 @@ from corral.tools.base import (
     Context,
     Outcome,
     Tool,
+    match_prop,
     mcp_hints,
     obj,
     path_prop,
@@ -294,13 +295,7 @@ EDIT_TOOLS = [
                 },
                 "dry_run": {"type": "boolean", "default": False,
                             "description": "Return the diff without writing."},
-                "match": {
-                    "type": "string", "enum": ["tolerant", "exact"], "default": "tolerant",
-                    "description": "'exact': old_string must match byte for byte; "
-                    "'tolerant' also accepts one unique match that differs only in "
-                    "trailing whitespace, line endings, indentation or look-alike quotes "
-                    "and dashes.",
-                },
+                "match": match_prop("old_string must match"),
             },
             ("path",),
         ),

@@ -29,6 +29,7 @@ from corral.tools.base import (
     Outcome,
     Tool,
     list_of,
+    match_prop,
     mcp_hints,
     obj,
     shape,
@@ -398,13 +399,7 @@ PATCH_TOOLS = [
                           "'*** End Patch', e.g.\n" + EXAMPLE},
                 "dry_run": {"type": "boolean", "default": False,
                             "description": "Return the diff without changing anything."},
-                "match": {
-                    "type": "string", "enum": ["tolerant", "exact"], "default": "tolerant",
-                    "description": "'exact': context and removed lines must match byte for "
-                    "byte; 'tolerant' also accepts one unique match that differs only in "
-                    "trailing whitespace, line endings, indentation or look-alike quotes "
-                    "and dashes.",
-                },
+                "match": match_prop("context and removed lines must match"),
             },
             ("patch",),
         ),
