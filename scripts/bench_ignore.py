@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corral import Sandbox
+from corral.calls.messages import CallRequest
 from corral.config import Limits
 from corral.fs import Root, Roots
 from corral.policy import Policy
@@ -84,9 +85,9 @@ def in_process(tree: Path, rounds: int, tool: str, arguments: dict) -> tuple[flo
     for _ in range(rounds):
         for index, extra in enumerate(({}, {"include_ignored": True})):
             start = time.process_time()
-            answer = execute(ctx, {"tool": tool, "arguments": {**arguments, **extra}})
+            answer = execute(ctx, CallRequest(tool, {**arguments, **extra}))
             best[index] = min(best[index], time.process_time() - start)
-            assert answer["ok"], answer
+            assert answer.ok, answer
     return best[0], best[1]
 
 

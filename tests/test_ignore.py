@@ -177,3 +177,10 @@ def test_ignore_files_are_read_beneath_the_root_only(workspace: Path, outside: P
         listed = ok(sb, "list_directory", recursive=True)
     assert {"hello.txt", "fifo/a.txt", "big/a.txt"} <= names(listed)
     assert listed["result"]["ignored"] == 0
+
+
+def test_the_ignore_benchmark_runs_its_calls_in_process(repo: Path) -> None:
+    bench = load_script("bench_ignore")
+    for tool, arguments in bench.CALLS:
+        ruled, everything = bench.in_process(repo, 1, tool, arguments)
+        assert ruled >= 0 and everything >= 0
