@@ -21,11 +21,13 @@ made with and asks the hub for everything else.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,6 +111,10 @@ class Lane:
         # Opened once, held until close: every worker gets the very directories the
         # sandbox was made with, whatever is renamed or replaced at those paths later.
         self.root_fds: list[int] = []
+        # forks sending root_fds now: close waits for them (an fd closed under a fork
+        # could be reused by another sandbox's root, and sent to this one's worker)
+        self._forks = threading.Condition()
+        self._forking = 0
         try:
             for spec in setup.roots:
                 self.root_fds.append(os.open(spec.path, DIR_FLAGS))
@@ -190,8 +196,25 @@ class Lane:
         when the call comes (a lane's workers may be lent to another sandbox by then)."""
 
     def close_fds(self) -> None:
-        while self.root_fds:
-            os.close(self.root_fds.pop())
+        with self._forks:
+            self._forks.wait_for(lambda: self._forking == 0)
+            while self.root_fds:
+                os.close(self.root_fds.pop())
+
+    @contextlib.contextmanager
+    def _lending_fds(self) -> Iterator[list[int]]:
+        """root_fds, kept open until the fork that sends them is done; SandboxError
+        once closed (a sandbox has at least one root, so none left means closed)."""
+        with self._forks:
+            if not self.root_fds:
+                raise SandboxError("The sandbox is closed.")
+            self._forking += 1
+        try:
+            yield self.root_fds
+        finally:
+            with self._forks:
+                self._forking -= 1
+                self._forks.notify_all()
 
     def _fork_granted(self, victim: int | None) -> Worker:
         """Fork and boot a worker in the slot the hub reserved, after the worker it
@@ -200,8 +223,9 @@ class Lane:
             try:
                 if victim is not None:
                     self.hub.reap_evicted(victim)
-                worker = fork_worker(self.zygote, self.options, self.setup, self.root_fds,
-                                     jitter=False)
+                with self._lending_fds() as root_fds:
+                    worker = fork_worker(self.zygote, self.options, self.setup, root_fds,
+                                         jitter=False)
             except BaseException:
                 self.hub.unreserve(self)
                 raise

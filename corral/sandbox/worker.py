@@ -14,6 +14,7 @@ import posixpath
 import select
 import signal
 import socket
+import stat
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
 from collections.abc import Callable
@@ -102,6 +103,9 @@ class Setup:
         try:
             if len(fds) != len(sandbox.roots) or not fds:
                 raise ValueError(f"{len(sandbox.roots)} roots came with {len(fds)} fds")
+            # said here, plainly: confine() would refuse one later, by accident of its steps
+            if not all(stat.S_ISDIR(os.fstat(fd).st_mode) for fd in fds):
+                raise ValueError("a root fd that is not a directory came with it")
             durable = _durable(sandbox.options)
             for spec, fd in zip(sandbox.roots, fds, strict=True):
                 opened.append(Root.from_fd(
