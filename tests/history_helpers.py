@@ -4,13 +4,14 @@ the host commits (promotes) what is done there, a worker settles dead writers.""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 from corral.fs import Root, Roots
-from corral.history import promote, restore
+from corral.history import keeper, promote, restore
 from corral.history.store import Store
 from corral.policy import Policy
 
@@ -72,3 +73,16 @@ def settled(workspace: Path, work: Path, pids: list[int] | None) -> Store:
 def left(work: Path, *endings: str) -> list[str]:
     """The names in the work directory ending so (e.g. records not yet committed)."""
     return sorted(p.name for p in work.iterdir() if p.name.endswith(endings))
+
+
+def renames_into_the_store_cross_mounts() -> None:
+    """In this (forked) process, renames into the store fail as across mounts
+    (EXDEV), as in a confined worker: what is kept is copied in."""
+    real = os.rename
+
+    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if str(dst).startswith("b-"):
+            raise OSError(errno.EXDEV, "cross-device")
+        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    keeper.os.rename = rename  # type: ignore[assignment]

@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 from conftest import err, ok
-from history_helpers import commit_done, left, promoted, settled, snapshot, work_store
+from history_helpers import (
+    commit_done,
+    left,
+    promoted,
+    renames_into_the_store_cross_mounts,
+    settled,
+    snapshot,
+    work_store,
+)
 
 from corral import Sandbox
 from corral.errors import CorralError
@@ -503,6 +511,9 @@ def test_through_the_mcp_sdk_client(ws: Path, tmp_path: Path) -> None:
 # -- a kill at each instant of a recorded delete ------------------------------------
 
 
+_across_mounts = renames_into_the_store_cross_mounts  # its short name in the table below
+
+
 def _die_after(target: Any, name: str) -> None:
     """In the forked child: `target.name` runs, then the process dies (kill -9 there)."""
     real = getattr(target, name)
@@ -514,20 +525,8 @@ def _die_after(target: Any, name: str) -> None:
     setattr(target, name, dying)
 
 
-def _across_mounts() -> None:
-    """Renames into the store fail as across mounts (EXDEV): the tree is copied in."""
-    real = os.rename
-
-    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
-        if str(dst).startswith("b-"):
-            raise OSError(errno.EXDEV, "cross-device")
-        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    keeper_module.os.rename = rename  # type: ignore[assignment]
-
-
 def _die_half_removed() -> None:
-    _across_mounts()
+    renames_into_the_store_cross_mounts()
 
     def remove(dir_fd: int, name: str) -> None:
         os.unlink(f"{name}/a.txt", dir_fd=dir_fd)

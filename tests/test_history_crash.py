@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_helpers import commit_done, left, promoted, settled, snapshot, work_store
+from history_helpers import (
+    commit_done,
+    left,
+    promoted,
+    renames_into_the_store_cross_mounts,
+    settled,
+    snapshot,
+    work_store,
+)
 from scripts_loader import load_script
 
 from corral.config import Limits, SandboxOptions
@@ -58,15 +66,9 @@ def _copy_half_and_die(self: Store, src_fd: int, blob: str) -> int:
 
 
 def _copies_across_mounts() -> None:
-    """Renames into the store fail as across mounts (EXDEV): the old file is copied."""
-    real = os.rename
-
-    def rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
-        if str(dst).startswith("b-"):
-            raise OSError(errno.EXDEV, "cross-device")
-        real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    keeper_module.os.rename = rename  # type: ignore[assignment]
+    """Renames into the store fail as across mounts (EXDEV): the old file is copied,
+    and the copy dies half way."""
+    renames_into_the_store_cross_mounts()
     Store.stash_copy = _copy_half_and_die  # type: ignore[method-assign]
 
 
