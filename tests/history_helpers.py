@@ -86,3 +86,14 @@ def renames_into_the_store_cross_mounts() -> None:
         real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     keeper.os.rename = rename  # type: ignore[assignment]
+
+
+def die_after(target: Any, name: str) -> None:
+    """In a forked child: `target.name` runs, then the process dies (kill -9 there)."""
+    real = getattr(target, name)
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        os._exit(9)
+
+    setattr(target, name, dying)

@@ -18,6 +18,7 @@ import pytest
 from conftest import err, ok
 from history_helpers import (
     commit_done,
+    die_after,
     left,
     promoted,
     renames_into_the_store_cross_mounts,
@@ -514,17 +515,6 @@ def test_through_the_mcp_sdk_client(ws: Path, tmp_path: Path) -> None:
 _across_mounts = renames_into_the_store_cross_mounts  # its short name in the table below
 
 
-def _die_after(target: Any, name: str) -> None:
-    """In the forked child: `target.name` runs, then the process dies (kill -9 there)."""
-    real = getattr(target, name)
-
-    def dying(*args: Any, **kwargs: Any) -> Any:
-        real(*args, **kwargs)
-        os._exit(9)
-
-    setattr(target, name, dying)
-
-
 def _die_half_removed() -> None:
     renames_into_the_store_cross_mounts()
 
@@ -540,11 +530,11 @@ def _die_before_commit() -> None:
 
 
 TREE_CRASHES: dict[str, Callable[[], None]] = {
-    "record written": lambda: _die_after(Store, "write_pending"),
-    "renamed in": lambda: _die_after(keeper_module.os, "rename"),
+    "record written": lambda: die_after(Store, "write_pending"),
+    "renamed in": lambda: die_after(keeper_module.os, "rename"),
     "renamed in, not committed": _die_before_commit,
-    "copied in": lambda: (_across_mounts(), _die_after(keeper_module, "copy_tree")),
-    "renamed aside": lambda: (_across_mounts(), _die_after(keeper_module, "renameat2")),
+    "copied in": lambda: (_across_mounts(), die_after(keeper_module, "copy_tree")),
+    "renamed aside": lambda: (_across_mounts(), die_after(keeper_module, "renameat2")),
     "half removed": _die_half_removed,
     "copied, not committed": lambda: (_across_mounts(), _die_before_commit()),
 }

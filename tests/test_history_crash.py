@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from history_helpers import (
     commit_done,
+    die_after,
     left,
     promoted,
     renames_into_the_store_cross_mounts,
@@ -35,17 +36,6 @@ from corral.policy import Policy, RootSpec
 crash_history = load_script("crash_history")
 
 OLD, NEW = b"old content\n", b"new content, longer\n"
-
-
-def _die_after(target: Any, name: str) -> None:
-    """In the forked child: `target.name` runs, then the process dies (kill -9 there)."""
-    real = getattr(target, name)
-
-    def dying(*args: Any, **kwargs: Any) -> Any:
-        real(*args, **kwargs)
-        os._exit(9)
-
-    setattr(target, name, dying)
 
 
 def _die_before(target: Any, name: str) -> None:
@@ -75,11 +65,11 @@ def _copies_across_mounts() -> None:
 CRASH_POINTS: dict[str, Callable[[], None]] = {
     "old file half copied": _copies_across_mounts,
     "record torn": lambda: setattr(Store, "write_pending", _die_creating),
-    "record written": lambda: _die_after(Store, "write_pending"),
-    "new file swapped in": lambda: _die_after(keeper_module, "renameat2"),
-    "old file taken": lambda: _die_after(Keeper, "_take"),
+    "record written": lambda: die_after(Store, "write_pending"),
+    "new file swapped in": lambda: die_after(keeper_module, "renameat2"),
+    "old file taken": lambda: die_after(Keeper, "_take"),
     "before the commit": lambda: _die_before(Store, "commit"),
-    "committed": lambda: _die_after(Store, "commit"),
+    "committed": lambda: die_after(Store, "commit"),
 }
 
 
