@@ -221,10 +221,9 @@ class CallPlan:
         reservation = self.quotas.admit(tool.name, args)
         if isinstance(reservation, CorralError):
             return error_answer(tool.name, reservation)
-        quotas, unused = self.quotas, error_answer(tool.name, CorralError("approval_denied", ""))
+        quotas = self.quotas
         answer = yield from self._run(
-            tool.name, args, within, grants,
-            lambda: quotas.settle(reservation, tool.name, args, unused))
+            tool.name, args, within, grants, lambda: quotas.release(reservation))
         self.quotas.settle(reservation, tool.name, args, answer)
         return answer
 

@@ -227,13 +227,20 @@ def _self_and_above(name: str) -> list[str]:
     return found
 
 
-def _named(arguments: dict[str, Any]) -> list[str]:
-    """The paths a call's arguments name, normalised lexically."""
+def named_paths(arguments: dict[str, Any]) -> list[str]:
+    """The paths a call's path arguments name, normalised lexically (the ledger's
+    audit takes them too)."""
     named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
     named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
-    if isinstance(arguments.get("patch"), str):
-        named += [p.strip() for p in PATCH_PATHS.findall(arguments["patch"])]
     return [posixpath.normpath(p) for p in named]
+
+
+def _named(arguments: dict[str, Any]) -> list[str]:
+    """named_paths, and the files a patch names."""
+    named = named_paths(arguments)
+    if isinstance(arguments.get("patch"), str):
+        named += [posixpath.normpath(p.strip()) for p in PATCH_PATHS.findall(arguments["patch"])]
+    return named
 
 
 def _now() -> str:

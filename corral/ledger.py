@@ -4,7 +4,6 @@ the history store grew by. The worker's Meta never reaches a caller."""
 
 from __future__ import annotations
 
-import posixpath
 import threading
 import time
 from collections.abc import Sequence
@@ -13,14 +12,13 @@ from typing import Any
 from corral.audit import Audit
 from corral.calls.messages import Answer, Meta, NeedsApproval, Touched
 from corral.flow import Approval
-from corral.grants import Grant, Grants
+from corral.grants import Grant, Grants, named_paths
 from corral.history.host import History
 from corral.policy import Policy
 from corral.tools.access import TOOL_MODE_RULE, approval_key
 from corral.tools.registry import TOOLS
 from corral.tools.render import escaped
 
-PATH_ARGUMENTS = ("path", "source", "destination")  # argument names that hold one path
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
 # read_before_write: the tools whose results tell which version a session read or wrote,
 # and the writers that need one
@@ -28,13 +26,6 @@ SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file", 
 SESSION_WRITERS = ("write_file", "edit_file", "append_file", "apply_patch")
 # undo/rewind left a conflict alone: the Python spelling, which the CLI replaces with its own
 FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
-
-
-def _paths(arguments: dict[str, Any]) -> list[str]:
-    """The paths a call names, normalised lexically."""
-    named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
-    named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
-    return [posixpath.normpath(p) for p in named]
 
 
 class Ledger:
@@ -79,7 +70,7 @@ class Ledger:
             if meta.touched:
                 fields["touched"] = meta.touched
             else:
-                given = _paths(arguments) if isinstance(arguments, dict) else []
+                given = named_paths(arguments) if isinstance(arguments, dict) else []
                 fields["path"] = given[0] if given else None
                 fields["rule"] = error.get("rule")
                 fields.update(self._mode_decision(answer.tool, error.get("code")))

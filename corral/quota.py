@@ -219,11 +219,11 @@ class Quotas:
                answer: Answer) -> None:
         """Count what the call did, as far as the host can trust it. Its call was
         counted for good when it was admitted."""
-        held = {name: taken for name, taken in reservation.items() if name != CALLS}
-        if not held:  # a call that neither writes nor creates: nothing to correct
-            return
         if not answer.ok:  # nothing changed
-            self.usage.settle(held, {})
+            self.release(reservation)
+            return
+        held = _held(reservation)
+        if not held:  # a call that neither writes nor creates: nothing to correct
             return
         used = {BYTES: self._written(tool, args, answer)}
         if FILES in held:  # a worker's figure may lower the reservation, never raise it,
@@ -231,6 +231,13 @@ class Quotas:
             used[FILES] = min(_created(tool, answer), held[FILES][1]) + min(
                 answer.meta.dirs_made, _most_parents(tool, args))
         self.usage.settle(held, used)
+
+    def release(self, reservation: Reservation) -> None:
+        """A call that changed nothing (it failed, or was given up on while a person
+        was asked): what it reserved to write and create is freed; its call stays."""
+        held = _held(reservation)
+        if held:
+            self.usage.settle(held, {})
 
     def _written(self, tool: str, args: dict[str, Any], answer: Answer) -> int:
         """The bytes a finished call wrote: the request's when it fixes them, else the
@@ -247,6 +254,11 @@ class Quotas:
             most *= max(1, _patch_files(args))
         least = _edit_floor(args) if tool == "edit_file" else 0
         return max(least, min(answer.meta.bytes, most))
+
+
+def _held(reservation: Reservation) -> Reservation:
+    """What a call reserved besides itself (its call is counted for good)."""
+    return {name: taken for name, taken in reservation.items() if name != CALLS}
 
 
 def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
