@@ -326,11 +326,6 @@ def _common(a: str, b: str, way: int) -> int:
 
 
 _VERBS = {"add": "A", "update": "M", "delete": "D", "move": "R"}
-_LOOSENED = {
-    "whitespace": "trailing whitespace and line endings",
-    "indentation": "indentation",
-    "unicode": "indentation and look-alike characters (quotes, dashes, spaces)",
-}
 
 
 def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
@@ -340,7 +335,7 @@ def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
              for p in plans]
     lines = [head, *names]
     if match != "exact":
-        lines.append(f"(some hunks matched ignoring {_LOOSENED[match]}.)")
+        lines.append(f"(some hunks matched ignoring {matching.LOOSENED[match]}.)")
     return "\n".join([*lines, *_shown_diff(diff)])
 
 
