@@ -98,13 +98,9 @@ class PathCheck:
         if action == "deny":
             raise _denied(path, rule)
         if action == "supervised":
-            key = approval_key(self.root.path, resolved)
             # the rule a "rule" grant must name: "" for the tool's mode or default action
             scope = "" if rule == TOOL_MODE_RULE else decision.rule or ""
-            if key not in ctx.approved and not _granted(ctx, key, scope, self.root, resolved):
-                # The host asks about this resolved path and sends the call again with
-                # its key approved; a path that resolves differently then asks again.
-                ctx.needs_approval.append(NeedsApproval(key, self.root.path, resolved, path, scope))
+            if _asked(ctx, self.root, resolved, path, scope):
                 if self.deferred is not None:
                     self.deferred.append(path)
                     return
@@ -152,6 +148,18 @@ class PathCheck:
             )
 
 
+def _asked(ctx: Context, root: Root, resolved: str, shown: str, scope: str) -> bool:
+    """Whether a supervised path still needs a person's yes (neither approved for
+    this call nor covered by a grant); if so it joins the call's questions. The host
+    asks about this resolved path and sends the call again with its key approved; a
+    path that resolves differently then asks again."""
+    key = approval_key(root.path, resolved)
+    if key in ctx.approved or _granted(ctx, key, scope, root, resolved):
+        return False
+    ctx.needs_approval.append(NeedsApproval(key, root.path, resolved, shown, scope))
+    return True
+
+
 def _granted(ctx: Context, key: str, scope: str, root: Root, resolved: str) -> bool:
     """Whether a remembered approval covers this resolved path (noted for the host,
     which checks the claim against the grants it sent)."""
@@ -196,10 +204,7 @@ class TreeCheck(PathCheck):
             raise CorralError(
                 "path_denied", f"{shown} is denied by {_why(decision.rule)} (beneath "
                 f"{self.path}); nothing was deleted.", rule=decision.rule)
-        key = approval_key(self.root.path, resolved)
-        scope = decision.rule or ""
-        if key not in ctx.approved and not _granted(ctx, key, scope, self.root, resolved):
-            ctx.needs_approval.append(NeedsApproval(key, self.root.path, resolved, shown, scope))
+        if _asked(ctx, self.root, resolved, shown, decision.rule or ""):
             self.deferred.append(shown)
 
     def decided(self) -> None:

@@ -168,8 +168,8 @@ def _resolved(root: Root, rel: str) -> str:
 
 def _plan_one(ctx: Context, file: FilePatch, tolerant: bool) -> Plan:
     path = file.path
+    root, rel, check = open_target(ctx, path, write=True)
     if file.action == "add":
-        root, rel, check = open_target(ctx, path, write=True)
         if root.info(rel, follow=True, guard=check) is not None:
             raise CorralError(
                 "already_exists", f"{path} exists; the patch's Add File makes new files "
@@ -178,7 +178,6 @@ def _plan_one(ctx: Context, file: FilePatch, tolerant: bool) -> Plan:
         _fits(ctx, path, new)
         return Plan(file, root, rel, check, new=new, after=file.content or "")
     deleting = file.action == "delete"
-    root, rel, check = open_target(ctx, path, write=True)
     if deleting or file.move_to is not None:
         check = _deleting(ctx, root, path, "deletes" if deleting else "moves")
     old = content(ctx, root, rel, check)
@@ -326,11 +325,6 @@ def _common(a: str, b: str, way: int) -> int:
 
 
 _VERBS = {"add": "A", "update": "M", "delete": "D", "move": "R"}
-_LOOSENED = {
-    "whitespace": "trailing whitespace and line endings",
-    "indentation": "indentation",
-    "unicode": "indentation and look-alike characters (quotes, dashes, spaces)",
-}
 
 
 def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
@@ -340,7 +334,7 @@ def _text(plans: list[Plan], match: str, diff: str, dry_run: bool) -> str:
              for p in plans]
     lines = [head, *names]
     if match != "exact":
-        lines.append(f"(some hunks matched ignoring {_LOOSENED[match]}.)")
+        lines.append(f"(some hunks matched ignoring {matching.LOOSENED[match]}.)")
     return "\n".join([*lines, *_shown_diff(diff)])
 
 

@@ -13,8 +13,6 @@ question is still asked.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +24,7 @@ from corral.tools.access import content, open_target
 from corral.tools.base import Context, NeedsApproval, Tool
 from corral.tools.diff import unified_diff
 from corral.tools.encodings import decode
-from corral.tools.write import utf8
+from corral.tools.write import content_bytes
 
 # An approval prompt shows the gist of a change, not a review of it: at most this
 # many lines and bytes (UTF-8), each line cut to PREVIEW_LINE_CHARS, then a line
@@ -101,7 +99,7 @@ def _size(roots: dict[str, Any], need: NeedsApproval) -> int | None:
     return info.size if info is not None and info.type == "file" else None
 
 
-def _text_change(after: Callable[[dict[str, Any], bytes], bytes | None]) -> Change:
+def _text_change(after: Callable[[dict[str, Any], bytes], bytes]) -> Change:
     """A whole-file change (write, append): the diff of the file's text before and
     after, as `after(args, current bytes)` makes it; None for a binary file."""
 
@@ -114,8 +112,7 @@ def _text_change(after: Callable[[dict[str, Any], bytes], bytes | None]) -> Chan
             if error.code != "not_found":
                 raise
             before = b""
-        new = after(args, before)
-        old_text, new_text = decode(before), decode(new) if new is not None else None
+        old_text, new_text = decode(before), decode(after(args, before))
         if old_text is None or new_text is None:
             return None
         return unified_diff(path, old_text.text, new_text.text)
@@ -123,17 +120,12 @@ def _text_change(after: Callable[[dict[str, Any], bytes], bytes | None]) -> Chan
     return change
 
 
-def _written(args: dict[str, Any], before: bytes) -> bytes | None:
-    if args.get("encoding") != "base64":
-        return utf8(args["content"], "content")
-    try:
-        return base64.b64decode(args["content"], validate=True)
-    except (binascii.Error, ValueError):
-        return None
+def _written(args: dict[str, Any], before: bytes) -> bytes:
+    return content_bytes(args["content"], args["encoding"])
 
 
 def _appended(args: dict[str, Any], before: bytes) -> bytes:
-    return before + utf8(args["content"], "content")
+    return before + content_bytes(args["content"], "utf-8")
 
 
 def _dry_run(ctx: Context, tool: Tool, args: dict[str, Any]) -> str | None:

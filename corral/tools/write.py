@@ -35,17 +35,21 @@ def utf8(text: str, field: str) -> bytes:
         ) from None
 
 
-def payload(ctx: Context, path: str, content: str, encoding: str) -> bytes:
-    """The bytes to write, checked against max_write_bytes."""
+def content_bytes(content: str, encoding: str) -> bytes:
+    """The bytes the `content` argument stands for, in its `encoding`."""
     if encoding == "base64":
         try:
-            data = base64.b64decode(content, validate=True)
+            return base64.b64decode(content, validate=True)
         except (binascii.Error, ValueError):
             raise CorralError(
                 "invalid_arguments", "argument 'content' is not valid base64."
             ) from None
-    else:
-        data = utf8(content, "content")
+    return utf8(content, "content")
+
+
+def payload(ctx: Context, path: str, content: str, encoding: str) -> bytes:
+    """The bytes to write, checked against max_write_bytes."""
+    data = content_bytes(content, encoding)
     if len(data) > ctx.limits.max_write_bytes:
         raise CorralError(
             "too_large",
