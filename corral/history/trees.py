@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from corral.fs._atomic import temp_name
+from corral.fs._atomic import temp_name, write_all
 from corral.fs._listing import SUBDIR_FLAGS
 from corral.fs._tree import Tree, walk
 from corral.fs.version import chunked_version
@@ -272,9 +272,7 @@ def _copy_file(src: int, dst: int, kept: Kept, to: str | None = None) -> int:
         try:
             copied = 0
             while chunk := os.read(fd, _CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
+                write_all(out, chunk)
                 copied += len(chunk)
             os.fchmod(out, kept.mode)
         finally:
