@@ -34,13 +34,14 @@ def kept_of(tree: Iterable[Tree]) -> tuple[Kept, ...]:
 
 
 def _kept(entry: Tree) -> Kept:
-    mode, kind = stat.S_IMODE(entry.st.st_mode), _type(entry.st.st_mode)
+    mode, kind = stat.S_IMODE(entry.st.st_mode), kind_of(entry.st.st_mode)
     if kind == "symlink":
         return Kept(entry.path, kind, mode, target=entry.target)
     return Kept(entry.path, kind, mode, entry.st.st_size if kind == "file" else 0)
 
 
-def _type(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """A state's type (records.TYPES) for an lstat mode."""
     if stat.S_ISDIR(mode):
         return "dir"
     if stat.S_ISLNK(mode):
