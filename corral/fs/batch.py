@@ -77,7 +77,7 @@ def tree_locked(roots: Sequence[Root]) -> Iterator[None]:
     directory's version lock as the atomic writer takes one: a batch would then
     hold several of those and convert a root's shared lock to exclusive, and two
     batches, or a batch and a write, could each wait for the other."""
-    pairs = [(_identity(root.fd), root.fd) for root in roots]
+    pairs = [(root._identity, root.fd) for root in roots]  # as Root._locked: known at open
     with _treelock.held(pairs, exclusive=True):
         yield
 

@@ -45,7 +45,7 @@ from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
 from corral.history.records import BadRecord, Entry, Kept, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
-from corral.history.trees import check_kept, copy_tree, kept_of, refill, unshare
+from corral.history.trees import check_kept, copy_tree, kept_of, kind_of, refill, unshare
 
 # A moved file up to this size is known by its content (hashed: ~1 ms a MiB); a bigger
 # one by its inode, which an undo of a later change to it replaces (then: a conflict).
@@ -81,14 +81,6 @@ def _known_version(st: os.stat_result) -> str | None:
     changed since; None otherwise."""
     known = _written.get((st.st_dev, st.st_ino))
     return known[1] if known is not None and known[0] == _stamp(st) else None
-
-
-def kind_of(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "file" if stat.S_ISREG(mode) else "other"
 
 
 def shown(workspace: str, root: Root, rel: str) -> str:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corral.fs import temp_owner
 from corral.history.records import (
     PATCH_TOOL,
     BadRecord,
@@ -143,9 +142,8 @@ def _entry(
     for rel in (entry.rel, *entry.made):
         _check(_plain(rel), "a path that is not plainly beneath its root")
     if entry.temp is not None:  # beside its path, named as its writer names temps
-        _check(_plain(entry.temp) and posixpath.dirname(entry.temp) == posixpath.dirname(
-            entry.rel) and temp_owner(posixpath.basename(entry.temp)) == record.pid,
-            "a patch entry whose temp is not its writer's, beside its path")
+        _check(_plain(entry.temp) and entry.temp_is_writers(record.pid),
+               "a patch entry whose temp is not its writer's, beside its path")
     for state in (entry.before, entry.after):
         _check(state is None or state.hash is None, "a state that claims its own hash")
     _check(entry.after is None or entry.after.blob is None, "an after state with a blob")

@@ -22,9 +22,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.fs import temp_owner
 from corral.fs._tree import MAX_TREE_ENTRIES
 
 VERSION = 1
@@ -157,6 +159,12 @@ class Entry:
     to: str | None = None
     source: str | None = None
     temp: str | None = None  # a patch's: root-relative, its new file (or old, set aside)
+
+    def temp_is_writers(self, pid: int) -> bool:
+        """The entry names a temp beside its path, named as the writer `pid` names
+        temps (fs.temp_name)."""
+        return self.temp is not None and posixpath.dirname(self.temp) == posixpath.dirname(
+            self.rel) and temp_owner(posixpath.basename(self.temp)) == pid
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {

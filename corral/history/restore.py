@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
-from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version, temp_owner
+from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
 from corral.history.records import PATCH_TOOL, BadRecord, Entry, Record, State
 from corral.history.store import Store, blob_name, id_pid, is_id, new_id
@@ -323,7 +323,7 @@ class PatchSettler:
     def settle(self) -> bool:
         """True: the whole patch is there (commit its record); False: none of it."""
         entries = self.record.entries
-        if not all(self._temp_is_its_own(entry) for entry in entries):
+        if not all(entry.temp_is_writers(self.record.pid) for entry in entries):
             raise CorralError("io_error", "a patch record whose temps are not its writer's.")
         landed = [self._landed(entry) for entry in entries]
         if any(landed) and all(done or self._ready(e) for e, done in zip(entries, landed,
@@ -337,11 +337,6 @@ class PatchSettler:
             self._forget(entry)
             self.restorer._unmake(entry, recorded=False)
         return False
-
-    def _temp_is_its_own(self, entry: Entry) -> bool:
-        temp = entry.temp or ""
-        return posixpath.dirname(temp) == posixpath.dirname(entry.rel) and temp_owner(
-            posixpath.basename(temp)) == self.record.pid
 
     def _holds(self, entry: Entry, rel: str, version: str | None) -> bool:
         try:

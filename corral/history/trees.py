@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from corral.fs._atomic import temp_name
+from corral.fs._atomic import temp_name, write_all
 from corral.fs._listing import SUBDIR_FLAGS
 from corral.fs._tree import Tree, walk
 from corral.fs.version import chunked_version
@@ -34,13 +34,14 @@ def kept_of(tree: Iterable[Tree]) -> tuple[Kept, ...]:
 
 
 def _kept(entry: Tree) -> Kept:
-    mode, kind = stat.S_IMODE(entry.st.st_mode), _type(entry.st.st_mode)
+    mode, kind = stat.S_IMODE(entry.st.st_mode), kind_of(entry.st.st_mode)
     if kind == "symlink":
         return Kept(entry.path, kind, mode, target=entry.target)
     return Kept(entry.path, kind, mode, entry.st.st_size if kind == "file" else 0)
 
 
-def _type(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """A state's type (records.TYPES) for an lstat mode."""
     if stat.S_ISDIR(mode):
         return "dir"
     if stat.S_ISLNK(mode):
@@ -272,9 +273,7 @@ def _copy_file(src: int, dst: int, kept: Kept, to: str | None = None) -> int:
         try:
             copied = 0
             while chunk := os.read(fd, _CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
+                write_all(out, chunk)
                 copied += len(chunk)
             os.fchmod(out, kept.mode)
         finally:
