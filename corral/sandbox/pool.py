@@ -64,6 +64,7 @@ from corral.sandbox.protocol import (
     read_sole_frame,
     recv_frame_with_fds,
     send_bytes,
+    send_bytes_with_fds,
 )
 
 if TYPE_CHECKING:  # imported at a worker's first RSS read: `corral call` makes none
@@ -425,10 +426,8 @@ def _ended_within(pidfd: int, timeout_s: float | None) -> bool:
 def send_setup(sock: socket.socket, setup: SandboxSetup, root_fds: Sequence[int]) -> None:
     """A shared pool's new worker's first frame, its sandbox's setup with the root
     fds attached to its first byte, on the worker's (non-blocking) socket."""
-    frame = encode(setup.to_wire(), CONTROL_FRAME_BYTES)
-    deadline = time.monotonic() + CONTROL_TIMEOUT_S
-    send_bytes(sock.fileno(), frame[socket.send_fds(sock, [frame[:1]], list(root_fds)):],
-               deadline)
+    send_bytes_with_fds(sock, encode(setup.to_wire(), CONTROL_FRAME_BYTES), root_fds,
+                        time.monotonic() + CONTROL_TIMEOUT_S)
 
 
 class Supply(Protocol):
