@@ -201,10 +201,8 @@ class Worker:
         return report
 
     def ended_within(self, timeout_s: float) -> bool:
-        """Whether the worker's process ends within `timeout_s` (its pidfd turns readable)."""
-        poller = select.poll()
-        poller.register(self.pidfd, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
+        """Whether the worker's process ends within `timeout_s`."""
+        return _ended_within(self.pidfd, timeout_s)
 
     def looks_alive(self) -> bool:
         """An idle worker has nothing to say: anything readable means it ended."""
