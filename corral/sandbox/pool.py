@@ -705,6 +705,7 @@ def sweep_taken(supply: Supply, worker: Worker, max_bytes: int, timeout_s: float
     supply.give_back(worker)
     return removed
 
+
 def _exchange(
     worker: Worker, request: FindTemps | RemoveTemps, max_bytes: int, timeout_s: float,
 ) -> dict[str, Any]:
