@@ -56,8 +56,11 @@ def _socket_fd() -> int:
         return os.dup(sock.fileno())
 
 
-def _with_fds(frame: bytes, fds: list[int]) -> Callable[[socket.socket], None]:
+def _with_fds(frame: bytes, open_fds: Callable[[], list[int]]) -> Callable[[socket.socket], None]:
+    """Sends `frame` with the fds open_fds opens when it sends (only the forgery a
+    test sends opens any), closed once sent."""
     def send(sock: socket.socket) -> None:
+        fds = open_fds()
         try:
             socket.send_fds(sock, [frame], fds)
         finally:
@@ -67,7 +70,7 @@ def _with_fds(frame: bytes, fds: list[int]) -> Callable[[socket.socket], None]:
 
 
 def test_a_setup_with_its_root_fd_confines_the_worker(zygote: ZygoteHandle, ws: Path) -> None:
-    report, code = _boot(zygote, _with_fds(_setup_frame(ws), [os.open(ws, DIR_FLAGS)]))
+    report, code = _boot(zygote, _with_fds(_setup_frame(ws), lambda: [os.open(ws, DIR_FLAGS)]))
     assert report["roots"] == [[str(ws), "rw"]] and code == 0
 
 
@@ -86,13 +89,13 @@ def test_a_forged_setup_is_refused(zygote: ZygoteHandle, ws: Path, forged: str) 
                     "without its roots"),
         "poke": (lambda s: s.sendall(POKE + frame), "not valid JSON"),
         "no_fd": (lambda s: s.sendall(frame), "1 roots came with 0 fds"),
-        "extra_fd": (_with_fds(frame, [os.open(root, DIR_FLAGS), os.open("/", DIR_FLAGS)]),
+        "extra_fd": (_with_fds(frame, lambda: [os.open(root, DIR_FLAGS), os.open("/", DIR_FLAGS)]),
                      "1 roots came with 2 fds"),
-        "too_many_fds": (_with_fds(frame, [os.open(root, DIR_FLAGS)
-                                           for _ in range(MAX_ROOTS + 1)]),
+        "too_many_fds": (_with_fds(frame, lambda: [os.open(root, DIR_FLAGS)
+                                                   for _ in range(MAX_ROOTS + 1)]),
                          f"more than {MAX_ROOTS} file descriptors"),
-        "file": (_with_fds(frame, [os.open(ws / "f.txt", os.O_RDONLY)]), "not a directory"),
-        "socket": (_with_fds(frame, [_socket_fd()]), "not a directory"),
+        "file": (_with_fds(frame, lambda: [os.open(ws / "f.txt", os.O_RDONLY)]), "not a directory"),
+        "socket": (_with_fds(frame, lambda: [_socket_fd()]), "not a directory"),
     }
     send, why = sends[forged]
     report, code = _boot(zygote, send)

@@ -64,6 +64,7 @@ from corral.sandbox.protocol import (
     read_sole_frame,
     recv_frame_with_fds,
     send_bytes,
+    send_bytes_with_fds,
 )
 
 if TYPE_CHECKING:  # imported at a worker's first RSS read: `corral call` makes none
@@ -200,10 +201,8 @@ class Worker:
         return report
 
     def ended_within(self, timeout_s: float) -> bool:
-        """Whether the worker's process ends within `timeout_s` (its pidfd turns readable)."""
-        poller = select.poll()
-        poller.register(self.pidfd, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
+        """Whether the worker's process ends within `timeout_s`."""
+        return _ended_within(self.pidfd, timeout_s)
 
     def looks_alive(self) -> bool:
         """An idle worker has nothing to say: anything readable means it ended."""
@@ -425,10 +424,8 @@ def _ended_within(pidfd: int, timeout_s: float | None) -> bool:
 def send_setup(sock: socket.socket, setup: SandboxSetup, root_fds: Sequence[int]) -> None:
     """A shared pool's new worker's first frame, its sandbox's setup with the root
     fds attached to its first byte, on the worker's (non-blocking) socket."""
-    frame = encode(setup.to_wire(), CONTROL_FRAME_BYTES)
-    deadline = time.monotonic() + CONTROL_TIMEOUT_S
-    send_bytes(sock.fileno(), frame[socket.send_fds(sock, [frame[:1]], list(root_fds)):],
-               deadline)
+    send_bytes_with_fds(sock, encode(setup.to_wire(), CONTROL_FRAME_BYTES), root_fds,
+                        time.monotonic() + CONTROL_TIMEOUT_S)
 
 
 class Supply(Protocol):
@@ -707,6 +704,7 @@ def sweep_taken(supply: Supply, worker: Worker, max_bytes: int, timeout_s: float
         return 0
     supply.give_back(worker)
     return removed
+
 
 def _exchange(
     worker: Worker, request: FindTemps | RemoveTemps, max_bytes: int, timeout_s: float,

@@ -306,8 +306,14 @@ def ask_with_fds(
 ) -> tuple[dict[str, Any] | None, list[int]]:
     """One request over a non-blocking Unix socket (`send_fds` attached to its first
     byte) and its reply frame with up to `max_fds` fds; (None, []) on end of stream."""
-    frame = encode(message, max_bytes)
-    if send_fds:  # the fds ride on the first byte; the rest as any frame
-        frame = frame[socket.send_fds(sock, [frame[:1]], list(send_fds)):]
-    send_bytes(sock.fileno(), frame, deadline)
+    send_bytes_with_fds(sock, encode(message, max_bytes), send_fds, deadline)
     return recv_frame_with_fds(sock, max_bytes, max_fds, deadline)
+
+
+def send_bytes_with_fds(
+    sock: socket.socket, frame: bytes, fds: Sequence[int], deadline: float
+) -> None:
+    """send_bytes over a non-blocking Unix socket, with `fds` attached to its first byte."""
+    if fds:  # the fds ride on the first byte; the rest as any frame
+        frame = frame[socket.send_fds(sock, [frame[:1]], list(fds)):]
+    send_bytes(sock.fileno(), frame, deadline)

@@ -17,7 +17,6 @@ import socket
 import stat
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,13 +91,10 @@ class Setup:
         return cls._build(sandbox, opened, policy)
 
     @classmethod
-    def adopt(
-        cls, sandbox: SandboxSetup, fds: list[int], policies: Callable[[str], Policy]
-    ) -> Setup:
+    def adopt(cls, sandbox: SandboxSetup, fds: list[int]) -> Setup:
         """The same from root fds the host opened and sent (a shared pool's worker
-        gets them with its setup), and the policy `policies` makes of the setup's
-        JSON text. Takes the fds: they are closed on failure, and by close()
-        afterwards."""
+        gets them with its setup), and the policy built of the setup's JSON text.
+        Takes the fds: they are closed on failure, and by close() afterwards."""
         opened: list[Root] = []
         try:
             if len(fds) != len(sandbox.roots) or not fds:
@@ -112,7 +108,7 @@ class Setup:
                     fd, spec.path, mode=spec.mode, resolver=sandbox.options.resolver,
                     durable=durable,
                 ))
-            return cls._build(sandbox, opened, policies(sandbox.policy))
+            return cls._build(sandbox, opened, built_policy(sandbox))
         except BaseException:
             for fd in fds[len(opened):]:
                 os.close(fd)
@@ -155,6 +151,11 @@ class StoreDir:
 
 def _durable(options: SandboxOptions) -> bool:
     return options.durability != "none"
+
+
+def built_policy(sandbox: SandboxSetup) -> Policy:
+    """The policy of a setup, which crosses as JSON text (calls/control.py)."""
+    return Policy.from_dict(json.loads(sandbox.policy))
 
 
 def run(fd: int, setup: Setup | None, zygote_pid: int) -> int:
@@ -204,7 +205,7 @@ def receive_setup(fd: int) -> Setup | None:
         for received in fds:
             os.close(received)
         raise
-    return Setup.adopt(sandbox, fds, lambda text: Policy.from_dict(json.loads(text)))
+    return Setup.adopt(sandbox, fds)
 
 
 def serve(fd: int, setup: Setup) -> int:

@@ -23,7 +23,6 @@ The template runs prepare() once and main(FD) in each zygote it forks.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import signal
@@ -64,7 +63,7 @@ def main(control_fd: int) -> None:
     try:
         start = ZygoteStart.from_wire(wire)
         setup = None if start.setup is None else worker.Setup.open(
-            start.setup, Policy.from_dict(json.loads(start.setup.policy)))
+            start.setup, worker.built_policy(start.setup))
     except Exception as exc:  # Malformed, or roots that cannot be opened
         _reply(control_fd, Reply(error=str(exc)))
         return
