@@ -63,10 +63,11 @@ def promoted(store: Store, work: Path, *roots: Path | str) -> Store:
 def settled(workspace: Path, work: Path, pids: list[int] | None) -> Store:
     """What the host has done after a crash: a worker settled the dead writers'
     records (`pids`; None: every orphan), the host promoted what was done."""
-    root, store = Root(str(workspace)), Store.open(str(work))
-    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
-    with store.settling():
-        restore.settle(restorer, pids)
+    store = Store.open(str(work))
+    with Root(str(workspace)) as root:
+        restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+        with store.settling():
+            restore.settle(restorer, pids)
     return promoted(store, work, workspace)
 
 

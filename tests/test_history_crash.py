@@ -9,6 +9,7 @@ import fcntl
 import os
 import random
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -116,19 +117,20 @@ def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point:
     files = {p.name: p.read_bytes() for p in workspace.iterdir() if not p.name.startswith(".")}
     assert files in ({"f.txt": OLD}, EXPECTED_NEW[action])  # old or new, never torn
     store = settled(workspace, store_dir, [pid])
-    roots = Roots(Root(str(workspace)))
-    listing = store.listing()
-    assert left(store_dir, ".pending", ".done") == []
-    if files == {"f.txt": OLD}:
-        # nothing landed, nothing recorded
-        assert listing.records == [] and [p for p in store_dir.iterdir()] == []
-        return
-    assert len(listing.records) == 1  # it landed: its record says so, and undoes it
-    outcome = restore.undo(roots, store, Policy(), Limits(), "f.txt", force=False)
-    assert outcome["conflicts"] == [], outcome
-    after = {p.name: p.read_bytes() for p in workspace.iterdir()}
-    assert after == {"f.txt": OLD}
-    assert content_version(OLD) == content_version((workspace / "f.txt").read_bytes())
+    with closing(store), Root(str(workspace)) as root:
+        roots = Roots(root)
+        listing = store.listing()
+        assert left(store_dir, ".pending", ".done") == []
+        if files == {"f.txt": OLD}:
+            # nothing landed, nothing recorded
+            assert listing.records == [] and [p for p in store_dir.iterdir()] == []
+            return
+        assert len(listing.records) == 1  # it landed: its record says so, and undoes it
+        outcome = restore.undo(roots, store, Policy(), Limits(), "f.txt", force=False)
+        assert outcome["conflicts"] == [], outcome
+        after = {p.name: p.read_bytes() for p in workspace.iterdir()}
+        assert after == {"f.txt": OLD}
+        assert content_version(OLD) == content_version((workspace / "f.txt").read_bytes())
 
 
 @pytest.mark.parametrize("who", ["worker", "host"])
