@@ -5,18 +5,22 @@ carries the numbered lines and the paging hint of a long read."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+from mcp import ClientSession
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ToolReturnPart
 
-from tests.mcp_helpers import REPO, serve_argv
+from tests.mcp_helpers import REPO, run_session, serve_argv
 
 LONG = "".join(f"line {n}\n" for n in range(1, 101))
 
@@ -62,3 +66,43 @@ def test_fastmcp_client_data_carries_the_numbered_text(long_ws: Path) -> None:
     text = data["text"] if isinstance(data, dict) else data.text
     _seen(text)
     assert result.structured_content["content"] == "line 1\nline 2\nline 3\n"
+
+
+def test_without_structured_text_the_text_is_in_content_only(long_ws: Path) -> None:
+    """--no-structured-text: structuredContent is the result alone (still what
+    outputSchema describes), and content still carries the numbered text; the
+    official SDK client, which validates structuredContent, accepts it."""
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        schemas = {tool.name: tool.output_schema for tool in (await session.list_tools()).tools}
+        result = await session.call_tool("read_file", {"path": "long.txt", "limit": 3})
+        seen.update(schema=schemas["read_file"], result=result)
+
+    run_session(long_ws, body, extra=("--no-structured-text",))
+    result = seen["result"]
+    assert not result.is_error
+    assert "text" not in result.structured_content
+    assert result.structured_content["content"] == "line 1\nline 2\nline 3\n"
+    jsonschema.validate(result.structured_content, seen["schema"])
+    _seen(result.content[0].text)
+
+
+def test_by_default_structured_content_carries_the_text(long_ws: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        seen["result"] = await session.call_tool("read_file", {"path": "long.txt", "limit": 3})
+
+    run_session(long_ws, body)
+    result = seen["result"]
+    assert result.structured_content["text"] == result.content[0].text
+    _seen(result.structured_content["text"])
+
+
+def test_no_structured_text_is_refused_with_jsonl(ws: Path) -> None:
+    done = subprocess.run([*serve_argv(ws, "--jsonl", "--no-structured-text")], input=b"",
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          timeout=60)
+    assert done.returncode != 0
+    assert b"--no-structured-text is for MCP" in done.stderr

@@ -337,6 +337,9 @@ def serve(args: argparse.Namespace) -> int:
         protocol = "JSON lines" if args.jsonl else "MCP"
         logs.log.info("corral: serving %s on stdin/stdout until end of input (Ctrl-D); an MCP "
                       "client starts this itself, see `corral mcp-config`", protocol)
+    if args.jsonl and not args.structured_text:
+        raise UsageError("--no-structured-text is for MCP; --jsonl results have no "
+                         "structuredContent")
     if args.jsonl:
         # Streams first: the sandbox's processes must not inherit the protocol's fd 1.
         reader, writer = protocol_streams()
@@ -348,7 +351,7 @@ def serve(args: argparse.Namespace) -> int:
     config = effective_config(args)
     served = mcp_server.serve(
         lambda approve: Sandbox.from_config(config, approve=approve), *protocol_streams(),
-        said_on_the_command_line,
+        said_on_the_command_line, args.structured_text,
     )
     return EXIT_OK if served else EXIT_FAILED
 
@@ -379,6 +382,7 @@ def serve_http(args: argparse.Namespace) -> int:
         max_connections=args.max_connections, max_tenant_requests=args.max_tenant_requests,
         client_timeout_s=args.client_timeout, protected=server_files(args.tenants, tenants),
         ready=http_server.announce, metrics=args.metrics, log_format=args.log_format,
+        structured_text=args.structured_text,
     )
     return EXIT_OK
 
@@ -535,6 +539,12 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
     serve.add_argument(
         "--log-format", choices=["text", "json"], default="text",
         help="log lines on stderr: text, or one JSON object a line (default: text)",
+    )
+    serve.add_argument(
+        "--no-structured-text", dest="structured_text", action="store_false",
+        help="MCP: a result's structuredContent without the text the model is shown (it "
+        "stays in content): for clients that show the model content, not structuredContent "
+        "(most do; pydantic-ai and fastmcp do not); a large read sends a third less",
     )
     http = serve.add_argument_group(
         "many tenants over HTTP (needs uvicorn: pip install uvicorn, or pip install '.[http]' "

@@ -171,8 +171,9 @@ class TenantState:
 
     def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
                  max_requests: int = MAX_TENANT_REQUESTS, observer: Observer | None = None,
-                 ) -> None:
+                 structured_text: bool = True) -> None:
         self.tenant = tenant
+        self.structured_text = structured_text  # McpSession's
         self.pool = pool
         self.protected = protected
         self.max_requests = max_requests
@@ -205,7 +206,9 @@ class TenantState:
                 self.sandboxes.add(sandbox)
             return sandbox
 
-        return HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant), self.threads)
+        session = McpSession(open_sandbox, say_remedy=said_to_a_tenant,
+                             structured_text=self.structured_text)
+        return HttpSession(session, self.threads)
 
     def open(self) -> tuple[str, HttpSession]:
         session = self.new_session()
@@ -264,14 +267,17 @@ class HttpFace:
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
         max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
         protected: tuple[str, ...] = (), observers: Mapping[str, Observer] | None = None,
+        structured_text: bool = True,
     ) -> None:
-        """observers: a tenant's name -> the observer of its sandboxes."""
+        """observers: a tenant's name -> the observer of its sandboxes. structured_text:
+        McpSession's."""
         self.pool = pool
         self.tenants = tenants
         self.states = {
             tenant.name: TenantState(tenant, pool, protected=protected,
                                      max_requests=max_tenant_requests,
-                                     observer=(observers or {}).get(tenant.name))
+                                     observer=(observers or {}).get(tenant.name),
+                                     structured_text=structured_text)
             for tenant in tenants
         }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
@@ -704,7 +710,7 @@ def serve(
     max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
     client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
-    metrics: str | None = None, log_format: str = "text",
+    metrics: str | None = None, log_format: str = "text", structured_text: bool = True,
 ) -> None:
     """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
     files no tool of any tenant may write (the tenants file, the tenants' configs).
@@ -730,7 +736,8 @@ def serve(
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
                         max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
-                        protected=protected, observers=observers)
+                        protected=protected, observers=observers,
+                        structured_text=structured_text)
         if exported is not None:
             exported.watch(pool.stats, face.queued)
 

@@ -55,6 +55,9 @@ Decisions the spec leaves to us:
   same text as the first content block: clients that show a model
   structuredContent instead of content (pydantic-ai, fastmcp) still show it the
   numbered lines and paging hints. outputSchema declares it (optional).
+  `structured_text=False` (`corral serve --no-structured-text`) leaves it out,
+  for clients that show a model `content`: a large read then goes out twice
+  (its content and its numbered text), not three times.
 - A supervised call asks the user with a form: "accept" approves, "decline" or
   "cancel" denies. Its one field, `remember` (not required; default "once"),
   offers "once", "path" (this file, for the session) and "rule" (every path
@@ -204,8 +207,11 @@ def valid_id(value: object) -> TypeGuard[str | int]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
-    """The `tools/call` result for a contract result."""
+def tool_result(
+    outcome: dict[str, Any], *, structured: bool, structured_text: bool = True
+) -> dict[str, Any]:
+    """The `tools/call` result for a contract result. structured_text: a success's
+    structuredContent repeats the text (see the module docstring)."""
     if not outcome["ok"]:
         error = outcome["error"]
         text = f"{error['code']}: {error['message']}"
@@ -226,7 +232,8 @@ def tool_result(outcome: dict[str, Any], *, structured: bool) -> dict[str, Any]:
     if structured:
         # `text` too: pydantic-ai and fastmcp hand a model structuredContent instead of
         # content, and the text is what carries line numbers and paging hints
-        reply["structuredContent"] = {**result, "text": outcome["text"]}
+        reply["structuredContent"] = (
+            {**result, "text": outcome["text"]} if structured_text else result)
     return reply
 
 
@@ -427,8 +434,10 @@ class McpSession:
         *,
         can_ask: bool = True,
         say_remedy: Callable[[Remedy], str] = any_face,
+        structured_text: bool = True,
     ) -> None:
         self._open_sandbox = open_sandbox
+        self._structured_text = structured_text
         self._say_remedy = say_remedy  # how the face serving this session says a config's fix
         self._can_ask = can_ask
         self._sandbox: Sandbox | None = None
@@ -723,7 +732,8 @@ class McpSession:
         if not outcome["ok"] and outcome["error"]["code"] == "unknown_tool":
             return [Reply(error_response(
                 call.request_id, INVALID_PARAMS, outcome["error"]["message"]))]
-        result = tool_result(outcome, structured=call.revision.structured)
+        result = tool_result(outcome, structured=call.revision.structured,
+                             structured_text=self._structured_text)
         return [Reply(response(call.request_id, self._complete(call.revision, result)))]
 
     def _drop(self, call: Call) -> list[Action]:

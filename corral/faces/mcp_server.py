@@ -61,10 +61,11 @@ class McpServer:
 
     def __init__(
         self, open_sandbox: Callable[[Approver], Sandbox], reader: BinaryIO, writer: BinaryIO,
-        say_remedy: Callable[[Remedy], str] = any_face,
+        say_remedy: Callable[[Remedy], str] = any_face, structured_text: bool = True,
     ) -> None:
         self._out = LineWriter(writer)
-        self._session = McpSession(open_sandbox, say_remedy=say_remedy)
+        self._session = McpSession(
+            open_sandbox, say_remedy=say_remedy, structured_text=structured_text)
         lines = read_lines(reader, arrived=self._session.wake)
         self._lines = LineServer(lines, self._receive, MAX_CONCURRENT_CALLS)
         self._driver = SessionDriver(self._session, deliver=self._deliver, spawn=self._spawn)
@@ -102,9 +103,10 @@ class McpServer:
 
 def serve(
     open_sandbox: Callable[[Approver], Sandbox], reader: BinaryIO, writer: BinaryIO,
-    say_remedy: Callable[[Remedy], str] = any_face,
+    say_remedy: Callable[[Remedy], str] = any_face, structured_text: bool = True,
 ) -> bool:
     """Run an MCP server on the given streams until the client closes its end.
     `open_sandbox(approve)` is called on the first message that needs the tools;
-    False if it failed (a config error's fix said by `say_remedy`)."""
-    return McpServer(open_sandbox, reader, writer, say_remedy).serve()
+    False if it failed (a config error's fix said by `say_remedy`). structured_text:
+    McpSession's."""
+    return McpServer(open_sandbox, reader, writer, say_remedy, structured_text).serve()
