@@ -16,9 +16,14 @@ calls, so every process on both sides has gone to sleep). Rounds of each side
 alternate, so a change in machine load hits both; the run is done twice and
 each cell is the better of the two rounds' medians (p99 from the same round).
 
-Writes are reported at equal durability: the reference never fsyncs, so
-`corral (none)` runs a second corral server with `durability = "none"`; the
-`corral` column is the default (every write fsync'd before it is reported).
+Every row is also reported at equal work: `corral (equal)` is a second corral
+server that does what the reference does, no more. The reference never fsyncs,
+so it runs with `durability = "none"`; the reference's structuredContent holds
+the content once, so it runs with `--no-structured-text` (by default corral
+repeats the model's text there, for clients that show a model structuredContent).
+The `corral` column is the default (every write fsync'd before it is reported,
+the text repeated). `--before TREE` adds another checkout's server, at its
+defaults and at equal work, to the same rounds: a before/after table in one run.
 
 The reference server is found in the directory given by --ref (default
 /work/refserver, then /tmp/refserver), where it was installed with npm:
@@ -26,7 +31,7 @@ The reference server is found in the directory given by --ref (default
     mkdir -p /work/refserver && cd /work/refserver
     npm install @modelcontextprotocol/server-filesystem
 
-    python scripts/bench_mcp.py [--ref DIR] [--calls 200] [--gap-ms 20]
+    python scripts/bench_mcp.py [--ref DIR] [--calls 200] [--gap-ms 20] [--before TREE]
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ REF_ENTRY = "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 REF_DIRS = (Path("/work/refserver"), Path("/tmp/refserver"))
 WARMUP_CALLS = 20  # first calls pay for imports, JIT and cold caches on all sides
 ROUND_CALLS = 20  # calls per side per round; even, so edits end where they began
+# Back to back, each round starts with this many calls left untimed: the other sides'
+# rounds were an idle gap for this side, and its first call would be a cold call
+# counted as a back-to-back one (1 in ROUND_CALLS: the whole p99). Even, as above.
+ROUND_WARMUP_CALLS = 2
 LIST_ENTRIES = 1000
 MIB = 1024 * 1024
 EDIT_FILE_BYTES = 100 * 1024
@@ -184,15 +193,13 @@ class Op:
     """One operation as each side spells it, and how its answer is checked.
 
     `corral`/`ref` give (tool, arguments) for call i; `check_*` raise WrongAnswer
-    for a wrong answer to call i; `direct` does it in-process; `durable` marks a
-    write (it gets the durability = "none" column too); `big` a long row."""
+    for a wrong answer to call i; `direct` does it in-process; `big` marks a long row."""
 
     corral: Callable[[int], tuple[str, dict[str, Any]]]
     ref: Callable[[int], tuple[str, dict[str, Any]]]
     check_corral: Callable[[int, dict[str, Any]], None]
     check_ref: Callable[[int, dict[str, Any]], None]
     direct: Callable[[int], object]
-    durable: bool = False
     big: bool = False
 
 
@@ -314,7 +321,6 @@ def operations(ws: Path) -> dict[str, Op]:
             on_disk("wbig.txt", BIG_TEXT),
             on_disk("wbig.txt", BIG_TEXT),
             lambda i: atomic_write(ws / "wbig.txt", BIG_TEXT),
-            durable=True,
             big=True,
         ),
         "write 4 KiB": Op(
@@ -323,7 +329,6 @@ def operations(ws: Path) -> dict[str, Op]:
             on_disk("write.txt", SMALL_TEXT),
             on_disk("write.txt", SMALL_TEXT),
             lambda i: atomic_write(ws / "write.txt", SMALL_TEXT),
-            durable=True,
         ),
         "stat": Op(
             lambda i: ("stat_file", {"path": "read.txt"}),
@@ -345,7 +350,6 @@ def operations(ws: Path) -> dict[str, Op]:
             edited,
             edited,
             lambda i: direct_edit(ws / "edit.txt", i),
-            durable=True,
         ),
     }
 
@@ -372,6 +376,8 @@ def measure(
             checks[name](i, run(i))
     for _ in range(max(1, calls // ROUND_CALLS)):
         for name, run in sides.items():
+            for i in range(0 if gap_s else ROUND_WARMUP_CALLS):
+                checks[name](i, run(i))
             before = cpu[name]() if name in cpu else 0.0
             for i in range(ROUND_CALLS):
                 if gap_s:
@@ -409,57 +415,60 @@ def find_ref(given: Path | None) -> Path | None:
     return None
 
 
-def durability_option() -> bool:
-    """Whether this corral has `[sandbox] durability` (older ones always fsync)."""
-    sys.path.insert(0, str(REPO))
-    from corral.config import SandboxOptions
-
-    return hasattr(SandboxOptions, "durability")
+def has(tree: Path, source: str, spelled: str) -> bool:
+    """Whether the checkout's `source` file spells an option (older ones lack some)."""
+    path = tree / source
+    return path.is_file() and spelled in path.read_text()
 
 
-def corral_server(ws: Path, config: Path) -> StdioClient:
+def corral_server(ws: Path, config: Path, tree: Path, equal: bool) -> StdioClient:
+    """`corral serve` of `tree`; equal: the work the reference does (see the docstring)."""
     serve = ["serve", "--workspace", str(ws), "--config", str(config)]
-    return StdioClient([sys.executable, "-m", "corral", *serve], ws)
+    if equal and has(tree, "corral/faces/cli.py", "--no-structured-text"):
+        serve.append("--no-structured-text")
+    return StdioClient([sys.executable, "-m", "corral", *serve], ws, tree)
 
 
-def table(rows: list[tuple[str, dict[str, Cell]]]) -> list[str]:
+def configs(tmp: str, tree: Path, name: str) -> tuple[Path, Path]:
+    """The default and the equal-work config of one checkout, each with its own store."""
+    limits = f"[limits]\nmax_list_entries = 5000\nmax_read_bytes = {4 * MIB}\n"
+    default = Path(tmp, f"{name}.toml")
+    default.write_text(limits + f'[history]\npath = "{tmp}/history-{name}"\n')
+    equal = Path(tmp, f"{name}-equal.toml")
+    nosync = ('[sandbox]\ndurability = "none"\n'
+              if has(tree, "corral/config_keys.py", '"durability"') else "")
+    equal.write_text(limits + f'[history]\npath = "{tmp}/history-{name}-equal"\n' + nosync)
+    return default, equal
+
+
+def table(rows: list[tuple[str, dict[str, Cell]]], before: bool) -> list[str]:
     ms = 1e3
-    header = (
-        "operation",
-        "corral med",
-        "corral p99",
-        "ref med",
-        "ref p99",
-        "corral / ref",
-        "corral (none) med",
-        "(none) / ref",
-        "direct med",
-        "CPU/call corral",
-        "CPU/call ref",
-    )
+    header = [
+        "operation", "corral med", "corral p99", "ref med", "ref p99", "corral / ref",
+        "corral (equal) med", "(equal) / ref",
+    ]
+    if before:
+        header += ["before med", "before / ref", "before (equal) / ref"]
+    header += ["direct med", "CPU/call corral", "CPU/call ref"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, cells in rows:
-        corral, ref, direct = cells["corral"], cells["ref"], cells["direct"]
-        nosync = cells.get("corral (none)")
-        lines.append(
-            "| "
-            + " | ".join(
-                (
-                    name,
-                    f"{corral.median * ms:.2f}",
-                    f"{corral.p99 * ms:.2f}",
-                    f"{ref.median * ms:.2f}",
-                    f"{ref.p99 * ms:.2f}",
-                    f"{corral.median / ref.median:.2f}x",
-                    f"{nosync.median * ms:.2f}" if nosync else "",
-                    f"{nosync.median / ref.median:.2f}x" if nosync else "",
-                    f"{direct.median * ms:.2f}",
-                    f"{corral.cpu * ms:.2f}" if corral.cpu is not None else "",
-                    f"{ref.cpu * ms:.2f}" if ref.cpu is not None else "",
-                )
-            )
-            + " |"
-        )
+        corral, ref, direct, equal = (
+            cells["corral"], cells["ref"], cells["direct"], cells["corral (equal)"])
+        row = [
+            name, f"{corral.median * ms:.2f}", f"{corral.p99 * ms:.2f}",
+            f"{ref.median * ms:.2f}", f"{ref.p99 * ms:.2f}", f"{corral.median / ref.median:.2f}x",
+            f"{equal.median * ms:.2f}", f"{equal.median / ref.median:.2f}x",
+        ]
+        if before:
+            old, old_equal = cells["before"], cells["before (equal)"]
+            row += [f"{old.median * ms:.2f}", f"{old.median / ref.median:.2f}x",
+                    f"{old_equal.median / ref.median:.2f}x"]
+        row += [
+            f"{direct.median * ms:.2f}",
+            f"{corral.cpu * ms:.2f}" if corral.cpu is not None else "",
+            f"{ref.cpu * ms:.2f}" if ref.cpu is not None else "",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
@@ -475,6 +484,8 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=float, default=20.0, help="idle gap in the cold mode")
     parser.add_argument("--rounds", type=int, default=2, help="runs; the better one counts")
     parser.add_argument("--only", help="run the rows whose name contains this")
+    parser.add_argument("--before", type=Path, metavar="TREE",
+                        help="another corral checkout to run in the same rounds")
     parser.add_argument(
         "--dir",
         help="where to make the workspace (a tmpfs mount leaves the disk out of the write "
@@ -493,16 +504,13 @@ def main() -> int:
         ws = Path(tmp, "ws")
         ws.mkdir()
         make_workspace(ws)
-        limits = f"[limits]\nmax_list_entries = 5000\nmax_read_bytes = {4 * MIB}\n"
         # each server's history store in the run's own directory, gone with it
-        config = Path(tmp, "corral.toml")
-        config.write_text(limits + f'[history]\npath = "{tmp}/history"\n')
-        nosync_config = Path(tmp, "corral-none.toml")
-        nosync_config.write_text(
-            limits + f'[history]\npath = "{tmp}/history-none"\n[sandbox]\ndurability = "none"\n'
-        )
-        corral = corral_server(ws, config)
-        nosync = corral_server(ws, nosync_config) if durability_option() else None
+        trees = {"corral": REPO, **({"before": args.before.resolve()} if args.before else {})}
+        servers: dict[str, StdioClient] = {}
+        for name, tree in trees.items():
+            default, equal = configs(tmp, tree, name)
+            servers[name] = corral_server(ws, default, tree, equal=False)
+            servers[f"{name} (equal)"] = corral_server(ws, equal, tree, equal=True)
         ref = StdioClient(["node", str(ref_entry), str(ws)], ws)
         results: dict[str, list[tuple[str, dict[str, Cell]]]] = {}
         load = os.getloadavg()
@@ -513,28 +521,22 @@ def main() -> int:
                     if args.only and args.only not in name:
                         continue
                     sides: dict[str, Callable[[int], Any]] = {
-                        "corral": lambda i, op=op: corral.call(*op.corral(i)),
-                        "ref": lambda i, op=op: ref.call(*op.ref(i)),
-                        "direct": op.direct,
+                        name: lambda i, op=op, server=server: server.call(*op.corral(i))
+                        for name, server in servers.items()
                     }
-                    checks: dict[str, Callable[[int, Any], None]] = {
-                        "corral": op.check_corral,
-                        "ref": op.check_ref,
-                        "direct": lambda i, answer: None,
-                    }
-                    cpu = {"corral": corral.cpu_seconds, "ref": ref.cpu_seconds}
-                    if op.durable and nosync is not None:
-                        sides["corral (none)"] = lambda i, op=op, s=nosync: s.call(*op.corral(i))
-                        checks["corral (none)"] = op.check_corral
+                    sides |= {"ref": lambda i, op=op: ref.call(*op.ref(i)), "direct": op.direct}
+                    checks: dict[str, Callable[[int, Any], None]] = dict.fromkeys(
+                        servers, op.check_corral)
+                    checks |= {"ref": op.check_ref, "direct": lambda i, answer: None}
+                    cpu = {"corral": servers["corral"].cpu_seconds, "ref": ref.cpu_seconds}
                     calls = args.calls // BIG_CALLS_DIVISOR if op.big else args.calls
                     rounds = [
                         measure(sides, checks, cpu, calls, gap / 1e3) for _ in range(args.rounds)
                     ]
                     rows.append((name, best(rounds)))
         finally:
-            corral.close()
-            if nosync is not None:
-                nosync.close()
+            for server in servers.values():
+                server.close()
             ref.close()
     load_after = os.getloadavg()
     print(
@@ -547,7 +549,7 @@ def main() -> int:
     )
     for mode, rows in results.items():
         print(f"\n{mode}:\n")
-        print("\n".join(table(rows)))
+        print("\n".join(table(rows, before=args.before is not None)))
     return 0
 
 
