@@ -331,28 +331,42 @@ def test_a_rewind_killed_at_any_step_then_run_again_gives_the_checkpoint(
     for n in range(1, 500):
         base = tmp_path / str(n)
         root, work, store, cp, at_checkpoint = _restore_scene(base)
-        at_rewind = snapshot(base / "ws")
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - dies at the n-th call, or finishes
-            _fs_calls_die_at(n, exdev)
-            restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        before_rewind = snapshot(base / "ws")
-        with store.settling():
-            restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"),
-                           [pid])
-        refused = commit_done(store, work, root.path)
-        if refused:  # killed writing its checkpoint, its first step: torn, and nothing changed
-            assert [name[:2] for name in refused] == ["c-"], (n, refused)
-            assert before_rewind == snapshot(base / "ws") == at_rewind, n
-        assert left(work, ".pending", ".done") == [], n
-        tree = snapshot(base / "ws")
-        assert [p for p in tree if ".corral-tmp-" in p] == [], n
-        if os.waitstatus_to_exitcode(status) == 0:
-            break
-        again = restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
-        assert again["conflicts"] == [], (n, again)
-        assert snapshot(base / "ws") == at_checkpoint, n
+        try:
+            if _rewind_killed_at(n, exdev, base, root, work, store, cp, at_checkpoint):
+                break
+        finally:  # each case's root and store: ~500 cases would hold thousands of fds
+            root.close()
+            store.close()
     else:
         pytest.fail("the rewind never finished")
+
+
+def _rewind_killed_at(
+    n: int, exdev: bool, base: Path, root: Root, work: Path, store: Store, cp: str,
+    at_checkpoint: dict[str, Any],
+) -> bool:
+    """One case of the test above; True once a rewind ran to its end."""
+    at_rewind = snapshot(base / "ws")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - dies at the n-th call, or finishes
+        _fs_calls_die_at(n, exdev)
+        restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    before_rewind = snapshot(base / "ws")
+    with store.settling():
+        restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"),
+                       [pid])
+    refused = commit_done(store, work, root.path)
+    if refused:  # killed writing its checkpoint, its first step: torn, and nothing changed
+        assert [name[:2] for name in refused] == ["c-"], (n, refused)
+        assert before_rewind == snapshot(base / "ws") == at_rewind, n
+    assert left(work, ".pending", ".done") == [], n
+    tree = snapshot(base / "ws")
+    assert [p for p in tree if ".corral-tmp-" in p] == [], n
+    if os.waitstatus_to_exitcode(status) == 0:
+        return True
+    again = restore.rewind(Roots(root), store, Policy(), Limits(), cp, False)
+    assert again["conflicts"] == [], (n, again)
+    assert snapshot(base / "ws") == at_checkpoint, n
+    return False
