@@ -6,6 +6,7 @@ what the person asked sees (sizes, a bounded diff). Real workers, real kernel.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -306,6 +307,19 @@ def test_the_request_shows_the_size_and_a_bounded_diff(ws: Path) -> None:
     assert new["targets"][0]["size"] is None
     assert "+hello\\x1b[2J" in new["diff"]  # escaped: shown to a person
     assert "-line 7" in edit["diff"] and "+seven" in edit["diff"]
+
+
+def test_the_diff_of_a_legacy_encoded_file_is_of_its_text(ws: Path) -> None:
+    """A file in one of [workspace] fallback_encodings is previewed as a read shows
+    it, not refused as binary."""
+    (ws / "docs").mkdir()
+    (ws / "docs/old.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("cp1252"))
+    asker = Asker(False)
+    policy = dataclasses.replace(RULES, fallback_encodings=("cp1252",))
+    with Sandbox(ws, policy=policy, approve=asker) as sb:
+        sb.call("write_file", {"path": "docs/old.txt", "content": "th\xe9\n"})
+    (request,) = asker.asked
+    assert "-caf\xe9 cr\xe8me" in request["diff"] and "+th\xe9" in request["diff"]
 
 
 def test_no_diff_where_a_rule_hides_the_files_content(ws: Path) -> None:

@@ -112,7 +112,8 @@ def _text_change(after: Callable[[dict[str, Any], bytes], bytes]) -> Change:
             if error.code != "not_found":
                 raise
             before = b""
-        old_text, new_text = decode(before), decode(after(args, before))
+        fallbacks = ctx.policy.fallback_encodings  # as a read of the file decodes it
+        old_text, new_text = decode(before, fallbacks), decode(after(args, before), fallbacks)
         if old_text is None or new_text is None:
             return None
         return unified_diff(path, old_text.text, new_text.text)
