@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import logging
 import posixpath
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 from corral.calls.messages import GrantRef, GrantUse, NeedsApproval
 from corral.policy import Policy, RootSpec
 from corral.tools.access import approval_key
+from corral.tools.patch_format import files_of
 from corral.tools.registry import TOOLS
 
 log = logging.getLogger("corral")
@@ -44,8 +44,6 @@ REMEMBER = ("once", "path", "rule")
 # person is asked again next time) rather than an older grant silently dropped.
 MAX_GRANTS = 256
 PATH_ARGUMENTS = ("path", "source", "destination")  # arguments that name one path
-# The paths a Codex-format patch (apply_patch's `patch`) names, one a line.
-PATCH_PATHS = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+)$", re.M)
 
 
 @dataclass
@@ -238,8 +236,8 @@ def named_paths(arguments: dict[str, Any]) -> list[str]:
 def _named(arguments: dict[str, Any]) -> list[str]:
     """named_paths, and the files a patch names."""
     named = named_paths(arguments)
-    if isinstance(arguments.get("patch"), str):
-        named += [posixpath.normpath(p.strip()) for p in PATCH_PATHS.findall(arguments["patch"])]
+    named += [posixpath.normpath(name) for change in files_of(arguments.get("patch"))
+              for name in (change.path, change.move_to) if name is not None]
     return named
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from corral.calls.messages import Answer
 from corral.config import Limits, QuotaOptions
 from corral.errors import CorralError, shown_path
+from corral.tools.patch_format import files_of
 
 CALLS, BYTES, FILES = "calls_per_minute", "write_bytes_per_hour", "files_created_per_hour"
 WINDOWS = {CALLS: 60.0, BYTES: 3600.0, FILES: 3600.0}  # each quota's window, in seconds
@@ -51,7 +52,6 @@ BYTE_WRITERS = frozenset({"write_file", "append_file", "edit_file", "copy_file",
 SIZED_WRITERS = frozenset({"write_file", "append_file"})
 # The tools that may create one file or directory (apply_patch: one per added file).
 CREATORS = frozenset({"write_file", "append_file", "copy_file", "create_directory"})
-ADD_FILE = "*** Add File: "  # an apply_patch header that creates a file
 WHAT = {CALLS: "calls accepted in the last minute", BYTES: "bytes written in the last hour",
         FILES: "files created in the last hour"}
 
@@ -128,7 +128,9 @@ class QuotaUsage:
         Else (the quota whose room comes last, seconds until it does)."""
         needs = dict(room) if room else {}
         for name, amount in wants.items():
-            if amount > needs.get(name, 0):
+            # a want of 0 still gets its slot: what the call makes on the way (a
+            # patch's moved file's new parent directories) is settled into it
+            if name not in needs or amount > needs[name]:
                 needs[name] = amount
         with self._lock:
             now = self._clock()
@@ -301,25 +303,23 @@ def _created(tool: str, answer: Answer) -> int:
 
 
 def _most_parents(tool: str, args: dict[str, Any]) -> int:
-    """The parent directories a call's paths could need made: each path's depth."""
+    """The parent directories a call's paths could need made: each path's depth (a
+    patch's: the files it adds and where it moves files to)."""
     if tool == "apply_patch":
-        paths = [line[len(ADD_FILE):] for line in _patch_lines(args) if line.startswith(ADD_FILE)]
+        paths = [name for change in files_of(args.get("patch"))
+                 for name in (change.path if change.action == "add" else None, change.move_to)
+                 if name is not None]
     else:
         paths = [args["path"]] if isinstance(args.get("path"), str) else []
     return sum(posixpath.normpath(path).strip("/").count("/") for path in paths)
 
 
-def _patch_lines(args: dict[str, Any]) -> list[str]:
-    patch = args.get("patch")
-    return patch.splitlines() if isinstance(patch, str) else []
-
-
 def _added_files(args: dict[str, Any]) -> int:
-    return sum(1 for line in _patch_lines(args) if line.startswith(ADD_FILE))
+    return sum(1 for change in files_of(args.get("patch")) if change.action == "add")
 
 
 def _patch_files(args: dict[str, Any]) -> int:
-    return sum(1 for line in _patch_lines(args) if line.startswith("*** ") and " File: " in line)
+    return len(files_of(args.get("patch")))
 
 
 def _edit_floor(args: dict[str, Any]) -> int:

@@ -97,6 +97,33 @@ def test_a_patch_counts_the_files_it_adds_and_the_directories_made_for_them(ws: 
     assert sorted(os.listdir(ws)) == ["a"]
 
 
+@pytest.mark.parametrize("spelled", [
+    "*** Begin Patch\n  *** Add File: a.txt\n+x\n  *** Add File: b.txt\n+y\n*** End Patch\n",
+    "<<'EOF'\n*** Begin Patch\n*** Add File: a.txt\n+x\n*** Add File: b.txt\n+y\n"
+    "*** End Patch\nEOF\n",
+])
+def test_a_patch_spelled_as_codex_allows_is_counted_as_the_worker_applies_it(
+    ws: Path, spelled: str,
+) -> None:
+    """Padded markers and a heredoc wrapper (which the patch parser accepts, as Codex
+    does): the host counts the files the worker will add, so they cannot slip past
+    files_created_per_hour."""
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=2)) as sb:
+        assert sb.call("write_file", {"path": "first.txt", "content": "x"})["ok"]
+        refusal(sb.call("apply_patch", {"patch": spelled}))
+    assert os.listdir(ws) == ["first.txt"]
+
+
+def test_a_patchs_move_may_make_directories_and_they_are_counted(ws: Path) -> None:
+    (ws / "old.txt").write_text("x\n")
+    patch = ("*** Begin Patch\n*** Update File: old.txt\n*** Move to: a/b/c/new.txt\n"
+             "*** End Patch\n")
+    moves = Policy({"delete_file": "allow"})  # a patch's move deletes the old name
+    with Sandbox(ws, policy=moves, quota=QuotaOptions(files_created_per_hour=3)) as sb:
+        assert sb.call("apply_patch", {"patch": patch})["ok"]  # a/, a/b/, a/b/c/
+        refusal(sb.call("create_directory", {"path": "d"}))
+
+
 def test_a_forged_answer_does_not_evade_the_byte_quota(ws: Path) -> None:
     """A host stepping the flow (as the faces do) hands back whatever a worker said:
     here a write that claims 0 bytes written and no file created."""

@@ -64,6 +64,20 @@ class FilePatch:
     line: int  # 1-based patch line of the *** header
 
 
+def files_of(patch: object) -> tuple[FilePatch, ...]:
+    """The changes a patch makes, as parse_patch reads them; none when it is not a
+    string or does not parse (the worker refuses such a call before it changes
+    anything). The host counts a patch's files (quotas) and names its paths
+    (grants) with this, so what it counts is what the worker will apply, however
+    leniently spelled (padded markers, a heredoc wrapper)."""
+    if not isinstance(patch, str):
+        return ()
+    try:
+        return parse_patch(patch)
+    except CorralError:
+        return ()
+
+
 def parse_patch(text: str) -> tuple[FilePatch, ...]:
     """The file changes a patch makes, in order. Raises invalid_arguments naming
     the patch line for anything the format does not allow: no Begin or End line,
