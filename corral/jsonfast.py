@@ -68,10 +68,9 @@ def dumps(value: Any, *, finite: bool = False, for_client: bool = False) -> byte
             # and the value walked only if there is one. A large text of few values (a
             # read's answer, whose content is JSON kept as it came) is walked first, where
             # the scan of its megabytes would cost a millisecond.
-            large = len(data) > SCAN_FIRST_BYTES
-            if finite or (large and _finite_within(value, WALK_FIRST_VALUES)) or (
-                b"null" not in data or _all_finite(value)
-            ):
+            if finite or (
+                len(data) > SCAN_FIRST_BYTES and _finite_within(value, WALK_FIRST_VALUES)
+            ) or b"null" not in data or _all_finite(value):
                 return data
     if for_client:
         value = _without_lone_surrogates(value)
