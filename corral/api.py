@@ -198,6 +198,16 @@ class _BaseSandbox:
             raise ValueError(error.message) from None
         self._grants = Grants(self._policy, self._roots)
         self._ledger = Ledger(self._policy, self._audit, self._history, self._grants)
+        # What a call's steps need of the sandbox is fixed from here on, so the plans
+        # (by can_ask and raw) are made once, not one frozen dataclass per call.
+        self._plans = {
+            (can_ask, raw): CallPlan(
+                self._policy, self._roots[0].path, can_ask, self._ledger.seen_for, raw,
+                self._quotas, grants=self._grants, decided=self._ledger.approval,
+                observer=self._observer,
+            )
+            for can_ask in (False, True) for raw in (False, True)
+        }
         store = self._history
         try:
             self._executor = self._start(
@@ -259,16 +269,14 @@ class _BaseSandbox:
         back as JSON text (msgspec.Raw, which msgspec writes out as it is), passed
         on from the worker without being decoded and encoded again."""
         arguments = {} if arguments is None else arguments
-        plan = CallPlan(
-            self._policy, self._roots[0].path,
-            self._approve is not None if can_ask is None else can_ask, self._ledger.seen_for,
-            raw, self._quotas, grants=self._grants, decided=self._ledger.approval,
-            observer=self._observer,
-        )
+        plan = self._plans[
+            self._approve is not None if can_ask is None else bool(can_ask), bool(raw)]
         started = time.monotonic()
+        # without an observer, the ledger's finish is all there is to a call's end
+        finish = self._finish if self._observer is not None else self._ledger.finish
         return CallFlow(
             plan.steps(tool, arguments, within),
-            lambda answer: self._finish(answer, arguments, started),
+            lambda answer: finish(answer, arguments, started),
         )
 
     # -- remembered approvals ------------------------------------------------------

@@ -245,7 +245,8 @@ class CallPlan:
                 tuple(within) if within is not None else None, self.seen(tool),
                 raw=self.raw, grants=grants,
             ))
-            answer = self._checked(tool, grants, answer)
+            if answer.meta.grants:  # a call a remembered approval let through (rare)
+                answer = self._checked(tool, grants, answer)
             needed = [n for n in answer.meta.needs_approval if n.key not in approved]
             if not needed and answer.meta.grants and self.observer is not None:
                 self.observer.on_approval("remembered")  # let through by a held grant
@@ -270,8 +271,6 @@ class CallPlan:
 
     def _checked(self, tool: str, sent: tuple[GrantRef, ...], answer: Answer) -> Answer:
         """The answer with only the grant uses that hold (grants.Grants.checked)."""
-        if not answer.meta.grants:
-            return answer
         kept = self.grants.checked(tool, sent, answer.meta.grants) if self.grants else ()
         return answer if kept == answer.meta.grants else answer._replace(
             meta=answer.meta._replace(grants=kept))

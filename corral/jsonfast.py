@@ -68,10 +68,9 @@ def dumps(value: Any, *, finite: bool = False, for_client: bool = False) -> byte
             # and the value walked only if there is one. A large text of few values (a
             # read's answer, whose content is JSON kept as it came) is walked first, where
             # the scan of its megabytes would cost a millisecond.
-            large = len(data) > SCAN_FIRST_BYTES
-            if finite or (large and _finite_within(value, WALK_FIRST_VALUES)) or (
-                b"null" not in data or _all_finite(value)
-            ):
+            if finite or (
+                len(data) > SCAN_FIRST_BYTES and _finite_within(value, WALK_FIRST_VALUES)
+            ) or b"null" not in data or _finite_within(value, None):
                 return data
     if for_client:
         value = _without_lone_surrogates(value)
@@ -181,14 +180,10 @@ WALK_FIRST_VALUES = 256
 SCAN_FIRST_BYTES = 64 * 1024
 
 
-def _all_finite(value: Any) -> bool:
-    """No NaN or infinity anywhere in a value of dicts, lists and tuples."""
-    return bool(_finite_within(value, None))
-
-
 def _finite_within(value: Any, budget: int | None) -> bool | None:
-    """_all_finite, looking at `budget` values at most: None when there are more
-    (and none of those seen was a NaN or an infinity)."""
+    """No NaN or infinity anywhere in a value of dicts, lists and tuples; with a
+    `budget`, looking at that many values at most: None when there are more (and
+    none of those seen was a NaN or an infinity)."""
     stack = [value]
     while stack:
         if budget is not None:

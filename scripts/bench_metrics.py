@@ -84,7 +84,7 @@ def main() -> None:
 
             def read(watching: Observer | None) -> Any:
                 # One sandbox, its observer set before each call (a private attribute,
-                # read when the call starts and ends): two sandboxes' workers are
+                # read for each call, which it hears the end of): two sandboxes' workers are
                 # scheduled apart on a loaded machine, and an A/A run of two plain
                 # sandboxes differed by up to 3x there.
                 sandbox._observer = watching

@@ -262,8 +262,18 @@ def test_the_parent_directories_a_call_made_count_up_to_its_paths_depth(clock: C
     assert gate.usage.used(FILES) == 4  # the file and at most a, b and c
 
 
-@pytest.mark.parametrize("made", [-1, 1.5, "3", True])
-def test_a_dirs_made_that_is_not_a_count_is_a_malformed_answer(made: Any) -> None:
-    with pytest.raises(Malformed, match="dirs_made"):
-        Meta.from_wire({"dirs_made": made})
+@pytest.mark.parametrize("field", ["dirs_made", "history_bytes", "bytes"])
+@pytest.mark.parametrize("made", [-1, 1.5, "3", True, False, 0.0, None])
+def test_a_count_that_is_not_a_count_is_a_malformed_answer(field: str, made: Any) -> None:
+    with pytest.raises(Malformed, match=field):
+        Meta.from_wire({field: made})
     assert Meta.from_wire(Meta(dirs_made=3).to_wire()).dirs_made == 3
+    assert Meta.from_wire(Meta(history_bytes=5).to_wire()).history_bytes == 5
+
+
+@pytest.mark.parametrize("ids", ["a", [1], None, {}, 0, [None]])
+def test_history_ids_that_are_not_a_list_of_ids_are_a_malformed_answer(ids: Any) -> None:
+    with pytest.raises(Malformed, match="history_ids"):
+        Meta.from_wire({"history_ids": ids})
+    assert Meta.from_wire(Meta(history_ids=("r1",)).to_wire()).history_ids == ("r1",)
+    assert Meta.from_wire(Meta().to_wire()) == Meta()

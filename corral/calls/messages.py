@@ -213,29 +213,33 @@ class Meta(NamedTuple):
             raise Malformed("meta.touched entries without their paths")
         if not isinstance(needs, list):
             raise Malformed("meta.needs_approval entries without their paths")
-        if not is_count(wire.get("bytes", 0)):
+        if not is_count(size := wire.get("bytes", 0)):
             raise Malformed("meta.bytes that is not a count")
-        if not is_count(wire.get("dirs_made", 0)):
+        # to_wire leaves out what is zero or empty (most answers): only what came is
+        # checked, and a field that came is checked as before
+        dirs_made = history_bytes = 0
+        ids: list[str] = []
+        if "dirs_made" in wire and not is_count(dirs_made := wire["dirs_made"]):
             raise Malformed("meta.dirs_made that is not a count")
-        if not is_count(wire.get("history_bytes", 0)):
+        if "history_bytes" in wire and not is_count(history_bytes := wire["history_bytes"]):
             raise Malformed("meta.history_bytes that is not a count")
         seen = wire.get("seen")
         if seen is None:
             seen = {}
         elif not (type(seen) is dict and all(type(v) is str for v in seen.values())):
             raise Malformed("meta.seen that is not an object of versions")
-        ids = wire.get("history_ids", [])
-        if not (type(ids) is list and all(type(i) is str for i in ids)):
+        if "history_ids" in wire and not (
+            type(ids := wire["history_ids"]) is list and all(type(i) is str for i in ids)
+        ):
             raise Malformed("meta.history_ids that is not a list of ids")
         diff = wire.get("diff")
         if diff is not None and not (type(diff) is str and len(diff) <= MAX_PREVIEW_CHARS):
             raise Malformed("meta.diff that is not a bounded string")
         return cls(
-            tuple([_touched(t) for t in touched]), wire.get("bytes", 0),
+            tuple([_touched(t) for t in touched]), size,
             tuple([_needs_approval(n) for n in needs]) if needs else (),
-            wire.get("history_bytes", 0), seen, tuple(ids),
-            _grant_uses(wire["grants"]) if "grants" in wire else (), diff,
-            wire.get("dirs_made", 0),
+            history_bytes, seen, tuple(ids),
+            _grant_uses(wire["grants"]) if "grants" in wire else (), diff, dirs_made,
         )
 
 

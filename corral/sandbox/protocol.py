@@ -185,7 +185,7 @@ def read_sole_frame(
             _wait(fd, select.POLLIN, deadline)
     if count == 0:
         return None
-    if pokes:
+    if pokes and buffer[:HEADER.size] == POKE:  # most reads hold a request alone
         count = _skip_pokes(buffer, count)
         if count == 0:
             return POKED
