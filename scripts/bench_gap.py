@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_mcp import StdioClient, marker, text_of
+from bench_mcp import StdioClient, has, marker, text_of
 
 REPO = Path(__file__).resolve().parent.parent
 ROUND_CALLS = 20  # calls per checkout per round
@@ -61,9 +61,9 @@ ROWS: dict[str, tuple[str, Callable[[int], dict[str, Any]], bool]] = {
 class Server(StdioClient):
     """`corral serve` of one checkout."""
 
-    def __init__(self, tree: Path, ws: Path, config: Path) -> None:
+    def __init__(self, tree: Path, ws: Path, config: Path, *extra: str) -> None:
         argv = [sys.executable, "-m", "corral", "serve", "--workspace", str(ws),
-                "--config", str(config)]
+                "--config", str(config), *extra]
         super().__init__(argv, ws, tree, "bench_gap")
 
     def cpu(self) -> tuple[float, float]:
@@ -276,6 +276,9 @@ def main() -> int:
     parser.add_argument("--only", help="run the rows whose name contains this")
     parser.add_argument("--durability", choices=("fsync", "none"), default="fsync")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor measures")
+    parser.add_argument("--no-structured-text", action="store_true",
+                        help="serve with --no-structured-text where the checkout has it "
+                        "(older ones never repeat the text: the same answers)")
     parser.add_argument("--history-off", action="store_true",
                         help="also run the first checkout with [history] enabled = false")
     args = parser.parse_args()
@@ -307,7 +310,9 @@ def main() -> int:
                     f'path = "{tmp}/history-{index}"\n'
                     f'[sandbox]\ndurability = "{args.durability}"\n'
                 )
-                servers[label] = Server(tree, ws, config)
+                extra = ["--no-structured-text"] if args.no_structured_text and has(
+                    tree, "corral/faces/cli.py", "--no-structured-text") else []
+                servers[label] = Server(tree, ws, config, *extra)
             for mode, gap in (("back to back", 0.0), (f"{args.gap_ms:g} ms gaps", args.gap_ms)):
                 for name in ROWS:
                     if not args.only or args.only in name:
@@ -318,7 +323,8 @@ def main() -> int:
                 server.close()
     print(f"{args.calls} timed calls per small row ({args.calls // BIG_CALLS_DIVISOR} for "
           f"1 MiB) and checkout, alternating rounds of {ROUND_CALLS}; durability "
-          f"{args.durability}; times in ms; CPU/call: all the server's processes (the host's "
+          f"{args.durability}{'; --no-structured-text' if args.no_structured_text else ''}; "
+          f"times in ms; CPU/call: all the server's processes (the host's "
           f"share); load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     for mode, rows in results.items():
         print(f"\n{mode}:\n")
