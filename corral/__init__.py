@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from corral.errors import CorralError
-
+# typing is not imported for TYPE_CHECKING: `corral call` starts the zygote template
+# right after this module loads, and each import before that delays it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from corral.api import AsyncSandbox, Sandbox
     from corral.config import ConfigError
+    from corral.errors import CorralError
     from corral.flow import Approval, Approve, CallFlow, NoApprover, Submit
     from corral.pool import Pool
     from corral.sandbox.launcher import warm as prestart
@@ -31,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from corral import flow
 
         return getattr(flow, name)
+    if name == "CorralError":
+        from corral.errors import CorralError
+
+        return CorralError
     if name == "ConfigError":
         from corral.config import ConfigError
 

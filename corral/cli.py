@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import gc
 import sys
-from typing import Any
 
 import corral
+
+# typing is not imported here: the zygote template starts right after this module
+# loads (main), and each import before that delays it
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["main"]
 

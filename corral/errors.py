@@ -6,7 +6,6 @@ names the path as the caller gave it, never the host's absolute path.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 
 ERROR_CODES = frozenset(
@@ -111,5 +110,7 @@ def did_you_mean(word: object, choices: Iterable[str], end: str = "") -> str:
     """"; did you mean 'x'?" for the choice closest to a misspelt name, else `end`."""
     if not isinstance(word, str):
         return end
+    import difflib  # here: only a misspelled name needs it, and corral's start does not
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else end

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 from corral.errors import SandboxError
 
@@ -28,7 +27,7 @@ START_TIMEOUT_S = 30.0
 # stop() gives a template whose channel it closed this long to exit, then kills it.
 STOP_GRACE_S = 5.0
 # The directory that holds the `corral` package the host runs: the template imports the same one.
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 # All the template (so every zygote and worker) gets of the host's environment: the
 # locale, which decides how Python decodes and encodes file names and text, and what
 # decides how the interpreter starts (PYTHONHOME: where its library is; PYTHONUTF8:
