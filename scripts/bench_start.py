@@ -101,6 +101,12 @@ def main() -> None:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     trees = [tree.resolve() for tree in args.tree or [HERE]]
+    hooks = sorted(name for name in sys.modules if name.startswith("__editable__"))
+    if hooks:  # site ran them in this interpreter: it runs them in every one it starts
+        print(f"note: this interpreter's site imports {', '.join(hooks)} at every start (an "
+              "editable install), which inflates `python -c pass` two- or threefold; measure "
+              "with a virtualenv where corral is not installed editable (--tree gives the "
+              "checkouts)\n")
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(scratch)
         workspace = home / "ws"
