@@ -4,6 +4,8 @@ own bytes kept). Pure: no sandbox."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.tools.edit import apply as edit_apply
-from corral.tools.patch_format import FilePatch, Hunk, apply_hunks, parse_patch
+from corral.tools.patch_format import FilePatch, Hunk, apply_hunks, files_of, parse_patch
 
 drift_corpus = load_script("drift_corpus")
 bench_patch_match = load_script("bench_patch_match")
@@ -597,3 +599,82 @@ def test_fuzz_against_the_reference_short() -> None:
     tally, different = fuzz_patch.run(1500, seed=5)
     assert not different, different
     assert tally["same: applied"] > 500
+
+
+# files_of: the host's reading of a patch's headers (quotas, grants) --------------
+
+_HUNK_LINES = st.sampled_from([
+    " x", "-x", "+x", "", "  ", "@@", "@@ x", "  *** Add File: p", " *** Delete File: q",
+    "  *** Move to: m", "  *** End of File", "*** End of File", "+*** Add File: p", " x",
+    "-x", "+x", " *** Update File: q", "\t*** x",
+])
+_HEADER = st.tuples(
+    st.sampled_from(["*** Add File: ", "*** Delete File: ", "*** Update File: "] * 3
+                    + ["*** Add File:", "*** Rename File: "]),
+    st.sampled_from(["", "", "  ", "  ", "\t", "\u00a0"]),
+    st.sampled_from(["a", "b/c", "a", "b/c", "d/", ""]),
+    st.sampled_from([None, None, "*** Move to: e/f", "  *** Move to: g", "*** Move to:h"]),
+    st.lists(st.one_of(_HUNK_LINES, st.just("+y")), max_size=5),
+)
+
+
+def _headers(files: tuple[FilePatch, ...]) -> list[tuple[str, str, str | None]]:
+    return [(f.action, f.path, f.move_to) for f in files]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_HEADER, min_size=1, max_size=4), st.sampled_from(["\n", "\r\n"]),
+       st.booleans(), st.sampled_from(["", "  "]))
+def test_files_of_reads_the_headers_parse_patch_reads(
+    sections: list[tuple[str, str, str, str | None, list[str]]], ending: str,
+    heredoc: bool, pad: str,
+) -> None:
+    """Every patch parse_patch accepts, however leniently spelled (padded markers,
+    a heredoc, markers inside hunks and added lines): files_of names the same
+    files, moves and actions, so the host counts what the worker applies."""
+    lines = [pad + "*** Begin Patch"]
+    for number, (marker, padding, path, move, body) in enumerate(sections):
+        lines.append(padding + marker + path + (str(number) if path else ""))
+        if move is not None:
+            lines.append(move + str(number))
+        if "Add" in marker:  # an added file's lines are mostly its own, "+" ones
+            body = [line if line.startswith("+") or number % 2 else "+" + line
+                    for line in body]
+        lines += body
+    lines.append(pad + "*** End Patch")
+    if heredoc:
+        lines = ["<<'EOF'", *lines, "EOF"]
+    text = ending.join(lines) + ending
+    try:
+        parsed = parse_patch(text)
+    except CorralError:
+        return
+    assert _headers(files_of(text)) == _headers(parsed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=12), st.sampled_from(["\n", "\r\n"]))
+def test_files_of_agrees_with_parse_patch_on_any_accepted_text(
+    pieces: list[str], ending: str,
+) -> None:
+    text = ending.join(pieces)
+    try:
+        parsed = parse_patch(text)
+    except CorralError:
+        return
+    assert _headers(files_of(text)) == _headers(parsed)
+
+
+def test_files_of_does_not_build_a_large_patchs_lines() -> None:
+    """The host reads every apply_patch call's patch (a request's size, outside any
+    worker's memory limit) up to four times: it must not build an object per line,
+    as parse_patch does (about 100 bytes of memory per byte of short lines)."""
+    patch = "*** Begin Patch\n*** Update File: a.txt\n" + "+\n" * 500_000 + "*** End Patch\n"
+    tracemalloc.start()
+    try:
+        files = files_of(patch)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert _headers(files) == [("update", "a.txt", None)]
+    assert peak < len(patch) // 10

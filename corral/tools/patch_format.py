@@ -64,18 +64,69 @@ class FilePatch:
     line: int  # 1-based patch line of the *** header
 
 
+# A line that, stripped, starts with "***": the only lines that can be a header.
+_MARKED = re.compile(r"^[^\S\n]*\*\*\*.*", re.M)
+
+
 def files_of(patch: object) -> tuple[FilePatch, ...]:
-    """The changes a patch makes, as parse_patch reads them; none when it is not a
-    string or does not parse (the worker refuses such a call before it changes
-    anything). The host counts a patch's files (quotas) and names its paths
-    (grants) with this, so what it counts is what the worker will apply, however
-    leniently spelled (padded markers, a heredoc wrapper)."""
+    """The files a patch changes (action, path, move_to; no hunks or content), as
+    parse_patch reads its headers; none when it is not a string. The host counts a
+    patch's files (quotas) and names its paths (grants) with this, so what it
+    counts is what the worker will apply, however leniently spelled (padded
+    markers, a heredoc wrapper).
+
+    It reads only the lines that can be headers, not the hunks: a patch is up to
+    a request's size, and parse_patch builds objects for every line (about 100
+    bytes of memory per byte of a patch of short lines, and a second per MiB),
+    which the host would pay on every call, outside any worker's limits. Exact
+    for a patch parse_patch accepts; for one it refuses the worker refuses the
+    call before it changes anything, so what is counted then does not matter.
+    Which marked lines are headers, as _Reader decides: after an Update header a
+    marked line is a header only if it starts with "*" (a padded one is a context
+    line, `*** End of File` ends a hunk), and the line right after the Update
+    header may be its Move to; after an Add or a Delete header, or first, any
+    marked line is."""
     if not isinstance(patch, str):
         return ()
-    try:
-        return parse_patch(patch)
-    except CorralError:
-        return ()
+    files: list[FilePatch] = []
+    update: FilePatch | None = None  # the section being read, if an Update's
+    line, at = 1, 0
+    for marked in _MARKED.finditer(patch):
+        line += patch.count("\n", at, marked.start())
+        at = marked.start()
+        raw, text = marked.group(), marked.group().strip()
+        if text in (BEGIN, END, END_OF_FILE):
+            continue
+        if update is not None and line == update.line + 1 and text.startswith(MOVE):
+            move_to = text[len(MOVE):].strip()
+            if not move_to or move_to.endswith("/"):
+                return ()  # parse_patch refuses it
+            files[-1] = update = FilePatch("update", update.path, move_to, (), None, update.line)
+            continue
+        if update is not None and not raw.startswith("*"):
+            continue  # a context line of the update's hunk
+        found = _header(text, line)
+        if found is None:  # parse_patch refuses the patch: what is counted does not matter
+            return ()
+        files.append(found)
+        update = found if found.action == "update" else None
+    return tuple(files)
+
+
+_ACTIONS: tuple[tuple[str, Literal["add", "delete", "update"]], ...] = (
+    (ADD, "add"), (DELETE, "delete"), (UPDATE, "update"))
+
+
+def _header(text: str, line: int) -> FilePatch | None:
+    """files_of's reading of a marked line where _Reader expects a file's header
+    (stripped): that header, or None where parse_patch refuses the line."""
+    for marker, action in _ACTIONS:
+        if text.startswith(marker):
+            path = text[len(marker):].strip()
+            if not path or not text[len(marker)].isspace() or path.endswith("/"):
+                return None
+            return FilePatch(action, path, None, (), None, line)
+    return None
 
 
 def parse_patch(text: str) -> tuple[FilePatch, ...]:
