@@ -128,9 +128,7 @@ class QuotaUsage:
         Else (the quota whose room comes last, seconds until it does)."""
         needs = dict(room) if room else {}
         for name, amount in wants.items():
-            # a want of 0 still gets its slot: what the call makes on the way (a
-            # patch's moved file's new parent directories) is settled into it
-            if name not in needs or amount > needs[name]:
+            if amount > needs.get(name, 0):
                 needs[name] = amount
         with self._lock:
             now = self._clock()
@@ -182,14 +180,21 @@ class Quotas:
         wants = {CALLS: 1}
         if args.get("dry_run") is True:  # changes nothing (the tool's contract): a call only
             return self._taken(self.usage.take(self._bounds, wants))
-        room = None
+        room: dict[str, int] = {}
         if tool in CREATORS or tool == "apply_patch":
-            wants[FILES] = _most_created(tool, args)
+            created = _most_created(tool, args)
             limit = self.quotas.files_created_per_hour
-            if limit is not None and wants[FILES] > limit:  # no wait would be honest
+            if limit is not None and created > limit:  # no wait would be honest
                 return CorralError(
-                    "too_large", f"the patch adds {wants[FILES]} files, over the quota [quota] "
+                    "too_large", f"the patch adds {created} files, over the quota [quota] "
                     f"files_created_per_hour = {limit}, so it can never be accepted.")
+            if created:
+                wants[FILES] = created
+            elif _most_parents(tool, args):
+                # a patch that adds nothing but moves a file into directories it may make:
+                # one must be left, as for any creator, and they are settled into its slot;
+                # a patch that can make nothing (an edit) is not held back by this quota
+                room[FILES] = 1
         size = _content_bytes(tool, args)
         if size is not None:
             wants[BYTES] = size
@@ -200,7 +205,7 @@ class Quotas:
                     f"the quota [quota] write_bytes_per_hour = {limit}, so it can never be "
                     "accepted.")
         elif tool in BYTE_WRITERS:
-            room = {BYTES: 1}  # its size shows afterwards: some must be left
+            room[BYTES] = 1  # its size shows afterwards: some must be left
         return self._taken(self.usage.take(self._bounds, wants, room))
 
     def _taken(self, taken: Reservation | tuple[str, float]) -> Reservation | CorralError:

@@ -329,3 +329,17 @@ def test_directories_made_on_the_way_count_as_files_created(ws: Path) -> None:
         assert sb.call("write_file", {"path": "d/f.txt", "content": "x"})["ok"]  # 2: over
         error = refusal(sb.call("create_directory", {"path": "e"}))
         assert "6 files created" in error["message"]
+
+
+def test_a_patch_that_creates_nothing_is_not_held_back_by_the_files_quota(ws: Path) -> None:
+    """Past files_created_per_hour (a deep write's parent directories took it there),
+    a patch that only edits runs; one whose move may make directories waits."""
+    edit = ("*** Begin Patch\n*** Update File: a/b/c.txt\n@@\n-x\n+y\n*** End Patch\n")
+    move = ("*** Begin Patch\n*** Update File: a/b/c.txt\n*** Move to: d/e.txt\n"
+            "*** End Patch\n")
+    moves = Policy({"delete_file": "allow"})  # a patch's move deletes the old name
+    with Sandbox(ws, policy=moves, quota=QuotaOptions(files_created_per_hour=1)) as sb:
+        assert sb.call("write_file", {"path": "a/b/c.txt", "content": "x\n"})["ok"]  # 3
+        assert sb.call("apply_patch", {"patch": edit})["ok"]
+        refusal(sb.call("apply_patch", {"patch": move}))
+    assert (ws / "a" / "b" / "c.txt").read_text() == "y\n"

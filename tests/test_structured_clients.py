@@ -20,6 +20,9 @@ from mcp import ClientSession
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ToolReturnPart
 
+from corral import Sandbox
+from corral.tools.formats import mcp_tool
+from tests.http_helpers import call, post, running_server, tenant
 from tests.mcp_helpers import REPO, run_session, serve_argv
 
 LONG = "".join(f"line {n}\n" for n in range(1, 101))
@@ -106,3 +109,37 @@ def test_no_structured_text_is_refused_with_jsonl(ws: Path) -> None:
                           timeout=60)
     assert done.returncode != 0
     assert b"--no-structured-text is for MCP" in done.stderr
+
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6364f8ff1f0000050001a5f645400000000049454e44ae426082")
+
+
+def test_no_structured_text_over_http_stateless_text_image_and_error(tmp_path: Path) -> None:
+    """--http passes the flag to every tenant's sessions: a stateless (2026-07-28)
+    read's structuredContent is the contract's result alone (valid against its
+    outputSchema), an image's leaves its data to content, an error is unchanged."""
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    (alice / "a.txt").write_text("one\ntwo\n")
+    (alice / "p.png").write_bytes(PNG)
+    (tmp_path / "tenants.toml").write_text(tenant("alice", f'workspace = "{alice}"'))
+    served = running_server(tmp_path, alice, alice, "--no-structured-text")
+    server = next(served)
+    try:
+        replies = [json.loads(post(server, call("read_file", {"path": path}))[2])["result"]
+                   for path in ("a.txt", "p.png", "nope.txt")]
+    finally:
+        served.close()
+    text, image, error = replies
+    assert text["resultType"] == "complete"
+    assert "text" not in text["structuredContent"]
+    assert text["structuredContent"]["content"] == "one\ntwo\n"
+    assert text["content"][0]["text"].endswith("2\ttwo")
+    assert image["content"][1]["type"] == "image" and "image" not in image["structuredContent"]
+    with Sandbox(alice) as sb:
+        schema = mcp_tool(next(s for s in sb.tools() if s["name"] == "read_file"), strict=False)
+    for reply in (text, image):
+        jsonschema.validate(reply["structuredContent"], schema["outputSchema"])
+    assert error["isError"] and error["structuredContent"]["error"]["code"] == "not_found"
