@@ -333,13 +333,13 @@ def serve(args: argparse.Namespace) -> int:
     if args.metrics is not None:
         raise UsageError("--metrics goes with --http HOST:PORT (a stdio server lives as long "
                          "as one client's session)")
+    if args.jsonl and not args.structured_text:
+        raise UsageError("--no-structured-text is for MCP; --jsonl results have no "
+                         "structuredContent")
     if sys.stdin.isatty():  # a person ran it by hand: say that it is waiting, and for what
         protocol = "JSON lines" if args.jsonl else "MCP"
         logs.log.info("corral: serving %s on stdin/stdout until end of input (Ctrl-D); an MCP "
                       "client starts this itself, see `corral mcp-config`", protocol)
-    if args.jsonl and not args.structured_text:
-        raise UsageError("--no-structured-text is for MCP; --jsonl results have no "
-                         "structuredContent")
     if args.jsonl:
         # Streams first: the sandbox's processes must not inherit the protocol's fd 1.
         reader, writer = protocol_streams()
