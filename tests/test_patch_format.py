@@ -13,7 +13,14 @@ from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.tools.edit import apply as edit_apply
-from corral.tools.patch_format import FilePatch, Hunk, apply_hunks, files_of, parse_patch
+from corral.tools.patch_format import (
+    MAX_PATCH_FILES,
+    FilePatch,
+    Hunk,
+    apply_hunks,
+    files_of,
+    parse_patch,
+)
 
 drift_corpus = load_script("drift_corpus")
 bench_patch_match = load_script("bench_patch_match")
@@ -678,3 +685,12 @@ def test_files_of_does_not_build_a_large_patchs_lines() -> None:
         tracemalloc.stop()
     assert _headers(files) == [("update", "a.txt", None)]
     assert peak < len(patch) // 10
+
+
+def test_files_of_stops_past_the_files_a_patch_may_change() -> None:
+    """apply_patch refuses a patch of more than MAX_PATCH_FILES files before it
+    changes anything: the host reads no further than that."""
+    patch = ("*** Begin Patch\n" + "".join(f"*** Delete File: d{i}\n" for i in range(5000))
+             + "*** End Patch\n")
+    assert len(files_of(patch)) == MAX_PATCH_FILES + 1
+    assert len(parse_patch(patch)) == 5000

@@ -19,7 +19,6 @@ from corral.errors import CorralError
 from corral.fs import Root
 from corral.fs import batch as fs_batch
 from corral.fs.batch import Staged
-from corral.history.records import MAX_PATCH_ENTRIES
 from corral.tools import matching
 from corral.tools.access import PathCheck, content, open_target, require_read
 from corral.tools.base import (
@@ -36,11 +35,9 @@ from corral.tools.base import (
 )
 from corral.tools.diff import capped, unified_diff
 from corral.tools.encodings import decode
-from corral.tools.patch_format import FilePatch, apply_hunks, parse_patch
+from corral.tools.patch_format import MAX_PATCH_FILES, FilePatch, apply_hunks, parse_patch
 from corral.tools.write import utf8
 
-# Files one patch may change: a move is two entries of its history record.
-MAX_PATCH_FILES = MAX_PATCH_ENTRIES // 2
 DIFF_TEXT_LINES = 400  # diff lines shown to a model; the whole diff stays in result.diff
 DIFF_TEXT_CHARS = 64 * 1024  # ...and characters (result.diff is capped at 4 MiB)
 COMMON_BLOCK = 4096  # characters _common compares at a time

@@ -27,12 +27,14 @@ Update File with a Move to and no hunk renames the file unchanged.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import posixpath
 import re
 from dataclasses import dataclass
 from typing import Literal
 
 from corral.errors import CorralError
+from corral.history.records import MAX_PATCH_ENTRIES
 from corral.tools import matching
 
 BEGIN, END = "*** Begin Patch", "*** End Patch"
@@ -40,6 +42,9 @@ ADD, DELETE, UPDATE = "*** Add File:", "*** Delete File:", "*** Update File:"
 MOVE = "*** Move to:"
 END_OF_FILE = "*** End of File"
 HEREDOC_OPENERS = ("<<EOF", "<<'EOF'", '<<"EOF"')  # as Codex's lenient mode takes them
+# Files one patch may change (apply_patch refuses more): a move is two entries of
+# its history record.
+MAX_PATCH_FILES = MAX_PATCH_ENTRIES // 2
 SHOWN_CHARS = 80  # a patch line quoted in an error message is cut to this
 SHOWN_PLACES = 5  # line numbers an ambiguous hunk's message lists
 # "@@ -12,7 +12,8 @@": a unified diff's range, which this format has no use for
@@ -65,7 +70,7 @@ class FilePatch:
 
 
 # A line that, stripped, starts with "***": the only lines that can be a header.
-_MARKED = re.compile(r"^[^\S\n]*\*\*\*.*", re.M)
+_MARKED = re.compile(r"^([^\S\n]*)\*\*\*.*", re.M)
 
 
 def files_of(patch: object) -> tuple[FilePatch, ...]:
@@ -85,31 +90,38 @@ def files_of(patch: object) -> tuple[FilePatch, ...]:
     marked line is a header only if it starts with "*" (a padded one is a context
     line, `*** End of File` ends a hunk), and the line right after the Update
     header may be its Move to; after an Add or a Delete header, or first, any
-    marked line is."""
+    marked line is. It stops after MAX_PATCH_FILES + 1 files: apply_patch
+    refuses such a patch before it changes anything."""
     if not isinstance(patch, str):
         return ()
     files: list[FilePatch] = []
-    update: FilePatch | None = None  # the section being read, if an Update's
+    update = -2  # where the Update header being read ends (its Move to starts one after)
     line, at = 1, 0
     for marked in _MARKED.finditer(patch):
-        line += patch.count("\n", at, marked.start())
-        at = marked.start()
-        raw, text = marked.group(), marked.group().strip()
+        start = marked.start()
+        padded = marked.end(1) > start
+        if padded and update >= 0 and start != update + 1:
+            continue  # a context line of the update's hunk (the common case: first)
+        text = marked.group().strip()
         if text in (BEGIN, END, END_OF_FILE):
             continue
-        if update is not None and line == update.line + 1 and text.startswith(MOVE):
+        if start == update + 1 and text.startswith(MOVE):
             move_to = text[len(MOVE):].strip()
             if not move_to or move_to.endswith("/"):
                 return ()  # parse_patch refuses it
-            files[-1] = update = FilePatch("update", update.path, move_to, (), None, update.line)
+            files[-1] = dataclasses.replace(files[-1], move_to=move_to)
             continue
-        if update is not None and not raw.startswith("*"):
-            continue  # a context line of the update's hunk
+        if padded and update >= 0:
+            continue
+        line += patch.count("\n", at, start)
+        at = start
         found = _header(text, line)
         if found is None:  # parse_patch refuses the patch: what is counted does not matter
             return ()
         files.append(found)
-        update = found if found.action == "update" else None
+        if len(files) > MAX_PATCH_FILES:
+            break
+        update = marked.end() if found.action == "update" else -2
     return tuple(files)
 
 
