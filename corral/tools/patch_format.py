@@ -82,7 +82,7 @@ def files_of(patch: object) -> tuple[FilePatch, ...]:
 
     It reads only the lines that can be headers, not the hunks: a patch is up to
     a request's size, and parse_patch builds objects for every line (about 100
-    bytes of memory per byte of a patch of short lines, and a second per MiB),
+    bytes of memory per byte of a patch of short lines, and 0.3 s per MiB),
     which the host would pay on every call, outside any worker's limits. Exact
     for a patch parse_patch accepts; for one it refuses the worker refuses the
     call before it changes anything, so what is counted then does not matter.
