@@ -272,11 +272,9 @@ class _BaseSandbox:
         plan = self._plans[
             self._approve is not None if can_ask is None else bool(can_ask), bool(raw)]
         started = time.monotonic()
-        # without an observer, the ledger's finish is all there is to a call's end
-        finish = self._finish if self._observer is not None else self._ledger.finish
         return CallFlow(
             plan.steps(tool, arguments, within),
-            lambda answer: finish(answer, arguments, started),
+            lambda answer: self._finish(answer, arguments, started),
         )
 
     # -- remembered approvals ------------------------------------------------------
