@@ -134,11 +134,18 @@ def _header(text: str, line: int) -> FilePatch | None:
     (stripped): that header, or None where parse_patch refuses the line."""
     for marker, action in _ACTIONS:
         if text.startswith(marker):
-            path = text[len(marker):].strip()
-            if not path or not text[len(marker)].isspace() or path.endswith("/"):
+            path = _spelled_path(text, marker)
+            if path is None or path.endswith("/"):  # as _file_path refuses it
                 return None
             return FilePatch(action, path, None, (), None, line)
     return None
+
+
+def _spelled_path(line: str, marker: str) -> str | None:
+    """The path of a stripped header line '<marker> <path>' (the marker, space, a
+    path); None when it is spelled otherwise. _Reader and files_of both read so."""
+    path = line[len(marker):].strip()
+    return path if path and line[len(marker)].isspace() else None
 
 
 def parse_patch(text: str) -> tuple[FilePatch, ...]:
@@ -225,8 +232,8 @@ class _Reader:
         self.at += 1
         for marker, read in ((ADD, self._add), (DELETE, self._delete), (UPDATE, self._update)):
             if line.startswith(marker):
-                path = line[len(marker):].strip()
-                if not path or not line[len(marker)].isspace():
+                path = _spelled_path(line, marker)
+                if path is None:
                     raise _invalid(number, f"expected '{marker} <path>', found {_shown(raw)}")
                 return read(number, _file_path(number, marker, path))
         raise _invalid(number, self._unexpected(line, raw))
