@@ -3,10 +3,7 @@ script is `corral.cli:main`. The code is corral/faces/cli.py, with the other fac
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import gc
-import os
 import sys
 
 import corral
@@ -32,22 +29,14 @@ def main(argv: list[str] | None = None) -> int:
         gc.disable()
         if sys.argv[1:2] and sys.argv[1] in SANDBOX_COMMANDS:
             corral.prestart()
+    from corral.faces.cli import leave
     from corral.faces.cli import main as run  # after prestart(): it imports most of corral
 
     if program:
         gc.enable()
     code = run(argv)
-    if program and sys.argv[1:2] != ["serve"]:
-        # A command has done its work (its sandbox closed, its processes reaped): leave
-        # without the interpreter's teardown of ~200 modules, ~7 ms of a `corral call`
-        # on a 2-core VM. The exit functions still run (a coverage tool's, say); a
-        # server's threads may still be ending, so serve exits the usual way.
-        for stream in (sys.stdout, sys.stderr):
-            # `corral tools | head`: the reader has what it wanted
-            with contextlib.suppress(BrokenPipeError):
-                stream.flush()
-        atexit._run_exitfuncs()
-        os._exit(code)
+    if program and sys.argv[1:2] != ["serve"]:  # a server's threads may still be ending
+        leave(code)
     return code
 
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def test_a_template_stops_at_anything_but_a_fork_request(frame: dict[str, object
     try:
         template._sock.setblocking(True)
         template._sock.sendall(encode(frame, CONTROL_FRAME_BYTES))
-        assert wait_for_exit(template.process, 30.0)  # it forked nothing and left
+        assert wait_for_exit(template.pid, 30.0)  # it forked nothing and left
     finally:
         template.stop()
 
@@ -214,3 +215,62 @@ def test_prestart_starts_the_template_the_next_sandbox_uses(make_broker: MakeBro
     assert len(started) == 1
     assert call(make_broker(workers=1), "read_file", path="hello.txt")["ok"]
     assert template_pids() == started
+
+
+def test_the_template_holds_its_channel_and_dev_null_and_no_fd_of_the_host(
+    make_broker: MakeBroker,
+) -> None:
+    """The spawn passes every fd the host left inheritable: the template closes them."""
+    fresh_template()
+    read_end, write_end = os.pipe()
+    os.set_inheritable(read_end, True)
+    pipe = os.readlink(f"/proc/self/fd/{read_end}")
+    try:
+        make_broker(workers=1).close()
+        (template,) = template_pids()
+        fds = {int(fd): os.readlink(f"/proc/{template}/fd/{fd}")
+               for fd in os.listdir(f"/proc/{template}/fd")}
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert pipe not in fds.values()
+    assert fds[0] == fds[1] == os.devnull  # stdout may be the host's protocol
+    assert fds[launcher.CHANNEL_FD].startswith("socket:")
+
+
+NO_STDIN = textwrap.dedent(
+    """
+    import os, sys
+    os.close(0)  # the template's channel may now be made on fd 0
+    from corral.api import Sandbox
+    with Sandbox(sys.argv[1]) as sandbox:
+        print(sandbox.call("read_file", {"path": "hello.txt"})["ok"])
+    """
+)
+
+
+def test_a_host_with_its_stdin_closed_starts_a_template(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_STDIN, str(workspace)], capture_output=True, text=True,
+        timeout=120, check=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.stdout.split() == ["True"]
+
+
+def test_only_a_template_started_on_the_main_thread_dies_with_it() -> None:
+    """The death signal follows the thread that started the template: a template
+    started elsewhere relies on its channel's end alone."""
+    started: list[launcher.Template] = []
+    worker = threading.Thread(target=lambda: started.append(launcher.Template(
+        launcher._key(ZYGOTE_ENTRY))))
+    worker.start()
+    worker.join()
+    started.append(launcher.Template(launcher._key(ZYGOTE_ENTRY)))
+    try:
+        # the last argument of template.main(...): whether to take the death signal
+        flags = [psutil.Process(t.pid).cmdline()[-1].rstrip(")").rsplit(", ", 1)[-1]
+                 for t in started]
+    finally:
+        for template in started:
+            template.stop()
+    assert flags == ["False", "True"]

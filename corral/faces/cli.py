@@ -13,6 +13,8 @@ On a terminal the command talks to a person (a call prints the result's
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -712,6 +714,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for add in adders:
         add(commands, [place])
     return parser
+
+
+def leave(code: int) -> NoReturn:
+    """Exit now that the command has done its work (its sandbox closed, its processes
+    reaped): without the interpreter's teardown of ~200 modules, ~7 ms of a
+    `corral call` on a 2-core VM. The output is flushed and the exit functions run
+    (a coverage tool's, say) as at a usual exit."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError):  # `corral tools | head`: it has enough
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

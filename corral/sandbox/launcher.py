@@ -8,18 +8,25 @@ names), so a host that changes either gets another template for the new ones.
 
 from __future__ import annotations
 
+import _socket
+import _thread
 import atexit
+import fcntl
 import os
-import select
-import socket
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Mapping
 
-from corral.errors import SandboxError
+# Only the cheapest modules above (C ones, no socket.py, subprocess or threading:
+# ~10 ms of imports on a 2-core VM): `corral call` starts the template (warm) as
+# soon as it runs, and everything else it imports after the spawn, beside the
+# template's own start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Mapping
 
+# The fd the template finds its channel on.
+CHANNEL_FD = 3
 # The module whose prepare() the template runs once and whose main(fd) each zygote runs.
 ZYGOTE_ENTRY = "corral.sandbox.zygote"
 # The template's first answer comes after its imports: seconds on a loaded machine at worst.
@@ -37,7 +44,7 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpat
 ZYGOTE_ENVIRONMENT = ("LANG", "PYTHONHOME", "PYTHONUTF8")
 ZYGOTE_ENVIRONMENT_PREFIX = "LC_"
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 # What a zygote's start depends on: its entry, environment and sys.path.
 Key = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
 _templates: dict[Key, Template] = {}
@@ -52,31 +59,47 @@ class Template:
 
     def __init__(self, key: Key) -> None:
         entry, environment, path = key
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        # The template's end stays close-on-exec here (no other child a thread of the
+        # host spawns meanwhile inherits it) and is above CHANNEL_FD, so that the
+        # spawn's dup2 onto CHANNEL_FD makes an inheritable copy in the template alone.
+        child_end = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, CHANNEL_FD + 1)
+        theirs.close()
         # The death signal follows the thread that forked, not the process: only the
-        # main thread lives as long as the host. Elsewhere the template relies on its
-        # channel ending, which happens however the host dies.
-        main_thread = threading.current_thread() is threading.main_thread()
+        # main thread lives as long as the host (on Linux, the thread whose id is the
+        # process's). Elsewhere the template relies on its channel ending, which
+        # happens however the host dies.
+        main_thread = _thread.get_native_id() == os.getpid()
         # -S and the host's own sys.path: the same modules, without site's start-up cost;
         # no garbage collection until they are imported (template.main turns it back on)
         code = (
             f"import gc, sys; gc.disable(); sys.path[:] = {list(path)!r}; "
             f"from corral.sandbox.template import main; "
-            f"main({theirs.fileno()}, {entry!r}, {os.getpid()}, {main_thread})"
+            f"main({CHANNEL_FD}, {entry!r}, {os.getpid()}, {main_thread})"
         )
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-S", "-c", code], pass_fds=[theirs.fileno()], close_fds=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # stdout may be a protocol
-                env=dict(environment),
+            # posix_spawn, not subprocess (whose import alone is ~7 ms): the template
+            # gets its channel, /dev/null for stdin and stdout (stdout may be a
+            # protocol) and the host's stderr; template.main closes any other fd the
+            # host left inheritable, as subprocess's close_fds would have.
+            self.pid = os.posix_spawn(
+                sys.executable, [sys.executable, "-S", "-c", code], dict(environment),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, child_end, CHANNEL_FD),
+                ],
             )
         finally:
-            theirs.close()
-        ours.setblocking(False)
-        self._sock = ours
-        self._lock = threading.Lock()
+            os.close(child_end)
+        import socket  # after the spawn, beside the template's start
+
+        self._sock = socket.socket(fileno=ours.detach())
+        self._sock.setblocking(False)
+        self._lock = _thread.allocate_lock()
         self.owner = os.getpid()
         self.forked = 0  # zygotes it has forked: one that has is known to have started
+        self.returncode: int | None = None
 
     def fork_zygote(self, hello: bytes) -> tuple[int, socket.socket, int]:
         """A new zygote: (pid, its control socket, a pidfd for it), sent `hello` (its
@@ -84,8 +107,11 @@ class Template:
         its channel broke."""
         # here, not at the top: `corral call` starts the template (warm) before it
         # imports the rest of corral, so that the two interpreters import side by side
+        import socket
+
         from corral.calls.control import ForkZygote, Reply
         from corral.calls.messages import Malformed
+        from corral.errors import SandboxError
         from corral.sandbox.protocol import (
             CONTROL_FRAME_BYTES,
             ProtocolError,
@@ -137,11 +163,9 @@ class Template:
         return reply.pid, ours, fds[0]
 
     def release(self) -> None:
-        """End the channel, and so the template (not its zygotes), without waiting."""
+        """End the channel, and so the template (not its zygotes), without waiting:
+        it exits alone, and init reaps it once the host is gone."""
         self._sock.close()
-        # Popen would warn at the interpreter's teardown of a child never waited for:
-        # this one is left to exit alone and to be reaped by init once the host is gone
-        self.process.returncode = 0
 
     def stop(self) -> None:
         """End the channel; the template exits (its zygotes live on). One that never
@@ -150,9 +174,29 @@ class Template:
         self._sock.close()
         if self.owner != os.getpid():
             return  # a forked host's copy: the process is its parent's to wait for
-        if not self.forked or not wait_for_exit(self.process, STOP_GRACE_S):
-            self.process.kill()
-        self.process.wait()
+        if not self.forked or not wait_for_exit(self.pid, STOP_GRACE_S):
+            import signal
+
+            if self.returncode is None:  # not reaped: the pid is still this child's
+                os.kill(self.pid, signal.SIGKILL)
+        if self.returncode is None:
+            self._reap(0)
+
+    def poll(self) -> int | None:
+        """The template's exit code (as os.waitstatus_to_exitcode gives it) once it
+        has exited, else None."""
+        if self.returncode is None:
+            self._reap(os.WNOHANG)
+        return self.returncode
+
+    def _reap(self, flags: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:  # reaped by someone else (a host's own SIGCHLD handler)
+            self.returncode = -1
+            return
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
 
 
 def warm(entry: str = ZYGOTE_ENTRY) -> None:
@@ -167,6 +211,8 @@ def launch_zygote(entry: str, hello: bytes) -> tuple[int, socket.socket, int]:
     """Fork a zygote from the template for `entry`: (pid, control socket, pidfd),
     sent `hello` (its first frame, encoded). A template that served before and has
     died since is replaced, once."""
+    from corral.errors import SandboxError
+
     key = _key(entry)
     with _lock:
         template = _running(key)
@@ -174,7 +220,7 @@ def launch_zygote(entry: str, hello: bytes) -> tuple[int, socket.socket, int]:
         return template.fork_zygote(hello)
     except TemplateGone as exc:
         if not template.forked:
-            code = template.process.poll()
+            code = template.poll()
             _drop(key, template)  # the next sandbox tries a fresh one, not this channel
             how = f"exited with code {code}" if code is not None else str(exc)
             raise SandboxError(f"The sandbox could not start: the zygote template {how}.") from None
@@ -229,7 +275,7 @@ def _write_some(sock: socket.socket, data: bytes) -> int:
 def template_pids() -> list[int]:
     """The pids of this host's running templates (for doctor and tests)."""
     with _lock:
-        return sorted(t.process.pid for t in _templates.values() if t.owner == os.getpid())
+        return sorted(t.pid for t in _templates.values() if t.owner == os.getpid())
 
 
 def _stop_all() -> None:
@@ -249,19 +295,22 @@ def _release_all() -> None:
             template.release()
 
 
-def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Block until `process` exits or `timeout` passes (True if it exited), woken by
-    its pidfd: Popen.wait(timeout) instead polls, sleeping up to 50 ms between looks.
-    A kernel without pidfd_open (before Linux 5.3) gets Popen's own wait."""
-    if process.returncode is not None:
-        return True
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """Block until our child `pid` exits or `timeout` passes (True if it exited),
+    without reaping it, woken by its pidfd rather than by polling with sleeps. A
+    kernel without pidfd_open (before Linux 5.3) is asked every 10 ms."""
+    import select
+
     try:
-        pidfd = os.pidfd_open(process.pid)  # our unreaped child: its pid cannot be reused
+        pidfd = os.pidfd_open(pid)  # our unreaped child: its pid cannot be reused
+    except ProcessLookupError:
+        return True  # reaped already
     except OSError:
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
+        deadline = time.monotonic() + timeout
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
         return True
     try:
         poller = select.poll()

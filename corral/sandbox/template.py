@@ -39,10 +39,16 @@ from corral.sandbox.protocol import (
     write_frame,
 )
 
+MAX_FD = 2**31 - 1  # os.closerange's bound: the kernel's close_range takes any
+
 
 def main(control_fd: int, entry: str, host_pid: int, pdeathsig: bool) -> None:
     """Entry point of the exec'd interpreter. pdeathsig: die with the host's thread
     that started it (only its main thread lives as long as the host)."""
+    # Any fd the host left inheritable beside this channel (a spawn passes them all):
+    # none reaches a zygote or a worker.
+    os.closerange(3, control_fd)
+    os.closerange(control_fd + 1, MAX_FD)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
     if pdeathsig:
         set_parent_death_signal(signal.SIGKILL)
