@@ -28,7 +28,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import pyseccomp as libseccomp
 
@@ -189,7 +189,7 @@ def libseccomp_program_bounded(
     if pid == 0:  # pragma: no cover - the child
         try:
             os.close(read_end)
-            blob = b"".join(_INSN.pack(*astuple(i)) for i in libseccomp_program(profile, arch_name))
+            blob = b"".join(_INSN.pack(*i) for i in libseccomp_program(profile, arch_name))
             with os.fdopen(write_end, "wb") as out:
                 out.write(blob)
         finally:

@@ -4,7 +4,6 @@ a shared pool's), through the real zygote."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -26,7 +25,7 @@ def setup_for(workspace: Path, **changes: Any) -> SandboxSetup:
     policy = Policy(rules=(Rule("keys", "deny", ("*",), ("*.key",)),))
     made = SandboxSetup.of([RootSpec(str(workspace), "rw")], Limits(max_read_bytes=4096),
                            policy, SandboxOptions(workers=2), history=None)
-    return dataclasses.replace(made, **changes)
+    return made._replace(**changes)
 
 
 def test_a_setup_crosses_as_it_was_made(workspace: Path) -> None:

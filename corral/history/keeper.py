@@ -28,7 +28,6 @@ the type and, for files, mode, size and where it is kept (`blob`), the content
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import stat
@@ -325,10 +324,9 @@ class Keeper:
             st = os.stat(blob, dir_fd=self.store.fd, follow_symlinks=False)
             entry = record.entries[0]
             assert entry.before is not None  # a remove_tree entry's: made just before
-            before = dataclasses.replace(entry.before, mode=stat.S_IMODE(st.st_mode),
-                                         tree=kept_of(survey(self.store.fd, blob, st)))
-            self.store.rewrite_pending(dataclasses.replace(
-                record, entries=(dataclasses.replace(entry, before=before),)))
+            before = entry.before._replace(mode=stat.S_IMODE(st.st_mode),
+                                           tree=kept_of(survey(self.store.fd, blob, st)))
+            self.store.rewrite_pending(record._replace(entries=(entry._replace(before=before),)))
             return
         raise CorralError("conflict", f"{path} changed while it was being deleted; nothing "
                           "was deleted.")

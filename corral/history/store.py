@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from corral.config import ConfigError, Remedy
 from corral.errors import CorralError
@@ -192,8 +193,9 @@ class Usage:
     writing: set[str] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
-class Listing:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
+# every `corral call` and zygote template pays.
+class Listing(NamedTuple):
     """What the store holds, by name, each kind sorted oldest first."""
 
     records: list[str]  # committed ids

@@ -12,7 +12,6 @@ and its target, which an undo shows (never makes, never follows)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
 from collections.abc import Iterable
@@ -142,14 +141,14 @@ class _Match:
 
 def _matched(entry: Tree, kept: Kept, *, hashed: bool, contents: bool) -> Kept:
     seen = _kept(entry)
-    if dataclasses.replace(seen, hash=None) != dataclasses.replace(kept, hash=None):
+    if seen._replace(hash=None) != kept._replace(hash=None):
         raise _differs(kept.path)
     if kept.type != "file" or not contents:
         return seen
     digest = _hash(entry)
     if digest is None or (hashed and digest != kept.hash):
         raise _differs(kept.path)
-    return dataclasses.replace(seen, hash=digest)
+    return seen._replace(hash=digest)
 
 
 def _hash(entry: Tree) -> str | None:

@@ -18,7 +18,7 @@ import stat
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral._prctl import set_parent_death_signal
 from corral.calls.control import SandboxSetup
@@ -69,8 +69,9 @@ from corral.tools.registry import TOOLS, execute
 SWEEP_MAX_ENTRIES = 250_000
 
 
-@dataclass(frozen=True)
-class Setup:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
+# every `corral call` and zygote template pays.
+class Setup(NamedTuple):
     """What every worker serves with; built once in the zygote from its SandboxSetup."""
 
     roots: Roots

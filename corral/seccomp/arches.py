@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # os.uname().machine spellings -> our table names (not `platform`, nor importlib.resources
 # for the tables: each costs the zygote milliseconds of imports at every start)
@@ -17,8 +17,9 @@ X32_SYSCALL_BIT = 0x4000_0000
 HERE = os.path.dirname(os.path.abspath(__file__))  # the tables ship beside this module
 
 
-@dataclass(frozen=True)
-class Arch:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
+# every `corral call` and zygote template pays.
+class Arch(NamedTuple):
     name: str  # "x86_64" | "aarch64"
     scmp_name: str  # the OCI profile's spelling, "SCMP_ARCH_X86_64"
     audit_arch: int  # seccomp_data.arch for native calls on this architecture

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import count
+from typing import NamedTuple
 
 from corral.seccomp.arches import X32_SYSCALL_BIT, load_arch
 from corral.seccomp.profile import ArgCheck, Profile, ProfileError, Rule
@@ -51,8 +51,9 @@ _LOW32 = 0xFFFF_FFFF
 _NR_LIMIT = 1 << 32  # seccomp_data.nr is read as an unsigned 32-bit word
 
 
-@dataclass(frozen=True)
-class Insn:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
+# every `corral call` and zygote template pays.
+class Insn(NamedTuple):
     code: int
     jt: int
     jf: int
