@@ -199,7 +199,7 @@ class _BaseSandbox:
         self._grants = Grants(self._policy, self._roots)
         self._ledger = Ledger(self._policy, self._audit, self._history, self._grants)
         # What a call's steps need of the sandbox is fixed from here on, so the plans
-        # (by can_ask and raw) are made once, not one frozen dataclass per call.
+        # (by can_ask and raw) are made once, not one per call.
         self._plans = {
             (can_ask, raw): CallPlan(
                 self._policy, self._roots[0].path, can_ask, self._ledger.seen_for, raw,

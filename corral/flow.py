@@ -29,7 +29,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from corral.calls.messages import (
     Answer,
@@ -181,8 +181,9 @@ async def adrive(
     return flow.result
 
 
-@dataclass(frozen=True)
-class CallPlan:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which every
+# `corral call` pays.
+class CallPlan(NamedTuple):
     """What the steps of one call need to know of its sandbox."""
 
     policy: Policy

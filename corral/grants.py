@@ -29,7 +29,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.calls.messages import GrantRef, GrantUse, NeedsApproval
 from corral.policy import Policy, RootSpec
@@ -206,8 +206,9 @@ class Grants:
         return False
 
 
-@dataclass(frozen=True)
-class _ToolGrants:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which every
+# `corral call` pays.
+class _ToolGrants(NamedTuple):
     """One tool's grants, as for_call looks them up: a call naming a path gets the
     path grants of that file and of every file beneath it (a directory it moves)."""
 

@@ -4,7 +4,6 @@ lifecycle and concurrency. Tool semantics are in tests/test_tools_*.py."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -330,7 +329,7 @@ class TestExecute:
         def boom(ctx: Context, args: dict[str, Any]) -> Any:
             raise OSError(5, "secret /host/path")
 
-        monkeypatch.setitem(TOOLS, "stat_file", dataclasses.replace(TOOLS["stat_file"], run=boom))
+        monkeypatch.setitem(TOOLS, "stat_file", TOOLS["stat_file"]._replace(run=boom))
         response = execute(ctx, {"tool": "stat_file", "arguments": {"path": "a.txt"}})
         assert response["error"]["code"] == "io_error"
         assert "/host/path" not in response["error"]["message"]

@@ -256,18 +256,18 @@ class TestReadHelpers:
 
     def test_page_from_start_with_limit(self) -> None:
         got, raw = page(self.LINES, 2, 2, 1000)
-        assert (got.start, got.count, raw, got.next_offset) == (2, 2, b"2\n3\n", 4)
+        assert (got.start, got.lines, raw, got.next_offset) == (2, 2, b"2\n3\n", 4)
 
     def test_page_tail(self) -> None:
         got, raw = page(self.LINES, -2, 2000, 1000)
-        assert (got.start, got.count, raw, got.next_offset) == (4, 2, b"4\n5\n", None)
+        assert (got.start, got.lines, raw, got.next_offset) == (4, 2, b"4\n5\n", None)
 
     def test_page_tail_longer_than_file(self) -> None:
         assert page(self.LINES, -50, 2000, 1000)[0].start == 1
 
     def test_page_byte_budget_stops_at_whole_lines(self) -> None:
         got, raw = page(self.LINES, 1, 2000, 5, text=False)  # base64: raw bytes
-        assert (got.count, raw, got.next_offset) == (2, b"1\n2\n", 3)
+        assert (got.lines, raw, got.next_offset) == (2, b"1\n2\n", 3)
 
     def test_page_budget_counts_json_escapes_and_numbering(self) -> None:
         # "1\n" is 3 bytes in JSON; numbered ("     1\t1\n") 10: two lines take
@@ -275,15 +275,15 @@ class TestReadHelpers:
         got, raw = page(self.LINES, 1, 2000, 11)
         assert (raw, got.next_offset, got.cut_from) == (b"1\n2\n", 3, None)
         controls, raw = page([b"\x01" * 10 + b"\n"], 1, 10, 13)  # \u0001 is six bytes
-        assert (controls.count, raw, controls.cut_from) == (1, b"\x01\x01", 11)
+        assert (controls.lines, raw, controls.cut_from) == (1, b"\x01\x01", 11)
 
     def test_page_cuts_a_first_line_longer_than_the_budget(self) -> None:
         got, raw = page([b"abcdefgh\n", b"x\n"], 1, 10, 4)
-        assert (got.count, raw, got.next_offset) == (1, b"abcd", 2)
+        assert (got.lines, raw, got.next_offset) == (1, b"abcd", 2)
 
     def test_page_past_the_end(self) -> None:
         got, raw = page(self.LINES, 9, 10, 100)
-        assert (got.count, raw, got.next_offset) == (0, b"", None)
+        assert (got.lines, raw, got.next_offset) == (0, b"", None)
 
     @given(
         data=st.lists(st.sampled_from([b"a", b"\n", b"\x01", b"\xc3\xa9", b"\r", b'"']),
@@ -297,7 +297,7 @@ class TestReadHelpers:
         got, raw = page(split_lines(data), 1, limit, budget)
         if total is not None:
             assert (raw, got.next_offset, got.cut_from) == (data, None, None)
-            assert total == got.count == len(split_lines(data))
+            assert total == got.lines == len(split_lines(data))
         elif len(data) < budget // 8 and len(split_lines(data)) <= limit:
             raise AssertionError("a small file within the limit is read whole without a split")
 

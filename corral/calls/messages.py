@@ -30,7 +30,6 @@ Wire shapes (one JSON object per frame):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -59,8 +58,7 @@ class Malformed(ValueError):
 # -- what a call touched -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Touched:
+class Touched(NamedTuple):
     """One path a call touched, for the audit record (never contents)."""
 
     path: str  # as the caller gave it
@@ -76,8 +74,7 @@ class Touched:
                 "decision": self.decision, "rule": self.rule}
 
 
-@dataclass(frozen=True, slots=True)
-class NeedsApproval:
+class NeedsApproval(NamedTuple):
     """A resolved path a supervised call stopped before acting on: the host asks
     about it and sends the call again with `key` approved."""
 
@@ -137,7 +134,7 @@ def _optional_string(value: Any) -> bool:
 
 # rule may be null. Touched's own fields, not audit's TOUCHED_FIELDS (the same, as
 # test_audit checks): importing audit would load hmac and OpenSSL (~4 MiB) into the zygote.
-_TOUCHED_STRINGS = tuple(f.name for f in fields(Touched) if f.name != "rule")
+_TOUCHED_STRINGS = tuple(name for name in Touched._fields if name != "rule")
 
 
 def _touched(wire: Any) -> Touched:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.calls.messages import GrantRef, GrantUse
 from corral.calls.messages import NeedsApproval as NeedsApproval  # re-exported: the tools'
@@ -44,15 +44,15 @@ class Context:
     wrote: dict[str, str] = field(default_factory=dict)  # versions this call left (append)
 
 
-@dataclass(frozen=True)
-class Outcome:
+# NamedTuples, not frozen dataclasses: ~10x cheaper to create at import, which
+# every `corral call` and zygote template pays.
+class Outcome(NamedTuple):
     result: dict[str, Any]
     text: str
     bytes: int = 0  # bytes read or written, for the audit record
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(NamedTuple):
     name: str
     title: str  # for people (an MCP client's UI)
     description: str  # one paragraph written for a model

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.errors import CorralError
 from corral.fs import Expect, content_version
@@ -28,8 +28,9 @@ from corral.tools.encodings import decode
 DIFF_TEXT_LINES = 400  # diff lines shown to a model; the full diff stays in result.diff
 
 
-@dataclass(frozen=True)
-class Edit:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
+# every zygote template pays.
+class Edit(NamedTuple):
     old: str
     new: str
     replace_all: bool

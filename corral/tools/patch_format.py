@@ -27,12 +27,10 @@ Update File with a Move to and no hunk renames the file unchanged.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import functools
 import posixpath
 import re
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from corral.errors import CorralError
 from corral.history.records import MAX_PATCH_ENTRIES
@@ -52,16 +50,16 @@ SHOWN_PLACES = 5  # line numbers an ambiguous hunk's message lists
 _RANGE = re.compile(r"@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
 
 
-@dataclass(frozen=True)
-class Hunk:
+# NamedTuples, not frozen dataclasses: ~10x cheaper to create at import, which
+# every `corral call` and zygote template pays.
+class Hunk(NamedTuple):
     anchors: tuple[str, ...]  # the @@ context lines, in order ('' entries dropped)
     lines: tuple[tuple[str, str], ...]  # (' ' | '-' | '+', text without prefix or newline)
     end_of_file: bool  # *** End of File followed the hunk
     line: int  # 1-based patch line of the hunk's first line
 
 
-@dataclass(frozen=True)
-class FilePatch:
+class FilePatch(NamedTuple):
     action: Literal["add", "update", "delete"]
     path: str
     move_to: str | None  # update only
@@ -116,7 +114,7 @@ def _headers_of(patch: str) -> tuple[FilePatch, ...]:
             move_to = text[len(MOVE):].strip()
             if not move_to or move_to.endswith("/"):
                 return ()  # parse_patch refuses it
-            files[-1] = dataclasses.replace(files[-1], move_to=move_to)
+            files[-1] = files[-1]._replace(move_to=move_to)
             continue
         if padded and update >= 0:
             continue

@@ -43,7 +43,7 @@ def previewed(
     """The stopped paths with their sizes, and the change's bounded diff (None: not a
     change, or none could be made)."""
     roots = {root.path: root for root in ctx.roots.all()}
-    sized = [dataclasses.replace(need, size=_size(roots, need)) for need in needs]
+    sized = [need._replace(size=_size(roots, need)) for need in needs]
     readable = all(
         ctx.policy.decide(
             "read_file", RootSpec(need.root, roots[need.root].mode), need.resolved, write=False

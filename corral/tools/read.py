@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.errors import CorralError
 from corral.fs import content_version
@@ -66,10 +65,11 @@ def split_lines(data: bytes) -> list[bytes]:
     return io.BytesIO(data).readlines()
 
 
-@dataclass(frozen=True)
-class Page:
+# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
+# every zygote template pays.
+class Page(NamedTuple):
     start: int  # 1-based line number of the first line returned
-    count: int  # lines returned (a cut line counts as one)
+    lines: int  # lines returned (a cut line counts as one); not `count`: tuple.count
     next_offset: int | None  # the next whole line, None when the end was reached
     cut_from: int | None = None  # bytes in the one line cut to the budget
 
@@ -244,7 +244,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
         "encoding": shown_encoding,
         "total_lines": total,
         "start_line": chosen.start,
-        "lines_read": chosen.count,
+        "lines_read": chosen.lines,
         "truncated": chosen.next_offset is not None or next_byte is not None,
         "next_offset": chosen.next_offset,
         "size": len(file),
@@ -261,7 +261,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             text += f"; continue with offset={chosen.next_offset}"
     else:
         shown = result["content"].split("\n")  # the lines, decoded once
-        if len(shown) > chosen.count:  # the content ended with a newline
+        if len(shown) > chosen.lines:  # the content ended with a newline
             shown.pop()
         text = render.read_text(path, shown, chosen.start, total, chosen.next_offset,
                                 bare="\r" not in result["content"])
