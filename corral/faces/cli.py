@@ -25,7 +25,6 @@ import shlex
 import sys
 import textwrap
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 from corral import __version__
@@ -94,9 +93,9 @@ def loaded_config(args: argparse.Namespace) -> Config:
     """The operator's config (--config, else the user config, else the defaults) for
     the workspace (--workspace, else the config's root, else the current
     directory), narrowed by the workspace's own corral.toml (see corral.trust)."""
-    if args.workspace is not None and not Path(args.workspace).is_dir():
+    if args.workspace is not None and not os.path.isdir(args.workspace):
         raise UsageError(f"workspace {args.workspace} is not a directory")
-    if args.config is not None and not Path(args.config).is_file():
+    if args.config is not None and not os.path.isfile(args.config):
         raise UsageError(f"config file {args.config} does not exist")
     return operator_config(args.workspace, args.config)
 
@@ -406,15 +405,14 @@ def server_command(args: argparse.Namespace) -> list[str]:
     argv = [sys.executable, "-m", "corral", "serve"]
     workspace = None
     if args.workspace is not None or args.config is None:
-        resolved = Path(args.workspace or ".").resolve()
-        if not resolved.is_dir():
+        workspace = os.path.realpath(args.workspace or ".")
+        if not os.path.isdir(workspace):
             raise UsageError(f"workspace {args.workspace} is not a directory")
-        workspace = str(resolved)
         argv += ["--workspace", workspace]
     if args.config is not None:
-        if not Path(args.config).is_file():
+        if not os.path.isfile(args.config):
             raise UsageError(f"config file {args.config} does not exist")
-        argv += ["--config", str(Path(args.config).resolve())]
+        argv += ["--config", os.path.realpath(args.config)]
     # What `serve` would refuse fails here, in one line, not later inside the client.
     effective_config(argparse.Namespace(**{**vars(args), "workspace": workspace}))
     return argv

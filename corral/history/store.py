@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
 import stat
 import threading
@@ -73,7 +72,6 @@ _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 _COPY_CHUNK = 1 << 20
 _counter_lock = threading.Lock()
 _last = [0, 0]  # (time_ns of the last id, counter): ids of one process strictly increase
-log = logging.getLogger("corral")
 
 
 class StoreError(CorralError):
@@ -690,7 +688,12 @@ def skipped(name: str, why: object) -> None:
         if len(_reported) >= REPORTED_KEPT:
             _reported.clear()
         _reported.add(name)
-        log.warning("corral: history: skipped %s in the store: %s", name, why)
+        # imported here: workers load this module (in the zygote template), and they
+        # never log (their stderr is /dev/null); the host has logging loaded already
+        import logging
+
+        logging.getLogger("corral").warning(
+            "corral: history: skipped %s in the store: %s", name, why)
 
 
 def _names(dir_fd: int) -> list[str]:
