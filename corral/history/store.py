@@ -37,6 +37,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -688,12 +689,13 @@ def skipped(name: str, why: object) -> None:
         if len(_reported) >= REPORTED_KEPT:
             _reported.clear()
         _reported.add(name)
-        # imported here: workers load this module (in the zygote template), and they
-        # never log (their stderr is /dev/null); the host has logging loaded already
-        import logging
-
-        logging.getLogger("corral").warning(
-            "corral: history: skipped %s in the store: %s", name, why)
+        # Said where logging is loaded: in the host, always. A worker (whose stderr is
+        # /dev/null, and which can import nothing once confined) skips in silence: the
+        # zygote template, which loads this module for it, need not load logging.
+        logging = sys.modules.get("logging")
+        if logging is not None:
+            logging.getLogger("corral").warning(
+                "corral: history: skipped %s in the store: %s", name, why)
 
 
 def _names(dir_fd: int) -> list[str]:
