@@ -44,24 +44,27 @@ def test_close_waits_on_its_processes_without_sleeping(
         os.waitpid(zygote, os.WNOHANG)
 
 
-def test_wait_for_exit_without_pidfd_uses_popen_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a kernel before 5.3 has no pidfd_open: the wait still ends, through Popen's own
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
+def test_wait_for_exit_without_pidfd_asks_the_kernel_until_it_exits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a kernel before 5.3 has no pidfd_open: the wait still ends, and leaves the
+    # child unreaped, as the pidfd wait does (its exit code is still there to take)
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
 
     def enosys(pid: int, flags: int = 0) -> int:
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(os, "pidfd_open", enosys)
-    assert wait_for_exit(process, 30.0)
-    assert process.returncode == 0
+    assert wait_for_exit(process.pid, 30.0)
+    assert process.wait(0) == 3
 
 
 def test_wait_for_exit_gives_up_at_its_timeout() -> None:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert not wait_for_exit(process, 0.05)
+        assert not wait_for_exit(process.pid, 0.05)
         assert process.poll() is None
     finally:
         process.kill()
         process.wait()
-    assert wait_for_exit(process, 0.05)  # already reaped: nothing to wait on
+    assert wait_for_exit(process.pid, 0.05)  # already reaped: nothing to wait on
