@@ -5,6 +5,7 @@ starts one worker whatever [sandbox] workers says."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,13 +140,40 @@ main()
 """
 
 
+def buffered() -> dict[str, str]:
+    """This environment, with stdout buffered as a program's usually is."""
+    return {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+
+
 def test_the_program_freezes_what_it_loaded_for_the_collector(workspace: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", FREEZE_COUNT, str(workspace)],
-        capture_output=True, text=True, check=True, cwd=REPO,
+        capture_output=True, text=True, check=True, cwd=REPO, env=buffered(),
     )
+    # the answer and what the exit functions printed after it: all flushed at the end
     assert done.stdout.splitlines()[-1] == "frozen: True"
-    assert '"ok": true' in done.stdout  # the answer, flushed before the exit functions
+    assert '"ok": true' in done.stdout
+
+
+def test_the_program_exits_cleanly_with_its_stderr_closed(workspace: Path) -> None:
+    done = subprocess.run(
+        ["sh", "-c", f'exec "$0" -m corral call read_file \'{{"path": "hello.txt"}}\' '
+                     f"--workspace {workspace} 2>&-", sys.executable],
+        capture_output=True, text=True, cwd=REPO, env=buffered(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"ok": true' in done.stdout
+
+
+def test_an_output_that_cannot_be_written_fails_the_program(workspace: Path) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "corral", "call", "read_file", '{"path": "hello.txt"}',
+             "--workspace", str(workspace)],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO, env=buffered(),
+        )
+    assert done.returncode == 2
+    assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
 
 
 # What `corral call` has loaded when it spawns the zygote template: only its entry

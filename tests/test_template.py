@@ -274,3 +274,78 @@ def test_only_a_template_started_on_the_main_thread_dies_with_it() -> None:
         for template in started:
             template.stop()
     assert flags == ["False", "True"]
+
+
+def test_a_template_reaped_by_something_else_is_stopped_without_error() -> None:
+    """A host with its own SIGCHLD handler may reap the template first: stop() then
+    neither raises nor signals whatever process has its pid now."""
+    template = launcher.Template(launcher._key(ZYGOTE_ENTRY))
+    os.kill(template.pid, signal.SIGKILL)
+    os.waitpid(template.pid, 0)  # what such a handler does
+    template.stop()
+    assert template.exited and template.poll() is None  # gone, its code unknown
+
+
+def test_a_template_that_never_forked_is_killed_and_reaped_at_stop() -> None:
+    template = launcher.Template(launcher._key(ZYGOTE_ENTRY))
+    template.stop()
+    assert template.exited and template.returncode == -signal.SIGKILL
+    assert not psutil.pid_exists(template.pid) or psutil.Process(template.pid).ppid() != os.getpid()
+
+
+NO_STDERR = textwrap.dedent(
+    """
+    import os, sys
+    os.close(2)  # the template's own first fd would land on 2
+    from corral.api import Sandbox
+    from corral.sandbox.launcher import template_pids
+    with Sandbox(sys.argv[1]) as sandbox:
+        assert sandbox.call("read_file", {"path": "hello.txt"})["ok"]
+        (template,) = template_pids()
+        print(os.readlink(f"/proc/{template}/fd/2"))
+    """
+)
+
+
+def test_a_host_without_stderr_gives_its_template_dev_null_there(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_STDERR, str(workspace)], capture_output=True, text=True,
+        timeout=120, check=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.stdout.split() == [os.devnull]
+
+
+CLOSE_INHERITED = textwrap.dedent(
+    """
+    import json, os
+    from corral.sandbox import template
+    kept = os.open(os.devnull, os.O_RDONLY)
+    strays = [os.open(os.devnull, os.O_RDONLY) for _ in range(3)]
+    open_before = {int(name) for name in os.listdir("/proc/self/fd")}
+    closed = []
+    close = os.close
+    def counted(fd):
+        closed.append(fd)
+        close(fd)
+    def refused(*_):
+        raise AssertionError("closerange")
+    os.close, os.closerange = counted, refused
+    template.close_inherited(kept)
+    os.close = close
+    left = {int(name) for name in os.listdir("/proc/self/fd")}
+    print(json.dumps({"missed": sorted(open_before - {0, 1, 2, kept} - set(closed)),
+                      "closes": len(closed), "kept": kept in left}))
+    """
+)
+
+
+def test_the_template_closes_the_fds_open_not_a_range() -> None:
+    """Without close_range (Linux before 5.9), os.closerange calls close() once per
+    possible fd number: the template closes the fds listed open, once each."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_INHERITED], capture_output=True, text=True,
+        timeout=120, check=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    found = json.loads(done.stdout)
+    assert found["missed"] == [] and found["kept"]  # every other open fd closed, once each
+    assert found["closes"] <= 16

@@ -717,12 +717,24 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def leave(code: int) -> NoReturn:
     """Exit now that the command has done its work (its sandbox closed, its processes
     reaped): without the interpreter's teardown of ~200 modules, ~7 ms of a
-    `corral call` on a 2-core VM. The output is flushed and the exit functions run
-    (a coverage tool's, say) as at a usual exit."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BrokenPipeError):  # `corral tools | head`: it has enough
-            stream.flush()
+    `corral call` on a 2-core VM. As at a usual exit, the exit functions run (a
+    coverage tool's, say), then the output is flushed; an output that cannot take
+    it is an error, as one while the command ran is (a closed pipe is not: `corral
+    tools | head` has what it wanted)."""
     atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # closed when the command started (2>&-)
+            continue
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            pass
+        except OSError as exc:
+            if sys.stderr is not None and stream is not sys.stderr:
+                with contextlib.suppress(OSError):
+                    sys.stderr.write(f"corral: error: {exc}\n")
+                    sys.stderr.flush()
+            code = code or EXIT_USAGE
     os._exit(code)
 
 

@@ -77,21 +77,27 @@ class Template:
             f"from corral.sandbox.template import main; "
             f"main({CHANNEL_FD}, {entry!r}, {os.getpid()}, {main_thread})"
         )
+        # posix_spawn, not subprocess (whose import alone is ~7 ms): the template gets
+        # its channel, /dev/null for stdin and stdout (stdout may be a protocol) and
+        # the host's stderr, or /dev/null if the host has none to pass on (else the
+        # template's first fd would land on 2); template.main closes any other fd
+        # the host left inheritable, as subprocess's close_fds would have.
+        to_dev_null = [(0, os.O_RDONLY), (1, os.O_WRONLY)]
+        if not _passed_on(2):
+            to_dev_null.append((2, os.O_WRONLY))
         try:
-            # posix_spawn, not subprocess (whose import alone is ~7 ms): the template
-            # gets its channel, /dev/null for stdin and stdout (stdout may be a
-            # protocol) and the host's stderr; template.main closes any other fd the
-            # host left inheritable, as subprocess's close_fds would have.
             self.pid = os.posix_spawn(
                 sys.executable, [sys.executable, "-S", "-c", code], dict(environment),
                 file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    *((os.POSIX_SPAWN_OPEN, fd, os.devnull, flags, 0) for fd, flags in to_dev_null),
                     (os.POSIX_SPAWN_DUP2, child_end, CHANNEL_FD),
                 ],
             )
         finally:
             os.close(child_end)
+        # Held from the start: it names this process even once something else has
+        # reaped it (a host's own SIGCHLD handler) and its pid is reused.
+        self._pidfd = _pidfd_or_none(self.pid)
         import socket  # after the spawn, beside the template's start
 
         self._sock = socket.socket(fileno=ours.detach())
@@ -99,7 +105,8 @@ class Template:
         self._lock = _thread.allocate_lock()
         self.owner = os.getpid()
         self.forked = 0  # zygotes it has forked: one that has is known to have started
-        self.returncode: int | None = None
+        self.exited = False  # reaped (by us, or by something else)
+        self.returncode: int | None = None  # its exit code, once we reaped it
 
     def fork_zygote(self, hello: bytes) -> tuple[int, socket.socket, int]:
         """A new zygote: (pid, its control socket, a pidfd for it), sent `hello` (its
@@ -172,30 +179,43 @@ class Template:
         forked a zygote is killed: it may still be importing (a command that failed
         before its sandbox started), and has nothing to take down."""
         self._sock.close()
-        if self.owner != os.getpid():
-            return  # a forked host's copy: the process is its parent's to wait for
-        if not self.forked or not wait_for_exit(self.pid, STOP_GRACE_S):
-            import signal
-
-            if self.returncode is None:  # not reaped: the pid is still this child's
-                os.kill(self.pid, signal.SIGKILL)
-        if self.returncode is None:
-            self._reap(0)
+        try:
+            if self.owner != os.getpid():
+                return  # a forked host's copy: the process is its parent's to wait for
+            if not self.forked or not wait_for_exit(self.pid, STOP_GRACE_S, self._pidfd):
+                self._kill()
+            if not self.exited:
+                self._reap(0)
+        finally:
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
 
     def poll(self) -> int | None:
         """The template's exit code (as os.waitstatus_to_exitcode gives it) once it
-        has exited, else None."""
-        if self.returncode is None:
+        has exited; None while it runs, or if something else reaped it."""
+        if not self.exited:
             self._reap(os.WNOHANG)
         return self.returncode
+
+    def _kill(self) -> None:
+        import contextlib
+        import signal
+
+        if self._pidfd is not None:  # this very process, whoever reaped it
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        elif self.poll() is None and not self.exited:  # unreaped: the pid is still ours
+            os.kill(self.pid, signal.SIGKILL)
 
     def _reap(self, flags: int) -> None:
         try:
             pid, status = os.waitpid(self.pid, flags)
-        except ChildProcessError:  # reaped by someone else (a host's own SIGCHLD handler)
-            self.returncode = -1
+        except ChildProcessError:  # reaped by something else: gone, its code unknown
+            self.exited = True
             return
         if pid:
+            self.exited = True
             self.returncode = os.waitstatus_to_exitcode(status)
 
 
@@ -295,29 +315,54 @@ def _release_all() -> None:
             template.release()
 
 
-def wait_for_exit(pid: int, timeout: float) -> bool:
-    """Block until our child `pid` exits or `timeout` passes (True if it exited),
-    without reaping it, woken by its pidfd rather than by polling with sleeps. A
-    kernel without pidfd_open (before Linux 5.3) is asked every 10 ms."""
+def wait_for_exit(pid: int, timeout: float, pidfd: int | None = None) -> bool:
+    """Block until our child `pid` (whose pidfd the caller may hold) exits or
+    `timeout` passes (True if it exited), without reaping it, woken by its pidfd
+    rather than by polling with sleeps. A kernel without pidfd_open (before Linux
+    5.3) is asked every 10 ms."""
     import select
 
-    try:
-        pidfd = os.pidfd_open(pid)  # our unreaped child: its pid cannot be reused
-    except ProcessLookupError:
-        return True  # reaped already
-    except OSError:
-        deadline = time.monotonic() + timeout
-        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+    fd = _pidfd_or_none(pid) if pidfd is None else pidfd
+    if fd is None:
+        return _wait_without_pidfd(pid, timeout)
     try:
         poller = select.poll()
-        poller.register(pidfd, select.POLLIN)  # readable once the process has exited
+        poller.register(fd, select.POLLIN)  # readable once the process has exited
         return bool(poller.poll(timeout * 1000))
     finally:
-        os.close(pidfd)
+        if pidfd is None:  # ours, not the caller's
+            os.close(fd)
+
+
+def _wait_without_pidfd(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped already (by us or something else)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _pidfd_or_none(pid: int) -> int | None:
+    """A pidfd for our child `pid`, or None if it is reaped already or the kernel
+    has no pidfd_open (before Linux 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _passed_on(fd: int) -> bool:
+    """Whether `fd` is open and reaches an exec'd child (a host that closed its
+    stderr may have reused 2 for one of its own, close-on-exec, fds)."""
+    try:
+        return os.get_inheritable(fd)
+    except OSError:
+        return False
 
 
 def zygote_environment(host: Mapping[str, str]) -> dict[str, str]:

@@ -39,16 +39,11 @@ from corral.sandbox.protocol import (
     write_frame,
 )
 
-MAX_FD = 2**31 - 1  # os.closerange's bound: the kernel's close_range takes any
-
 
 def main(control_fd: int, entry: str, host_pid: int, pdeathsig: bool) -> None:
     """Entry point of the exec'd interpreter. pdeathsig: die with the host's thread
     that started it (only its main thread lives as long as the host)."""
-    # Any fd the host left inheritable beside this channel (a spawn passes them all):
-    # none reaches a zygote or a worker.
-    os.closerange(3, control_fd)
-    os.closerange(control_fd + 1, MAX_FD)
+    close_inherited(control_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
     if pdeathsig:
         set_parent_death_signal(signal.SIGKILL)
@@ -150,6 +145,18 @@ class Template:
         self.control.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
+
+
+def close_inherited(control_fd: int) -> None:
+    """Close every fd the host left inheritable beside this channel (a spawn passes
+    them all): none reaches a zygote or a worker. The ones open, as listed, not a
+    range: without close_range (Linux before 5.9, or a libc before 2.34)
+    os.closerange would call close() once per possible fd number."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != control_fd:
+            with contextlib.suppress(OSError):  # the listing's own fd, closed already
+                os.close(fd)
 
 
 def reap() -> None:
