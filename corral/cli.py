@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         # No garbage collection while corral loads: imports allocate much and free
         # little, and its passes cost ~10% of their CPU for nothing.
         gc.disable()
-        if sys.argv[1:2] and sys.argv[1] in SANDBOX_COMMANDS:
+        if sys.argv[1:2] and sys.argv[1] in SANDBOX_COMMANDS and not (
+                {"-h", "--help"} & set(sys.argv[2:])):  # help starts no sandbox
             corral.prestart()
     from corral.faces.cli import leave
     from corral.faces.cli import main as run  # after prestart(): it imports most of corral

@@ -42,3 +42,40 @@ def test_the_workspace_default_names_the_config(capsys: pytest.CaptureFixture[st
         run(capsys, "call", "--help")
     help_text = " ".join(capsys.readouterr().out.split())
     assert "or with --config that config's [workspace] root" in help_text
+
+
+def closed(stream: str, ws: Path, *words: str) -> subprocess.CompletedProcess[str]:
+    """`corral WORDS` run with `stream` ("stdin" or "stdout") closed, as `<&-` / `>&-`."""
+    fd = {"stdin": 0, "stdout": 1}[stream]
+    return subprocess.run(
+        ["sh", "-c", f'exec "$@" {fd}>&-', "sh", sys.executable, "-m", "corral", *words,
+         "--workspace", str(ws)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+@pytest.mark.parametrize("words", [
+    ("call", "read_file", '{"path": "hello.txt"}'), ("tools",), ("serve",), ("serve", "--jsonl"),
+])
+def test_a_closed_stdout_is_one_line_and_exit_2(ws: Path, words: tuple[str, ...]) -> None:
+    done = closed("stdout", ws, *words)
+    assert done.returncode == 2
+    assert done.stderr == ("corral: error: standard output is closed: there is nowhere to "
+                           "write the result\n")
+
+
+@pytest.mark.parametrize("words", [("call", "read_file", "-"), ("serve",), ("serve", "--jsonl")])
+def test_a_closed_stdin_is_one_line_and_exit_2_for_what_reads_it(
+    ws: Path, words: tuple[str, ...],
+) -> None:
+    done = closed("stdin", ws, *words)
+    assert done.returncode == 2
+    assert done.stderr == "corral: error: standard input is closed: there is nothing to read\n"
+
+
+def test_a_call_that_reads_no_stdin_runs_with_it_closed(ws: Path) -> None:
+    (ws / "hello.txt").write_text("hi\n")
+    done = closed("stdin", ws, "call", "read_file", '{"path": "hello.txt"}')
+    assert done.returncode == 0, done.stderr
+    assert '"ok": true' in done.stdout

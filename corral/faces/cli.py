@@ -268,7 +268,7 @@ def approver(args: argparse.Namespace) -> Approver | None:
     """--yes approves every supervised call; a terminal on stdin is asked; else nobody."""
     if args.yes:
         return lambda request: True
-    return ask_on_terminal if sys.stdin.isatty() else None
+    return ask_on_terminal if sys.stdin is not None and sys.stdin.isatty() else None
 
 
 def explain(outcome: dict[str, Any]) -> dict[str, Any]:
@@ -285,6 +285,18 @@ def explain(outcome: dict[str, Any]) -> dict[str, Any]:
 def wants_text(args: argparse.Namespace) -> bool:
     """--text / --json as asked; else text for a person at a terminal, JSON for a pipe."""
     return args.output == "text" if args.output else sys.stdout.isatty()
+
+
+def closed_streams(args: argparse.Namespace) -> str | None:
+    """What a command cannot do for a closed standard stream (`>&-`, `<&-`): every
+    command writes its result (a server its protocol) to stdout, and a server and
+    `call -` read stdin; None when it has what it needs."""
+    if sys.stdout is None:
+        return "standard output is closed: there is nowhere to write the result"
+    reads = args.run is cmd_serve and getattr(args, "http", None) is None
+    if sys.stdin is None and (reads or getattr(args, "arguments", None) == "-"):
+        return "standard input is closed: there is nothing to read"
+    return None
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -746,6 +758,11 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     # the first word names the subcommand, unless it is an option (--help, --version)
     args = build_parser(words[0] if words else None).parse_args(argv)
+    closed = closed_streams(args)
+    if closed is not None:
+        if sys.stderr is not None:
+            print(f"corral: error: {closed}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return args.run(args)
     except ConfigError as exc:
@@ -761,4 +778,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
+        if argv is None:  # the program: a server's reader may be blocked on its input for
+            leave(EXIT_INTERRUPTED)  # good, and a usual exit would join that thread
         return EXIT_INTERRUPTED

@@ -204,13 +204,21 @@ class LineServer:
         """Serve until the input ends or `stop()`; then call `at_end` and wait for
         every job to finish."""
         self._at_end = at_end
-        with (
-            ThreadPoolExecutor(self._max_jobs, thread_name_prefix="corral-call") as pool,
-            ThreadPoolExecutor(READER_THREADS, thread_name_prefix="corral-read") as readers,
-        ):
-            self._pool, self._readers = pool, readers
+        pool = ThreadPoolExecutor(self._max_jobs, thread_name_prefix="corral-call")
+        readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="corral-read")
+        self._pool, self._readers = pool, readers
+        try:
             self._read()
             self._done.wait()
+        except BaseException:
+            # Interrupted (^C): leave now. A reader may be blocked on the input for good
+            # and a job on a worker that does not answer: the caller closes the sandbox,
+            # which ends the jobs' calls, and the program exits without joining threads.
+            for executor in (pool, readers):
+                executor.shutdown(wait=False, cancel_futures=True)
+            raise
+        for executor in (pool, readers):
+            executor.shutdown()
 
     def _read(self) -> None:
         """Read and dispatch lines until the end, or until an inline job hands off."""
