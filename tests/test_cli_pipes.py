@@ -50,7 +50,7 @@ def closed(stream: str, ws: Path, *words: str) -> subprocess.CompletedProcess[st
     return subprocess.run(
         ["sh", "-c", f'exec "$@" {fd}>&-', "sh", sys.executable, "-m", "corral", *words,
          "--workspace", str(ws)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        capture_output=True, text=True,
         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 

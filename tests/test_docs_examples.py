@@ -259,5 +259,6 @@ def test_the_needs_uvicorn_error_says_to_install_from_the_clone(tmp_path: Path) 
     )
     assert done.returncode == 2
     assert done.stderr.startswith(
-        "corral: error: the HTTP face needs uvicorn: pip install '.[http]' in the corral clone")
+        "corral: error: the HTTP face needs the http extra: pip install '.[http]' in the "
+        "corral clone")
     assert not INSTALL_FROM_A_REGISTRY.search(done.stderr)

@@ -19,10 +19,15 @@ from corral.faces.mcp_core import (
     Action,
     Drop,
     McpSession,
+    ProtocolError,
     Reply,
     Send,
 )
-from corral.faces.mcp_revisions import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
+from corral.faces.mcp_revisions import (
+    CLIENT_CAPABILITIES_KEY,
+    PROTOCOL_VERSION_KEY,
+    STATELESS_VERSIONS,
+)
 from corral.faces.mcp_threads import SessionDriver
 from corral.policy import Policy
 from tests.mcp_core_helpers import run_all
@@ -146,3 +151,13 @@ def test_a_forged_answer_to_an_approval_is_a_no(
         {"jsonrpc": "2.0", "id": question.message["id"], **answer}))
     assert error_code(reply) == "approval_denied"
     assert not (workspace / "x.txt").exists()
+
+
+def test_a_request_before_any_way_in_names_both_ways() -> None:
+    """Neither a handshake nor a stateless request's _meta: the error says both."""
+    session = McpSession(lambda approve: None)  # type: ignore[arg-type, return-value]
+    with pytest.raises(ProtocolError) as raised:
+        session._revision("server/discover", {})
+    assert "before initialize" in raised.value.message
+    assert all(name in raised.value.message for name in (
+        PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, *STATELESS_VERSIONS))

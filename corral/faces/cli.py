@@ -559,8 +559,8 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         "(most do; pydantic-ai and fastmcp do not); a large read sends a third less",
     )
     http = serve.add_argument_group(
-        "many tenants over HTTP (needs uvicorn: pip install uvicorn, or pip install '.[http]' "
-        "in corral's source directory)",
+        "many tenants over HTTP (needs the http extra: pip install '.[http]' in corral's "
+        "source directory, or pip install uvicorn prometheus_client)",
         "MCP Streamable HTTP at /mcp in front of one shared pool of workers; each tenant "
         "is reached only by its bearer token (see the HTTP page of the docs)",
     )

@@ -722,8 +722,8 @@ def serve(
         from uvicorn.config import LOGGING_CONFIG
         from uvicorn.protocols.http.auto import AutoHTTPProtocol
     except ImportError:
-        raise ConfigError("the HTTP face needs uvicorn: pip install '.[http]' in the corral "
-                          "clone, or pip install uvicorn") from None
+        raise ConfigError("the HTTP face needs the http extra: pip install '.[http]' in the "
+                          "corral clone, or pip install uvicorn prometheus_client") from None
     host, port = parse_address(address)
     if not _is_loopback(host):
         log.warning("corral: warning: %s is not a loopback address and this server speaks plain "

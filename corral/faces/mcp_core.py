@@ -550,7 +550,14 @@ class McpSession:
         if method == "ping":
             return self._handshake, self._capabilities
         if self._handshake is None:
-            raise ProtocolError(INVALID_REQUEST, f"{method} before initialize")
+            # neither a stateless request (its _meta names the revision) nor after a
+            # handshake: say both ways in, not only the older one
+            stateless = ", ".join(STATELESS_VERSIONS)
+            raise ProtocolError(
+                INVALID_REQUEST,
+                f"{method} before initialize (or, at revision {stateless}, without "
+                f"params._meta {PROTOCOL_VERSION_KEY!r} and {CLIENT_CAPABILITIES_KEY!r})",
+            )
         return self._handshake, self._capabilities
 
     def _request(self, method: str, revision: Revision | None) -> dict[str, Any]:
