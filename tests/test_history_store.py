@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,10 @@ from history_helpers import promoted, snapshot, work_store
 from corral import Sandbox
 from corral.config import HistoryOptions, load_config
 from corral.fs import Root
+from corral.history.host import BOUND_EVERY_S
 from corral.history.keeper import Keeper
 from corral.history.records import Record, State
-from corral.history.store import Store, new_id, workspace_key
+from corral.history.store import BOUND, Store, new_id, workspace_key
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
 
@@ -61,6 +63,12 @@ def test_a_full_store_is_not_read_through_after_every_change(
     assert len(scans) <= 1 + 50 // 3
 
 
+def bounded_long_ago(store: Path) -> None:
+    """As if the last host to bound the store did it before BOUND_EVERY_S."""
+    then = time.time() - BOUND_EVERY_S - 1
+    os.utime(store / BOUND, (then, then))
+
+
 def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -> None:
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
@@ -69,10 +77,59 @@ def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -
     old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
     (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
     (work / f"b-{old}-0").write_text("old bytes")  # its kept copy, where its writer put it
+    bounded_long_ago(store)
     with Sandbox(workspace, history=options) as sb:
         assert not (store / f"r-{old}.json").exists()
         assert not (work / f"b-{old}-0").exists()
         assert [e["path"] for e in sb.history()] == ["a.txt"]
+
+
+def test_a_start_soon_after_a_bound_takes_its_note_and_reads_no_store(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bounding reads the whole store: a start within BOUND_EVERY_S of the last bound
+    takes the bytes it found from the note it left, and reads nothing else."""
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=400 * 1024)
+    with Sandbox(workspace, history=options) as sb:
+        ok(sb, "write_file", path="a.txt", content="a" * 4096)
+        store = Path(sb.history_path)
+    assert store.joinpath(BOUND).read_text().strip().isdigit()
+    scans = []
+    usage = Store.usage
+    monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
+    with Sandbox(workspace, history=options) as sb:
+        held = int(store.joinpath(BOUND).read_text())
+        assert sb._history is not None and sb._history._usage == held
+    assert scans == []
+    bounded_long_ago(store)
+    Sandbox(workspace, history=options).close()
+    assert scans == [1]  # bounded again, and noted again
+    assert time.time() - store.joinpath(BOUND).stat().st_mtime < BOUND_EVERY_S
+
+
+@pytest.mark.parametrize("note", ["garbage", "-5", "9" * 40, "future", "symlink"])
+def test_a_note_that_is_not_one_bounds_the_store(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, note: str,
+) -> None:
+    """The note is in the store, which is input: anything but a plain number of bytes,
+    noted no later than now, and the start bounds the store as if there were none."""
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options) as sb:
+        store = Path(sb.history_path)
+    path = store / BOUND
+    path.unlink()
+    if note == "symlink":
+        (tmp_path / "elsewhere").write_text("12\n")
+        path.symlink_to(tmp_path / "elsewhere")
+    else:
+        path.write_text("12\n" if note == "future" else note)
+        if note == "future":  # it would put off bounding the store for good
+            os.utime(path, (time.time() + 3600, time.time() + 3600))
+    scans = []
+    usage = Store.usage
+    monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
+    Sandbox(workspace, history=options).close()
+    assert scans == [1]
 
 
 @contextlib.contextmanager

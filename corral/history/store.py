@@ -65,6 +65,8 @@ from corral.history.records import (
 
 RECORD, PENDING, DONE, CHECKPOINT, BLOB, WORK = "r-", ".pending", ".done", "c-", "b-", "w-"
 TEMP = "t-"  # a committed record or checkpoint being written by the host
+BOUND = "bounded"  # the bytes held when a host last bounded the store (write_bound)
+BOUND_CLOCK_SLACK_S = 60.0  # a note's time may run this far ahead of the clock
 COMMITTED = ".json"
 META, LOCK = "workspace", "lock"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -616,6 +618,33 @@ def publish(dir_fd: int, name: str, data: bytes) -> bool:
         os.unlink(temp, dir_fd=dir_fd)
         return False
     return True
+
+
+def read_bound(dir_fd: int) -> tuple[int, float] | None:
+    """(bytes held, when) as the last host to bound the store wrote them (write_bound);
+    None if there is no such note or it is not one: a number of bytes, in a small
+    regular file (never followed). A note from the future is none either: it would
+    put off bounding the store for good."""
+    try:
+        data = read_small(dir_fd, BOUND)
+        st = os.stat(BOUND, dir_fd=dir_fd, follow_symlinks=False)
+    except (OSError, BadRecord):
+        return None
+    text = (data or b"").strip()
+    if not text.isdigit() or len(text) > 18 or st.st_mtime > time.time() + BOUND_CLOCK_SLACK_S:
+        return None
+    return int(text), st.st_mtime
+
+
+def write_bound(dir_fd: int, held: int) -> None:
+    """Note that the store was just bounded and holds `held` bytes (the caller holds
+    the store's lock): the note replaces the last one whole (a host killed here
+    leaves a temp, which remove_temps clears)."""
+    temp = f"{TEMP}{BOUND}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp, dir_fd=dir_fd)
+    _write_new(dir_fd, temp, f"{held}\n".encode())
+    os.replace(temp, BOUND, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def remove_temps(dir_fd: int) -> None:
