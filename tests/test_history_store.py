@@ -64,9 +64,9 @@ def test_a_full_store_is_not_read_through_after_every_change(
 
 
 def bounded_long_ago(store: Path) -> None:
-    """As if the last host to bound the store did it before BOUND_EVERY_S."""
-    then = time.time() - BOUND_EVERY_S - 1
-    os.utime(store / BOUND, (then, then))
+    """As if the last host to read the store through did it before BOUND_EVERY_S."""
+    held = store.joinpath(BOUND).read_text().split()[0]
+    store.joinpath(BOUND).write_text(f"{held} {int(time.time()) - BOUND_EVERY_S - 1}\n")
 
 
 def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -> None:
@@ -93,21 +93,43 @@ def test_a_start_soon_after_a_bound_takes_its_note_and_reads_no_store(
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="a.txt", content="a" * 4096)
         store = Path(sb.history_path)
-    assert store.joinpath(BOUND).read_text().strip().isdigit()
+    held, when = map(int, store.joinpath(BOUND).read_text().split())
+    assert held > 0 and abs(when - time.time()) < 60  # its record (a new file keeps no copy)
     scans = []
     usage = Store.usage
     monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
     with Sandbox(workspace, history=options) as sb:
-        held = int(store.joinpath(BOUND).read_text())
         assert sb._history is not None and sb._history._usage == held
+        ok(sb, "write_file", path="a.txt", content="b" * 4096)
     assert scans == []
+    grown, same = map(int, store.joinpath(BOUND).read_text().split())
+    assert grown > held + 4096 and same == when  # what it stored, counted at its close
     bounded_long_ago(store)
     Sandbox(workspace, history=options).close()
-    assert scans == [1]  # bounded again, and noted again
-    assert time.time() - store.joinpath(BOUND).stat().st_mtime < BOUND_EVERY_S
+    assert scans == [1]  # read through again, and noted again
+    assert time.time() - int(store.joinpath(BOUND).read_text().split()[1]) < 60
 
 
-@pytest.mark.parametrize("note", ["garbage", "-5", "9" * 40, "future", "symlink"])
+def test_one_shot_sandboxes_one_after_another_keep_the_store_bounded(
+    workspace: Path, tmp_path: Path,
+) -> None:
+    """Each adds what it stored to the note at its close, and a start whose note is
+    over the bound reads the store through at once: a loop of `corral call`s
+    cannot grow the store past its bound by skipping the read."""
+    bound = 64 * 1024
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=bound)
+    for round_ in range(30):
+        with Sandbox(workspace, history=options) as sb:
+            ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)  # 8 KiB
+            store = Path(sb.history_path)
+        assert used(store) <= bound + 16 * 1024  # one change more, until the next start
+    with Sandbox(workspace, history=options) as sb:
+        assert used(store) <= bound
+        assert len(sb.history()) < 30
+
+
+@pytest.mark.parametrize("note", ["garbage", "-5 1", "12", "9" * 40 + " 1", "future",
+                                  "symlink", "fifo", "directory"])
 def test_a_note_that_is_not_one_bounds_the_store(
     workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, note: str,
 ) -> None:
@@ -119,12 +141,16 @@ def test_a_note_that_is_not_one_bounds_the_store(
     path = store / BOUND
     path.unlink()
     if note == "symlink":
-        (tmp_path / "elsewhere").write_text("12\n")
+        (tmp_path / "elsewhere").write_text(f"12 {int(time.time())}\n")
         path.symlink_to(tmp_path / "elsewhere")
+    elif note == "fifo":  # read without blocking, and refused
+        os.mkfifo(path)
+    elif note == "directory":
+        path.mkdir()
+    elif note == "future":  # it would put off reading the store through for good
+        path.write_text(f"12 {int(time.time()) + 3600}\n")
     else:
-        path.write_text("12\n" if note == "future" else note)
-        if note == "future":  # it would put off bounding the store for good
-            os.utime(path, (time.time() + 3600, time.time() + 3600))
+        path.write_text(note)
     scans = []
     usage = Store.usage
     monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))

@@ -62,10 +62,11 @@ def public(state: State | None) -> dict[str, Any] | None:
 EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
 # A sandbox's start bounds the store only if no host has for this long: bounding reads
 # all of it (~10 us a file: ~35 ms of every `corral call` once a workspace has ~3,000
-# changes, on a 2-core VM), and a start within it takes the bytes the last bound
-# found. What other hosts stored since is not counted until the next bound, as they
-# count their own (stored()): the store may pass its bound by that much meanwhile.
-BOUND_EVERY_S = 600.0
+# changes, on a 2-core VM). Each bound notes the bytes it found, each sandbox adds
+# what it stored at its close, and a start within the interval counts from the note
+# (bounding at once if that is over the bound); what sandboxes open side by side
+# store is counted at their closes, so the store may pass its bound by that much.
+BOUND_EVERY_S = 600
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
 
 
@@ -103,9 +104,11 @@ class History:
             os.close(home)
             raise StoreError(exc) from None
         self.store = Store(work, home)
+        self._added = 0  # bytes stored since the note was last brought up to date
         with self._locked():
             bound = read_bound(home)
-            if bound is not None and time.time() - bound[1] < BOUND_EVERY_S:
+            if (bound is not None and time.time() - bound[1] < BOUND_EVERY_S
+                    and bound[0] <= options.max_bytes):
                 self._usage = bound[0]
             else:
                 remove_temps(home)
@@ -113,6 +116,10 @@ class History:
 
     def close(self) -> None:
         self._later.shutdown(wait=True)  # every answered call's records committed first
+        if self._added:  # the next start counts from the note: what this one stored too
+            with contextlib.suppress(OSError), self._locked():
+                if (bound := read_bound(self.store.home)) is not None:
+                    write_bound(self.store.home, bound[0] + self._added, bound[1])
         self.store.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -183,6 +190,7 @@ class History:
         committed go in first: eviction leaves a record it cannot see whole alone."""
         with self._lock:
             self._usage += size
+            self._added += size
             if self._usage <= self.options.max_bytes:
                 return
         self.flush()
@@ -193,8 +201,9 @@ class History:
         """Evict down to `max_bytes` (and the age bound), and leave the note a start
         reads instead (the caller holds the store's lock)."""
         self._usage = self.store.evict(max_bytes, self.options.max_age_days * DAY_S)
+        self._added = 0  # the read found what this sandbox stored
         with contextlib.suppress(OSError):  # without the note, the next start bounds
-            write_bound(self.store.home, self._usage)
+            write_bound(self.store.home, self._usage, int(time.time()))
 
     def checkpoint(self, label: str | None) -> str:
         checkpoint = Checkpoint(new_id(), time.time(), label)

@@ -620,30 +620,30 @@ def publish(dir_fd: int, name: str, data: bytes) -> bool:
     return True
 
 
-def read_bound(dir_fd: int) -> tuple[int, float] | None:
-    """(bytes held, when) as the last host to bound the store wrote them (write_bound);
-    None if there is no such note or it is not one: a number of bytes, in a small
-    regular file (never followed). A note from the future is none either: it would
-    put off bounding the store for good."""
+def read_bound(dir_fd: int) -> tuple[int, int] | None:
+    """(bytes held, when bounded, in whole seconds) as write_bound left them; None if
+    there is no such note or it is not one: two numbers in a small regular file
+    (never followed; a FIFO or a directory is not one). A note from the future is
+    none either: it would put off bounding the store for good."""
     try:
         data = read_small(dir_fd, BOUND)
-        st = os.stat(BOUND, dir_fd=dir_fd, follow_symlinks=False)
     except (OSError, BadRecord):
         return None
-    text = (data or b"").strip()
-    if not text.isdigit() or len(text) > 18 or st.st_mtime > time.time() + BOUND_CLOCK_SLACK_S:
+    fields = (data or b"").split()
+    if len(fields) != 2 or not all(f.isdigit() and len(f) <= 18 for f in fields):
         return None
-    return int(text), st.st_mtime
+    held, when = int(fields[0]), int(fields[1])
+    return None if when > time.time() + BOUND_CLOCK_SLACK_S else (held, when)
 
 
-def write_bound(dir_fd: int, held: int) -> None:
-    """Note that the store was just bounded and holds `held` bytes (the caller holds
-    the store's lock): the note replaces the last one whole (a host killed here
-    leaves a temp, which remove_temps clears)."""
+def write_bound(dir_fd: int, held: int, when: int) -> None:
+    """Note that the store holds `held` bytes and was last read through at `when`
+    (the caller holds the store's lock): the note replaces the last one whole (a
+    host killed here leaves a temp, which remove_temps clears)."""
     temp = f"{TEMP}{BOUND}"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temp, dir_fd=dir_fd)
-    _write_new(dir_fd, temp, f"{held}\n".encode())
+    _write_new(dir_fd, temp, f"{held} {when}\n".encode())
     os.replace(temp, BOUND, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
