@@ -4,6 +4,7 @@ script is `corral.cli:main`. The code is corral/faces/cli.py, with the other fac
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 import corral
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         # No garbage collection while corral loads: imports allocate much and free
         # little, and its passes cost ~10% of their CPU for nothing.
         gc.disable()
+        _open_standard_fds()
         if sys.argv[1:2] and sys.argv[1] in SANDBOX_COMMANDS and not (
                 {"-h", "--help"} & set(sys.argv[2:])):  # help starts no sandbox
             corral.prestart()
@@ -36,9 +38,21 @@ def main(argv: list[str] | None = None) -> int:
     if program:
         gc.enable()
     code = run(argv)
-    if program and sys.argv[1:2] != ["serve"]:  # a server's threads may still be ending
+    if program:  # a server too: its sandbox is closed, a reader may still block on input
         leave(code)
     return code
+
+
+def _open_standard_fds() -> None:
+    """/dev/null on whichever of fds 0-2 the program was started without (`2>&-`):
+    else the first fd it opens lands there (the zygote template's channel on 2, which
+    a server then copies onto 1). sys.stdin/stdout/stderr stay None: the command says
+    so (faces/cli.closed_streams)."""
+    for fd in range(3):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,7 @@ and where the workspace comes from with --config."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,13 +45,15 @@ def test_the_workspace_default_names_the_config(capsys: pytest.CaptureFixture[st
     assert "or with --config that config's [workspace] root" in help_text
 
 
-def closed(stream: str, ws: Path, *words: str) -> subprocess.CompletedProcess[str]:
-    """`corral WORDS` run with `stream` ("stdin" or "stdout") closed, as `<&-` / `>&-`."""
-    fd = {"stdin": 0, "stdout": 1}[stream]
+def closed(
+    stream: str, ws: Path, *words: str, given: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`corral WORDS` run with `stream` closed, as `<&-`, `>&-` or `2>&-`."""
+    fd = {"stdin": 0, "stdout": 1, "stderr": 2}[stream]
     return subprocess.run(
         ["sh", "-c", f'exec "$@" {fd}>&-', "sh", sys.executable, "-m", "corral", *words,
          "--workspace", str(ws)],
-        capture_output=True, text=True,
+        input=given, capture_output=True, text=True,
         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
@@ -79,3 +82,20 @@ def test_a_call_that_reads_no_stdin_runs_with_it_closed(ws: Path) -> None:
     done = closed("stdin", ws, "call", "read_file", '{"path": "hello.txt"}')
     assert done.returncode == 0, done.stderr
     assert '"ok": true' in done.stdout
+
+
+def test_a_server_without_stderr_answers_on_stdout(ws: Path) -> None:
+    """fd 2 closed: the program puts /dev/null there first, or the zygote template's
+    channel would take it, and the server would copy it onto fd 1 for its protocol."""
+    (ws / "hello.txt").write_text("hi\n")
+    done = closed("stderr", ws, "serve", "--jsonl",
+                  given='{"id": 1, "tool": "read_file", "arguments": {"path": "hello.txt"}}\n')
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["result"]["content"] == "hi\n"
+
+
+def test_an_http_server_needs_no_stdout(ws: Path, tmp_path: Path) -> None:
+    """It writes nothing there: a closed stdout is no reason to refuse it (it fails
+    later, here on the tenants file it is not given)."""
+    done = closed("stdout", ws, "serve", "--http", "127.0.0.1:0")
+    assert "standard output is closed" not in done.stderr

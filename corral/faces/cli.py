@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
 import textwrap
 from collections.abc import Callable
@@ -289,12 +290,13 @@ def wants_text(args: argparse.Namespace) -> bool:
 
 def closed_streams(args: argparse.Namespace) -> str | None:
     """What a command cannot do for a closed standard stream (`>&-`, `<&-`): every
-    command writes its result (a server its protocol) to stdout, and a server and
-    `call -` read stdin; None when it has what it needs."""
-    if sys.stdout is None:
+    command but an HTTP server writes its result (a stdio server its protocol) to
+    stdout, and a stdio server and `call -` read stdin; None when it has what it
+    needs."""
+    stdio_server = args.run is cmd_serve and getattr(args, "http", None) is None
+    if sys.stdout is None and (stdio_server or args.run is not cmd_serve):
         return "standard output is closed: there is nowhere to write the result"
-    reads = args.run is cmd_serve and getattr(args, "http", None) is None
-    if sys.stdin is None and (reads or getattr(args, "arguments", None) == "-"):
+    if sys.stdin is None and (stdio_server or getattr(args, "arguments", None) == "-"):
         return "standard input is closed: there is nothing to read"
     return None
 
@@ -733,6 +735,7 @@ def leave(code: int) -> NoReturn:
     coverage tool's, say), then the output is flushed; an output that cannot take
     it is an error, as one while the command ran is (a closed pipe is not: `corral
     tools | head` has what it wanted)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second ^C ends it, not an exception
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         if stream is None:  # closed when the command started (2>&-)
@@ -778,6 +781,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        if argv is None:  # the program: a server's reader may be blocked on its input for
-            leave(EXIT_INTERRUPTED)  # good, and a usual exit would join that thread
         return EXIT_INTERRUPTED
