@@ -84,14 +84,27 @@ def test_a_call_that_reads_no_stdin_runs_with_it_closed(ws: Path) -> None:
     assert '"ok": true' in done.stdout
 
 
-def test_a_server_without_stderr_answers_on_stdout(ws: Path) -> None:
-    """fd 2 closed: the program puts /dev/null there first, or the zygote template's
-    channel would take it, and the server would copy it onto fd 1 for its protocol."""
-    (ws / "hello.txt").write_text("hi\n")
-    done = closed("stderr", ws, "serve", "--jsonl",
-                  given='{"id": 1, "tool": "read_file", "arguments": {"path": "hello.txt"}}\n')
-    assert done.returncode == 0
-    assert json.loads(done.stdout)["result"]["content"] == "hi\n"
+def test_a_server_without_stderr_keeps_its_fds_to_itself(ws: Path) -> None:
+    """fd 2 closed: the program puts /dev/null there first. Else the first fd it
+    opens, the zygote template's channel, lands on 2, and a stdio server, which
+    points fd 1 at fd 2 (its protocol has a copy of stdout), hands every stray
+    write to the template."""
+    process = subprocess.Popen(
+        ["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "-m", "corral", "serve",
+         "--jsonl", "--workspace", str(ws)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write('{"id": 1, "tool": "list_allowed_directories"}\n')
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["ok"]
+        fds = [os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in (1, 2)]
+    finally:
+        process.communicate(timeout=60)
+    assert fds == [os.devnull, os.devnull]
+    assert process.returncode == 0
 
 
 def test_an_http_server_needs_no_stdout(ws: Path, tmp_path: Path) -> None:
