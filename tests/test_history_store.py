@@ -328,3 +328,20 @@ def test_a_store_that_cannot_be_created_says_what_to_do(workspace: Path, tmp_pat
     blocker.write_text("not a directory")
     with pytest.raises(ValueError, match=r"cannot be created .*enabled = false"):
         Sandbox(workspace, history=HistoryOptions(path=str(blocker / "history")))
+
+
+def test_the_note_counts_each_commit_not_only_the_close(
+    workspace: Path, tmp_path: Path,
+) -> None:
+    """A process killed before its close (SIGTERM, SIGKILL) must not leave its
+    changes out of the note: each commit adds what the calls before it stored."""
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options) as sb:
+        store = Path(sb.history_path)
+        start = int(store.joinpath(BOUND).read_text().split()[0])
+        for round_ in range(3):  # each keeps the last one's 8 KiB
+            ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
+        assert sb._history is not None
+        sb._history.flush()
+        noted = int(store.joinpath(BOUND).read_text().split()[0])
+        assert noted >= start + 8192  # the second write's copy, before any close

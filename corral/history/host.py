@@ -116,10 +116,9 @@ class History:
 
     def close(self) -> None:
         self._later.shutdown(wait=True)  # every answered call's records committed first
-        if self._added:  # the next start counts from the note: what this one stored too
-            with contextlib.suppress(OSError), self._locked():
-                if (bound := read_bound(self.store.home)) is not None:
-                    write_bound(self.store.home, bound[0] + self._added, bound[1])
+        if self._added:
+            with self._locked():
+                self._note_added()
         self.store.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -158,6 +157,7 @@ class History:
         try:
             with self._locked():
                 self._refused(promote.promote(self.store, self.work, ids, expect))
+                self._note_added()
         except OSError as exc:  # left done in the work directory: the next sweep commits it
             log.warning("corral: history: committing records failed (%s)", exc.strerror)
 
@@ -196,6 +196,17 @@ class History:
         self.flush()
         with self._locked():
             self._bound(int(self.options.max_bytes * EVICT_TO))
+
+    def _note_added(self) -> None:
+        """Add what this sandbox stored since to the store's note, which the next
+        start counts from: at each commit, so a process killed before its close
+        leaves at most its last call uncounted (the caller holds the store's lock).
+        No note, or a broken one: the next start reads the store through anyway."""
+        if self._added:
+            with contextlib.suppress(OSError):
+                if (bound := read_bound(self.store.home)) is not None:
+                    write_bound(self.store.home, bound[0] + self._added, bound[1])
+            self._added = 0
 
     def _bound(self, max_bytes: int) -> None:
         """Evict down to `max_bytes` (and the age bound), and leave the note a start
