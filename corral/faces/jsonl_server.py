@@ -86,4 +86,8 @@ def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
 
         return job
 
-    LineServer(read_lines(reader, arrived=sandbox.wake), handle, MAX_CONCURRENT_CALLS).run()
+    try:
+        LineServer(read_lines(reader, arrived=sandbox.wake), handle, MAX_CONCURRENT_CALLS).run()
+    except KeyboardInterrupt:  # ^C: end the calls in flight now, not at their timeouts
+        sandbox._stop_calls()
+        raise

@@ -522,6 +522,11 @@ class McpSession:
         if self._sandbox is not None:
             self._sandbox.wake()
 
+    def stop_calls(self) -> None:
+        """End the calls in flight at once (Sandbox._stop_calls), before shut()."""
+        if self._sandbox is not None:
+            self._sandbox._stop_calls()
+
     def shut(self) -> None:
         """Close the sandbox (once every call has finished)."""
         if self._sandbox is not None:

@@ -75,6 +75,9 @@ class McpServer:
         False if the sandbox could not be started."""
         try:
             self._lines.run(at_end=self._driver.close)
+        except KeyboardInterrupt:  # ^C: end the calls in flight now, not at their timeouts
+            self._session.stop_calls()
+            raise
         finally:
             self._session.shut()
         return not self._session.failed

@@ -39,6 +39,8 @@ class Executor(Protocol):
 
     def wake(self) -> None: ...
 
+    def stop_calls(self) -> None: ...
+
     def close(self) -> None: ...
 
     @property
@@ -129,6 +131,11 @@ class Broker:
         except asyncio.CancelledError:
             cancel.cancel()
             raise
+
+    def stop_calls(self) -> None:
+        """Kill every worker now: each call in flight ends with worker_crashed, and
+        none starts (close() then finds nothing running)."""
+        self._supply.close()
 
     def close(self) -> None:
         """Stop the workers (and a private zygote); nothing of the sandbox outlives this."""

@@ -159,8 +159,11 @@ class Lane:
         return code
 
     def died(self, code: int | None) -> None:
-        if not self.hub.closing(self):
+        if not self.closing():
             note_death(self.observer, code)
+
+    def closing(self) -> bool:
+        return self.hub.closing(self)
 
     def stats(self) -> dict[str, int]:
         return self.hub.lane_stats(self)

@@ -455,6 +455,9 @@ class Supply(Protocol):
         """A worker ended with exit `code` of something the host did not do: tell the
         sandbox's observer (note_death), unless the supply's close killed it."""
 
+    def closing(self) -> bool:
+        """The supply was closed: its workers were killed by its close, not lost."""
+
     def close(self) -> None:
         """Kill every worker (a call in flight ends with worker_crashed) and reap them."""
 
@@ -550,6 +553,9 @@ class CallPath:
             ) from None
         except WorkerLost as exc:
             code = self.supply.lost(worker)
+            if self.supply.closing():  # killed by the sandbox's close (^C to a server)
+                raise CallFailed("worker_crashed", f"The sandbox was closed while {tool} "
+                                 "ran; its worker was stopped.") from None
             cancelled = wait.cancel is not None and wait.cancel.cancelled  # killed by us
             if not cancelled and not isinstance(exc, WorkerMisbehaved):
                 self.supply.died(code)

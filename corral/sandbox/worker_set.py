@@ -115,6 +115,9 @@ class WorkerSet:
         if not self._closed:
             note_death(self.observer, code)
 
+    def closing(self) -> bool:
+        return self._closed
+
     def stats(self) -> dict[str, int]:
         """Pool.stats()'s keys, for this set alone."""
         with self._lock:
