@@ -108,8 +108,13 @@ class Ledger:
         if not answer.ok or answer.result is None:
             return response
         result = answer.result
-        # names escaped, as approvals are: the text is shown to a person
-        lines = [f"Restored {escaped(path)}." for path in result["restored"]]
+        # names escaped, as approvals are: the text is shown to a person. A restored
+        # path the change taken back had made is gone now: said so, not "restored"
+        # (the worker's word, trusted only for paths it also lists as restored).
+        told = result.get("removed")
+        removed = {p for p in told if isinstance(p, str)} if isinstance(told, list) else set()
+        lines = [f"Removed {escaped(path)} (it did not exist then)." if path in removed
+                 else f"Restored {escaped(path)}." for path in result["restored"]]
         if links := result.get("links_not_restored"):  # a deleted directory's symlinks
             lines.append(f"Not made again ({len(links)}): corral cannot create symlinks; "
                          "make these by hand if they are needed (path -> target):")

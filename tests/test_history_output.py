@@ -54,3 +54,37 @@ def test_cli_history_undo_rewind_escape_names(workspace: Path) -> None:
     rewound = corral(workspace, "rewind", cp)
     assert rewound.returncode == 1 and _raw(rewound.stdout + rewound.stderr) == []
     assert escaped(NAME) in rewound.stdout
+
+
+def test_undo_and_rewind_say_removed_for_a_path_that_did_not_exist(ws: Path, sb: Sandbox) -> None:
+    """Taking back a change that made a file removes it: the text says so, and the
+    result lists it in `removed` as well as in `restored` (the contract's list of
+    every path put back as it was)."""
+    checkpoint = sb.checkpoint("before")
+    ok(sb, "write_file", path="made.txt", content="new")
+    (ws / "kept.txt").write_text("old")
+    ok(sb, "edit_file", path="kept.txt", old_string="old", new_string="changed")
+    undone = sb.undo("made.txt")
+    assert undone["result"]["removed"] == ["made.txt"] and not (ws / "made.txt").exists()
+    assert "Removed made.txt (it did not exist then)." in undone["text"]
+    ok(sb, "write_file", path="made.txt", content="again")
+    rewound = sb.rewind(checkpoint)
+    assert sorted(rewound["result"]["restored"]) == ["kept.txt", "made.txt"]
+    assert rewound["result"]["removed"] == ["made.txt"]
+    assert "Removed made.txt" in rewound["text"] and "Restored kept.txt." in rewound["text"]
+
+
+def test_a_workers_removed_list_is_believed_only_for_paths_it_restored() -> None:
+    """`removed` comes from the worker: the host says "Removed" only of a string
+    that the restored list also holds, and never fails on anything else there."""
+    from corral.calls.messages import Answer
+    from corral.ledger import Ledger
+    from corral.policy import Policy
+
+    ledger = Ledger(Policy(), None, None)
+    for told, says_removed in ((["a.txt", "x.txt"], True), ([{"not": "a path"}], False),
+                               ("a.txt", False), (None, False)):
+        result = {"restored": ["a.txt"], "conflicts": [], "removed": told}
+        text = ledger.history_result(Answer(True, "undo", result), "a.txt")["text"]
+        assert text == ("Removed a.txt (it did not exist then)." if says_removed
+                        else "Restored a.txt.")

@@ -499,6 +499,7 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
         for record in whole:  # the host commits them with the undo's other records
             restorer.keeper.ids.append(_finished(store, record.id))
     return {"restored": restored, "conflicts": conflicts, "undone": target.id,
+            "removed": _removed(restorer, whole, restored),
             "reasons": reasons, "links_not_restored": restorer.unkept_links,
             "records": restorer.keeper.ids}
 
@@ -540,6 +541,7 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
     poisoned: set[tuple[str, str]] = set()
     # a path this rewind has put back is as corral found it then: not a conflict
     trusted: set[tuple[str, str]] = set()
+    reverted: list[Record] = []
     for record in store.records():  # newest first, listed once: this rewind's own are not in it
         if record.id <= to:
             break
@@ -550,6 +552,7 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             poisoned |= keys
             continue
         done, failed = _revert_one(restorer, [record], force, reasons, trusted)
+        reverted.append(record)
         restored += [p for p in done if p not in restored]
         if failed:
             conflicts += [p for p in failed if p not in conflicts]
@@ -558,8 +561,15 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             trusted |= keys
     restored = [p for p in restored if p not in conflicts]
     return {"restored": restored, "conflicts": conflicts, "checkpoint": checkpoint,
+            "removed": _removed(restorer, reverted, restored),
             "reasons": reasons, "links_not_restored": restorer.unkept_links,
             "records": restorer.keeper.ids}
+
+
+def _removed(restorer: Restorer, records: list[Record], restored: list[str]) -> list[str]:
+    """The restored paths that are gone now: the changes taken back had made them."""
+    entries = {e.path: e for record in records for e in record.entries}
+    return [p for p in restored if p in entries and restorer.matches(entries[p], None)]
 
 
 def _revert_one(
