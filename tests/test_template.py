@@ -318,7 +318,7 @@ def test_a_host_without_stderr_gives_its_template_dev_null_there(workspace: Path
 CLOSE_INHERITED = textwrap.dedent(
     """
     import json, os
-    from corral.sandbox import template
+    from corral.sandbox import confine
     kept = os.open(os.devnull, os.O_RDONLY)
     strays = [os.open(os.devnull, os.O_RDONLY) for _ in range(3)]
     open_before = {int(name) for name in os.listdir("/proc/self/fd")}
@@ -330,7 +330,7 @@ CLOSE_INHERITED = textwrap.dedent(
     def refused(*_):
         raise AssertionError("closerange")
     os.close, os.closerange = counted, refused
-    template.close_inherited(kept)
+    confine.close_fds_but({kept})
     os.close = close
     left = {int(name) for name in os.listdir("/proc/self/fd")}
     print(json.dumps({"missed": sorted(open_before - {0, 1, 2, kept} - set(closed)),

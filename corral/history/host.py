@@ -63,9 +63,10 @@ EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
 # A sandbox's start bounds the store only if no host has for this long: bounding reads
 # all of it (~10 us a file: ~35 ms of every `corral call` once a workspace has ~3,000
 # changes, on a 2-core VM). Each bound notes the bytes it found, each sandbox adds
-# what it stored at its close, and a start within the interval counts from the note
-# (bounding at once if that is over the bound); what sandboxes open side by side
-# store is counted at their closes, so the store may pass its bound by that much.
+# what it stores as its records are committed (and at its close), and a start within
+# the interval counts from the note (bounding at once if that is over the bound);
+# sandboxes open side by side count each other's changes only as they commit, so
+# the store may pass its bound by what they store meanwhile.
 BOUND_EVERY_S = 600
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
 

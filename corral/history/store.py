@@ -65,7 +65,7 @@ from corral.history.records import (
 
 RECORD, PENDING, DONE, CHECKPOINT, BLOB, WORK = "r-", ".pending", ".done", "c-", "b-", "w-"
 TEMP = "t-"  # a committed record or checkpoint being written by the host
-BOUND = "bounded"  # the bytes held when a host last bounded the store (write_bound)
+BOUND = "bounded"  # the bytes held, and when the store was last read through (write_bound)
 BOUND_CLOCK_SLACK_S = 60.0  # a note's time may run this far ahead of the clock
 COMMITTED = ".json"
 META, LOCK = "workspace", "lock"

@@ -140,6 +140,13 @@ def _close_fds(keep: set[int]) -> None:
     for fd in (0, 1, 2):
         if fd not in keep and fd != devnull:
             os.dup2(devnull, fd, inheritable=False)
+    close_fds_but(keep)
+
+
+def close_fds_but(keep: set[int]) -> None:
+    """Close every open fd above 2 that is not in `keep`: the ones listed open, not
+    a range (without close_range, Linux before 5.9 or a libc before 2.34,
+    os.closerange would call close() once per possible fd number)."""
     for name in os.listdir(_PROC_FDS):
         fd = int(name)
         if fd > 2 and fd not in keep:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from corral._prctl import set_parent_death_signal
 from corral.calls.control import ForkZygote, Reply
+from corral.sandbox.confine import close_fds_but
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     ProtocolError,
@@ -43,7 +44,9 @@ from corral.sandbox.protocol import (
 def main(control_fd: int, entry: str, host_pid: int, pdeathsig: bool) -> None:
     """Entry point of the exec'd interpreter. pdeathsig: die with the host's thread
     that started it (only its main thread lives as long as the host)."""
-    close_inherited(control_fd)
+    # Any fd the host left inheritable beside this channel (a spawn passes them all):
+    # none reaches a zygote or a worker.
+    close_fds_but({control_fd})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the host
     if pdeathsig:
         set_parent_death_signal(signal.SIGKILL)
@@ -145,18 +148,6 @@ class Template:
         self.control.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
-
-
-def close_inherited(control_fd: int) -> None:
-    """Close every fd the host left inheritable beside this channel (a spawn passes
-    them all): none reaches a zygote or a worker. The ones open, as listed, not a
-    range: without close_range (Linux before 5.9, or a libc before 2.34)
-    os.closerange would call close() once per possible fd number."""
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2 and fd != control_fd:
-            with contextlib.suppress(OSError):  # the listing's own fd, closed already
-                os.close(fd)
 
 
 def reap() -> None:

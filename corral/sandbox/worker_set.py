@@ -112,7 +112,7 @@ class WorkerSet:
         return code
 
     def died(self, code: int | None) -> None:
-        if not self._closed:
+        if not self.closing():
             note_death(self.observer, code)
 
     def closing(self) -> bool:
