@@ -381,3 +381,24 @@ class TestListingHelpers:
     @given(st.text(alphabet="./ab", max_size=12))
     def test_hidden_is_a_part_starting_with_a_dot(self, path: str) -> None:
         assert hidden(path) == any(part.startswith(".") for part in path.split("/"))
+
+
+def test_a_call_s_context_shares_the_sandbox_s_parts_and_none_of_another_call_s_state() -> None:
+    from dataclasses import fields
+
+    from corral.config import Limits
+    from corral.policy import Policy
+    from corral.tools.base import Context
+
+    base = Context(object(), Limits(), Policy.from_dict({}), supervised=True,  # type: ignore[arg-type]
+                   seen={"k": "v"})
+    first = base.for_call(approved=frozenset({"a"}), grants=(), within=None, tool="read_file")
+    second = base.for_call(approved=frozenset(), grants=(), within={"/w": ["."]}, tool="stat_file")
+    assert (first.roots, first.limits, first.policy) == (base.roots, base.limits, base.policy)
+    assert (first.tool, first.approved, second.within) == ("read_file", {"a"}, {"/w": ["."]})
+    assert first.supervised and first.seen == {"k": "v"}
+    for field in fields(Context):  # every list and dict of a call's own is its own
+        value = getattr(first, field.name)
+        if isinstance(value, list | dict) and field.name not in ("seen", "within"):
+            assert value == type(value)() and value is not getattr(second, field.name)
+            assert value is not getattr(base, field.name)

@@ -3,7 +3,6 @@ Answer out, never an exception (it runs inside the worker's serve loop)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -72,12 +71,10 @@ def execute(ctx: Context, request: CallRequest) -> Answer:
     """Run one call: the contract's result, or its error, with the Meta the host
     reads (touched paths, bytes, needs_approval, history)."""
     name = request.tool
-    call = dataclasses.replace(
-        ctx, approved=frozenset(request.approved), grants=request.grants, grants_used=[],
-        touched=[],
+    call = ctx.for_call(
+        approved=frozenset(request.approved), grants=request.grants,
         within=None if request.within is None else ctx.roots.narrow(list(request.within)),
-        tool=shown_name(name) if isinstance(name, str) else "", needs_approval=[], given={},
-        wrote={},
+        tool=shown_name(name) if isinstance(name, str) else "",
     )
     size = 0
     keeper: Keeper | None = None
