@@ -64,11 +64,13 @@ def requests(ws: Path) -> dict[str, dict[str, Callable[[], tuple[str, dict[str, 
 
 
 def answered(name: str, result: dict[str, Any]) -> None:
-    """A fast wrong answer fails the run: a stat succeeds, a refused one is an error."""
+    """A fast wrong answer fails the run: a stat succeeds and says the file's size, a
+    refused one is an error about the path argument."""
+    text = " ".join(part.get("text", "") for part in result.get("content", []))
     if name == "stat":
-        assert not result.get("isError"), result
+        assert not result.get("isError") and str(len(SMALL)) in text, result
     elif name == "refused stat":
-        assert result.get("isError"), result
+        assert result.get("isError") and "path" in text, result
 
 
 def measure(
@@ -97,7 +99,8 @@ def measure(
 
 def in_process(ws: Path, calls: int, gap_s: float) -> dict[str, tuple[float, float]]:
     """(back to back, after the gap) median seconds of the worker's stat code and of a
-    bare os.stat, in this process."""
+    bare os.stat, in this process (the --tree checkout's code: main puts it first on
+    sys.path)."""
     from corral.calls.messages import CallRequest
     from corral.config import Limits
     from corral.fs import Root, Roots
@@ -108,6 +111,8 @@ def in_process(ws: Path, calls: int, gap_s: float) -> dict[str, tuple[float, flo
     root = Root(str(ws), mode="rw")
     context = Context(Roots(root, []), Limits(), Policy.from_dict({}))
     request = CallRequest("stat_file", {"path": "read.txt"})
+    answer = execute(context, request)
+    assert answer.ok and answer.result["size"] == len(SMALL), answer
     operations: dict[str, Callable[[], object]] = {
         "worker's stat_file code": lambda: execute(context, request),
         "os.stat": lambda: os.stat("read.txt", dir_fd=root.fd),
@@ -144,23 +149,26 @@ def main() -> int:
         print("the reference server is not installed (see bench_mcp.py)", file=sys.stderr)
         return 2
     gap_s = args.gap_ms / 1000
+    sys.path.insert(0, str(args.tree))
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp, "ws")
         ws.mkdir()
         (ws / "read.txt").write_text(SMALL)
-        servers = {
-            "corral": StdioClient([sys.executable, "-m", "corral", "serve", "--workspace",
-                                   str(ws)], ws, args.tree, "bench_cold"),
-            "reference": StdioClient(["node", str(entry), str(ws)], ws, args.tree, "bench_cold"),
-        }
+        servers: dict[str, StdioClient] = {}
         try:
+            servers["corral"] = StdioClient(
+                [sys.executable, "-m", "corral", "serve", "--workspace", str(ws)], ws,
+                args.tree, "bench_cold")
+            servers["reference"] = StdioClient(
+                ["node", str(entry), str(ws)], ws, args.tree, "bench_cold")
             rows = {}
             for name, make in requests(ws).items():
                 rows[name] = (measure(servers, make, name, args.calls, 0.0),
                               measure(servers, make, name, args.calls, gap_s))
         finally:
             for server in servers.values():
-                server.close()
+                server.proc.kill()  # nothing left to ask it: no need to wait for a clean exit
+                server.proc.wait()
         local = in_process(ws, args.calls, gap_s)
     us = 1e6
     print(f"{args.calls} timed calls per request, mode and server, in alternating rounds of "

@@ -383,6 +383,7 @@ class TestListingHelpers:
         assert hidden(path) == any(part.startswith(".") for part in path.split("/"))
 
 
+
 def test_a_call_s_context_shares_the_sandbox_s_parts_and_none_of_another_call_s_state() -> None:
     from dataclasses import fields
 
@@ -390,15 +391,26 @@ def test_a_call_s_context_shares_the_sandbox_s_parts_and_none_of_another_call_s_
     from corral.policy import Policy
     from corral.tools.base import Context
 
-    base = Context(object(), Limits(), Policy.from_dict({}), supervised=True,  # type: ignore[arg-type]
-                   seen={"k": "v"})
-    first = base.for_call(approved=frozenset({"a"}), grants=(), within=None, tool="read_file")
-    second = base.for_call(approved=frozenset(), grants=(), within={"/w": ["."]}, tool="stat_file")
-    assert (first.roots, first.limits, first.policy) == (base.roots, base.limits, base.policy)
-    assert (first.tool, first.approved, second.within) == ("read_file", {"a"}, {"/w": ["."]})
-    assert first.supervised and first.seen == {"k": "v"}
-    for field in fields(Context):  # every list and dict of a call's own is its own
-        value = getattr(first, field.name)
-        if isinstance(value, list | dict) and field.name not in ("seen", "within"):
-            assert value == type(value)() and value is not getattr(second, field.name)
-            assert value is not getattr(base, field.name)
+    per_call = {"approved", "grants", "within", "tool"}  # for_call's arguments
+    fresh = {"grants_used", "touched", "needs_approval", "given", "wrote"}  # a call's own
+    shared = {"roots", "limits", "policy", "supervised", "history", "keep", "seen"}
+    # a field added to Context must be put in one of the three
+    assert per_call | fresh | shared == {field.name for field in fields(Context)}
+    base = Context(
+        object(), Limits(), Policy.from_dict({}), approved=frozenset({"old"}),  # type: ignore[arg-type]
+        grants=("g",), grants_used=["u"], touched=["t"], tool="old",  # type: ignore[arg-type, list-item]
+        needs_approval=["n"], given={"a": "b"}, supervised=True,  # type: ignore[list-item]
+        within={"/x": ["."]}, history=object(), keep=object(),  # type: ignore[arg-type]
+        seen={"k": "v"}, wrote={"w": "v"},
+    )
+    arguments = {"approved": frozenset({"a"}), "grants": (), "within": {"/w": ["."]},
+                 "tool": "read_file"}
+    call, other = base.for_call(**arguments), base.for_call(**arguments)  # type: ignore[arg-type]
+    for name in per_call:
+        assert getattr(call, name) is arguments[name], name
+    for name in shared:
+        assert getattr(call, name) is getattr(base, name), name
+    for name in fresh:
+        value = getattr(call, name)
+        assert value == type(value)(), name
+        assert value is not getattr(other, name) and value is not getattr(base, name), name
