@@ -25,6 +25,7 @@ Rounds of each server alternate, so a change in the machine's load hits both.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -34,11 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_mcp import REPO, StdioClient, find_ref, text_of
+import bench_mcp
+from bench_mcp import REPO, ROUND_CALLS, WARMUP_CALLS, StdioClient, find_ref, text_of
 
-ROUND_CALLS = 10
-WARMUP_CALLS = 20
-ROUND_WARMUP_CALLS = 2  # back to back: the other server's round was a gap for this one
 SMALL = text_of(4096)
 
 
@@ -77,24 +76,16 @@ def measure(
     servers: dict[str, StdioClient], make: dict[str, Callable[[], tuple[str, dict[str, Any]]]],
     name: str, calls: int, gap_s: float,
 ) -> dict[str, float]:
-    """Median seconds a request takes, per server."""
-    samples: dict[str, list[float]] = {label: [] for label in servers}
-    for label, server in servers.items():
-        for _ in range(WARMUP_CALLS):
-            server.request(*make[label]())
-    for _ in range(calls // ROUND_CALLS):
-        for label, server in servers.items():
-            for _ in range(0 if gap_s else ROUND_WARMUP_CALLS):
-                server.request(*make[label]())
-            for _ in range(ROUND_CALLS):
-                if gap_s:
-                    time.sleep(gap_s)
-                method, params = make[label]()
-                start = time.perf_counter()
-                result = server.request(method, params)
-                samples[label].append(time.perf_counter() - start)
-                answered(name, result)
+    """Median seconds a request takes, per server (bench_mcp's alternating rounds)."""
+    sides = {label: functools.partial(_ask, server, make[label])
+             for label, server in servers.items()}
+    checks = dict.fromkeys(servers, lambda _i, result: answered(name, result))
+    samples, _ = bench_mcp.measure(sides, checks, {}, calls, gap_s)
     return {label: statistics.median(times) for label, times in samples.items()}
+
+
+def _ask(server: StdioClient, make: Callable[[], tuple[str, dict[str, Any]]], _i: int) -> Any:
+    return server.request(*make())
 
 
 def in_process(ws: Path, calls: int, gap_s: float) -> dict[str, tuple[float, float]]:
