@@ -11,8 +11,8 @@ file alone: records removed from the end, or the last record edited, since no
 later line vouches for them; compare the head with one kept off the machine
 (`head=`: the digest of a record seen before, which must still be in the chain).
 A half-written last line (a crash mid-write) is reported, not an error: the log
-verifies up to the last whole record; a line that is a whole JSON value but no
-record is an error wherever it is (no crash leaves one). A live log is listed
+verifies up to the last whole record; a line that holds a whole JSON value but is
+no record is an error wherever it is (no crash leaves one). A live log is listed
 and read as one consistent set while writers append and rotate (`listed`).
 """
 
@@ -29,15 +29,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from corral.audit import LOCK_WAIT_S, Chain, rotated, whole_json
+from corral.audit import LOCK_WAIT_S, Chain, holds_json, rotated
 
 # A writer writes a record and its newline at once, and no part of a record short of
-# its end is JSON (a crash's half-written line never is): a JSON line without `prev`,
-# or a JSON value without its newline, was put there by something else.
-INSERTED = ("a JSON line that is not a record (no prev), nor a half-written one: appended "
-            "by something other than corral")
-UNENDED = ("a whole JSON value without its newline, which no crash leaves (a record and "
-           "its newline are written at once): appended by something other than corral")
+# its end holds a whole JSON value (a crash's half-written line never does): a JSON
+# line without `prev`, or JSON without its newline, was put there by something else.
+INSERTED = ("a line that holds JSON but is not a record (no prev), nor a half-written one: "
+            "appended by something other than corral")
+UNENDED = ("JSON without its newline, which no crash leaves (a record and its newline "
+           "are written at once): appended by something other than corral")
 
 
 @dataclass
@@ -183,7 +183,7 @@ def verify(paths: Sequence[str | Part], key: bytes | None = None, head: str | No
             if not whole:  # the end of the last file: a crash mid-write
                 if part is not parts[-1]:
                     return broken(where, "a half-written line before the end of the set")
-                if whole_json(line):
+                if holds_json(line):
                     return broken(where, UNENDED)
                 verdict.notes.append(f"{where}: a half-written last line ({len(line)} bytes, "
                                      "a crash mid-write?) is not a record; not checked")
@@ -192,7 +192,7 @@ def verify(paths: Sequence[str | Part], key: bytes | None = None, head: str | No
             if record is None:
                 if fragment is not None or line == b"":
                     return broken(fragment[0] if fragment else where, "not a record")
-                if whole_json(line):
+                if holds_json(line):
                     return broken(where, INSERTED)
                 fragment = (where, line)
                 continue

@@ -290,16 +290,20 @@ def test_a_last_line_no_record_could_be_is_refused_not_read_whole(
         audit.record(tool="read_file", ok=True)
 
 
+FORGED = json.dumps({"time": "2026-11-25T00:00:00.000+00:00", "tool": "write_file",
+                     "path": "forged", "ok": True}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("forged", [FORGED, b" " + FORGED, FORGED + b'{"ti', b"[1]"])
 def test_a_whole_record_appended_without_prev_or_newline_is_not_vouched_for(
-    tmp_path: Path,
+    tmp_path: Path, forged: bytes,
 ) -> None:
     """Someone who can append but has no key appends a record without prev and
-    without a newline: verify calls it what it is, and no writer names it as a
-    crash's half line (which would vouch for it under the key)."""
+    without a newline (padded, or with a half line after it): verify calls it
+    what it is, and no writer names it as a crash's half line (which would vouch
+    for it under the key). No part of a record short of its end holds JSON."""
     log, key = tmp_path / "log.jsonl", key_file(tmp_path)
     write_log(log, 3, key_file=key)
-    forged = json.dumps({"time": "2026-11-25T00:00:00.000+00:00", "tool": "write_file",
-                         "path": "forged", "ok": True}, separators=(",", ":")).encode()
     with log.open("ab") as file:
         file.write(forged)
     data = log.read_bytes()
@@ -311,6 +315,7 @@ def test_a_whole_record_appended_without_prev_or_newline_is_not_vouched_for(
     assert log.read_bytes() == data  # nothing written after it, nothing lost before it
     # with a newline of its own it is a line without prev
     log.write_bytes(data + b"\n")
+    assert broken_line(check(log, KEY)) == "log.jsonl:4"
     assert "not a record (no prev)" in (check(log, KEY).broken or "")
 
 

@@ -181,3 +181,22 @@ def test_a_live_log_verifies_while_writers_append_and_rotate(
     broken = [answer for answer in answers if answer[0] != 0]
     assert not broken, f"{len(broken)} of {len(answers)}: {broken[0]}"
     assert all(err == "" for _, _, err in answers)  # nor a half line seen mid-write
+
+
+def test_a_lock_held_too_long_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hung writer holds the lock: verify gives up after the wait (exit 2), as the
+    writers do, instead of hanging a cron job."""
+    import fcntl
+
+    from corral import audit_verify
+
+    monkeypatch.setattr(audit_verify, "LOCK_WAIT_S", 0.2)
+    log = tmp_path / "log.jsonl"
+    write_log(log, 2)
+    with log.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code, out, err = run(capsys, "audit", "verify", str(log))
+    assert code == 2 and out == "" and "held the log's lock" in err
+    assert run(capsys, "audit", "verify", str(log))[0] == 0
