@@ -65,6 +65,9 @@ def test_a_miss_with_nothing_like_it_in_the_file_says_so(body: str, them: str) -
     assert caught.value.code == "no_match"
     assert caught.value.message.endswith(
         f"No line of the file is like {them}: read the file again and take the lines from it.")
+    with pytest.raises(CorralError) as caught:
+        apply_hunks("", patch)
+    assert caught.value.message.endswith("empty.")
 
 
 def test_a_move_onto_an_existing_file_says_what_to_do(tmp_path: Path) -> None:
