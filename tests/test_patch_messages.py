@@ -70,15 +70,26 @@ def test_a_miss_with_nothing_like_it_in_the_file_says_so(body: str, them: str) -
     assert caught.value.message.endswith("empty.")
 
 
-def test_a_move_onto_an_existing_file_says_what_to_do(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("section", "hint"), [
+    ("*** Update File: a.txt\n*** Move to: b.txt\n",
+     "move it to another path, or delete b.txt first (delete_file, or a Delete File in an "
+     "earlier patch)"),
+    ("*** Add File: b.txt\n+x\n",  # Codex's scenario 011: Codex overwrites it
+     "use Update File to change it, or delete it first (delete_file, or a Delete File in an "
+     "earlier patch"),
+])
+def test_a_move_or_add_onto_an_existing_file_says_what_to_do(
+    tmp_path: Path, section: str, hint: str,
+) -> None:
+    """Codex's scenario 010 moves onto an existing file: a patch makes new files only,
+    and the refusal says how to get there (a Delete File of b.txt in the same patch
+    would change it twice)."""
     from corral import Sandbox
 
     (tmp_path / "a.txt").write_text("a\n")
     (tmp_path / "b.txt").write_text("b\n")
     with Sandbox(tmp_path, policy=Policy(tool_modes={"delete_file": "allow"})) as sb:
-        answer = sb.call("apply_patch", {"patch": "*** Begin Patch\n*** Update File: a.txt\n"
-                                         "*** Move to: b.txt\n*** End Patch"})
+        answer = sb.call("apply_patch", {"patch": f"*** Begin Patch\n{section}*** End Patch"})
     error = answer["error"]
-    assert error["code"] == "already_exists"
-    assert "move it to another path, or delete b.txt first" in error["message"]
+    assert error["code"] == "already_exists" and hint in error["message"], error
     assert (tmp_path / "a.txt").read_text() == "a\n" and (tmp_path / "b.txt").read_text() == "b\n"

@@ -172,7 +172,8 @@ def _plan_one(ctx: Context, file: FilePatch, tolerant: bool) -> Plan:
         if root.info(rel, follow=True, guard=check) is not None:
             raise CorralError(
                 "already_exists", f"{path} exists; the patch's Add File makes new files "
-                "only: use Update File to change it, or Delete File first.")
+                "only: use Update File to change it, or delete it first (delete_file, or a "
+                "Delete File in an earlier patch: one patch changes each file once).")
         new = utf8(file.content or "", "patch")
         _fits(ctx, path, new)
         return Plan(file, root, rel, check, new=new, after=file.content or "")
