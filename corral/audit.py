@@ -15,9 +15,11 @@ first record of a chain has the digest of the empty line. A writer holds an
 flock on the file while it reads the last line and appends, so writers in any
 number of threads and processes keep one chain. A line left half-written by a
 crash is closed by the next writer, whose record names it (`torn`) and chains
-from the last whole line. Rotation (`max_bytes`) renames the file to the next
-free `PATH.N` (1, 2, ...: oldest first); the new file's first record chains from
-the last line of the newest `PATH.N`. audit_verify.py checks all of this.
+from the last whole line; a tail that starts with a whole JSON value was not cut
+short by a crash (no prefix of a record holds one), and no writer vouches for it. Rotation
+(`max_bytes`) renames the file to the next free `PATH.N` (1, 2, ...: oldest
+first); the new file's first record chains from the last line of the newest
+`PATH.N`. audit_verify.py checks all of this.
 
 A failing sink is never silently dropped: opening fails with AuditError when
 the Sandbox is built, and a record that cannot be written raises AuditError
@@ -165,6 +167,22 @@ def last_line(fd: int, size: int) -> tuple[bytes | None, bytes]:
             before = chunk.rfind(b"\n", 0, cut)
         return chunk[before + 1:cut], torn
     return None, chunk
+
+
+def holds_json(data: bytes) -> bool:
+    """Whether `data` is, or starts with, a whole JSON value (after any white space):
+    never the start of a record cut short, whose object closes only at its end."""
+    try:
+        json.loads(data)
+        return True
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to read
+        pass
+    text = data.decode("utf-8", "surrogateescape").lstrip(" \t\r\n")
+    try:
+        json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _scalar(value: Any, name: str) -> Any:
@@ -341,13 +359,22 @@ class Audit:
 
     def _read_tail(self, fd: int, size: int) -> tuple[str, bytes]:
         try:  # read and write: the chain needs the last line
-            return self._tail(fd, size)
+            prev, torn = self._tail(fd, size)
         except OSError as exc:
             raise AuditError(f"cannot read audit log {self.path}: {exc.strerror}") from None
         except LineTooLong as exc:
             raise AuditError(f"cannot write audit log {self.path}: its last line is over "
                              f"{exc.args[0]} bytes, not a record corral wrote; move the file "
                              "aside and check it with corral audit verify") from None
+        if torn and holds_json(torn):
+            # A record is written in one write with its newline, and no part of one short
+            # of its end is JSON: this was appended whole by something else. Naming it
+            # as torn would vouch for it under the key.
+            raise AuditError(f"cannot write audit log {self.path}: it ends in {len(torn)} "
+                             "bytes that hold JSON without a newline, not a line a crash cut "
+                             "short (something else appended them); move the file aside and "
+                             "check it with corral audit verify")
+        return prev, torn
 
     def _tail(self, fd: int, size: int) -> tuple[str, bytes]:
         """(prev for the next record, a half-written line at the end or b"")."""

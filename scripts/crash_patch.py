@@ -5,8 +5,9 @@ whole patch is then undone whole.
 
     python scripts/crash_patch.py [--rounds 200] [--files 40] [--seed N]
 
-Each round builds a tree of `--files` files of 32 KiB, then applies one patch that
-updates most of them, adds some, deletes some and moves some, while another
+Each round builds a tree of `--files` files of 32 KiB and two symlinks, then applies
+one patch that updates most of the files, adds some, deletes some and moves some,
+and deletes the links (a link's removal lands last, as an unlink), while another
 thread kills the worker after a random delay drawn from the time one unkilled
 patch takes (measured first), so kills land in the reading, the staging, the
 renames and after. tests/test_patch_crash.py kills before every step of a
@@ -48,6 +49,20 @@ def build(workspace: Path, files: int) -> dict[str, bytes]:
     return tree
 
 
+def make_links(workspace: Path) -> dict[str, str]:
+    """Two symlinks to files of the tree, which the patch deletes (the links only)."""
+    (workspace / "links").mkdir()
+    links = {f"links/l{n}.txt": f"../pkg0/f{4 * n:04d}.txt" for n in range(2)}
+    for rel, target in links.items():
+        (workspace / rel).symlink_to(target)
+    return links
+
+
+def links_of(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): os.readlink(p) for p in sorted(root.rglob("*"))
+            if p.is_symlink()}
+
+
 def patch_for(tree: dict[str, bytes], rng: random.Random) -> str:
     """Update about 3/4 of the files (one line each), delete, move and add some."""
     sections = []
@@ -71,6 +86,7 @@ def patch_for(tree: dict[str, bytes], rng: random.Random) -> str:
             + f" {line(file, number + 1, 'old')}")
     for extra in range(rng.randrange(1, 4)):
         sections.append(f"*** Add File: added/a{extra}.txt\n+added {extra}\n")
+    sections += [f"*** Delete File: links/l{n}.txt\n" for n in range(2)]
     return "*** Begin Patch\n" + "".join(sections) + "*** End Patch\n"
 
 
@@ -78,7 +94,7 @@ def files_of(root: Path) -> dict[str, bytes]:
     """The tree's files, but temps (a new sandbox sweeps a dead writer's in the
     background; they are checked once it has closed)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.startswith(".corral-tmp-")}
+            if p.is_file() and not p.is_symlink() and not p.name.startswith(".corral-tmp-")}
 
 
 def one_round(base: Path, files: int, rng: random.Random, delay_s: float) -> str:
@@ -87,6 +103,7 @@ def one_round(base: Path, files: int, rng: random.Random, delay_s: float) -> str
     workspace, store = base / "ws", base / "store"
     workspace.mkdir()
     before = build(workspace, files)
+    links = make_links(workspace)
     patch = patch_for(before, rng)
     history = HistoryOptions(path=str(store))
     with Sandbox(workspace, workers=1, policy=DELETES, history=history) as sb:
@@ -106,12 +123,17 @@ def one_round(base: Path, files: int, rng: random.Random, delay_s: float) -> str
         whole = sb.history(limit=1)
         if now == before:
             assert not whole or whole[0]["action"] != "patch", whole
+            assert links_of(workspace) == links, "the files are as before, the links are not"
             outcome = "none"
         else:
             assert whole and whole[0]["action"] == "patch", "a changed tree without its patch"
+            assert links_of(workspace) == {}, "the files are patched, the links are not gone"
             undone = sb.undo(whole[0]["path"])
             assert undone["ok"] and undone["result"]["conflicts"] == [], undone
             assert files_of(workspace) == before, "the tree is mixed: undo did not restore it"
+            unmade = {link["path"]: link["target"] for link in
+                      undone["result"]["links_not_restored"]}
+            assert unmade == links, undone  # a worker cannot make one: listed for a person
             outcome = "all"
         sb.history(limit=1)  # the host commits what the undo left done
         work = Path(sb._history.work_path or "")  # a script may look at the store
@@ -126,6 +148,7 @@ def measure(files: int, rng: random.Random) -> float:
         workspace = Path(tmp) / "ws"
         workspace.mkdir()
         patch = patch_for(build(workspace, files), rng)
+        make_links(workspace)
         history = HistoryOptions(path=str(Path(tmp) / "store"))
         with Sandbox(workspace, workers=1, policy=DELETES, history=history) as sb:
             started = time.perf_counter()

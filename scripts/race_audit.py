@@ -1,7 +1,10 @@
 """Many processes append to one rotating audit log while some are SIGKILLed and
 restarted at random, some with a half line written by hand (what a crash inside
-write() leaves); at the end the whole rotated set must verify as one chain.
-The short version is tests/test_audit_chain.py's many-writers test.
+write() leaves); meanwhile `corral audit verify`'s check runs again and again on
+the live set (every one must say ok: an intact log is never called broken while
+it rotates), and at the end the whole rotated set must verify as one chain.
+The short versions are tests/test_audit_chain.py's many-writers test and
+tests/test_audit_cli.py's live-log test.
 
     python scripts/race_audit.py [--seconds 30] [--writers 6] [--max-bytes 20000]
 """
@@ -16,10 +19,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from corral.audit_verify import log_set, verify
+from corral.audit_verify import Verdict, listed, log_set, verify
 
 WRITER = """
 import sys
@@ -66,6 +70,9 @@ def main() -> None:
         writers = [start(n) for n in range(args.writers)]
         kills = torn = 0
         deadline = time.monotonic() + args.seconds
+        live: list[Verdict] = []
+        checker = threading.Thread(target=verify_live, args=(log, deadline, live))
+        checker.start()
         try:
             while time.monotonic() < deadline:
                 time.sleep(random.uniform(0.01, 0.2))
@@ -80,6 +87,7 @@ def main() -> None:
             for writer in writers:
                 writer.send_signal(signal.SIGKILL)
                 writer.wait()
+            checker.join()
         for writer in writers:
             assert writer.returncode == -signal.SIGKILL, "a writer failed"
         files = log_set(log)
@@ -87,8 +95,21 @@ def main() -> None:
         sizes = sorted(os.path.getsize(name) for name in files)
     print(f"file sizes: min {sizes[0]}, median {sizes[len(sizes) // 2]}, max {sizes[-1]}")
     print(f"{kills} kills, {torn} half lines, {len(files)} files, {verdict.records} records")
+    wrong = [v for v in live if not v.ok]
+    print(f"{len(live)} verifies of the live set: {len(live) - len(wrong)} ok, "
+          f"{len(wrong)} broken" + (f" (first: {wrong[0].broken})" if wrong else ""))
     print(f"ok {verdict.records} records" if verdict.ok else f"BROKEN: {verdict.broken}")
-    sys.exit(0 if verdict.ok else 1)
+    sys.exit(0 if verdict.ok and not wrong else 1)
+
+
+def verify_live(log: str, deadline: float, verdicts: list[Verdict]) -> None:
+    """What `corral audit verify` does, over and over while the writers run."""
+    while time.monotonic() < deadline:
+        if not os.path.exists(log):  # before the first writer made it
+            time.sleep(0.01)
+            continue
+        with listed(log) as parts:
+            verdicts.append(verify(parts))
 
 
 if __name__ == "__main__":

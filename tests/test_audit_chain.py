@@ -288,3 +288,65 @@ def test_a_last_line_no_record_could_be_is_refused_not_read_whole(
         file.write(b"x" * 300_000)
     with Audit(log) as audit, pytest.raises(AuditError, match="last line is over"):
         audit.record(tool="read_file", ok=True)
+
+
+FORGED = json.dumps({"time": "2026-11-25T00:00:00.000+00:00", "tool": "write_file",
+                     "path": "forged", "ok": True}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("forged", [FORGED, b" " + FORGED, FORGED + b'{"ti', b"[1]"])
+def test_a_whole_record_appended_without_prev_or_newline_is_not_vouched_for(
+    tmp_path: Path, forged: bytes,
+) -> None:
+    """Someone who can append but has no key appends a record without prev and
+    without a newline (padded, or with a half line after it): verify calls it
+    what it is, and no writer names it as a crash's half line (which would vouch
+    for it under the key). No part of a record short of its end holds JSON."""
+    log, key = tmp_path / "log.jsonl", key_file(tmp_path)
+    write_log(log, 3, key_file=key)
+    with log.open("ab") as file:
+        file.write(forged)
+    data = log.read_bytes()
+    verdict = check(log, KEY)
+    assert broken_line(verdict) == "log.jsonl:4" and "appended by something other" in (
+        verdict.broken or "")
+    with pytest.raises(AuditError, match="JSON without a newline"):
+        write_log(log, 1, key_file=key)
+    assert log.read_bytes() == data  # nothing written after it, nothing lost before it
+    # with a newline of its own it is a line without prev
+    log.write_bytes(data + b"\n")
+    assert broken_line(check(log, KEY)) == "log.jsonl:4"
+    assert "not a record (no prev)" in (check(log, KEY).broken or "")
+
+
+def test_a_log_where_a_writer_named_an_appended_record_as_torn_is_broken(
+    tmp_path: Path,
+) -> None:
+    """What a writer before this check made of such a record: closed it and named
+    it as torn under the key. The log is broken there, not ok."""
+    log = tmp_path / "log.jsonl"
+    write_log(log, 2, key_file=key_file(tmp_path))
+    chain = Chain(KEY)
+    forged = b'{"tool":"write_file","path":"forged","ok":true}'
+    last = log.read_bytes().splitlines()[-1]
+    closing = json.dumps({"time": "2026-11-25T00:00:01.000+00:00", "tool": "stat_file",
+                          "ok": True, "torn": {"bytes": len(forged),
+                                               "sha256": chain.sha256(forged)},
+                          "prev": chain.digest(last)}, separators=(",", ":")).encode()
+    log.write_bytes(log.read_bytes() + forged + b"\n" + closing + b"\n")
+    assert broken_line(check(log, KEY)) == "log.jsonl:3"
+    # a crash's real half line (no JSON) named so still verifies
+    half = forged[:-7]
+    closing = closing.replace(str(len(forged)).encode(), str(len(half)).encode(), 1).replace(
+        chain.sha256(forged).encode(), chain.sha256(half).encode())
+    lines = log.read_bytes().splitlines()
+    log.write_bytes(b"\n".join([*lines[:2], half, closing]) + b"\n")
+    assert check(log, KEY).ok
+
+
+def test_a_line_nested_too_deep_to_read_is_not_a_record(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    write_log(log, 1)
+    with log.open("ab") as file:
+        file.write(b"[" * 100_000 + b"\n")
+    assert broken_line(check(log)) == "log.jsonl:2"

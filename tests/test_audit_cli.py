@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,58 @@ def test_a_config_whose_audit_keys_cannot_work_is_refused(
     with pytest.raises(ConfigError) as caught:
         load_config(config)
     assert caught.value.key == key and message in str(caught.value)
+
+
+def test_a_live_log_verifies_while_writers_append_and_rotate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """verify lists PATH.1 ... PATH.N and PATH: a rotation between the listing and
+    the live file once made it call an intact log broken (a file missing). The set
+    is listed under the writers' lock. (scripts/race_audit.py --verify runs this
+    longer, against writer processes.)"""
+    log = tmp_path / "log.jsonl"
+    write_log(log, 1)
+    stop = threading.Event()
+
+    def write() -> None:
+        with Audit(log, max_bytes=4096) as audit:
+            n = 0
+            while not stop.is_set():
+                audit.record(tool="stat_file", ok=True, path=f"{threading.get_ident()}/{n}")
+                n += 1
+
+    writers = [threading.Thread(target=write) for _ in range(4)]
+    for writer in writers:
+        writer.start()
+    answers = []
+    try:
+        for _ in range(25):
+            code, out, err = run(capsys, "audit", "verify", str(log))
+            answers.append((code, out.splitlines()[0], err))
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert len(list(tmp_path.glob("log.jsonl.*"))) > 25  # it rotated throughout
+    broken = [answer for answer in answers if answer[0] != 0]
+    assert not broken, f"{len(broken)} of {len(answers)}: {broken[0]}"
+    assert all(err == "" for _, _, err in answers)  # nor a half line seen mid-write
+
+
+def test_a_lock_held_too_long_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hung writer holds the lock: verify gives up after the wait (exit 2), as the
+    writers do, instead of hanging a cron job."""
+    import fcntl
+
+    from corral import audit_verify
+
+    monkeypatch.setattr(audit_verify, "LOCK_WAIT_S", 0.2)
+    log = tmp_path / "log.jsonl"
+    write_log(log, 2)
+    with log.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code, out, err = run(capsys, "audit", "verify", str(log))
+    assert code == 2 and out == "" and "held the log's lock" in err
+    assert run(capsys, "audit", "verify", str(log))[0] == 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corral.errors import CorralError
+from corral.policy import Policy
 from corral.tools.patch_format import apply_hunks, parse_patch
 
 
@@ -47,3 +50,46 @@ def test_hunks_out_of_order_are_told_to_come_in_file_order() -> None:
     assert caught.value.code == "no_match"
     assert "at line 1, above the previous hunk" in caught.value.message
     assert "file's order" in caught.value.message
+
+
+@pytest.mark.parametrize(("body", "them"), [
+    ("*** Update File: f\n@@\n-missing\n+changed\n", "them"),  # Codex's scenario 006
+    ("*** Update File: f\n@@ class Nowhere:\n-x\n+y\n", "it"),
+])
+def test_a_miss_with_nothing_like_it_in_the_file_says_so(body: str, them: str) -> None:
+    """A miss names the closest region; when no line of the file is like the
+    hunk's (or the @@ line), it says that, and what to do."""
+    (patch,) = parse_patch(f"*** Begin Patch\n{body}*** End Patch")
+    with pytest.raises(CorralError) as caught:
+        apply_hunks("line1\nline2\n", patch)
+    assert caught.value.code == "no_match"
+    assert caught.value.message.endswith(
+        f"No line of the file is like {them}: read the file again and take the lines from it.")
+    with pytest.raises(CorralError) as caught:
+        apply_hunks("", patch)
+    assert caught.value.message.endswith("empty.")
+
+
+@pytest.mark.parametrize(("section", "hint"), [
+    ("*** Update File: a.txt\n*** Move to: b.txt\n",
+     "move it to another path, or delete b.txt first (delete_file, or a Delete File in an "
+     "earlier patch)"),
+    ("*** Add File: b.txt\n+x\n",  # Codex's scenario 011: Codex overwrites it
+     "use Update File to change it, or delete it first (delete_file, or a Delete File in an "
+     "earlier patch"),
+])
+def test_a_move_or_add_onto_an_existing_file_says_what_to_do(
+    tmp_path: Path, section: str, hint: str,
+) -> None:
+    """Codex's scenario 010 moves onto an existing file: a patch makes new files only,
+    and the refusal says how to get there (a Delete File of b.txt in the same patch
+    would change it twice)."""
+    from corral import Sandbox
+
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("b\n")
+    with Sandbox(tmp_path, policy=Policy(tool_modes={"delete_file": "allow"})) as sb:
+        answer = sb.call("apply_patch", {"patch": f"*** Begin Patch\n{section}*** End Patch"})
+    error = answer["error"]
+    assert error["code"] == "already_exists" and hint in error["message"], error
+    assert (tmp_path / "a.txt").read_text() == "a\n" and (tmp_path / "b.txt").read_text() == "b\n"

@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 from corral import __version__
 from corral._malloc import keep_freed_memory
 from corral.api import NO_ONE_TO_ASK, Approver, Sandbox, default_store_inside, probe
-from corral.audit import AuditError, read_key
+from corral.audit import LOCK_WAIT_S, AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, SandboxError, did_you_mean
 from corral.faces import cli_history
@@ -636,15 +636,24 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         key_file = key_file or (config.audit_key_file if path == config.audit_path else None)
     if path is None:
         raise UsageError("no audit log: name one, or set [audit] path in the config")
-    paths = audit_verify.log_set(os.path.abspath(path))
-    for name in paths:
-        if not os.path.isfile(name):
-            raise UsageError(f"{name}: no such audit log")
     try:
         key = read_key(key_file) if key_file else None
     except AuditError as exc:
         raise UsageError(str(exc)) from None
-    verdict = audit_verify.verify(paths, key, args.head, continues=args.continues)
+    path = os.path.abspath(path)
+    try:  # one consistent set while writers append and rotate
+        with audit_verify.listed(path) as parts:
+            for part in parts:
+                if not os.path.isfile(part.name):
+                    raise UsageError(f"{part.name}: no such audit log")
+            verdict = audit_verify.verify(parts, key, args.head, continues=args.continues)
+    except (FileNotFoundError, IsADirectoryError):
+        raise UsageError(f"{path}: no such audit log") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename or path}: {exc.strerror}") from None
+    except audit_verify.LockHeld:
+        raise UsageError(f"{path}: another process has held the log's lock for "
+                         f"{LOCK_WAIT_S:g} s (a hung writer?); try again") from None
     for note in verdict.notes:
         print(f"corral: {note}", file=sys.stderr)
     if not verdict.ok:

@@ -58,6 +58,7 @@ class Staged:
     made: list[str] = field(default_factory=list)  # directories made on the way
     staged: bool = False  # the temp exists (an add's or update's)
     landed: bool = False
+    link: str | None = None  # a removed symlink's target (old is None): unlinked, last
     # a move's other end: the removal of its source, or the add at its destination
     partner: Staged | None = field(default=None, compare=False, repr=False)
 
@@ -87,15 +88,20 @@ def land(staged: Sequence[Staged], keep: Keep, *, durable: bool) -> None:
     the caller holds tree_locked."""
     for item in staged:
         _check_current(item)
+    # A worker cannot make a symlink (Landlock), so it cannot set a link aside under
+    # a temp name nor put one back: a link's removal is an unlink, after every rename
+    # landed (only a refused unlink of a second link could then leave the first gone).
+    order = [item for item in staged if item.link is None]
+    order += [item for item in staged if item.link is not None]
     with keep.batch(staged):
-        at = staged[0] if staged else None
+        at = order[0] if order else None
         try:
-            for at in staged:
+            for at in order:
                 _rename(at)
                 at.landed = True
         except BaseException as exc:
-            for item in reversed(staged):
-                if item.landed:
+            for item in reversed(order):
+                if item.landed and item.link is None:
                     with contextlib.suppress(OSError):
                         _rename(item, undo=True)
                         item.landed = False
@@ -122,7 +128,7 @@ def discard(staged: Sequence[Staged]) -> None:
 def set_aside(item: Staged) -> bool:
     """Whether the old file of a landed change waits under its temp (an update's or a
     removal's), for the Keep to put away."""
-    return item.landed and item.action != "add"
+    return item.landed and item.action != "add" and item.link is None
 
 
 def write_temp(dir_fd: int, data: bytes, mode: int | None, *, sync: bool) -> str:
@@ -136,6 +142,9 @@ def _rename(item: Staged, *, undo: bool = False) -> None:
     """Land `item` (an add's or update's temp in at the target, a removal's target out
     to the temp), or undo that: the same rename the other way (an update's exchange
     is its own inverse)."""
+    if item.link is not None:  # see land: never undone
+        os.unlink(item.name, dir_fd=item.dir_fd)
+        return
     src, dst = (item.name, item.temp) if item.action == "remove" else (item.temp, item.name)
     if undo:
         src, dst = dst, src
@@ -144,19 +153,32 @@ def _rename(item: Staged, *, undo: bool = False) -> None:
 
 
 def _check_current(item: Staged) -> None:
-    """The target is still what the caller decided on: missing for an add, else the
-    very bytes it read (a change made meanwhile by anyone is a conflict)."""
+    """The target is still what the caller decided on: missing for an add, the same
+    symlink for a link's removal, else the very bytes it read (a change made
+    meanwhile by anyone is a conflict)."""
     if item.action == "add":
         try:
             os.stat(item.name, dir_fd=item.dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return
         raise fail("already_exists", "patch", item.given, "it was created meanwhile")
-    assert item.old is not None
-    if _atomic.holding(item.dir_fd, item.name, item.old) is None:
+    if item.link is not None:
+        current = _link_at(item.dir_fd, item.name) == item.link
+    else:
+        assert item.old is not None
+        current = _atomic.holding(item.dir_fd, item.name, item.old) is not None
+    if not current:
         raise CorralError(
             "conflict", f"{item.given} changed while the patch was being applied; read it "
             "again and retry the patch.")
+
+
+def _link_at(dir_fd: int, name: str) -> str | None:
+    """The target of the symlink `name`; None when it is anything else or missing."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:  # EINVAL: not a link
+        return None
 
 
 def _fsync_dir(dir_fd: int) -> None:

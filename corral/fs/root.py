@@ -696,15 +696,22 @@ class Root:
                           temp, old, mode, len(data), content_version(data), made,
                           staged=True)
 
-    def stage_removal(self, rel: str, *, given: str, old: bytes, guard: Guard = None) -> Staged:
-        """A removal of a regular file in a batch, holding `old` (what the caller read):
-        nothing changes until the batch lands."""
+    def stage_removal(
+        self, rel: str, *, given: str, old: bytes | None, link: str | None = None,
+        guard: Guard = None,
+    ) -> Staged:
+        """A removal in a batch of a regular file holding `old` (what the caller read),
+        or of the symlink (the link, not its target) to `link`: nothing changes until
+        the batch lands."""
         with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
             name = t.name()
-            _require_file(t.st, t.trailing_slash)
+            if link is None:
+                _require_file(t.st, t.trailing_slash)
+            elif t.st is None or not stat.S_ISLNK(t.st.st_mode):
+                raise fail("conflict", "patch", given, "it is no longer a symlink")
             assert t.st is not None
             return Staged(self, t.rel, given, "remove", os.dup(t.dir_fd), name,
-                          _atomic.temp_name(), old, stat.S_IMODE(t.st.st_mode))
+                          _atomic.temp_name(), old, stat.S_IMODE(t.st.st_mode), link=link)
 
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,

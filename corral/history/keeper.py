@@ -437,7 +437,9 @@ class Keeper:
 
     def _batch_entry(self, record_id: str, index: int, item: Staged) -> Entry:
         before = after = None
-        if item.action != "add":
+        if item.link is not None:  # the store takes no links: the record holds its target
+            before = State("symlink", item.mode, len(os.fsencode(item.link)), target=item.link)
+        elif item.action != "add":
             assert item.old is not None
             before = State("file", item.mode, len(item.old), blob=blob_name(record_id, index),
                            version=content_version(item.old))

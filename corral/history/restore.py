@@ -351,16 +351,31 @@ class PatchSettler:
             return self.restorer.matches(entry, None)
         return self._holds(entry, entry.rel, entry.after.version)
 
+    def _was(self, entry: Entry, rel: str) -> bool:
+        """`rel` holds what the entry's path held before the patch: its bytes, or the
+        same symlink (a Delete File of a link removes the link)."""
+        assert entry.before is not None
+        if entry.before.type != "symlink":
+            return self._holds(entry, rel, entry.before.version)
+        try:
+            info = self.restorer.root(entry.root).info(rel)
+        except CorralError:
+            return False
+        return info is not None and info.type == "symlink" and (
+            info.symlink_target == entry.before.target)
+
     def _ready(self, entry: Entry) -> bool:
         before, after = entry.before, entry.after
         if before is None:
             target_as_found = self.restorer.matches(entry, None)
         else:
-            target_as_found = self._holds(entry, entry.rel, before.version)
+            target_as_found = self._was(entry, entry.rel)
         assert entry.temp is not None
         return target_as_found and (after is None or self._holds(entry, entry.temp, after.version))
 
     def _keep_old(self, entry: Entry, rel: str, blob: str) -> None:
+        if entry.before is not None and entry.before.type == "symlink":
+            return  # the store takes no links: the record holds its target
         root, store = self.restorer.root(entry.root), self.restorer.store
         store.stash_bytes(blob, root.read_bytes(rel, max_file_bytes=self.restorer.max_file_bytes))
 
@@ -384,7 +399,7 @@ class PatchSettler:
         root, temp = self.restorer.root(entry.root), entry.temp or ""
         if entry.before is None:
             root.unlink(entry.rel)
-        elif self._holds(entry, temp, entry.before.version):
+        elif self._was(entry, temp):
             root.rename(temp, root, entry.rel, overwrite=entry.after is not None)
 
     def _forget(self, entry: Entry) -> None:

@@ -53,6 +53,7 @@ class Plan:
     rel: str
     check: PathCheck
     old: bytes | None = None  # what update, delete and move read
+    link: str | None = None  # a deleted symlink's target (old is None)
     new: bytes | None = None  # what add, update and move write
     before: str = ""
     after: str = ""
@@ -122,7 +123,8 @@ def _plan(ctx: Context, files: tuple[FilePatch, ...], tolerant: bool) -> list[Pl
     for plan in plans:
         ends = [(plan.root, plan.rel)] + ([plan.dest[:2]] if plan.dest is not None else [])
         for root, rel in ends:
-            key = (root.path, _resolved(root, rel))
+            # a deleted link is the link itself, not the file it leads to
+            key = (root.path, _resolved(root, rel, follow=plan.link is None))
             if key in seen:
                 raise CorralError(
                     "invalid_arguments", f"the patch changes {seen[key]} twice (also as "
@@ -155,10 +157,10 @@ def _linked_once(plans: list[Plan]) -> None:
         seen[key] = plan.file.path
 
 
-def _resolved(root: Root, rel: str) -> str:
+def _resolved(root: Root, rel: str, follow: bool = True) -> str:
     """Where `rel` leads (a new file's missing directories: as spelled)."""
     try:
-        return root.resolve(rel)
+        return root.resolve(rel, follow=follow)
     except CorralError:
         return posixpath.normpath(rel)
 
@@ -170,13 +172,18 @@ def _plan_one(ctx: Context, file: FilePatch, tolerant: bool) -> Plan:
         if root.info(rel, follow=True, guard=check) is not None:
             raise CorralError(
                 "already_exists", f"{path} exists; the patch's Add File makes new files "
-                "only: use Update File to change it, or Delete File first.")
+                "only: use Update File to change it, or delete it first (delete_file, or a "
+                "Delete File in an earlier patch: one patch changes each file once).")
         new = utf8(file.content or "", "patch")
         _fits(ctx, path, new)
         return Plan(file, root, rel, check, new=new, after=file.content or "")
     deleting = file.action == "delete"
     if deleting or file.move_to is not None:
         check = _deleting(ctx, root, path, "deletes" if deleting else "moves")
+    if deleting:  # a symlink goes itself, as delete_file removes it (and Codex)
+        info = root.info(rel, guard=check)
+        if info is not None and info.type == "symlink" and info.symlink_target is not None:
+            return Plan(file, root, rel, check, link=info.symlink_target)
     old = content(ctx, root, rel, check)
     require_read(ctx, root, path, old)
     decoded = decode(old, ctx.policy.fallback_encodings)
@@ -196,7 +203,9 @@ def _plan_one(ctx: Context, file: FilePatch, tolerant: bool) -> Plan:
         if dest_root.info(dest_rel, follow=True, guard=dest_check) is not None:
             raise CorralError(
                 "already_exists", f"{file.move_to} exists; a patch moves a file only to a "
-                "new path.")
+                f"new path: move it to another path, or delete {file.move_to} first "
+                "(delete_file, or a Delete File in an earlier patch) and send this patch "
+                "again.")
         plan.dest = (dest_root, dest_rel, dest_check)
     return plan
 
@@ -260,10 +269,10 @@ def _staged(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
         made.append((root, []))
         return [root.stage(rel, plan.new, given=file.path, old=None, guard=check,
                            made=made[-1][1])]
-    assert plan.old is not None
     if file.action == "delete":
-        return [root.stage_removal(rel, given=file.path, old=plan.old, guard=check)]
-    assert plan.new is not None
+        return [root.stage_removal(rel, given=file.path, old=plan.old, link=plan.link,
+                                   guard=check)]
+    assert plan.old is not None and plan.new is not None
     if plan.dest is None:
         return [root.stage(rel, plan.new, given=file.path, old=plan.old, guard=check, made=[])]
     source = root.stage_removal(rel, given=file.path, old=plan.old, guard=check)

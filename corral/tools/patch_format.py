@@ -441,7 +441,7 @@ def _after_anchors(text: _Text, hunk: Hunk, cursor: int, where: str) -> list[int
         if found is None:
             after = f" after line {text.number(cursor) - 1}" if cursor > text.base else ""
             raise CorralError("no_match", f"{where}: the @@ line {_shown(anchor)} is not in "
-                              f"the file{after}.{matching.lesson(text.text, anchor)}")
+                              f"the file{after}.{_lesson(text, anchor, 'it')}")
         start, cursor = found
         cursors = [cursor, start]
     return cursors
@@ -672,8 +672,18 @@ def _miss(
         message += (f" They match at line {text.number(spans[0].start)} ignoring "
                     f"{matching.LOOSENED[level]}, which match='exact' does not allow.")
     else:
-        message += _above(text, old, cursor, hunk) or matching.lesson(text.text, "\n".join(old))
+        message += _above(text, old, cursor, hunk) or _lesson(text, "\n".join(old), "them")
     return CorralError("no_match", message)
+
+
+def _lesson(text: _Text, old: str, them: str) -> str:
+    """Where the file comes closest to `old`, or that nothing in it does: a miss
+    always tells the model where to look, or that its idea of the file is wrong."""
+    if text.empty:
+        return " The file is empty."
+    return matching.lesson(text.text, old) or (
+        f" No line of the file is like {them}: read the file again and take the lines "
+        "from it.")
 
 
 def _above(text: _Text, old: list[str], cursor: int, hunk: Hunk) -> str:
