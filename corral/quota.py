@@ -19,10 +19,13 @@ What a call costs, and what the host trusts of it (a worker's answer is input):
   edited or copied file's new size), raised to a floor and cut to a cap the
   request and the limits fix, and refused before it runs only when nothing is
   left of the quota;
-- files created: at most what the request could create (1, or a patch's added
-  files), reserved before the call runs; the answer may only lower it, and add
-  the missing parent directories the call made (Meta.dirs_made), at most its
-  paths' depth: those show only when the call ends.
+- files created: at most what the request could create, reserved before the call
+  runs: its file (1, or a patch's added files) and a directory for each level of
+  its paths' depth, since any of them may be missing (the host never looks);
+  the answer may only lower it (Meta.dirs_made: the missing parents it made).
+  Reserved, not counted afterwards: calls in flight together cannot pass the
+  quota, nor one deep path; a call whose reservation is over the whole quota is
+  refused (too_large).
 An error answer releases its reservation (a failed call changed nothing), and a
 dry run (`dry_run: true`) is a call only: it writes and creates nothing.
 """
@@ -182,19 +185,14 @@ class Quotas:
             return self._taken(self.usage.take(self._bounds, wants))
         room: dict[str, int] = {}
         if tool in CREATORS or tool == "apply_patch":
-            created = _most_created(tool, args)
+            # a patch that can make nothing (an edit) is not held back by this quota
+            created, parents = _most_created(tool, args), _most_parents(tool, args)
             limit = self.quotas.files_created_per_hour
-            if limit is not None and created > limit:  # no wait would be honest
-                return CorralError(
-                    "too_large", f"the patch adds {created} files, over the quota [quota] "
-                    f"files_created_per_hour = {limit}, so it can never be accepted.")
-            if created:
-                wants[FILES] = created
-            elif _most_parents(tool, args):
-                # a patch that adds nothing but moves a file into directories it may make:
-                # one must be left, as for any creator, and they are settled into its slot;
-                # a patch that can make nothing (an edit) is not held back by this quota
-                room[FILES] = 1
+            if limit is not None and created + parents > limit:  # no wait would be honest
+                return CorralError("too_large", _never_created(tool, args, created, parents,
+                                                               limit))
+            if created + parents:
+                wants[FILES] = created + parents
         size = _content_bytes(tool, args)
         if size is not None:
             wants[BYTES] = size
@@ -233,9 +231,8 @@ class Quotas:
         if not held:  # a call that neither writes nor creates: nothing to correct
             return
         used = {BYTES: self._written(tool, args, answer)}
-        if FILES in held:  # a worker's figure may lower the reservation, never raise it,
-            # and add the parent directories it made, as many as its paths have at most
-            used[FILES] = min(_created(tool, answer), held[FILES][1]) + min(
+        if FILES in held:  # a worker's figures may lower the reservation, never raise it
+            used[FILES] = min(_created(tool, answer), _most_created(tool, args)) + min(
                 answer.meta.dirs_made, _most_parents(tool, args))
         self.usage.settle(held, used)
 
@@ -281,6 +278,19 @@ def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
     if content.isascii():
         return len(content)
     return len(content.encode("utf-8", "surrogatepass"))
+
+
+def _never_created(tool: str, args: dict[str, Any], created: int, parents: int,
+                   limit: int) -> str:
+    """Why a call that reserves more than the whole files quota is refused."""
+    why = f"over the quota [quota] files_created_per_hour = {limit}, so it can never be accepted"
+    if tool == "apply_patch":
+        made = f" and may make {parents} directories for them" if parents else ""
+        return f"the patch adds {created} files{made}, {created + parents} in all, {why}."
+    return (f"{shown_path(args['path'])} lies {parents} directories deep: the call reserves "
+            "what it creates and each directory on the way it may have to make, "
+            f"{created + parents} in all, "
+            f"{why} (the host cannot tell which exist); use a shallower path.")
 
 
 def _most_created(tool: str, args: dict[str, Any]) -> int:

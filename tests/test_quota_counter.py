@@ -262,6 +262,25 @@ def test_the_parent_directories_a_call_made_count_up_to_its_paths_depth(clock: C
     assert gate.usage.used(FILES) == 4  # the file and at most a, b and c
 
 
+def test_the_parent_directories_are_reserved_before_the_call_and_settled_down(
+        clock: Clock) -> None:
+    gate = quotas(clock, files_created_per_hour=6)
+    args = write("x", path="a/b/c/f.txt")
+    first = gate.admit("write_file", args)
+    assert isinstance(first, dict) and gate.usage.used(FILES) == 4  # before it answers
+    assert refused(gate.admit("write_file", args)).code == "quota_exceeded"  # 4 + 4 > 6
+    made = Answer(True, "t", {"created": True}, "", meta=Meta(dirs_made=1))
+    gate.settle(first, "write_file", args, made)
+    assert gate.usage.used(FILES) == 2
+    moved = {"patch": "*** Begin Patch\n*** Update File: x\n*** Move to: d/e/x\n*** End Patch"}
+    second = gate.admit("apply_patch", moved)  # a move adds no file: its 2 directories
+    assert isinstance(second, dict) and gate.usage.used(FILES) == 4
+    gate.settle(second, "apply_patch", moved, answer(result={"files": [{"action": "move"}]}))
+    assert gate.usage.used(FILES) == 2  # it made none
+    assert "lies 6 directories deep" in refused(
+        gate.admit("create_directory", {"path": "a/b/c/d/e/f/g"})).message
+
+
 @pytest.mark.parametrize("field", ["dirs_made", "history_bytes", "bytes"])
 @pytest.mark.parametrize("made", [-1, 1.5, "3", True, False, 0.0, None])
 def test_a_count_that_is_not_a_count_is_a_malformed_answer(field: str, made: Any) -> None:
