@@ -4,6 +4,7 @@ mode too), and the person asked sees the diff of each path that stopped."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,25 @@ def test_the_line_naming_the_other_files_is_bounded() -> None:
     assert line is not None and "\n" not in line and len(line) <= PREVIEW_LINE_CHARS
     assert line.startswith("Also in the change, not asked about (100): src/module_000.py, ")
     assert line.endswith(" more")
+
+
+def test_a_grant_a_patchs_delete_went_through_by_is_counted_and_audited(
+        files: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """apply_patch allowed, delete_file supervised: the worker lets a later delete
+    through by the deletes' grant, and the host keeps that use (it used to take it
+    for a forged claim, since apply_patch's own mode asks nothing)."""
+    policy = Policy(tool_modes={"apply_patch": "allow", "delete_file": "supervised"})
+    log = tmp_path / "audit.jsonl"
+    asker = Asker(Approval(True, remember="rule"))
+    with Sandbox(files, policy=policy, approve=asker, audit=log) as sb:
+        assert sb.call("apply_patch", patch(delete("a.txt")))["ok"]
+        assert sb.call("apply_patch", patch(delete("b.txt")))["ok"]
+        assert asker.paths == ["a.txt"]
+        (grant,) = sb.approvals()
+    assert grant["uses"] == 1, grant  # a use the host kept
+    assert grant["mode"] == "delete_file"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    # the approval that made it, the call it approved, the call that went through by it
+    assert [(r.get("approval"), r.get("grant")) for r in records] == [
+        ("rule", grant["id"]), (None, None), (None, grant["id"])]
+    assert "does not cover" not in caplog.text
