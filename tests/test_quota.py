@@ -350,6 +350,9 @@ def test_a_deep_path_cannot_take_the_files_quota_past_its_bound(ws: Path) -> Non
             assert "11 in all" in error["message"], error
         assert sb.call("write_file", {"path": "d/d/d/d/f.txt", "content": "x"})["ok"]  # 5
     assert sum(len(dirs) + len(files) for _, dirs, files in os.walk(ws)) == 5
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=1)) as sb:
+        # an absolute path's depth counts from its root
+        assert sb.call("write_file", {"path": f"{ws}/top.txt", "content": "x"})["ok"]
 
 
 def test_concurrent_writes_into_new_directories_hold_the_files_quota(ws: Path) -> None:

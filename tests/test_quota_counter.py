@@ -296,3 +296,18 @@ def test_history_ids_that_are_not_a_list_of_ids_are_a_malformed_answer(ids: Any)
         Meta.from_wire({"history_ids": ids})
     assert Meta.from_wire(Meta(history_ids=("r1",)).to_wire()).history_ids == ("r1",)
     assert Meta.from_wire(Meta().to_wire()) == Meta()
+
+
+def test_a_directory_on_the_way_is_reserved_once_and_from_its_root(clock: Clock) -> None:
+    gate = Quotas(QuotaOptions(files_created_per_hour=100), QuotaUsage(clock), Limits(),
+                  ["/srv/deep/work/space", "/other"])
+    adds = "".join(f"*** Add File: src/main/app/F{i}.java\n+x\n" for i in range(10))
+    patch = {"patch": f"*** Begin Patch\n{adds}*** Add File: src/test/T.java\n+x\n*** End Patch"}
+    taken = gate.admit("apply_patch", patch)  # 11 files; src, src/main, src/main/app, src/test
+    assert isinstance(taken, dict) and gate.usage.used(FILES) == 15
+    gate.release(taken)
+    for path, reserved in (("/srv/deep/work/space/a/f.txt", 2), ("/other/f.txt", 1),
+                           ("/srv/deep/work/spacer/f.txt", 5), ("a/../b/./c/f.txt", 3)):
+        taken = gate.admit("write_file", write("x", path=path))
+        assert isinstance(taken, dict) and gate.usage.used(FILES) == reserved, path
+        gate.release(taken)
