@@ -190,7 +190,7 @@ def _replace(text: str, spans: list[matching.Span]) -> str:
 # Reads an edit makes at most when another writer changes the file between its read
 # and its write: each try applies the edits to the file as it is then, as a call sent
 # again would (an expected_version or read_before_write still has to hold).
-EDIT_TRIES = 8
+EDIT_TRIES = 16
 
 
 def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
