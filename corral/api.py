@@ -171,7 +171,8 @@ class _BaseSandbox:
         self._quota = config.quota
         # Counted in the host, where no worker reaches; shared if the host shares the usage.
         self._quotas = Quotas(
-            config.quota, quota_usage if quota_usage is not None else QuotaUsage(), self._limits
+            config.quota, quota_usage if quota_usage is not None else QuotaUsage(), self._limits,
+            [root.path for root in self._roots],
         ) if config.quota.bounded else None
         self._approve = approve
         self._observer = observer

@@ -18,6 +18,10 @@ dropped (not counted, not audited under that id) and logged.
 - rule grant: that tool on every path the same supervised rule decides; rule ""
   stands for what the tool's "supervised" mode or the default action asks about
   (paths a named supervised rule covers still ask).
+Either covers only the kind of stop it was given for: a stop that another tool's
+mode makes too (apply_patch's Delete File and Move under delete_file's
+"supervised") has that tool as its `mode`, a scope of its own, so a grant for a
+patch's edits never lets its deletes through, nor the other way round.
 """
 
 from __future__ import annotations
@@ -59,12 +63,13 @@ class Grant:
     # and root-relative in the workspace) and the spellings it was asked about with
     # (replaced, never changed in place: for_call reads it without the lock)
     names: frozenset[str] = frozenset()
+    mode: str | None = None  # the other tool whose mode's stops it covers (NeedsApproval.mode)
 
     @property
     def ref(self) -> GrantRef:
         if self.path is not None and self.root is not None:
-            return GrantRef(self.id, approval_key(self.root, self.path), None)
-        return GrantRef(self.id, None, self.rule)
+            return GrantRef(self.id, approval_key(self.root, self.path), None, self.mode)
+        return GrantRef(self.id, None, self.rule, self.mode)
 
     def public(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"id": self.id, "tool": self.tool, "root": self.root}
@@ -72,6 +77,8 @@ class Grant:
             shown["path"] = self.path
         else:
             shown["rule"] = self.rule or None  # None: the tool's mode or default action
+        if self.mode is not None:
+            shown["mode"] = self.mode
         return {**shown, "created": self.created, "uses": self.uses}
 
 
@@ -103,28 +110,30 @@ class Grants:
     def issue(self, tool: str, needed: Sequence[NeedsApproval], remember: str) -> list[Grant]:
         """The grants an approval remembered as `remember` makes for these paths (an
         identical grant already held is given back instead of a new one)."""
-        wanted: set[tuple[str | None, str | None, str | None]]
+        wanted: set[tuple[str | None, str | None, str | None, str | None]]
         spellings: dict[tuple[str | None, str | None], set[str]] = {}
         if remember == "path":
-            wanted = {(need.root, need.resolved, None) for need in needed}
+            wanted = {(need.root, need.resolved, None, need.mode) for need in needed}
             for need in needed:
                 spellings.setdefault((need.root, need.resolved), set()).add(
                     posixpath.normpath(need.path))
         elif remember == "rule":
-            wanted = {(None, None, need.rule or "") for need in needed}
+            wanted = {(None, None, need.rule or "", need.mode) for need in needed}
         else:
             return []
         issued = []
         with self._lock:
-            for root, path, rule in sorted(wanted, key=repr):
-                held = next((g for g in self._grants.values() if (g.tool, g.root, g.path, g.rule)
-                             == (tool, root, path, rule)), None)
+            for root, path, rule, mode in sorted(wanted, key=repr):
+                held = next((g for g in self._grants.values() if (
+                    g.tool, g.root, g.path, g.rule, g.mode) == (tool, root, path, rule, mode)),
+                    None)
                 if held is None:
                     if len(self._grants) >= MAX_GRANTS:
                         log.warning("corral: %d approvals remembered already; this one is "
                                     "not (forget some with Sandbox.forget)", MAX_GRANTS)
                         break
-                    held = Grant(f"g{next(self._ids)}", tool, root, path, rule, _now())
+                    held = Grant(f"g{next(self._ids)}", tool, root, path, rule, _now(),
+                                 mode=mode)
                     if root is not None and path is not None:
                         absolute = posixpath.join(root, path) if path != "." else root
                         held.names = frozenset(
@@ -190,6 +199,9 @@ class Grants:
             {name: tuple(found) for name, found in under.items()})
 
     def _covers(self, tool: str, ref: GrantRef, use: GrantUse) -> bool:
+        # a grant of another tool's stops: only while that tool's mode makes them
+        if ref.mode is not None and self._mode(ref.mode) != "supervised":
+            return False
         if ref.key is not None:
             return ref.key == approval_key(use.root, use.resolved)
         root, spec = self._roots.get(use.root), TOOLS.get(tool)
@@ -200,10 +212,14 @@ class Grants:
             decision = self._policy.decide(tool, root, use.resolved, write=write)
             if decision.action == "supervised" and (decision.rule or "") == ref.rule:
                 return True
-            if decision.action == "allow" and ref.rule == "" and self._policy.tool_mode(
-                    tool, writes=spec.writes) == "supervised":
+            if decision.action == "allow" and ref.rule == "" and "supervised" in (
+                    self._mode(tool), self._mode(ref.mode)):
                 return True
         return False
+
+    def _mode(self, tool: str | None) -> str | None:
+        spec = TOOLS.get(tool) if tool is not None else None
+        return self._policy.tool_mode(spec.name, writes=spec.writes) if spec else None
 
 
 # NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which every

@@ -19,10 +19,13 @@ What a call costs, and what the host trusts of it (a worker's answer is input):
   edited or copied file's new size), raised to a floor and cut to a cap the
   request and the limits fix, and refused before it runs only when nothing is
   left of the quota;
-- files created: at most what the request could create (1, or a patch's added
-  files), reserved before the call runs; the answer may only lower it, and add
-  the missing parent directories the call made (Meta.dirs_made), at most its
-  paths' depth: those show only when the call ends.
+- files created: at most what the request could create, reserved before the call
+  runs: its file (1, or a patch's added files) and each directory on its paths'
+  way below their root, since any may be missing (the host never looks);
+  the answer may only lower it (Meta.dirs_made: the missing parents it made).
+  Reserved, not counted afterwards: calls in flight together cannot pass the
+  quota, nor one deep path; a call whose reservation is over the whole quota is
+  refused (too_large).
 An error answer releases its reservation (a failed call changed nothing), and a
 dry run (`dry_run: true`) is a call only: it writes and creates nothing.
 """
@@ -34,7 +37,7 @@ import posixpath
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.calls.messages import Answer
@@ -170,8 +173,11 @@ class QuotaUsage:
 class Quotas:
     """One sandbox's quotas over its usage (see the module docstring)."""
 
-    def __init__(self, quotas: QuotaOptions, usage: QuotaUsage, limits: Limits) -> None:
+    def __init__(self, quotas: QuotaOptions, usage: QuotaUsage, limits: Limits,
+                 roots: Sequence[str] = ()) -> None:
         self.quotas, self.usage, self.limits = quotas, usage, limits
+        # an absolute path's depth counts from its root (the roots' own paths exist)
+        self._roots = sorted((root.rstrip("/") for root in roots), key=len, reverse=True)
         self._bounds = {name: getattr(quotas, name) for name in WINDOWS
                         if getattr(quotas, name) is not None}
 
@@ -182,19 +188,14 @@ class Quotas:
             return self._taken(self.usage.take(self._bounds, wants))
         room: dict[str, int] = {}
         if tool in CREATORS or tool == "apply_patch":
-            created = _most_created(tool, args)
+            # a patch that can make nothing (an edit) is not held back by this quota
+            created, parents = _most_created(tool, args), self._most_parents(tool, args)
             limit = self.quotas.files_created_per_hour
-            if limit is not None and created > limit:  # no wait would be honest
-                return CorralError(
-                    "too_large", f"the patch adds {created} files, over the quota [quota] "
-                    f"files_created_per_hour = {limit}, so it can never be accepted.")
-            if created:
-                wants[FILES] = created
-            elif _most_parents(tool, args):
-                # a patch that adds nothing but moves a file into directories it may make:
-                # one must be left, as for any creator, and they are settled into its slot;
-                # a patch that can make nothing (an edit) is not held back by this quota
-                room[FILES] = 1
+            if limit is not None and created + parents > limit:  # no wait would be honest
+                return CorralError("too_large", _never_created(tool, args, created, parents,
+                                                               limit))
+            if created + parents:
+                wants[FILES] = created + parents
         size = _content_bytes(tool, args)
         if size is not None:
             wants[BYTES] = size
@@ -233,10 +234,9 @@ class Quotas:
         if not held:  # a call that neither writes nor creates: nothing to correct
             return
         used = {BYTES: self._written(tool, args, answer)}
-        if FILES in held:  # a worker's figure may lower the reservation, never raise it,
-            # and add the parent directories it made, as many as its paths have at most
-            used[FILES] = min(_created(tool, answer), held[FILES][1]) + min(
-                answer.meta.dirs_made, _most_parents(tool, args))
+        if FILES in held:  # a worker's figures may lower the reservation, never raise it
+            used[FILES] = min(_created(tool, answer), _most_created(tool, args)) + min(
+                answer.meta.dirs_made, self._most_parents(tool, args))
         self.usage.settle(held, used)
 
     def release(self, reservation: Reservation) -> None:
@@ -262,6 +262,32 @@ class Quotas:
         least = _edit_floor(args) if tool == "edit_file" else 0
         return max(least, min(answer.meta.bytes, most))
 
+    def _most_parents(self, tool: str, args: dict[str, Any]) -> int:
+        """The parent directories a call's paths could need made: the directories on
+        their way below their roots, each counted once (a patch's: of the files it
+        adds and where it moves files to; ten files added in one new directory make
+        one). Lexical: the worker makes at most one directory for each."""
+        if tool == "apply_patch":
+            paths = [name for change in files_of(args.get("patch"))
+                     for name in (change.path if change.action == "add" else None,
+                                  change.move_to) if name is not None]
+        else:
+            paths = [args["path"]] if isinstance(args.get("path"), str) else []
+        above: set[str] = set()
+        for path in paths:
+            parts = self._below_root(posixpath.normpath(path)).split("/")[:-1]
+            above.update("/".join(parts[:depth]) for depth in range(1, len(parts) + 1))
+        return len(above)
+
+    def _below_root(self, path: str) -> str:
+        """A path relative to its root: an absolute one under a root loses the root's
+        part, any other is as given (one outside every root is refused by the worker)."""
+        if path.startswith("/"):
+            for root in self._roots:
+                if path.startswith(root + "/"):
+                    return path[len(root) + 1:]
+        return path.strip("/")
+
 
 def _held(reservation: Reservation) -> Reservation:
     """What a call reserved besides itself (its call is counted for good)."""
@@ -281,6 +307,19 @@ def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
     if content.isascii():
         return len(content)
     return len(content.encode("utf-8", "surrogatepass"))
+
+
+def _never_created(tool: str, args: dict[str, Any], created: int, parents: int,
+                   limit: int) -> str:
+    """Why a call that reserves more than the whole files quota is refused."""
+    why = f"over the quota [quota] files_created_per_hour = {limit}, so it can never be accepted"
+    if tool == "apply_patch":
+        made = f" and may make {parents} directories for them" if parents else ""
+        return f"the patch adds {created} files{made}, {created + parents} in all, {why}."
+    return (f"{shown_path(args['path'])} lies {parents} directories deep: the call reserves "
+            "what it creates and each directory on the way it may have to make, "
+            f"{created + parents} in all, "
+            f"{why} (the host cannot tell which exist); use a shallower path.")
 
 
 def _most_created(tool: str, args: dict[str, Any]) -> int:
@@ -305,18 +344,6 @@ def _created(tool: str, answer: Answer) -> int:
         return sum(1 for f in files if isinstance(f, dict) and f.get("action") == "add") \
             if isinstance(files, list) else 0
     return 0
-
-
-def _most_parents(tool: str, args: dict[str, Any]) -> int:
-    """The parent directories a call's paths could need made: each path's depth (a
-    patch's: the files it adds and where it moves files to)."""
-    if tool == "apply_patch":
-        paths = [name for change in files_of(args.get("patch"))
-                 for name in (change.path if change.action == "add" else None, change.move_to)
-                 if name is not None]
-    else:
-        paths = [args["path"]] if isinstance(args.get("path"), str) else []
-    return sum(posixpath.normpath(path).strip("/").count("/") for path in paths)
 
 
 def _added_files(args: dict[str, Any]) -> int:

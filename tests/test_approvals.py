@@ -441,16 +441,22 @@ def test_a_rule_name_is_escaped_where_a_person_reads_it(ws: Path) -> None:
     assert request["rules"] == ["ask\\x1b[2J"] and request["targets"][0]["rule"] == "ask\\x1b[2J"
 
 
-def test_a_dry_runs_diff_is_taken_whole_or_per_file() -> None:
-    """apply_patch (a tool with a dry run) may give its diff per file."""
+def test_a_dry_runs_diff_is_taken_whole_or_split_by_file() -> None:
+    """apply_patch (a tool with a dry run) lists its files: its diff is split by
+    the hunks' own counts (a removed "-- x" line reads "--- x")."""
 
     def tool(result: dict[str, Any]) -> Tool:
         return Tool("t", "T", "", {}, {}, {}, True, lambda ctx, args: Outcome(result, ""))
 
     ctx = Context(None, Limits(), Policy())  # type: ignore[arg-type]
     assert preview._dry_run(ctx, tool({"diff": "whole"}), {}) == "whole"
-    files = {"files": [{"path": "a", "diff": "-a\n"}, {"path": "b"}, {"diff": "+b\n"}]}
-    assert preview._dry_run(ctx, tool(files), {}) == "-a\n+b\n"
-    assert preview._dry_run(ctx, tool({"files": "x"}), {}) is None
+    a = "--- a/a\n+++ b/a\n@@ -1 +1 @@\n--- x\n+++ y\n\\ No newline at end of file\n"
+    b = "--- a/b\n+++ b/c\n@@ -0,0 +1 @@\n+b\n"
+    files = [{"path": "a"}, {"path": "b", "to": "c"}, {"path": "d"}, "x"]
+    assert preview._dry_run(ctx, tool({"files": files, "diff": a + b}), {}) == [
+        (("a",), a.removesuffix("\n")), (("b", "c"), b.removesuffix("\n")), (("d",), None)]
+    assert preview._dry_run(ctx, tool({"files": files, "diff": a + "junk\n"}), {}) is None
+    assert preview._dry_run(ctx, tool({"files": "x", "diff": "-a\n"}), {}) == "-a\n"
+    assert preview._dry_run(ctx, tool({"files": files}), {}) is None
     assert preview.bounded("\n".join(["x" * 300] * 2)) == "\n".join(
         ["x" * preview.PREVIEW_LINE_CHARS + "…"] * 2)

@@ -194,8 +194,9 @@ def test_an_approval_round_is_not_charged_to_the_quotas_twice(
     tmp_path: Path, ws: Path, mode: str
 ) -> None:
     """On 2026-07-28 the question ends a round and the call comes again: the first
-    round wrote nothing, so it keeps no file or byte reservation (3: docs/, a.md, b.md)."""
-    extra = write_config(tmp_path, SUPERVISED_DOCS + "[quota]\nfiles_created_per_hour = 3\n")
+    round wrote nothing, so it keeps no file or byte reservation. Quota 4: a.md makes
+    docs/ and itself (2), b.md reserves 2 more (itself and docs/, made or not)."""
+    extra = write_config(tmp_path, SUPERVISED_DOCS + "[quota]\nfiles_created_per_hour = 4\n")
     person = Person(None)
     run(lambda: stdio_client(ws, extra, mode, person), "docs/a.md", "docs/b.md")
     assert len(person.asked) == 2

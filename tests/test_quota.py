@@ -9,7 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from corral.config import ConfigError, QuotaOptions
 from corral.faces.tenants import parse_tenants, tenant_config
 from corral.flow import Approve, Submit
 from corral.policy import Policy
-from corral.quota import QuotaUsage
+from corral.quota import FILES, QuotaUsage
 from tests.cli_helpers import run
 from tests.mcp_helpers import REPO, run_session, structured
 
@@ -323,12 +325,55 @@ def test_a_call_given_up_on_while_asking_gives_its_reservation_back(ws: Path) ->
 
 
 def test_directories_made_on_the_way_count_as_files_created(ws: Path) -> None:
-    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=5)) as sb:
+    """A call reserves its file and one directory per level of its path (any may be
+    missing), and is settled down to what it made."""
+    usage = QuotaUsage()
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=7), quota_usage=usage) as sb:
         assert sb.call("create_directory", {"path": "a/b/c"})["ok"]  # 3 made
-        assert sb.call("write_file", {"path": "a/b/c/f.txt", "content": "x"})["ok"]  # 1
-        assert sb.call("write_file", {"path": "d/f.txt", "content": "x"})["ok"]  # 2: over
-        error = refusal(sb.call("create_directory", {"path": "e"}))
-        assert "6 files created" in error["message"]
+        assert sb.call("write_file", {"path": "a/b/c/f.txt", "content": "x"})["ok"]  # 4, 1
+        assert sb.call("write_file", {"path": "d/f.txt", "content": "x"})["ok"]  # 2
+        assert sb.call("create_directory", {"path": "e"})["ok"]  # 1
+        error = refusal(sb.call("write_file", {"path": "g.txt", "content": "x"}))
+        assert "7 files created" in error["message"]
+    assert usage.used(FILES) == 7
+
+
+def test_a_deep_path_cannot_take_the_files_quota_past_its_bound(ws: Path) -> None:
+    deep = "/".join(["d"] * 10)
+    patch = f"*** Begin Patch\n*** Add File: {deep}/new.txt\n+x\n*** End Patch\n"
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=5)) as sb:
+        for tool, args in (("write_file", {"path": f"{deep}/f.txt", "content": "x"}),
+                           ("append_file", {"path": f"{deep}/f.txt", "content": "x"}),
+                           ("create_directory", {"path": f"{deep}/e"}),
+                           ("apply_patch", {"patch": patch})):
+            error = refusal(sb.call(tool, args), "too_large")
+            assert "11 in all" in error["message"], error
+        assert sb.call("write_file", {"path": "d/d/d/d/f.txt", "content": "x"})["ok"]  # 5
+    assert sum(len(dirs) + len(files) for _, dirs, files in os.walk(ws)) == 5
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=1)) as sb:
+        # an absolute path's depth counts from its root
+        assert sb.call("write_file", {"path": f"{ws}/top.txt", "content": "x"})["ok"]
+
+
+def test_concurrent_writes_into_new_directories_hold_the_files_quota(ws: Path) -> None:
+    """Ten writes at once, each making two directories and a file, under a quota of
+    10: the directories are reserved before the calls run, so at most three get in."""
+    barrier = threading.Barrier(10)
+
+    def one(sb: Sandbox, index: int) -> dict[str, Any]:
+        barrier.wait()
+        return sb.call("write_file", {"path": f"d{index}/x/new.txt", "content": "x"})
+
+    usage = QuotaUsage()
+    with Sandbox(ws, quota=QuotaOptions(files_created_per_hour=10), quota_usage=usage) as sb, \
+            ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(lambda index: one(sb, index), range(10)))
+    used = usage.used(FILES)
+    made = sum(len(dirs) + len(files) for _, dirs, files in os.walk(ws))
+    written = [answer for answer in answers if answer["ok"]]
+    assert made == 3 * len(written) == used <= 10, answers
+    assert all(answer["error"]["code"] == "quota_exceeded" for answer in answers
+               if not answer["ok"])
 
 
 def test_a_patch_that_creates_nothing_is_not_held_back_by_the_files_quota(ws: Path) -> None:
@@ -338,7 +383,7 @@ def test_a_patch_that_creates_nothing_is_not_held_back_by_the_files_quota(ws: Pa
     move = ("*** Begin Patch\n*** Update File: a/b/c.txt\n*** Move to: d/e.txt\n"
             "*** End Patch\n")
     moves = Policy({"delete_file": "allow"})  # a patch's move deletes the old name
-    with Sandbox(ws, policy=moves, quota=QuotaOptions(files_created_per_hour=1)) as sb:
+    with Sandbox(ws, policy=moves, quota=QuotaOptions(files_created_per_hour=3)) as sb:
         assert sb.call("write_file", {"path": "a/b/c.txt", "content": "x\n"})["ok"]  # 3
         assert sb.call("apply_patch", {"patch": edit})["ok"]
         refusal(sb.call("apply_patch", {"patch": move}))

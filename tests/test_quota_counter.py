@@ -262,6 +262,25 @@ def test_the_parent_directories_a_call_made_count_up_to_its_paths_depth(clock: C
     assert gate.usage.used(FILES) == 4  # the file and at most a, b and c
 
 
+def test_the_parent_directories_are_reserved_before_the_call_and_settled_down(
+        clock: Clock) -> None:
+    gate = quotas(clock, files_created_per_hour=6)
+    args = write("x", path="a/b/c/f.txt")
+    first = gate.admit("write_file", args)
+    assert isinstance(first, dict) and gate.usage.used(FILES) == 4  # before it answers
+    assert refused(gate.admit("write_file", args)).code == "quota_exceeded"  # 4 + 4 > 6
+    made = Answer(True, "t", {"created": True}, "", meta=Meta(dirs_made=1))
+    gate.settle(first, "write_file", args, made)
+    assert gate.usage.used(FILES) == 2
+    moved = {"patch": "*** Begin Patch\n*** Update File: x\n*** Move to: d/e/x\n*** End Patch"}
+    second = gate.admit("apply_patch", moved)  # a move adds no file: its 2 directories
+    assert isinstance(second, dict) and gate.usage.used(FILES) == 4
+    gate.settle(second, "apply_patch", moved, answer(result={"files": [{"action": "move"}]}))
+    assert gate.usage.used(FILES) == 2  # it made none
+    assert "lies 6 directories deep" in refused(
+        gate.admit("create_directory", {"path": "a/b/c/d/e/f/g"})).message
+
+
 @pytest.mark.parametrize("field", ["dirs_made", "history_bytes", "bytes"])
 @pytest.mark.parametrize("made", [-1, 1.5, "3", True, False, 0.0, None])
 def test_a_count_that_is_not_a_count_is_a_malformed_answer(field: str, made: Any) -> None:
@@ -277,3 +296,18 @@ def test_history_ids_that_are_not_a_list_of_ids_are_a_malformed_answer(ids: Any)
         Meta.from_wire({"history_ids": ids})
     assert Meta.from_wire(Meta(history_ids=("r1",)).to_wire()).history_ids == ("r1",)
     assert Meta.from_wire(Meta().to_wire()) == Meta()
+
+
+def test_a_directory_on_the_way_is_reserved_once_and_from_its_root(clock: Clock) -> None:
+    gate = Quotas(QuotaOptions(files_created_per_hour=100), QuotaUsage(clock), Limits(),
+                  ["/srv/deep/work/space", "/other"])
+    adds = "".join(f"*** Add File: src/main/app/F{i}.java\n+x\n" for i in range(10))
+    patch = {"patch": f"*** Begin Patch\n{adds}*** Add File: src/test/T.java\n+x\n*** End Patch"}
+    taken = gate.admit("apply_patch", patch)  # 11 files; src, src/main, src/main/app, src/test
+    assert isinstance(taken, dict) and gate.usage.used(FILES) == 15
+    gate.release(taken)
+    for path, reserved in (("/srv/deep/work/space/a/f.txt", 2), ("/other/f.txt", 1),
+                           ("/srv/deep/work/spacer/f.txt", 5), ("a/../b/./c/f.txt", 3)):
+        taken = gate.admit("write_file", write("x", path=path))
+        assert isinstance(taken, dict) and gate.usage.used(FILES) == reserved, path
+        gate.release(taken)

@@ -13,7 +13,7 @@ host, which the worker trusts no more: it checks them again where it acts.
 
 Wire shapes (one JSON object per frame):
     call     {"id", "tool", "arguments", "approved", "within"?, "seen"?, "grants"?}
-             grants: [[id, "root\0resolved" | null, rule | null], ...] (GrantRef)
+             grants: [[id, "root\0resolved" | null, rule | null, mode?], ...] (GrantRef)
     history  {"id", "history": "undo"|"rewind"|"settle", "tool", ...its fields}
     cleanup  {"id", "cleanup": {"pid", "tool", "arguments"}}   after a crash
              {"id", "cleanup": {"temps": [[root index, path], ...]}}
@@ -84,26 +84,35 @@ class NeedsApproval(NamedTuple):
     path: str  # as the caller gave it
     rule: str | None  # the supervised rule; "" or None: the tool's mode or default action
     size: int | None = None  # the file's size, for the person asked (None: no such file)
+    # Another tool whose mode the stop answers to as well (a patch's Delete File:
+    # "delete_file"), a scope of its own for grants; None: the call's tool alone.
+    mode: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"key": self.key, "root": self.root, "resolved": self.resolved,
                                 "path": self.path, "rule": self.rule}
         if self.size is not None:
             wire["size"] = self.size
+        if self.mode is not None:
+            wire["mode"] = self.mode
         return wire
 
 
 class GrantRef(NamedTuple):
     """A remembered approval as a call carries it to the worker: a path grant names
     its approval key, a rule grant its rule ("": what the tool's mode or the default
-    action supervises). Only the grants of the call's tool travel."""
+    action supervises); either covers only stops of its `mode` (NeedsApproval.mode).
+    Only the grants of the call's tool travel."""
 
     id: str
     key: str | None  # access.approval_key(root, resolved), for a path grant
     rule: str | None  # for a rule grant
+    mode: str | None = None  # the other tool whose mode's stops it covers (None: none)
 
     def to_wire(self) -> list[str | None]:
-        return [self.id, self.key, self.rule]
+        # the mode only when there is one: most grants have none
+        wire = [self.id, self.key, self.rule]
+        return wire if self.mode is None else [*wire, self.mode]
 
 
 class GrantUse(NamedTuple):
@@ -146,13 +155,13 @@ def _touched(wire: Any) -> Touched:
 
 def _needs_approval(wire: Any) -> NeedsApproval:
     if not (isinstance(wire, dict) and _strings(wire, ("key", "root", "resolved", "path"))
-            and _optional_string(wire.get("rule"))):
+            and _optional_string(wire.get("rule")) and _optional_string(wire.get("mode"))):
         raise Malformed("meta.needs_approval entries without their paths")
     size = wire.get("size")
     if size is not None and not is_count(size):
         raise Malformed("meta.needs_approval entries with a size that is not a count")
     return NeedsApproval(wire["key"], wire["root"], wire["resolved"], wire["path"],
-                         wire.get("rule"), size)
+                         wire.get("rule"), size, wire.get("mode"))
 
 
 # The longest approval diff a worker may send (tools/preview bounds it to less).
@@ -294,7 +303,7 @@ def _grant_refs(wire: Any) -> tuple[GrantRef, ...]:
         return ()
     return tuple([
         GrantRef(*entry) for entry in wire
-        if type(entry) is list and len(entry) == 3 and type(entry[0]) is str
+        if type(entry) is list and len(entry) in (3, 4) and type(entry[0]) is str
         and all(_optional_string(part) for part in entry[1:])
     ])
 

@@ -81,8 +81,8 @@ class PathCheck:
     def __init__(self, ctx: Context, root: Root, path: str, *, write: bool) -> None:
         self.ctx, self.root, self.path, self.write = ctx, root, path, write
         self.spec = RootSpec(root.path, root.mode)
-        # whose mode supervises the call, as messages name it (apply_patch's Delete
-        # File: delete_file's)
+        # whose mode supervises the path, as messages name it: apply_patch's Delete
+        # File answers to delete_file's too, and its stops are a scope of their own
         self.mode_tool = ctx.tool
         # TreeCheck: the paths that need approval, asked about together once all are known
         self.deferred: list[str] | None = None
@@ -100,7 +100,7 @@ class PathCheck:
         if action == "supervised":
             # the rule a "rule" grant must name: "" for the tool's mode or default action
             scope = "" if rule == TOOL_MODE_RULE else decision.rule or ""
-            if _asked(ctx, self.root, resolved, path, scope):
+            if _asked(ctx, self.root, resolved, path, scope, self._mode()):
                 if self.deferred is not None:
                     self.deferred.append(path)
                     return
@@ -131,6 +131,10 @@ class PathCheck:
                 f"(on the way to {self.path}).", rule=decision.rule,
             )
 
+    def _mode(self) -> str | None:
+        """The other tool whose mode this path's stop answers to (NeedsApproval.mode)."""
+        return None if self.mode_tool == self.ctx.tool else self.mode_tool
+
     def _shown(self, resolved: str) -> str:
         """A resolved path spelled as the caller spells paths: absolute if they do."""
         if not self.path.startswith("/"):
@@ -148,22 +152,27 @@ class PathCheck:
             )
 
 
-def _asked(ctx: Context, root: Root, resolved: str, shown: str, scope: str) -> bool:
+def _asked(ctx: Context, root: Root, resolved: str, shown: str, scope: str,
+           mode: str | None) -> bool:
     """Whether a supervised path still needs a person's yes (neither approved for
     this call nor covered by a grant); if so it joins the call's questions. The host
     asks about this resolved path and sends the call again with its key approved; a
     path that resolves differently then asks again."""
     key = approval_key(root.path, resolved)
-    if key in ctx.approved or _granted(ctx, key, scope, root, resolved):
+    if key in ctx.approved or _granted(ctx, key, scope, mode, root, resolved):
         return False
-    ctx.needs_approval.append(NeedsApproval(key, root.path, resolved, shown, scope))
+    ctx.needs_approval.append(NeedsApproval(key, root.path, resolved, shown, scope, mode=mode))
     return True
 
 
-def _granted(ctx: Context, key: str, scope: str, root: Root, resolved: str) -> bool:
+def _granted(ctx: Context, key: str, scope: str, mode: str | None, root: Root,
+             resolved: str) -> bool:
     """Whether a remembered approval covers this resolved path (noted for the host,
-    which checks the claim against the grants it sent)."""
+    which checks the claim against the grants it sent). A grant covers only stops
+    of the kind it was given for: a patch's edit and its delete are two."""
     for grant in ctx.grants:
+        if grant.mode != mode:
+            continue
         if (grant.key == key) if grant.key is not None else (grant.rule == scope):
             use = GrantUse(grant.id, root.path, resolved)
             if use not in ctx.grants_used:
@@ -204,7 +213,7 @@ class TreeCheck(PathCheck):
             raise CorralError(
                 "path_denied", f"{shown} is denied by {_why(decision.rule)} (beneath "
                 f"{self.path}); nothing was deleted.", rule=decision.rule)
-        if _asked(ctx, self.root, resolved, shown, decision.rule or ""):
+        if _asked(ctx, self.root, resolved, shown, decision.rule or "", self._mode()):
             self.deferred.append(shown)
 
     def decided(self) -> None:

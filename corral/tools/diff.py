@@ -40,7 +40,7 @@ def unified_diff(
     start, end_before, end_after, offset = _window(before, after, *unchanged)
     a = io.StringIO(before[start:end_before]).readlines()
     b = io.StringIO(after[start:end_after]).readlines()
-    lines = [f"--- {_header(f'a/{old_path or path}')}\n", f"+++ {_header(f'b/{path}')}\n"]
+    lines = [f"--- {header(f'a/{old_path or path}')}\n", f"+++ {header(f'b/{path}')}\n"]
     for group in _Opcodes(_opcodes(a, b)).get_grouped_opcodes(DIFF_CONTEXT):
         old = _range(offset + group[0][1], offset + group[-1][2])
         new = _range(offset + group[0][3], offset + group[-1][4])
@@ -56,7 +56,7 @@ def unified_diff(
     return "".join(line if line.endswith("\n") else f"{line}\n{_NO_EOL}" for line in lines)
 
 
-def _header(name: str) -> str:
+def header(name: str) -> str:
     """A file's name in a diff header, quoted with escapes as git does when it holds
     a control character: a newline in a name must not forge lines of the diff."""
     return name if name.isprintable() else f'"{render.escaped(name)}"'

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from corral.errors import CorralError
-from corral.fs import Expect, content_version
+from corral.fs import Expect, Root, content_version
 from corral.tools import matching
-from corral.tools.access import content, open_target, require_read
+from corral.tools.access import PathCheck, content, open_target, require_read
 from corral.tools.base import (
     BOOLEAN,
     INTEGER,
@@ -187,47 +187,39 @@ def _replace(text: str, spans: list[matching.Span]) -> str:
     return "".join(parts)
 
 
+# Reads an edit makes at most when another writer changes the file between its read
+# and its write: each try applies the edits to the file as it is then, as a call sent
+# again would (an expected_version or read_before_write still has to hold).
+EDIT_TRIES = 16
+
+
 def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     edits = edits_of(args)
     root, rel, check = open_target(ctx, path, write=True)
-    data = content(ctx, root, rel, check)
-    # hashed only when a version is asked for (~140 us for 100 KiB): the write compares bytes
-    if args["expected_version"] is not None and args["expected_version"] != content_version(data):
-        raise CorralError("conflict", f"{path} changed since version {args['expected_version']}.")
-    require_read(ctx, root, path, data)
-    decoded = decode(data, ctx.policy.fallback_encodings)
-    if decoded is None:
-        raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
-    before = decoded.text
-    tolerant = args["match"] != "exact" and ctx.policy.edit_match != "exact"
-    applied = apply(path, before, edits, ctx.limits.max_write_bytes, tolerant=tolerant)
-    after, replacements, unchanged = applied.text, applied.replacements, applied.unchanged
-    new_data = decoded.encode(after, "new_string")
-    if len(new_data) > ctx.limits.max_file_bytes:
-        raise CorralError(
-            "too_large",
-            f"{path} would be {len(new_data)} bytes after the edit, over the file limit of "
-            f"{ctx.limits.max_file_bytes} bytes.",
-        )
-    diff, cut = capped(unified_diff(path, before, after, unchanged))
-    if args["dry_run"]:
-        version = content_version(data)
-    else:
-        # The bytes read above guard the write: a change made in between is a conflict.
+    for tries in range(1, EDIT_TRIES + 1):
+        edited = _edited(ctx, args, edits, root, rel, check, raced=tries > 1)
+        if args["dry_run"]:
+            version = content_version(edited.data)
+            break
+        # The bytes read guard the write: a change made in between is a conflict.
         try:
             version = root.write_atomic(
-                rel, new_data, expect=Expect(content=data), make_parents=False,
+                rel, edited.new_data, expect=Expect(content=edited.data), make_parents=False,
                 max_file_bytes=ctx.limits.max_file_bytes, guard=check, keep=ctx.keep,
             ).version
+            break
         except CorralError as exc:
             if exc.code != "conflict":
                 raise
-            # the fs layer's message names expected_version, which this call may not have had
-            raise CorralError(
-                "conflict", f"{path} changed while it was being edited; read it again and "
-                "retry the edit.",
-            ) from None
+    else:
+        # the fs layer's message names expected_version, which this call may not have had
+        raise CorralError(
+            "conflict", f"{path} changed while it was being edited, {EDIT_TRIES} times in a "
+            "row; read it again and retry the edit.")
+    applied, new_data = edited.applied, edited.new_data
+    replacements = applied.replacements
+    diff, cut = capped(unified_diff(path, edited.before, applied.text, applied.unchanged))
     result = {
         "path": path,
         "replacements": replacements,
@@ -239,6 +231,44 @@ def edit_file(ctx: Context, args: dict[str, Any]) -> Outcome:
     }
     text = _text(path, replacements, applied.match, diff, args["dry_run"])
     return Outcome(result, text, len(new_data))
+
+
+class _Edited(NamedTuple):
+    data: bytes  # the file as read
+    before: str  # its text
+    applied: Applied
+    new_data: bytes
+
+
+def _edited(ctx: Context, args: dict[str, Any], edits: list[Edit], root: Root, rel: str,
+            check: PathCheck, *, raced: bool) -> _Edited:
+    """The file read and the edits applied to it, not yet written. `raced`: another
+    writer changed it since the last read; an edit that no longer applies says so."""
+    path = args["path"]
+    data = content(ctx, root, rel, check)
+    # hashed only when a version is asked for (~140 us for 100 KiB): the write compares bytes
+    if args["expected_version"] is not None and args["expected_version"] != content_version(data):
+        raise CorralError("conflict", f"{path} changed since version {args['expected_version']}.")
+    require_read(ctx, root, path, data)
+    decoded = decode(data, ctx.policy.fallback_encodings)
+    if decoded is None:
+        raise CorralError("binary_file", f"{path} is a binary file; edit_file edits text only.")
+    tolerant = args["match"] != "exact" and ctx.policy.edit_match != "exact"
+    try:
+        applied = apply(path, decoded.text, edits, ctx.limits.max_write_bytes, tolerant=tolerant)
+    except CorralError as error:
+        if not raced:
+            raise
+        raise CorralError(error.code, f"{path} changed while it was being edited, and the "
+                          f"edit no longer applies to it: {error.message}") from None
+    new_data = decoded.encode(applied.text, "new_string")
+    if len(new_data) > ctx.limits.max_file_bytes:
+        raise CorralError(
+            "too_large",
+            f"{path} would be {len(new_data)} bytes after the edit, over the file limit of "
+            f"{ctx.limits.max_file_bytes} bytes.",
+        )
+    return _Edited(data, decoded.text, applied, new_data)
 
 
 def _text(path: str, replacements: int, match: str, diff: str, dry_run: bool) -> str:

@@ -220,7 +220,7 @@ def _deleting(ctx: Context, root: Root, path: str, verb: str) -> PathCheck:
     supervised = ctx.supervised or mode == "supervised"
     # replace() copies the per-call lists by reference: decisions land in the call's own
     check = PathCheck(dataclasses.replace(ctx, supervised=supervised), root, path, write=True)
-    if not ctx.supervised and supervised:
+    if mode == "supervised":  # its own scope: a grant for the patch's edits does not cover it
         check.mode_tool = "delete_file"
     return check
 
