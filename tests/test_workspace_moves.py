@@ -8,6 +8,7 @@ directory there now, as a restart would."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from corral import Pool, Sandbox
 from corral.config import HistoryOptions, SandboxOptions
+from corral.sandbox import _mountns
 from tests.http_helpers import call, post, running_server, tenant
 
 # every call on a freshly forked worker: each builds its mount namespace anew
@@ -125,3 +127,35 @@ def test_an_http_tenant_gets_a_new_sandbox_on_its_replaced_workspace(tmp_path: P
         # the other tenant was never touched
         status, _, body = post(server, read, token="bob")
         assert "bob old" in _text(body)["content"][0]["text"], body
+
+
+def test_a_root_renamed_while_its_namespace_is_built_is_found_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_mountns opens a root where the kernel says its fd's directory is; a rename
+    between the asking and the opening is asked again, never bound from a path
+    that now names another directory."""
+    ws, moved = tmp_path / "ws", tmp_path / "moved"
+    ws.mkdir()
+    fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+    asked: list[str] = []
+    where = _mountns._where
+
+    def racing(held: int) -> str:
+        path = where(held)
+        asked.append(path)
+        if len(asked) == 1:  # moved right after the kernel answered; another dir there
+            ws.rename(moved)
+            ws.mkdir()
+        return path
+
+    monkeypatch.setattr(_mountns, "_where", racing)
+    try:
+        opened = _mountns._open_held(fd)
+        try:
+            assert os.path.samestat(os.fstat(opened), os.fstat(fd))
+            assert asked == [str(ws), str(moved)]
+        finally:
+            os.close(opened)
+    finally:
+        os.close(fd)
