@@ -141,17 +141,16 @@ def test_a_root_renamed_while_its_namespace_is_built_is_found_again(
     asked: list[str] = []
     where = _mountns._where
 
-    def racing(held: int) -> str:
-        path = where(held)
-        asked.append(path)
-        if len(asked) == 1:  # moved right after the kernel answered; another dir there
-            ws.rename(moved)
-            ws.mkdir()
-        return path
+    def asking(held: int) -> str:
+        asked.append(where(held))
+        return asked[-1]
 
-    monkeypatch.setattr(_mountns, "_where", racing)
+    monkeypatch.setattr(_mountns, "_where", asking)
+    path = _mountns._where(fd)
+    ws.rename(moved)  # right after the kernel answered; another directory there
+    ws.mkdir()
     try:
-        opened = _mountns._open_held(fd)
+        opened = _mountns._open_held(fd, path)
         try:
             assert os.path.samestat(os.fstat(opened), os.fstat(fd))
             assert asked == [str(ws), str(moved)]

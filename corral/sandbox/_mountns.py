@@ -150,7 +150,8 @@ def enter(roots: Sequence[tuple[str, int | None]], read_only: Collection[str] = 
     # sandbox opened it (`mv ws moved`) from its new place, at its old path (the
     # one the worker's calls and the host's messages know it by). Staging must
     # clear both.
-    sources = [path for path, _ in roots] + [_where(fd) for _, fd in roots if fd is not None]
+    where = {fd: _where(fd) for _, fd in roots if fd is not None}
+    sources = [path for path, _ in roots] + list(where.values())
     try:
         unshare_mounts()
     except Refused:
@@ -160,7 +161,7 @@ def enter(roots: Sequence[tuple[str, int | None]], read_only: Collection[str] = 
     # bind from fds opened in this namespace (a bind takes its source from the
     # caller's own namespace), before the tmpfs covers `staging`; each must be the
     # very directory the inherited fd names, or a rename has swapped it meanwhile
-    opened = {path: _open_same(path, None) if fd is None else _open_held(fd)
+    opened = {path: _open_same(path, None) if fd is None else _open_held(fd, where[fd])
               for path, fd in roots}
     try:
         _mount("corral", staging, "tmpfs", _TMPFS, _TMPFS_OPTIONS)
@@ -226,17 +227,19 @@ def _where(fd: int) -> str:
     return os.readlink(f"{_PROC_FDS}/{fd}")
 
 
-def _open_held(fd: int, attempts: int = 3) -> int:
-    """The directory `fd` names, opened in this namespace where it is now: found by
-    its path, asked again if a rename moves it between the asking and the opening
-    (the kernel gives the path in the old namespace's terms, the same tree)."""
+def _open_held(fd: int, path: str, attempts: int = 3) -> int:
+    """The directory `fd` names, opened in this namespace at `path`, where it was
+    before the unshare; asked again if a rename has moved it since (the kernel
+    gives the path in the old namespace's terms, the same tree, while the zygote
+    keeps that namespace alive)."""
     for _ in range(attempts - 1):
         try:
-            return _open_same(_where(fd), fd)
+            return _open_same(path, fd)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.ESTALE):
                 raise
-    return _open_same(_where(fd), fd)
+        path = _where(fd)
+    return _open_same(path, fd)
 
 
 def _open_same(path: str, fd: int | None) -> int:
