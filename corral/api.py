@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,6 +55,15 @@ HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
 log = logging.getLogger("corral")
 _warned: set[str] = set()  # workspaces whose default-store warning this process logged
 _warned_lock = threading.Lock()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the directory at `path`; None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 def default_store_inside(options: HistoryOptions, roots: Sequence[str]) -> str | None:
@@ -168,6 +178,8 @@ class _BaseSandbox:
             quota=quota if quota is not None else QuotaOptions(),
         ), self._trusted)
         self._limits, self._options, self._roots = config.limits, config.sandbox, config.roots
+        # the directory at the workspace's path now, which this sandbox serves for good
+        self._workspace_id = _identity(self._roots[0].path)
         self._quota = config.quota
         # Counted in the host, where no worker reaches; shared if the host shares the usage.
         self._quotas = Quotas(
@@ -388,6 +400,14 @@ class _BaseSandbox:
     def quota(self) -> QuotaOptions:
         """The quotas in effect (the workspace's corral.toml may have lowered them)."""
         return self._quota
+
+    def _workspace_replaced(self) -> bool:
+        """Whether another directory is at the workspace's path now (this sandbox's
+        was removed or moved, and one made there since): a face that serves a
+        configured path, not a directory, opens a new sandbox for it, as a restart
+        would. One stat; False while nothing (or no directory) is there."""
+        now = _identity(self._roots[0].path)
+        return now is not None and now != self._workspace_id
 
     # -- lifecycle ----------------------------------------------------------------
 

@@ -12,7 +12,9 @@ after idle_timeout_s idle. The scheduling lives in corral/sandbox/hub.py.
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import resource
 import threading
 import weakref
 from typing import Any, TypeVar
@@ -27,6 +29,26 @@ S = TypeVar("S", bound=_BaseSandbox)
 
 DEFAULT_MAX_WORKERS = 64
 DEFAULT_IDLE_TIMEOUT_S = 30.0
+log = logging.getLogger("corral")
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit, as Go's runtime
+    does at start; the soft limit now. Each open sandbox holds a few fds in the
+    host (its roots' directories, its history store's), so the usual soft limit
+    of 1,024 would stop a pool at a few hundred sandboxes; the hard limit is the
+    one an operator sets (LimitNOFILE=). corral never uses select(), the one
+    interface that breaks on an fd above 1,023; a worker sets its own limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as exc:  # a sandbox (seccomp, a container) may refuse it
+        log.warning("corral: could not raise the open files limit from %d to %d: %s",
+                    soft, hard, exc)
+        return soft
+    return hard
 
 
 class Pool:
@@ -37,8 +59,10 @@ class Pool:
         self, max_workers: int = DEFAULT_MAX_WORKERS,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, observer: Observer | None = None,
     ) -> None:
-        """observer: every sandbox's made from this pool that names none of its own."""
+        """observer: every sandbox's made from this pool that names none of its own.
+        Raises the process's soft limit of open files to its hard limit."""
         self._hub = Hub(max_workers, idle_timeout_s)
+        raise_open_files_limit()
         self._observer = observer
         self._start = functools.partial(Broker, hub=self._hub)
         self._lock = threading.Lock()

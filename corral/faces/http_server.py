@@ -245,9 +245,16 @@ class TenantState:
 
     def shared(self) -> HttpSession:
         with self.lock:
-            if self.stateless is None:
-                self.stateless = self.new_session()
-            return self.stateless
+            replaced = self.stateless
+            if replaced is not None and not replaced.core.workspace_replaced():
+                return replaced
+            # none yet, or its workspace directory was replaced (removed and made
+            # again): a new sandbox on the directory there now, as a restart would
+            # give; the old one's calls in flight finish on the old directory
+            self.stateless = session = self.new_session()
+        if replaced is not None:
+            replaced.end()
+        return session
 
     def close(self) -> None:
         with self.lock:

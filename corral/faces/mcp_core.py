@@ -522,6 +522,12 @@ class McpSession:
         if self._sandbox is not None:
             self._sandbox.wake()
 
+    def workspace_replaced(self) -> bool:
+        """Whether the sandbox, once open, serves a workspace directory that another
+        has replaced at its path (Sandbox._workspace_replaced)."""
+        sandbox = self._sandbox
+        return sandbox is not None and sandbox._workspace_replaced()
+
     def stop_calls(self) -> None:
         """End the calls in flight at once (Sandbox._stop_calls), before shut()."""
         if self._sandbox is not None:

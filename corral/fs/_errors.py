@@ -16,6 +16,9 @@ from corral.errors import CorralError
 
 PATH_MAX = 4096  # the kernel refuses longer paths (ENAMETOOLONG); refuse them before any syscall
 
+# The reason a read-only file system gives (EROFS), as a worker's answer says it.
+READ_ONLY_FS = "the file system is read-only"
+
 _CODES = {
     errno.ELOOP: ("symlink_loop", "too many levels of symbolic links"),
     errno.EXDEV: ("outside_workspace", "path escapes the workspace roots"),
@@ -24,7 +27,7 @@ _CODES = {
     errno.EISDIR: ("is_a_directory", "is a directory"),
     errno.EEXIST: ("already_exists", "already exists"),
     errno.ENOTEMPTY: ("already_exists", "a non-empty directory is in the way"),
-    errno.EROFS: ("read_only", "the file system is read-only"),
+    errno.EROFS: ("read_only", READ_ONLY_FS),
     errno.EACCES: ("path_denied", "permission denied"),
     errno.EPERM: ("path_denied", "operation not permitted"),
     errno.ENAMETOOLONG: ("invalid_arguments", "file name too long"),

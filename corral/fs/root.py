@@ -266,6 +266,10 @@ def _pick_resolver(choice: str, fd: int) -> _resolve.Resolver:
     try:
         os.close(resolver.open_dir(".")[0])  # needs openat2 and /proc/self/fd
     except OSError as exc:
+        if exc.errno == errno.ENOENT and os.fstat(fd).st_nlink == 0:
+            # openat2 answered; the root is a removed directory (its calls fail
+            # not_found either way), and a pool's workers must all resolve alike
+            return resolver
         if choice == "openat2":
             raise CorralError("io_error", f"openat2 resolver unavailable: {exc.strerror}") from None
         return _resolve.WalkResolver(fd)
@@ -319,7 +323,11 @@ class Root:
         except OSError as exc:
             raise from_errno(exc.errno, "open root", path) from None
         try:
-            self._adopt(fd, path, mode, resolver, durable)
+            try:
+                real = _sys.fd_path(fd)
+            except OSError:
+                real = os.path.realpath(path)
+            self._adopt(fd, path, real, mode, resolver, durable)
         except BaseException:
             os.close(fd)
             raise
@@ -328,21 +336,21 @@ class Root:
     def from_fd(
         cls, fd: int, path: str, *, mode: str = "rw", resolver: str = "auto", durable: bool = True
     ) -> Root:
-        """Adopt an fd opened elsewhere (the zygote opens roots, workers inherit them)."""
+        """Adopt an fd opened elsewhere (a shared pool's host opens roots and sends
+        them), known by `path`, the real path it was opened at: a directory renamed
+        or removed since keeps the name its sandbox gives it."""
         root = cls.__new__(cls)
-        root._adopt(fd, path, mode, resolver, durable)
+        root._adopt(fd, path, os.path.abspath(path), mode, resolver, durable)
         return root
 
-    def _adopt(self, fd: int, path: str, mode: str, resolver: str, durable: bool) -> None:
+    def _adopt(self, fd: int, path: str, real: str, mode: str, resolver: str,
+               durable: bool) -> None:
         if mode not in ("rw", "ro"):
             raise ValueError(f"mode must be rw or ro, not {mode!r}")
         self.fd, self.mode, self.durable = fd, mode, durable
         st = os.fstat(fd)
         self._identity = (st.st_dev, st.st_ino)
-        try:
-            self.path = _sys.fd_path(fd)
-        except OSError:
-            self.path = os.path.realpath(path)
+        self.path = real
         self.given_path = os.path.abspath(path)
         self._resolver = _pick_resolver(resolver, fd)
         self.resolver = self._resolver.name

@@ -143,19 +143,26 @@ def enter(roots: Sequence[tuple[str, int | None]], read_only: Collection[str] = 
     None)), those whose path is in `read_only` bound read-only; each fd is replaced
     by one opened through the namespace, same number. False if the kernel allows no
     namespace; OSError if building it fails."""
+    # a root removed since the sandbox opened it has no path left to bind
+    removed = [fd for _, fd in roots if fd is not None and os.fstat(fd).st_nlink == 0]
+    roots = [(path, fd) for path, fd in roots if fd not in removed]
+    # A root is bound from where its fd's directory is now: one renamed since the
+    # sandbox opened it (`mv ws moved`) from its new place, at its old path (the
+    # one the worker's calls and the host's messages know it by). Staging must
+    # clear both.
+    where = {fd: _where(fd) for _, fd in roots if fd is not None}
+    sources = [path for path, _ in roots] + list(where.values())
     try:
         unshare_mounts()
     except Refused:
         return False
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
-    # a root removed since the sandbox opened it has no path left to bind
-    removed = [fd for _, fd in roots if fd is not None and os.fstat(fd).st_nlink == 0]
-    roots = [(path, fd) for path, fd in roots if fd not in removed]
-    staging = _staging([path for path, _ in roots])
+    staging = _staging(sources)
     # bind from fds opened in this namespace (a bind takes its source from the
     # caller's own namespace), before the tmpfs covers `staging`; each must be the
     # very directory the inherited fd names, or a rename has swapped it meanwhile
-    opened = {path: _open_same(path, fd) for path, fd in roots}
+    opened = {path: _open_same(path, None) if fd is None else _open_held(fd, where[fd])
+              for path, fd in roots}
     try:
         _mount("corral", staging, "tmpfs", _TMPFS, _TMPFS_OPTIONS)
         bound: list[str] = []
@@ -213,6 +220,26 @@ def _make_mount_point(target: str, inside: list[str]) -> None:
 
 def _mount_detach(target: str) -> None:
     call(LIBC.umount2, os.fsencode(target), ctypes.c_int(MNT_DETACH))
+
+
+def _where(fd: int) -> str:
+    """The path the directory `fd` names has now (renamed or not)."""
+    return os.readlink(f"{_PROC_FDS}/{fd}")
+
+
+def _open_held(fd: int, path: str, attempts: int = 3) -> int:
+    """The directory `fd` names, opened in this namespace at `path`, where it was
+    before the unshare; asked again if a rename has moved it since (the kernel
+    gives the path in the old namespace's terms, the same tree, while the zygote
+    keeps that namespace alive)."""
+    for _ in range(attempts - 1):
+        try:
+            return _open_same(path, fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ESTALE):
+                raise
+        path = _where(fd)
+    return _open_same(path, fd)
 
 
 def _open_same(path: str, fd: int | None) -> int:

@@ -47,6 +47,7 @@ from corral.calls.waiting import (
 )
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
+from corral.fs._errors import READ_ONLY_FS
 from corral.observe import Observer
 from corral.sandbox.answers import answer_limits, decode_answer
 from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote
@@ -561,14 +562,17 @@ class CallPath:
                 self.supply.died(code)
             self.clean_after(worker.pid, request, wait)
             raise CallFailed("worker_crashed", _crashed(worker.pid, tool, code, exc)) from None
-        self.checkin(worker)
+        self.checkin(worker, _read_only_fs(answer))
         return answer
 
-    def checkin(self, worker: Worker) -> None:
-        """Back to the supply, or recycled (max calls, RSS cap) without failing anyone."""
+    def checkin(self, worker: Worker, stale: bool = False) -> None:
+        """Back to the supply, or recycled (max calls, RSS cap, a view of the file
+        system that may be out of date) without failing anyone."""
         worker.calls += 1
         worker.idle_since, worker.poked = time.monotonic(), False
-        if worker.calls >= worker.max_calls:
+        if stale:
+            why = "after a read-only file system refused a change"
+        elif worker.calls >= worker.max_calls:
             why = f"after {worker.calls} calls"
         elif worker.calls % RSS_CHECK_EVERY == 0 and (
             (rss := worker.rss_mb()) > self.options.max_worker_rss_mb
@@ -593,6 +597,17 @@ class CallPath:
                 return
             except CallFailed:
                 continue
+
+
+def _read_only_fs(answer: object) -> bool:
+    """Whether a file system refused a change as read-only (EROFS). The worker's
+    mounts were copied when it was forked (a bind keeps the flags it was made
+    with): one forked while the file system was read-only keeps refusing after
+    it is remounted read-write, so it is recycled and the next call gets a fresh
+    view. A worker that fakes the answer only has itself replaced."""
+    error = answer.error if isinstance(answer, Answer) else None
+    return (isinstance(error, dict) and error.get("code") == "read_only"
+            and READ_ONLY_FS in str(error.get("message")))
 
 
 def _crashed(pid: int, tool: str, code: int | None, exc: WorkerLost) -> str:

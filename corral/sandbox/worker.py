@@ -263,7 +263,8 @@ def answer(request: ToWorker, setup: Setup) -> Answer | Removed | TempList:
 def _say_if_a_root_was_removed(called: Answer, setup: Setup) -> None:
     """A not_found that comes from a root directory deleted under the running sandbox
     says so: "no such file or directory" alone sends an agent looking for the wrong
-    thing. (The workers keep the deleted directory open: nothing lands anywhere.)"""
+    thing, and one replaced (removed and made again) is not the sandbox's any more.
+    (The workers keep the deleted directory open: nothing lands anywhere.)"""
     files = (called.result or {}).get("files") or []  # read_multiple_files
     errors = [
         error for error in [called.error, *(f.get("error") for f in files)]
@@ -280,7 +281,9 @@ def _say_if_a_root_was_removed(called: Answer, setup: Setup) -> None:
     )
     for error in errors:
         error["message"] = (
-            f"{error['message'].rstrip('.')}; {what} was removed while the sandbox was running."
+            f"{error['message'].rstrip('.')}; {what} was removed while the sandbox was "
+            "running (a directory made at its path since is another one, which only a new "
+            "sandbox serves)."
         )
 
 
