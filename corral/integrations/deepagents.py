@@ -14,6 +14,7 @@ Differences from FilesystemBackend, by the protocol's contract:
   come back base64 (`encoding: "base64"`), as the protocol's FileData allows.
 - `grep` searches literally (the protocol's contract), through corral's grep.
 - `delete` is corral's delete_file, off unless the policy enables it.
+- `glob` returns regular files: not a symlink, which corral does not follow.
 
 Undo and checkpoints are the sandbox's history, offered on the backend as
 langchain-nono offers its snapshots: `checkpoint(label)`, `rewind(id)`,
@@ -130,23 +131,24 @@ class CorralBackend(BackendProtocol):
         if not result["ok"]:
             return GlobResult(error=model_text(result))
         found = result["result"]
-        directories = self._directories(base) if found["matches"] else set()
+        others = self._not_files(base) if found["matches"] else set()
         return GlobResult(
             matches=[{"path": _virtual(match)} for match in found["matches"]
-                     if match not in directories],
+                     if match not in others],
             truncated=found["truncated"],
             truncation_reason="budget" if found["truncated"] else None)
 
-    def _directories(self, base: str) -> set[str]:
-        """The directories beneath `base` (workspace-relative): search_files names
-        directories too, and the protocol's glob returns files only."""
+    def _not_files(self, base: str) -> set[str]:
+        """What beneath `base` is not a regular file (directories, symlinks, which
+        corral never follows), workspace-relative: search_files names them too, and
+        the protocol's glob returns regular files only."""
         listing = self._call("list_directory", {"path": base, "recursive": True,
                                                 "max_entries": GLOB_MAX})
         if not listing["ok"]:
             return set()
         prefix = "" if base == "." else f"{base}/"
         return {prefix + entry["name"] for entry in listing["result"]["entries"]
-                if entry["type"] == "dir"}
+                if entry["type"] != "file"}
 
     def grep(self, pattern: str, path: str | None = None, glob: str | None = None, *,
              max_count: int | None = None) -> GrepResult:
