@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-for framework in ("deepagents", "langchain", "agents", "pydantic_ai"):
-    pytest.importorskip(framework)
+pytest.importorskip("deepagents")
+pytest.importorskip("langchain")
+pytest.importorskip("agents")
+pytest.importorskip("pydantic_ai")
 
 from tests.test_docs_examples import REPO, block
 

@@ -17,6 +17,7 @@ from deepagents import create_deep_agent
 from deepagents.backends import CompositeBackend, StateBackend
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from pydantic import Field
 
 from corral import AsyncSandbox, Sandbox
 from corral.errors import ERROR_CODES
@@ -28,7 +29,7 @@ from tests.integration_helpers import ESCAPE_REFUSED, PATCH, assert_after_steps,
 
 
 class ScriptedChat(FakeMessagesListChatModel):
-    seen: list[list[BaseMessage]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self

@@ -17,6 +17,7 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
 
 from corral import AsyncSandbox, Sandbox
 from corral.integrations.langchain import CorralToolkit
@@ -36,8 +37,8 @@ class ScriptedChat(FakeMessagesListChatModel):
     """LangChain's fake chat model, recording what it was shown and which tools it
     was bound to (the fake itself binds none)."""
 
-    seen: list[list[BaseMessage]] = []
-    bound: list[dict[str, Any]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+    bound: list[dict[str, Any]] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         self.bound[:] = [convert_to_openai_tool(tool) for tool in tools]

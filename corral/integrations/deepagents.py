@@ -37,6 +37,7 @@ from deepagents.backends.protocol import (
     BackendProtocol,
     DeleteResult,
     EditResult,
+    FileData,
     FileDownloadResponse,
     FileInfo,
     FileUploadResponse,
@@ -96,7 +97,8 @@ class CorralBackend(BackendProtocol):
         if "image" in read:
             return ReadResult(file_data={"content": read["image"]["data"],
                                          "encoding": "base64"})
-        data = {"content": read["content"], "encoding": read.get("encoding", "utf-8")}
+        # text in any encoding comes back decoded: to the protocol that is "utf-8"
+        data: FileData = {"content": read["content"], "encoding": "utf-8"}
         if not read.get("lines_read"):
             return ReadResult(file_data=data)  # empty, or past the end: no window
         start = read["start_line"]

@@ -11,12 +11,13 @@ approve callback."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool, ToolException
 from pydantic import ConfigDict
 
-from corral.api import AsyncSandbox
+from corral.api import AsyncSandbox, Sandbox
 from corral.integrations._common import AnySandbox, acall, image, model_text, specs
 
 
@@ -27,7 +28,9 @@ class CorralToolkit(BaseToolkit):
     sandbox: Any  # a Sandbox or AsyncSandbox (pydantic cannot check either: no schema)
 
     def __init__(self, sandbox: AnySandbox, **kwargs: Any) -> None:
-        super().__init__(sandbox=sandbox, **kwargs)
+        # positional, as the other adapters take it; BaseToolkit's own __init__
+        # (pydantic's) knows no field `sandbox`, so it goes by the dict
+        super().__init__(**{"sandbox": sandbox}, **kwargs)
 
     def get_tools(self) -> list[BaseTool]:
         return [structured_tool(self.sandbox, spec) for spec in specs(self.sandbox)]
@@ -37,17 +40,20 @@ def structured_tool(sb: AnySandbox, spec: dict[str, Any]) -> StructuredTool:
     """One corral tool as a StructuredTool: corral's schema, corral's text."""
     name = spec["name"]
 
-    def run(**arguments: Any) -> tuple[Any, dict[str, Any]]:
-        return _answer(sb.call(name, arguments))
-
     async def arun(**arguments: Any) -> tuple[Any, dict[str, Any]]:
         return _answer(await acall(sb, name, arguments))
 
     return StructuredTool(
         name=name, description=spec["description"], args_schema=spec["input_schema"],
-        func=None if isinstance(sb, AsyncSandbox) else run, coroutine=arun,
+        func=None if isinstance(sb, AsyncSandbox) else _blocking(sb, name), coroutine=arun,
         response_format="content_and_artifact", handle_tool_error=True,
     )
+
+
+def _blocking(sb: Sandbox, name: str) -> Callable[..., tuple[Any, dict[str, Any]]]:
+    def run(**arguments: Any) -> tuple[Any, dict[str, Any]]:
+        return _answer(sb.call(name, arguments))
+    return run
 
 
 def _answer(result: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from agents import FunctionTool, ToolOutputImage
 from agents.sandbox.capabilities.filesystem import Filesystem, FilesystemToolSet
@@ -30,7 +30,7 @@ from corral.errors import CorralError
 from corral.integrations._common import AnySandbox, Decide, acall, image, model_text, specs
 from corral.tools.responses_patch import patch_arguments
 
-ViewImageOutput = ToolOutputImage | str
+ViewImageOutput: TypeAlias = ToolOutputImage | str
 
 
 def tools(sb: AnySandbox) -> list[FunctionTool]:

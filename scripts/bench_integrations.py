@@ -1,0 +1,164 @@
+"""What the framework adapters add to a call: a 4 KiB read_file through each
+adapter against the same read through `sb.call` (or `await asb.call`).
+
+    python scripts/bench_integrations.py [--rounds 15] [--calls 100]
+
+Needs the frameworks installed (the test extra, or the four extras). Each
+variant is timed in rounds that alternate with the baseline's (a round is
+`--calls` calls back to back, after a warm-up), and the report is each
+variant's median per-call time and its ratio to the baseline's median of the
+same rounds. Two rows per adapter where they differ:
+
+- "adapter": the adapter's own code, called as the framework would call it
+  (StructuredTool's function, the toolset's call_tool, the FunctionTool's
+  on_invoke_tool, the backend's read). Target: at most 1.05x the baseline.
+- "framework": the framework's own tool entry around it (LangChain's
+  `tool.invoke`), which is the framework's cost, for scale.
+
+The async adapters are measured over an AsyncSandbox against `await asb.call`,
+and over a blocking Sandbox (whose calls they run on a thread) against
+`sb.call`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from corral import AsyncSandbox, Sandbox
+from corral.integrations.deepagents import CorralBackend
+from corral.integrations.langchain import CorralToolkit
+from corral.integrations.openai_agents import tools as openai_tools
+from corral.integrations.pydantic_ai import CorralToolset
+
+READ = {"path": "four_k.txt"}
+WARMUP = 50  # calls before timing: the first calls pay for lazy caches on both sides
+TARGET = 1.05
+
+
+def sync_round(fn: Callable[[], Any], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+async def async_round(fn: Callable[[], Awaitable[Any]], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        await fn()
+    return (time.perf_counter() - start) / calls
+
+
+def compare_sync(baseline: Callable[[], Any], variants: dict[str, Callable[[], Any]],
+                 rounds: int, calls: int) -> dict[str, tuple[float, float]]:
+    for fn in (baseline, *variants.values()):
+        for _ in range(WARMUP):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in ("baseline", *variants)}
+    for _ in range(rounds):
+        for name, fn in variants.items():  # alternating: each round pairs with a baseline's
+            times["baseline"].append(sync_round(baseline, calls))
+            times[name].append(sync_round(fn, calls))
+    return summary(times)
+
+
+async def compare_async(baseline: Callable[[], Awaitable[Any]],
+                        variants: dict[str, Callable[[], Awaitable[Any]]],
+                        rounds: int, calls: int) -> dict[str, tuple[float, float]]:
+    for fn in (baseline, *variants.values()):
+        for _ in range(WARMUP):
+            await fn()
+    times: dict[str, list[float]] = {name: [] for name in ("baseline", *variants)}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            times["baseline"].append(await async_round(baseline, calls))
+            times[name].append(await async_round(fn, calls))
+    return summary(times)
+
+
+def summary(times: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    base = statistics.median(times["baseline"])
+    return {name: (statistics.median(samples), statistics.median(samples) / base)
+            for name, samples in times.items()}
+
+
+def report(title: str, rows: dict[str, tuple[float, float]]) -> None:
+    print(f"\n{title}")
+    for name, (seconds, ratio) in rows.items():
+        mark = "" if name == "baseline" or "framework" in name else (
+            "  ok" if ratio <= TARGET else f"  over {TARGET}x")
+        print(f"  {name:<44} {seconds * 1e6:8.1f} us  {ratio:5.3f}x{mark}")
+
+
+def sync_variants(sb: Sandbox) -> dict[str, Callable[[], Any]]:
+    tool = {t.name: t for t in CorralToolkit(sb).get_tools()}["read_file"]
+    function = tool.func
+    assert function is not None
+    backend = CorralBackend(sb)
+    return {
+        "langchain adapter (StructuredTool.func)": lambda: function(**READ),
+        "langchain framework (tool.invoke)": lambda: tool.invoke(READ),
+        "deepagents adapter (CorralBackend.read)": lambda: backend.read("/four_k.txt"),
+    }
+
+
+def async_variants(sb: Sandbox | AsyncSandbox) -> dict[str, Callable[[], Awaitable[Any]]]:
+    toolset = CorralToolset(sb)
+    context: Any = SimpleNamespace(tool_call_approved=False)  # read only on an approval
+    function_tool = {t.name: t for t in openai_tools(sb)}["read_file"]
+    arguments = json.dumps({**READ, "offset": None, "limit": None, "max_bytes": None,
+                            "encoding": None, "byte_offset": None})
+    lc_tool = {t.name: t for t in CorralToolkit(sb).get_tools()}["read_file"]
+    coroutine = lc_tool.coroutine
+    assert coroutine is not None
+    return {
+        "pydantic-ai adapter (call_tool)":
+            lambda: toolset.call_tool("read_file", READ, context, None),  # type: ignore[arg-type]
+        "openai-agents adapter (on_invoke_tool)":
+            lambda: function_tool.on_invoke_tool(context, arguments),
+        "langchain adapter (StructuredTool.coroutine)": lambda: coroutine(**READ),
+    }
+
+
+async def run_async(ws: Path, rounds: int, calls: int) -> None:
+    async with AsyncSandbox(ws) as asb:
+        report("over an AsyncSandbox, against await asb.call", await compare_async(
+            lambda: asb.call("read_file", READ), async_variants(asb), rounds, calls))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp)
+        (ws / "four_k.txt").write_text(("x" * 63 + "\n") * 64)  # 4 KiB, 64 lines
+        with Sandbox(ws) as sb:
+            report("over a Sandbox, against sb.call", compare_sync(
+                lambda: sb.call("read_file", READ), sync_variants(sb), args.rounds, args.calls))
+
+            async def threaded() -> dict[str, tuple[float, float]]:
+                async def baseline() -> Any:
+                    return sb.call("read_file", READ)
+                return await compare_async(baseline, async_variants(sb), args.rounds, args.calls)
+
+            report("async adapters over a Sandbox (a thread per call), against sb.call",
+                   asyncio.run(threaded()))
+        asyncio.run(run_async(ws, args.rounds, args.calls))
+
+
+if __name__ == "__main__":
+    main()
