@@ -1,13 +1,14 @@
 """What the framework adapters add to a call: a 4 KiB read_file through each
 adapter against the same read through `sb.call` (or `await asb.call`).
 
-    python scripts/bench_integrations.py [--rounds 15] [--calls 100]
+    python scripts/bench_integrations.py [--rounds 30] [--calls 100]
 
 Needs the frameworks installed (the test extra, or the four extras). Each
 variant is timed in rounds that alternate with the baseline's (a round is
 `--calls` calls back to back, after a warm-up), and the report is each
-variant's median per-call time and its ratio to the baseline's median of the
-same rounds. Two rows per adapter where they differ:
+variant's median per-call time and the median of its ratios to the baseline
+round it was paired with (in a random order), which cancels most of a shared
+machine's drift. Two rows per adapter where they differ:
 
 - "adapter": the adapter's own code, called as the framework would call it
   (StructuredTool's function, the toolset's call_tool, the FunctionTool's
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -66,12 +68,14 @@ def compare_sync(baseline: Callable[[], Any], variants: dict[str, Callable[[], A
     for fn in (baseline, *variants.values()):
         for _ in range(WARMUP):
             fn()
-    times: dict[str, list[float]] = {name: [] for name in ("baseline", *variants)}
+    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(rounds):
-        for name, fn in variants.items():  # alternating: each round pairs with a baseline's
-            times["baseline"].append(sync_round(baseline, calls))
-            times[name].append(sync_round(fn, calls))
-    return summary(times)
+        for name, fn in variants.items():
+            # each round pairs the variant with a baseline round, in a random order
+            first, second = random.sample([baseline, fn], 2)
+            times = {id(first): sync_round(first, calls), id(second): sync_round(second, calls)}
+            pairs[name].append((times[id(baseline)], times[id(fn)]))
+    return summary(pairs)
 
 
 async def compare_async(baseline: Callable[[], Awaitable[Any]],
@@ -80,18 +84,24 @@ async def compare_async(baseline: Callable[[], Awaitable[Any]],
     for fn in (baseline, *variants.values()):
         for _ in range(WARMUP):
             await fn()
-    times: dict[str, list[float]] = {name: [] for name in ("baseline", *variants)}
+    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, fn in variants.items():
-            times["baseline"].append(await async_round(baseline, calls))
-            times[name].append(await async_round(fn, calls))
-    return summary(times)
+            first, second = random.sample([baseline, fn], 2)
+            times = {id(first): await async_round(first, calls),
+                     id(second): await async_round(second, calls)}
+            pairs[name].append((times[id(baseline)], times[id(fn)]))
+    return summary(pairs)
 
 
-def summary(times: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
-    base = statistics.median(times["baseline"])
-    return {name: (statistics.median(samples), statistics.median(samples) / base)
-            for name, samples in times.items()}
+def summary(pairs: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    """Per variant: its median per-call time and the median of its per-round ratios
+    to the baseline round it was paired with (pairs cancel the machine's drift)."""
+    rows = {"baseline": (statistics.median(b for p in pairs.values() for b, _ in p), 1.0)}
+    for name, paired in pairs.items():
+        rows[name] = (statistics.median(v for _, v in paired),
+                      statistics.median(v / b for b, v in paired))
+    return rows
 
 
 def report(title: str, rows: dict[str, tuple[float, float]]) -> None:
@@ -140,7 +150,7 @@ async def run_async(ws: Path, rounds: int, calls: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from corral import AsyncSandbox, Sandbox
+from corral import AsyncSandbox, Pool, Sandbox
 from corral.integrations.pydantic_ai import CorralToolset
 from corral.policy import Policy
 from tests.conftest import SECRET
@@ -143,4 +143,12 @@ def test_an_async_sandbox_is_awaited(ws: Path) -> None:
             return await Agent(FunctionModel(script), toolsets=[CorralToolset(sb)]).run("go")
 
     result = asyncio.run(main())
+    assert returns(result.all_messages())[0].content == READ_TEXT
+
+
+def test_a_pooled_sandbox_serves_it(ws: Path) -> None:
+    with Pool() as pool:
+        sb = pool.sandbox(ws)
+        result = Agent(FunctionModel(Script(STEPS[:1])), toolsets=[CorralToolset(sb)]).run_sync(
+            "go")
     assert returns(result.all_messages())[0].content == READ_TEXT
