@@ -67,6 +67,8 @@ def test_each_method_is_a_corral_call(backend: CorralBackend, ws: Path) -> None:
     paged = backend.read("/notes.txt", limit=1)
     assert (paged.end_line, paged.next_offset) == (1, 1)  # the protocol's 0-based resume
     assert backend.read("/notes.txt", limit=0).no_lines_requested
+    past = backend.read("/notes.txt", offset=5)
+    assert past.error == "Line offset 5 exceeds file length (2 lines)"  # FilesystemBackend's
     assert backend.write("/src/b.py", "a.b()\n").path == "/src/b.py"
     assert backend.edit("/src/b.py", "a.", "c.").occurrences == 1
     assert (ws / "src" / "b.py").read_text() == "c.b()\n"

@@ -100,7 +100,10 @@ class CorralBackend(BackendProtocol):
         # text in any encoding comes back decoded: to the protocol that is "utf-8"
         data: FileData = {"content": read["content"], "encoding": "utf-8"}
         if not read.get("lines_read"):
-            return ReadResult(file_data=data)  # empty, or past the end: no window
+            if read.get("total_lines") and offset >= read["total_lines"]:  # as FilesystemBackend
+                return ReadResult(error=f"Line offset {offset} exceeds file length "
+                                  f"({read['total_lines']} lines)")
+            return ReadResult(file_data=data)  # an empty file: no window
         start = read["start_line"]
         end = start + read["lines_read"] - 1
         following = read.get("next_offset")
