@@ -152,3 +152,20 @@ def test_a_pooled_sandbox_serves_it(ws: Path) -> None:
         result = Agent(FunctionModel(Script(STEPS[:1])), toolsets=[CorralToolset(sb)]).run_sync(
             "go")
     assert returns(result.all_messages())[0].content == READ_TEXT
+
+
+def test_a_remember_corral_does_not_know_fails_having_written_nothing(ws: Path) -> None:
+    script = Script([("write_file", {"path": "n.txt", "content": "x\n"})])
+    with Sandbox(ws, policy=Policy({"write_file": "supervised"})) as sb:
+        agent = Agent(FunctionModel(script), toolsets=[CorralToolset(sb)],
+                      output_type=[str, DeferredToolRequests])
+        first = agent.run_sync("go")
+        assert isinstance(first.output, DeferredToolRequests)
+        (call,) = first.output.approvals
+        with pytest.raises(ValueError, match="remember"):
+            agent.run_sync(message_history=first.all_messages(),
+                           deferred_tool_results=DeferredToolResults(
+                               approvals={call.tool_call_id: True},
+                               metadata={call.tool_call_id: {"remember": "forever"}}))
+        assert sb.approvals() == []
+    assert not (ws / "n.txt").exists()
