@@ -19,6 +19,11 @@ machine's drift. Two rows per adapter where they differ:
 The async adapters are measured over an AsyncSandbox against `await asb.call`,
 and over a blocking Sandbox (whose calls they run on a thread) against
 `sb.call`.
+
+On a loaded machine a round's time drifts by more than the 5% in question, so
+the last table is each adapter's own cost alone: the same adapter calls over a
+stand-in sandbox whose call answers the recorded read at once (no worker), in
+microseconds per call and as a share of the measured `sb.call`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from corral.integrations.pydantic_ai import CorralToolset
 READ = {"path": "four_k.txt"}
 WARMUP = 50  # calls before timing: the first calls pay for lazy caches on both sides
 TARGET = 1.05
+OWN_CALLS = 20000  # calls of an adapter over the stand-in: microseconds each
 
 
 def sync_round(fn: Callable[[], Any], calls: int) -> float:
@@ -142,6 +148,93 @@ def async_variants(sb: Sandbox | AsyncSandbox) -> dict[str, Callable[[], Awaitab
     }
 
 
+class InstantSandbox(Sandbox):
+    """A stand-in that answers `answer` at once: the adapter's own code, timed
+    without a worker. Made without starting (no zygote, no worker)."""
+
+    answer: dict[str, Any]
+    specs: list[dict[str, Any]]
+    real_policy: Any
+
+    def call(self, tool: str, arguments: dict[str, Any] | None = None, *,
+             within: Any = None) -> dict[str, Any]:
+        return self.answer
+
+    def tools(self, format: str | None = None, strict: bool = False) -> list[dict[str, Any]]:
+        return self.specs
+
+    @property
+    def policy(self) -> Any:
+        return self.real_policy
+
+
+class InstantAsyncSandbox(AsyncSandbox):
+    answer: dict[str, Any]
+    specs: list[dict[str, Any]]
+    real_policy: Any
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None, *,
+                   within: Any = None) -> dict[str, Any]:
+        return self.answer
+
+    async def run(self, flow: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.answer
+
+    def flow(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    def tools(self, format: str | None = None, strict: bool = False) -> list[dict[str, Any]]:
+        return self.specs
+
+    @property
+    def policy(self) -> Any:
+        return self.real_policy
+
+
+def instant(kind: type[Any], sb: Sandbox, answer: dict[str, Any], strict: bool) -> Any:
+    stand_in = object.__new__(kind)
+    stand_in.answer = answer
+    stand_in.specs = sb.tools(strict=strict)
+    stand_in.real_policy = sb.policy
+    return stand_in
+
+
+def own_costs(sb: Sandbox, calls: int) -> dict[str, float]:
+    """Microseconds per call of each adapter's own code (no worker behind it)."""
+    answer = sb.call("read_file", READ)
+    lc_tool = {t.name: t for t in CorralToolkit(instant(InstantSandbox, sb, answer, False))
+               .get_tools()}["read_file"]
+    function = lc_tool.func
+    assert function is not None
+    backend = CorralBackend(instant(InstantSandbox, sb, answer, False))
+    costs = {"langchain (StructuredTool.func)": time_sync(lambda: function(**READ), calls),
+             "deepagents (CorralBackend.read)": time_sync(
+                 lambda: backend.read("/four_k.txt"), calls)}
+    asb = instant(InstantAsyncSandbox, sb, answer, False)
+    strict_asb = instant(InstantAsyncSandbox, sb, answer, True)
+    costs.update(asyncio.run(async_own_costs(asb, strict_asb, calls)))
+    return costs
+
+
+async def async_own_costs(asb: AsyncSandbox, strict_asb: AsyncSandbox,
+                          calls: int) -> dict[str, float]:
+    variants = async_variants(asb)
+    variants["openai-agents adapter (on_invoke_tool)"] = async_variants(strict_asb)[
+        "openai-agents adapter (on_invoke_tool)"]
+    costs = {}
+    for name, fn in variants.items():
+        for _ in range(WARMUP):
+            await fn()
+        costs[name.replace(" adapter", "")] = await async_round(fn, calls)
+    return costs
+
+
+def time_sync(fn: Callable[[], Any], calls: int) -> float:
+    for _ in range(WARMUP):
+        fn()
+    return sync_round(fn, calls)
+
+
 async def run_async(ws: Path, rounds: int, calls: int) -> None:
     async with AsyncSandbox(ws) as asb:
         report("over an AsyncSandbox, against await asb.call", await compare_async(
@@ -168,6 +261,15 @@ def main() -> None:
             report("async adapters over a Sandbox (a thread per call), against sb.call",
                    asyncio.run(threaded()))
         asyncio.run(run_async(ws, args.rounds, args.calls))
+        with Sandbox(ws) as sb:
+            real = statistics.median(sync_round(lambda: sb.call("read_file", READ), args.calls)
+                                     for _ in range(args.rounds))
+            costs = own_costs(sb, OWN_CALLS)
+        print(f"\neach adapter's own code, against sb.call's {real * 1e6:.1f} us")
+        for name, seconds in costs.items():
+            share = seconds / real
+            print(f"  {name:<44} {seconds * 1e6:8.2f} us  {share:6.2%}"
+                  f"{'  ok' if share <= TARGET - 1 else '  over'}")
 
 
 if __name__ == "__main__":
