@@ -10,8 +10,9 @@ route's prefix), so `CompositeBackend(default, routes={"/workspace/": backend})`
 works.
 
 Differences from FilesystemBackend, by the protocol's contract:
-- `read` returns raw content; Deep Agents' middleware numbers the lines. Images
-  come back base64 (`encoding: "base64"`), as the protocol's FileData allows.
+- `read` returns raw content, as the protocol wants; Deep Agents' middleware
+  writes what the model reads. Images come back base64 (`encoding: "base64"`),
+  as the protocol's FileData allows.
 - `grep` searches literally (the protocol's contract), through corral's grep.
 - `delete` is corral's delete_file, off unless the policy enables it.
 - `glob` returns regular files: not a symlink, which corral does not follow.
