@@ -144,6 +144,7 @@ def test_a_deep_agent_reads_edits_patches_and_is_refused(ws: Path) -> None:
     assert "hello" in answers[0].content and "world" in answers[0].content
     assert "/notes.txt" in answers[1].content
     assert answers[2].content.startswith("Applied the patch to 2 files:")
-    assert ESCAPE_REFUSED in answers[3].content  # corral's message, in the middleware's error
-    assert "block-dotenv" in answers[4].content
+    assert [m.status for m in answers] == ["success"] * 3 + ["error"] * 2
+    assert answers[3].content == f"Error: {ESCAPE_REFUSED}"  # corral's, in the middleware's
+    assert answers[4].content == "Error: .env is denied by policy rule 'block-dotenv'."
     assert SECRET not in repr(model.seen)
