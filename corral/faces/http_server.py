@@ -79,7 +79,7 @@ from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
 from corral.observe import Observer
 from corral.pool import Pool
-from corral.quota import QuotaUsage
+from corral.quota import CALLS, QuotaUsage
 
 if TYPE_CHECKING:  # imported only with --metrics (faces/metrics.py: prometheus_client)
     from corral.faces.metrics import Metrics
@@ -101,6 +101,9 @@ MAX_TENANT_REQUESTS = 2 * CALL_THREADS_PER_TENANT
 # is closed.
 MAX_CONNECTIONS = 512
 ACCEPT_BURST = 128  # connections accepted at a time
+# The metrics listener's connections (a scraper keeps one or two open); beyond, as
+# on /mcp, the longest waiting for its headers is closed.
+METRICS_MAX_CONNECTIONS = 16
 LISTEN_QUEUE = 2048  # connections the kernel holds until they are accepted
 # A request's headers, and then its body, must each arrive within this long; a
 # client that leaves its answer unread this long is cut off (http_guard).
@@ -139,6 +142,8 @@ class HttpSession:
 
     def __init__(self, session: McpSession, threads: ThreadPoolExecutor) -> None:
         self.core = session
+        # the calls_per_minute of its sandbox, once open (None: none, or not open yet)
+        self.calls_per_minute: int | None = None
         self.driver = SessionDriver(session, deliver=self._deliver, spawn=self.spawn)
         self._threads = threads
         # A request's id in this session -> where its answer (and the questions of
@@ -204,11 +209,20 @@ class TenantState:
                 quota_usage=self.quota_usage, observer=self.observer)
             with self.lock:
                 self.sandboxes.add(sandbox)
+            session.calls_per_minute = sandbox.quota.calls_per_minute
             return sandbox
 
-        session = McpSession(open_sandbox, say_remedy=said_to_a_tenant,
-                             structured_text=self.structured_text)
-        return HttpSession(session, self.threads)
+        session = HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant,
+                                         structured_text=self.structured_text), self.threads)
+        return session
+
+    def refuses(self, session: HttpSession, message: dict[str, Any]) -> bool:
+        """`message` is a tools/call that `session`'s sandbox will refuse for want of
+        calls_per_minute: the tenant's calls (never given back) fill its window.
+        Only room that appears meanwhile can change that (a slot expiring)."""
+        limit = session.calls_per_minute
+        return (limit is not None and message.get("method") == "tools/call"
+                and self.quota_usage.used(CALLS) >= limit)
 
     def open(self) -> tuple[str, HttpSession]:
         session = self.new_session()
@@ -432,9 +446,30 @@ class HttpFace:
         if key is not None:
             session.channels[key] = put
             session.cancels[key] = cancel
-        work = loop.run_in_executor(
-            state.threads, _handle, session, message, put, cancel, streams, key
-        )
+        if key is not None and state.refuses(session, message):
+            # Refused, or as good as: the session says so here, on the event loop, with
+            # no call thread to wait for (a flood of refusals would hold them all and
+            # slow the tenant's other calls, and a hand-over to a thread costs more
+            # than the refusal). Should room appear meanwhile, the call runs on one.
+            said: list[Action] = []
+            session.channels[key] = said.append
+            for run in session.driver.handle(message, said.append, can_ask=streams):
+                session.spawn(run)
+            session.channels[key] = put
+            if len(said) == 1 and isinstance(said[0], Reply):
+                session.channels.pop(key, None)
+                session.cancels.pop(key, None)
+                state.in_progress -= 1
+                await _Answer(send, new_id, client_id, state).send(said[0])
+                return
+            for action in said:
+                actions.put_nowait(action)
+            work: asyncio.Future[None] = loop.create_future()
+            work.set_result(None)
+        else:
+            work = loop.run_in_executor(
+                state.threads, _handle, session, message, put, cancel, streams, key
+            )
         counted = True
 
         def release(_work: object = None) -> None:
@@ -732,14 +767,14 @@ def serve(
     with listen(host, port) as sock, serving_metrics(metrics) as exported, Pool(
             max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
         observers = {} if exported is None else {
-            tenant.name: exported.observer(tenant.name) for tenant in tenants}
+            tenant.name: exported.metrics.observer(tenant.name) for tenant in tenants}
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
                         max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
                         protected=protected, observers=observers,
                         structured_text=structured_text)
         if exported is not None:
-            exported.watch(pool.stats, face.queued)
+            exported.metrics.watch(pool.stats, face.queued)
 
         def started(host: str, port: int) -> None:
             ready(host, port)
@@ -762,15 +797,49 @@ def serve(
             log_config=None if log_format == "json" else LOGGING_CONFIG,
         )
         server = uvicorn.Server(config)
+        beside = None if exported is None else exported.server(client_timeout_s)
         try:
-            asyncio.run(_run(server, sock, host, started))
+            asyncio.run(_run(server, sock, host, started, beside))
         finally:
             face.close()
 
 
+class Exported:
+    """The metrics of `--metrics`, and the listener that serves them: uvicorn, with
+    the guard of /mcp (a cap on connections, a deadline for headers and for a
+    client to read), since it needs no token. It runs on the MCP endpoint's event
+    loop, started and stopped with it."""
+
+    def __init__(self, metrics: Metrics, sock: socket.socket) -> None:
+        self.metrics = metrics
+        self.sock = sock
+        self.host, self.port = sock.getsockname()[:2]
+
+    def server(self, timeout_s: float) -> tuple[Any, socket.socket]:
+        """(the uvicorn server, the socket it serves)."""
+        import uvicorn
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        class Beside(uvicorn.Server):
+            """A second server of the process: signals are the main one's (uvicorn's
+            own capture would take them from it); _run stops this one after it."""
+
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        return Beside(uvicorn.Config(
+            self.metrics.app, lifespan="off", log_level="warning", log_config=None,
+            access_log=False, server_header=False, timeout_graceful_shutdown=1, ws="none",
+            http=guarded(AutoHTTPProtocol, max_connections=METRICS_MAX_CONNECTIONS,
+                         timeout_s=timeout_s),
+            backlog=METRICS_MAX_CONNECTIONS)), self.sock
+
+
 @contextlib.contextmanager
-def serving_metrics(address: str | None) -> Iterator[Metrics | None]:
-    """The Prometheus listener at `address` (None: no metrics) for the server's life."""
+def serving_metrics(address: str | None) -> Iterator[Exported | None]:
+    """The Prometheus listener's socket at `address` (None: no metrics), bound for
+    the server's life."""
     if address is None:
         yield None
         return
@@ -779,15 +848,11 @@ def serving_metrics(address: str | None) -> Iterator[Metrics | None]:
     except ImportError:
         raise ConfigError("--metrics needs prometheus_client: pip install '.[http]' in the "
                           "corral clone, or pip install prometheus_client") from None
-    metrics = Metrics()
-    metrics.listen(*parse_address(address, METRICS_PORT))
-    try:
-        yield metrics
-    finally:
-        metrics.close()
+    with listen(*parse_address(address, METRICS_PORT), doing="serve metrics on") as sock:
+        yield Exported(Metrics(), sock)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, doing: str = "listen on") -> socket.socket:
     """The listening socket, bound here rather than by uvicorn so that an address in
     use is one ConfigError (uvicorn logs it and exits). Made as asyncio makes its
     own, down to the protocol number: asyncio sets TCP_NODELAY only on connections
@@ -799,7 +864,7 @@ def listen(host: str, port: int) -> socket.socket:
             host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {shown}: {exc}") from None
+        raise ConfigError(f"cannot {doing} {shown}: {exc}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
@@ -808,21 +873,30 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(LISTEN_QUEUE)
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"cannot listen on {shown}: "
+        raise ConfigError(f"cannot {doing} {shown}: "
                           f"{(exc.strerror or str(exc)).lower()}") from None
     return sock
 
 
 async def _run(
-    server: Any, sock: socket.socket, host: str, ready: Callable[[str, int], None]
+    server: Any, sock: socket.socket, host: str, ready: Callable[[str, int], None],
+    beside: tuple[Any, socket.socket] | None = None,
 ) -> None:
-    task = asyncio.ensure_future(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.01)
-    if server.started:  # port 0 asks for any free port: say which
-        sock.listen(LISTEN_QUEUE)  # a full queue drops connections, which retry 1 s later
-        ready(host, sock.getsockname()[1])
-    await task
+    """Serve until `server` stops; `beside`: (the metrics server, its socket), served
+    meanwhile on this loop."""
+    side = None if beside is None else asyncio.ensure_future(beside[0].serve(sockets=[beside[1]]))
+    try:
+        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:  # port 0 asks for any free port: say which
+            sock.listen(LISTEN_QUEUE)  # a full queue drops connections, which retry 1 s later
+            ready(host, sock.getsockname()[1])
+        await task
+    finally:
+        if side is not None:
+            beside[0].should_exit = True  # type: ignore[index]
+            await side
 
 
 def announce(host: str, port: int) -> None:
