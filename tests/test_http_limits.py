@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from corral.faces import cli, http_server
-from tests.http_helpers import TOKENS, Server, call, post, sha256
+from tests.http_helpers import TOKENS, Server, call, mirrored_lines, post, sha256
 from tests.mcp_helpers import REPO
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
@@ -216,7 +216,8 @@ def test_a_body_that_never_arrives_is_answered_408(strict: Server) -> None:
         sock.sendall(
             b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"authorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(request), request[:20])
+            + mirrored_lines(request)
+            + b"content-length: %d\r\n\r\n%s" % (len(request), request[:20])
         )
         reply = until_closed(sock)
     assert status_of(reply) == 408, reply
@@ -233,7 +234,8 @@ def test_a_client_that_never_takes_its_answers_is_cut_off(strict: Server) -> Non
         sock.sendall(PIPELINED * (  # HTTP/1.1 pipelining: request after request, no reading
             b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"authorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(request), request)
+            + mirrored_lines(request)
+            + b"content-length: %d\r\n\r\n%s" % (len(request), request)
         ))
         deadline = time.monotonic() + SETTLE_S
         while connections_to(strict):
@@ -339,7 +341,8 @@ def test_a_call_refused_for_quota_needs_no_call_thread(rationed: Server) -> None
             sock = socket.create_connection(("127.0.0.1", rationed.port), timeout=SETTLE_S)
             sock.sendall(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
                          b"\r\nauthorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(grep), grep))
+                         + mirrored_lines(grep)
+                         + b"content-length: %d\r\n\r\n%s" % (len(grep), grep))
             slow.append(sock)
         deadline = time.monotonic() + SETTLE_S
         while calls_in_progress(rationed) < SLOW_CALLS:  # each holds a call thread

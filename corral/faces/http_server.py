@@ -60,10 +60,12 @@ from corral import jsonfast
 from corral.calls.waiting import Cancel, WaitPolicy
 from corral.config import ConfigError, Remedy
 from corral.faces.http_guard import RETRY_AFTER_S, guarded
+from corral.faces.http_headers import refusal
 from corral.faces.logs import log
 from corral.faces.mcp_core import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     PARSE_ERROR,
     Action,
     Drop,
@@ -73,7 +75,7 @@ from corral.faces.mcp_core import (
     error_response,
     valid_id,
 )
-from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
+from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY
 from corral.faces.mcp_threads import SessionDriver
 from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
@@ -109,7 +111,6 @@ LISTEN_QUEUE = 2048  # connections the kernel holds until they are accepted
 # client that leaves its answer unread this long is cut off (http_guard).
 CLIENT_TIMEOUT_S = 30.0
 SESSION_HEADER = "mcp-session-id"
-VERSION_HEADER = "mcp-protocol-version"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -319,7 +320,7 @@ class HttpFace:
         state = self._authenticate(headers.get("authorization"))
         method = scope["method"]
         if method == "POST":
-            await self._post(state, headers, receive, send)
+            await self._post(state, headers, receive, send, scope["headers"])
         elif method == "DELETE":
             session_id = headers.get(SESSION_HEADER, "")
             if not state.end(session_id):
@@ -364,16 +365,14 @@ class HttpFace:
     # -- one message -----------------------------------------------------------------
 
     async def _post(
-        self, state: TenantState, headers: dict[str, str], receive: Receive, send: Send
+        self, state: TenantState, headers: dict[str, str], receive: Receive, send: Send,
+        raw: list[tuple[bytes, bytes]],
     ) -> None:
         if not headers.get("content-type", "").lower().startswith("application/json"):
             raise HttpError(415, "the body must be application/json")
         accept = headers.get("accept", "*/*").lower()
         if not any(kind in accept for kind in ("application/json", "application/*", "*/*")):
             raise HttpError(406, "this server answers with application/json")
-        version = headers.get(VERSION_HEADER)
-        if version is not None and version not in REVISIONS:
-            raise HttpError(400, f"unsupported {VERSION_HEADER}: {version}")
         if state.in_progress >= state.max_requests:
             raise HttpError(429, f"tenant {state.tenant.name} has {state.max_requests} requests "
                             "in progress, the most it may; try again shortly",
@@ -381,13 +380,15 @@ class HttpFace:
         state.in_progress += 1
         try:
             message = _parse(await self._body(headers, receive))
+            modern = _checked(raw, message)
             session, new_id, client_id, message = self._route(state, headers, message)
         except BaseException:
             state.in_progress -= 1
             raise
         # A question to a handshake client travels in the answer's event stream.
         streams = "text/event-stream" in accept and state.asking < state.max_requests
-        await self._run(state, session, message, receive, send, new_id, client_id, streams)
+        await self._run(state, session, message, receive, send, new_id, client_id, streams,
+                        modern)
 
     def _route(
         self, state: TenantState, headers: dict[str, str], message: dict[str, Any]
@@ -423,6 +424,7 @@ class HttpFace:
     async def _run(
         self, state: TenantState, session: HttpSession, message: dict[str, Any],
         receive: Receive, send: Send, new_id: str | None, client_id: Any, streams: bool,
+        modern: bool,
     ) -> None:
         """Hand `message` to a call thread of the tenant's and answer; the request
         counts against the tenant's bound until it is answered, or until the work
@@ -460,7 +462,7 @@ class HttpFace:
                 session.channels.pop(key, None)
                 session.cancels.pop(key, None)
                 state.in_progress -= 1
-                await _Answer(send, new_id, client_id, state).send(said[0])
+                await _Answer(send, new_id, client_id, state, modern).send(said[0])
                 return
             for action in said:
                 actions.put_nowait(action)
@@ -480,7 +482,7 @@ class HttpFace:
 
         work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
-        answer = _Answer(send, new_id, client_id, state)
+        answer = _Answer(send, new_id, client_id, state, modern)
         try:
             if await self._answer(actions, work, gone, answer, key):
                 if new_id and answer.failed:  # a failed initialize opens no session
@@ -596,9 +598,13 @@ class _Answer:
     comes before the answer."""
 
     def __init__(
-        self, send: Send, new_id: str | None, client_id: Any, state: TenantState
+        self, send: Send, new_id: str | None, client_id: Any, state: TenantState,
+        modern: bool = False,
     ) -> None:
         self._send = send
+        # 2026-07-28 (Streamable HTTP, Protocol Version Header): a method the server
+        # does not implement is HTTP 404 with -32601
+        self._modern = modern
         self._new_id = new_id
         self._client_id = client_id  # the id to answer under, if not the message's own
         self._state = state
@@ -629,8 +635,9 @@ class _Answer:
             if self._client_id is not None:
                 message = {**message, "id": self._client_id}
         if not self._streaming and isinstance(action, Reply):
-            await _respond(send=self._send, status=200, body=_encode(message),
-                           headers=self._headers("application/json"))
+            unknown = self._modern and message.get("error", {}).get("code") == METHOD_NOT_FOUND
+            await _respond(send=self._send, status=404 if unknown else 200,
+                           body=_encode(message), headers=self._headers("application/json"))
             return True
         if not self._streaming:
             self._streaming = True
@@ -665,6 +672,20 @@ def _parse(body: bytes) -> dict[str, Any]:
             None, INVALID_REQUEST, "expected one JSON-RPC message (an object); batches are "
             "not supported")) from None
     return message
+
+
+def _checked(raw: list[tuple[bytes, bytes]], message: dict[str, Any]) -> bool:
+    """Whether `message` is a request of the stateless revision, once its SEP-2243
+    headers are checked (http_headers); HttpError if they are refused."""
+    refused = refusal(raw, message)
+    if refused is not None:
+        request_id = message.get("id")
+        raise HttpError(refused.status, refused.message, rpc=error_response(
+            request_id if valid_id(request_id) else None, refused.code, refused.message,
+            refused.data))
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
 
 
 def _needs_session(message: dict[str, Any]) -> bool:

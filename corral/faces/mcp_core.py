@@ -352,6 +352,12 @@ def call_digest(name: str, arguments: dict[str, Any]) -> str:
 
 
 
+def _states_a_version(params: dict[str, Any]) -> bool:
+    """A request of the stateless revision: its _meta names a protocol version."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
+
+
 def _outside_a_call(request: dict[str, Any]) -> bool:
     """The sandbox's own approve callback: the session answers every call's Approve
     steps itself, so this one only says an approver exists and is never asked."""
@@ -469,7 +475,7 @@ class McpSession:
             return self._notification(method, params)
         request_id = message["id"]
         try:
-            if method == "initialize":
+            if method == "initialize" and not _states_a_version(params):
                 return [Reply(response(request_id, self._initialize(params)))]
             revision, capabilities = self._revision(method, params)
             if method == "tools/call":
@@ -566,8 +572,8 @@ class McpSession:
         return self._handshake, self._capabilities
 
     def _request(self, method: str, revision: Revision | None) -> dict[str, Any]:
-        if method == "ping":
-            return self._complete(revision, {})
+        if method == "ping" and not (revision is not None and revision.stateless):
+            return self._complete(revision, {})  # 2026-07-28 has no ping (nor initialize)
         if method == "server/discover" and revision is not None and revision.stateless:
             self._start()
             return self._complete(revision, {
