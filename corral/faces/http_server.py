@@ -177,8 +177,9 @@ class TenantState:
 
     def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
                  max_requests: int = MAX_TENANT_REQUESTS, observer: Observer | None = None,
-                 structured_text: bool = True) -> None:
+                 structured_text: bool = True, state_key: bytes | None = None) -> None:
         self.tenant = tenant
+        self.state_key = state_key  # McpSession's
         self.structured_text = structured_text  # McpSession's
         self.pool = pool
         self.protected = protected
@@ -214,7 +215,8 @@ class TenantState:
             return sandbox
 
         session = HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant,
-                                         structured_text=self.structured_text), self.threads)
+                                         structured_text=self.structured_text,
+                                         state_key=self.state_key), self.threads)
         return session
 
     def refuses(self, session: HttpSession, message: dict[str, Any]) -> bool:
@@ -282,17 +284,17 @@ class HttpFace:
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
         max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
         protected: tuple[str, ...] = (), observers: Mapping[str, Observer] | None = None,
-        structured_text: bool = True,
+        structured_text: bool = True, state_key: bytes | None = None,
     ) -> None:
-        """observers: a tenant's name -> the observer of its sandboxes. structured_text:
-        McpSession's."""
+        """observers: a tenant's name -> the observer of its sandboxes. structured_text,
+        state_key: McpSession's."""
         self.pool = pool
         self.tenants = tenants
         self.states = {
             tenant.name: TenantState(tenant, pool, protected=protected,
                                      max_requests=max_tenant_requests,
                                      observer=(observers or {}).get(tenant.name),
-                                     structured_text=structured_text)
+                                     structured_text=structured_text, state_key=state_key)
             for tenant in tenants
         }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
@@ -767,12 +769,13 @@ def serve(
     client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
     metrics: str | None = None, log_format: str = "text", structured_text: bool = True,
+    state_key: bytes | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
     files no tool of any tenant may write (the tenants file, the tenants' configs).
     metrics: HOST:PORT to serve Prometheus metrics at (faces/metrics.py). log_format:
     "json" sends uvicorn's log records to corral's handler (faces/logs.py) instead
-    of uvicorn's own."""
+    of uvicorn's own. state_key: what seals requestState (faces/state_key.py)."""
     try:
         import uvicorn
         from uvicorn.config import LOGGING_CONFIG
@@ -793,7 +796,7 @@ def serve(
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
                         max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
                         protected=protected, observers=observers,
-                        structured_text=structured_text)
+                        structured_text=structured_text, state_key=state_key)
         if exported is not None:
             exported.metrics.watch(pool.stats, face.queued)
 
