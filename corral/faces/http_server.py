@@ -20,6 +20,8 @@ come in a fixed order:
    is read, so one tenant's flood holds a bounded amount of memory);
 5. the body is JSON, one JSON-RPC message, at most max_body_bytes, arriving
    within client_timeout_s (else 415, 413, 408 or 400).
+6. a request of the stateless revision has the SEP-2243 headers its body calls
+   for, saying what it says (http_headers; else 400 with a JSON-RPC error).
 
 Sessions: an `initialize` opens a session of the tenant's (its own Sandbox from
 the pool, so a session's read-before-write and approvals are its own) and
