@@ -140,6 +140,9 @@ def install(top: Path, version: str) -> list[str]:
             raise SystemExit("conformance: npm is needed to install the suite")
         subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(top),
                         *packages], check=True, stdout=subprocess.DEVNULL)
+    if not node.exists():  # the node package fetches its binary in an install script
+        raise SystemExit(f"conformance: {node} is missing: npm installed {NODE} without "
+                         "running its install script; allow it, or install Node 22")
     return [str(node), str(package / "dist" / "index.js")]
 
 
