@@ -243,7 +243,7 @@ class HttpServer:
             time.sleep(0.02)
         self.port, self.metrics_port = (int(line.rsplit(":", 1)[1].split("/")[0])
                                         for line in text.splitlines()[:2])
-        self.scrapes = 0
+        self.scrapes = self.metrics_raw = 0
         self.ps = psutil.Process(self.process.pid)
         self.connection = http.client.HTTPConnection("127.0.0.1", self.port,
                                                      timeout=ANSWER_TIMEOUT_S)
@@ -304,6 +304,7 @@ class HttpServer:
             with contextlib.suppress(OSError):
                 while chunk := sock.recv(65536):
                     reply += chunk
+        self.metrics_raw += 1
         status = reply.split(b" ", 2)[1] if reply.startswith(b"HTTP/1.1 ") else b""
         if status.startswith(b"5"):
             self.bad_lines.append(b"metrics port: " + reply[:200])
@@ -418,6 +419,8 @@ def fuzz(face: str, workspace: Path, messages: int, seed: int | None = None) -> 
         stats["rss_end_mb"] = server.rss_mb()
         stats["answers"] = server.answers
         stats["valid_calls"] = server.probes
+        if isinstance(server, HttpServer):
+            stats["metrics_raw"], stats["scrapes"] = server.metrics_raw, server.scrapes
     finally:
         code = server.close()
     assert code == 0, f"the server exited with {code}"
@@ -439,6 +442,9 @@ def main() -> None:
               f"strict JSON; server RSS start {stats['rss_start_mb']:.1f} MiB, after 1,000 "
               f"{stats.get('rss_warm_mb', 0):.1f}, max {stats['rss_max_mb']:.1f}, end "
               f"{stats['rss_end_mb']:.1f}")
+        if "scrapes" in stats:
+            print(f"  metrics port: {stats['metrics_raw']} generated requests, none answered "
+                  f"5xx; {stats['scrapes']} scrapes between them, each parsed")
 
 
 if __name__ == "__main__":
