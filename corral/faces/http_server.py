@@ -216,6 +216,7 @@ class TenantState:
             session.calls_per_minute = sandbox.quota.calls_per_minute
             return sandbox
 
+        # `session` is the HttpSession: open_sandbox tells it its sandbox's calls quota
         session = HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant,
                                          structured_text=self.structured_text,
                                          state_key=self.state_key), self.threads)
@@ -910,7 +911,9 @@ async def _run(
 ) -> None:
     """Serve until `server` stops; `beside`: (the metrics server, its socket), served
     meanwhile on this loop."""
-    side = None if beside is None else asyncio.ensure_future(beside[0].serve(sockets=[beside[1]]))
+    metrics_server: Any = None if beside is None else beside[0]
+    side = None if beside is None else asyncio.ensure_future(
+        metrics_server.serve(sockets=[beside[1]]))
     try:
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not task.done():
@@ -921,7 +924,7 @@ async def _run(
         await task
     finally:
         if side is not None:
-            beside[0].should_exit = True  # type: ignore[index]
+            metrics_server.should_exit = True
             await side
 
 
