@@ -11,7 +11,10 @@ suite's list that this script neither runs nor names as not applicable (a new
 release's scenario is looked at, not skipped unseen). docs/mcp.md lists the
 scenarios that do not apply, and why.
 
-    python scripts/conformance.py [--version 0.2.0-alpha.12] [--keep DIR]
+    python scripts/conformance.py [--version 0.2.0-alpha.12] [--keep DIR] [--revision R]
+
+(0.1.16, the newest stable release, knows 2025-11-25 only: `--version 0.1.16
+--revision 2025-11-25`.)
 
 tests/test_conformance.py runs it (it needs npm and the registry).
 """
@@ -223,8 +226,11 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 def listed(suite: list[str], revision: str) -> set[str]:
     """The server scenarios the suite lists for `revision`."""
     shown = subprocess.run([*suite, "list", "--server", "--spec-version", revision],
-                           capture_output=True, text=True, check=True).stdout
-    return set(re.findall(r"^\s*- (\S+)", shown, re.MULTILINE))
+                           capture_output=True, text=True)
+    if shown.returncode:
+        raise SystemExit(f"conformance: this release of the suite cannot list revision "
+                         f"{revision}: {shown.stderr.strip()} (choose others with --revision)")
+    return set(re.findall(r"^\s*- (\S+)", shown.stdout, re.MULTILINE))
 
 
 def run(
@@ -233,8 +239,10 @@ def run(
     """The checks of one scenario at one revision, as the suite reports them."""
     where = out / f"{revision}-{scenario}"
     shutil.rmtree(where, ignore_errors=True)  # --keep's earlier run
+    shown = subprocess.run([*suite, "server", "--help"], capture_output=True, text=True).stdout
+    timeout = ["--timeout", str(SCENARIO_TIMEOUT_MS)] if "--timeout" in shown else []  # 0.2 on
     subprocess.run([*suite, "server", "--url", url, "--scenario", scenario, "--spec-version",
-                    revision, "--timeout", str(SCENARIO_TIMEOUT_MS), "-o", str(where)],
+                    revision, *timeout, "-o", str(where)],
                    capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_MS / 1000 + 60)
     checks: list[dict[str, Any]] = []
     for path in sorted(where.rglob("checks.json")):
@@ -246,6 +254,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default=VERSION, help="the suite's release to run")
     parser.add_argument("--keep", type=Path, help="install into and write results to DIR")
+    parser.add_argument("--revision", action="append", choices=list(REVISIONS),
+                        help="run at this revision only (repeatable; default: all)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="corral-conformance-") as tmp:
         top = args.keep or Path(tmp)
@@ -258,12 +268,17 @@ def main() -> None:
         url = f"http://127.0.0.1:{proxy.server_address[1]}/mcp"
         failed = 0
         try:
-            for revision, scenarios in REVISIONS.items():
-                unseen = listed(suite, revision) - set(scenarios) - set(NOT_APPLICABLE)
-                for scenario in sorted(unseen):
+            for revision in args.revision or REVISIONS:
+                scenarios = REVISIONS[revision]
+                known = listed(suite, revision)
+                for scenario in sorted(known - set(scenarios) - set(NOT_APPLICABLE)):
                     print(f"{revision} {scenario}: not run and not named as not applicable")
                     failed += 1
                 for scenario in scenarios:
+                    if scenario not in known:  # an older release: it has not got it yet
+                        print(f"{revision} {scenario}: not in release {args.version}")
+                        failed += args.version == VERSION  # the pinned one must have it
+                        continue
                     checks = run(suite, url, revision, scenario, top / "results")
                     moot = [c for c in checks if c.get("id") in NOT_APPLICABLE_CHECKS]
                     bad = [c for c in checks if c.get("status") in ("FAILURE", "ERROR")
