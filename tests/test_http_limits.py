@@ -508,3 +508,31 @@ def test_connections_are_accepted_with_tcp_nodelay() -> None:
         return nodelay
 
     assert asyncio.run(accept_one())
+
+
+def test_an_audited_tenants_refusals_are_recorded(tmp_path: Path) -> None:
+    """An audited tenant's quota refusals are each in its audit log (they go to its
+    call threads, not the event loop: writing the record is file I/O)."""
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    (alice / "hello.txt").write_text("hello\n")
+    (tmp_path / "alice.toml").write_text(
+        f'[workspace]\nroot = "{alice}"\n[audit]\npath = "{tmp_path / "audit.jsonl"}"\n')
+    (tmp_path / "tenants.toml").write_text(
+        tenant("alice", "config", tmp_path / "alice.toml") + "quota = {calls_per_minute = 1}\n")
+    process = start(tmp_path)
+    try:
+        server = serving(process, tmp_path, alice, alice)
+        codes = []
+        for request_id in (1, 2, 3):
+            status, _, body = post(server, call("stat_file", {"path": "hello.txt"}, request_id))
+            assert status == 200, body
+            result = json.loads(body)["result"]
+            codes.append(result["structuredContent"]["error"]["code"] if result["isError"]
+                         else "ok")
+        assert codes == ["ok", "quota_exceeded", "quota_exceeded"]
+    finally:
+        stop(process)
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [r["error"] for r in records if r.get("tool") == "stat_file"] == [
+        None, "quota_exceeded", "quota_exceeded"]

@@ -145,7 +145,8 @@ class HttpSession:
 
     def __init__(self, session: McpSession, threads: ThreadPoolExecutor) -> None:
         self.core = session
-        # the calls_per_minute of its sandbox, once open (None: none, or not open yet)
+        # the calls_per_minute of its sandbox, once open, for TenantState.refuses (None:
+        # none, not open yet, or the sandbox keeps an audit log)
         self.calls_per_minute: int | None = None
         self.driver = SessionDriver(session, deliver=self._deliver, spawn=self.spawn)
         self._threads = threads
@@ -213,7 +214,10 @@ class TenantState:
                 quota_usage=self.quota_usage, observer=self.observer)
             with self.lock:
                 self.sandboxes.add(sandbox)
-            session.calls_per_minute = sandbox.quota.calls_per_minute
+            # a refusal answered on the event loop (refuses) must do no I/O: an audited
+            # one writes its record under a lock another process may hold
+            session.calls_per_minute = (
+                None if config.audit_path else sandbox.quota.calls_per_minute)
             return sandbox
 
         # `session` is the HttpSession: open_sandbox tells it its sandbox's calls quota
