@@ -220,7 +220,10 @@ def bench_http_vs_stdio(workspace: str, calls: int) -> dict[str, list[float]]:
     port = int(server.stderr.readline().decode().rsplit(":", 1)[1].split("/")[0])
     connection = http.client.HTTPConnection("127.0.0.1", port)
     headers = {"content-type": "application/json", "authorization": "Bearer t",
-               "accept": "application/json, text/event-stream"}
+               "accept": "application/json, text/event-stream",
+               # a 2026-07-28 request's SEP-2243 headers, which the server checks
+               "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
+               "mcp-name": "stat_file"}
 
     def over_http(request_id: int) -> None:
         connection.request("POST", "/mcp", body=stat_message(request_id), headers=headers)

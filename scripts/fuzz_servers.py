@@ -6,7 +6,10 @@ batch a few valid calls with known answers go in. Every valid call must be
 answered right, every output line (over HTTP: every JSON body) must be strict
 JSON, no HTTP answer may be a 5xx, the server must never die, and its RSS (read
 from outside with psutil) must stay bounded. Over HTTP each message is one POST,
-every other one inside a handshake session.
+every other one inside a handshake session; of those outside one, half carry the
+SEP-2243 headers their body calls for (the others none, so most of theirs are
+refused); and the first lines of each batch also go to the --metrics port as raw
+bytes, after which a scrape must still parse.
 
     python scripts/fuzz_servers.py [--messages 100000] [--face mcp|jsonl|http|all]
 
@@ -16,6 +19,7 @@ tests/test_fuzz_servers.py runs a few hundred messages through `fuzz`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
@@ -23,17 +27,20 @@ import math
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psutil
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 TOOLS = (
     "read_file", "read_multiple_files", "write_file", "edit_file", "append_file",
@@ -56,6 +63,7 @@ PROBE = "probe-c41d/known.txt"  # a name no generated call is likely to touch
 PROBE_TEXT = "the known line\n"
 ANSWER_TIMEOUT_S = 60.0  # a valid call is answered within this long, even under load
 BATCH = 50  # messages per hypothesis example
+METRICS_LINES = 5  # of each batch, also sent to the metrics port as raw bytes
 
 # Leaves and shapes of JSON values, with the awkward corners well represented.
 json_leaf = (
@@ -227,12 +235,15 @@ class HttpServer:
         with open(top / "stderr", "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "corral", "serve", "--http", "127.0.0.1:0",
-                 "--tenants", str(top / "tenants.toml")], stderr=stderr, env=env, cwd=top)
+                 "--tenants", str(top / "tenants.toml"), "--metrics", "127.0.0.1:0"],
+                stderr=stderr, env=env, cwd=top)
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
-        while "serving" not in (line := (top / "stderr").read_text()):
-            assert time.monotonic() < deadline and self.process.poll() is None, line
+        while "Prometheus" not in (text := (top / "stderr").read_text()):
+            assert time.monotonic() < deadline and self.process.poll() is None, text
             time.sleep(0.02)
-        self.port = int(line.split("\n")[0].rsplit(":", 1)[1].split("/")[0])
+        self.port, self.metrics_port = (int(line.rsplit(":", 1)[1].split("/")[0])
+                                        for line in text.splitlines()[:2])
+        self.scrapes = self.metrics_raw = 0
         self.ps = psutil.Process(self.process.pid)
         self.connection = http.client.HTTPConnection("127.0.0.1", self.port,
                                                      timeout=ANSWER_TIMEOUT_S)
@@ -246,10 +257,12 @@ class HttpServer:
                        "clientInfo": {"name": "fuzz", "version": "0"}}}).encode(), False)
         assert initialize["result"]["protocolVersion"] == "2025-06-18", initialize
 
-    def post(self, body: bytes, in_session: bool) -> Any:
-        """The JSON answer to one POST (None: none, or not JSON); a 5xx is a bad line."""
+    def post(self, body: bytes, in_session: bool, mirrored: dict[str, str] | None = None) -> Any:
+        """The JSON answer to one POST (None: none, or not JSON); a 5xx is a bad line.
+        `mirrored`: a 2026-07-28 request's SEP-2243 headers (generated lines get
+        none, or random ones: they are input like the body)."""
         headers = {"content-type": "application/json", "accept": "application/json",
-                   "authorization": f"Bearer {self.TOKEN}"}
+                   "authorization": f"Bearer {self.TOKEN}", **(mirrored or {})}
         if in_session:
             headers["mcp-session-id"] = self.session
         for attempt in (1, 2):  # the server closes a connection after some refusals
@@ -276,7 +289,33 @@ class HttpServer:
 
     def send(self, lines: list[bytes]) -> None:
         for index, line in enumerate(lines):
-            self.post(line, in_session=bool(index % 2))
+            self.post(line, in_session=bool(index % 2),
+                      mirrored=_mirrored(line) if index % 4 == 0 else None)
+        for line in lines[:METRICS_LINES]:
+            self.raw_to_metrics(line)
+        self.scrape()
+
+    def raw_to_metrics(self, line: bytes) -> None:
+        """`line` as the bytes of a request to the metrics port; a 5xx is a bad line."""
+        with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=10) as sock:
+            sock.sendall(line + b"\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            reply = b""
+            with contextlib.suppress(OSError):
+                while chunk := sock.recv(65536):
+                    reply += chunk
+        self.metrics_raw += 1
+        status = reply.split(b" ", 2)[1] if reply.startswith(b"HTTP/1.1 ") else b""
+        if status.startswith(b"5"):
+            self.bad_lines.append(b"metrics port: " + reply[:200])
+
+    def scrape(self) -> None:
+        """The metrics page, which must parse as Prometheus text."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=ANSWER_TIMEOUT_S) as page:
+            families = list(text_string_to_metric_families(page.read().decode()))
+        assert any(family.name == "corral_calls" for family in families), families
+        self.scrapes += 1
 
     def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """A valid call, every other one at the stateless revision (no session)."""
@@ -285,8 +324,11 @@ class HttpServer:
         if self.probes % 2:
             params["_meta"] = STATELESS_META
         wanted = f"probe-{self.probes}"
+        mirrored = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
+                    "mcp-name": tool} if self.probes % 2 else None
         answer = self.post(json.dumps({"jsonrpc": "2.0", "id": wanted, "method": "tools/call",
-                                       "params": params}).encode(), not self.probes % 2)
+                                       "params": params}).encode(), not self.probes % 2,
+                           mirrored)
         assert answer is not None and answer["id"] == wanted, answer
         result = answer["result"]
         return _outcome(result)
@@ -300,6 +342,25 @@ class HttpServer:
         self.process.send_signal(signal.SIGINT)
         code = self.process.wait(ANSWER_TIMEOUT_S)
         return 0 if code == 130 else code
+
+
+def _mirrored(line: bytes) -> dict[str, str]:
+    """The SEP-2243 headers a client would send for `line`, where it is a request of
+    the stateless revision and they can be spelled in ASCII."""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than json parses
+        return {}
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict):
+        return {}
+    values = {"mcp-protocol-version": meta.get(PROTOCOL_VERSION_KEY),
+              "mcp-method": message.get("method"),
+              "mcp-name": params.get("uri" if message.get("method") == "resources/read"
+                                     else "name")}
+    return {name: value for name, value in values.items()
+            if isinstance(value, str) and value.isascii() and value.isprintable()}
 
 
 def _outcome(result: dict[str, Any]) -> dict[str, Any]:
@@ -358,6 +419,8 @@ def fuzz(face: str, workspace: Path, messages: int, seed: int | None = None) -> 
         stats["rss_end_mb"] = server.rss_mb()
         stats["answers"] = server.answers
         stats["valid_calls"] = server.probes
+        if isinstance(server, HttpServer):
+            stats["metrics_raw"], stats["scrapes"] = server.metrics_raw, server.scrapes
     finally:
         code = server.close()
     assert code == 0, f"the server exited with {code}"
@@ -379,6 +442,9 @@ def main() -> None:
               f"strict JSON; server RSS start {stats['rss_start_mb']:.1f} MiB, after 1,000 "
               f"{stats.get('rss_warm_mb', 0):.1f}, max {stats['rss_max_mb']:.1f}, end "
               f"{stats['rss_end_mb']:.1f}")
+        if "scrapes" in stats:
+            print(f"  metrics port: {stats['metrics_raw']} generated requests, none answered "
+                  f"5xx; {stats['scrapes']} scrapes between them, each parsed")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ from tests.conftest import SECRET
 from tests.mcp_helpers import REPO
 
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210"}
+STATELESS_META_VERSION = "io.modelcontextprotocol/protocolVersion"
 STATELESS_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    STATELESS_META_VERSION: "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},
 }
 
@@ -93,14 +94,39 @@ def running_server(top: Path, alice: Path, bob: Path, *flags: str) -> Iterator[S
         process.wait(30)
 
 
+def mirrored(body: dict[str, Any]) -> dict[str, str]:
+    """The SEP-2243 headers a 2026-07-28 client sends for `body` (none for a body of
+    a handshake revision)."""
+    params = body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or not isinstance(body.get("method"), str):
+        return {}
+    headers = {"mcp-protocol-version": str(meta.get(STATELESS_META_VERSION)),
+               "mcp-method": body["method"]}
+    named = params.get("uri" if body["method"] == "resources/read" else "name")
+    if body["method"] in ("tools/call", "prompts/get", "resources/read") and isinstance(named, str):
+        headers["mcp-name"] = named
+    return headers
+
+
+def mirrored_lines(request: bytes) -> bytes:
+    """`mirrored` as raw header lines, for the encoded body `request`."""
+    return b"".join(f"{name}: {value}\r\n".encode()
+                    for name, value in mirrored(json.loads(request)).items())
+
+
 def post(server: Server, body: bytes | dict[str, Any], *, token: str | None = "alice",
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """One raw POST to /mcp; (status, headers, body)."""
+         headers: dict[str, str | None] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One raw POST to /mcp; (status, headers, body). A 2026-07-28 body is sent with
+    its SEP-2243 headers (`mirrored`); `headers` adds to them, or drops one (None)."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    sent = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    sent: dict[str, str | None] = {
+        "content-type": "application/json", "accept": "application/json, text/event-stream",
+        **({} if isinstance(body, bytes) else mirrored(body))}
     if token is not None:
         sent["authorization"] = f"Bearer {TOKENS.get(token, token)}"
     sent.update(headers or {})
+    sent = {name: value for name, value in sent.items() if value is not None}
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
         connection.request("POST", "/mcp", body=raw, headers=sent)

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import SECRET
-from tests.http_helpers import TOKENS, Server, call, post
+from tests.http_helpers import TOKENS, Server, call, mirrored_lines, post
 from tests.mcp_helpers import PNG, structured
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
@@ -219,7 +219,7 @@ def test_a_client_disconnect_cancels_its_call(server: Server) -> None:
         sock.sendall(
             b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"authorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(request), request)
+            + mirrored_lines(request) + b"content-length: %d\r\n\r\n%s" % (len(request), request)
         )
         deadline = time.monotonic() + SETTLE_S
         busy: list[psutil.Process] = []

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import psutil
 import pytest
 
 from corral.faces import cli, http_server
-from tests.http_helpers import TOKENS, Server, call, post, sha256
+from tests.http_helpers import TOKENS, Server, call, mirrored_lines, post, sha256
 from tests.mcp_helpers import REPO
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
@@ -162,13 +163,61 @@ def test_half_sent_requests_never_crowd_out_a_real_call(strict: Server) -> None:
             sock.close()
 
 
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The strict server with --metrics: 1 s timeout, 128 open files at most."""
+    top = tmp_path_factory.mktemp("metered")
+    alice = top / "alice"
+    alice.mkdir()
+    (alice / "hello.txt").write_text("hello\n")
+    (top / "tenants.toml").write_text(tenant("alice", "workspace", alice))
+    process = start(top, "--client-timeout", "1", "--max-connections", "8",
+                    "--metrics", "127.0.0.1:0", max_files=128)
+    try:
+        server = serving(process, top, alice, alice)
+        deadline = time.monotonic() + SETTLE_S
+        while "serving Prometheus metrics" not in (lines := (top / "stderr").read_text()):
+            assert time.monotonic() < deadline and process.poll() is None, lines
+            time.sleep(0.02)
+        line = next(line for line in lines.splitlines() if "Prometheus" in line)
+        server.metrics_port = int(line.rsplit(":", 1)[1].split("/")[0])
+        yield server
+    finally:
+        stop(process)
+
+
+def test_idle_metrics_connections_never_crowd_out_a_real_call(metered: Server) -> None:
+    """The metrics port needs no token: connections that never send a request there
+    are closed as on /mcp, and neither the MCP endpoint nor a scrape runs short of
+    files."""
+    idle = []
+    try:
+        for _ in range(LORIS):
+            sock = socket.create_connection(("127.0.0.1", metered.metrics_port), timeout=SETTLE_S)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-wait: ")
+            idle.append(sock)
+        status, _, body = post(metered, call("stat_file", {"path": "hello.txt"}))
+        assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+        url = f"http://127.0.0.1:{metered.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=SETTLE_S) as response:
+            assert b"corral_calls_total" in response.read()
+        for sock in idle:  # each is closed by the server: pushed out, or its time is up
+            reply = until_closed(sock)
+            assert reply == b"" or status_of(reply) == 408, reply
+    finally:
+        for sock in idle:
+            sock.close()
+    assert b"Too many open files" not in (metered.alice.parent / "stderr").read_bytes()
+
+
 def test_a_body_that_never_arrives_is_answered_408(strict: Server) -> None:
     request = json.dumps(call("write_file", {"path": "late.txt", "content": "x"})).encode()
     with socket.create_connection(("127.0.0.1", strict.port), timeout=SETTLE_S) as sock:
         sock.sendall(
             b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"authorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(request), request[:20])
+            + mirrored_lines(request)
+            + b"content-length: %d\r\n\r\n%s" % (len(request), request[:20])
         )
         reply = until_closed(sock)
     assert status_of(reply) == 408, reply
@@ -185,7 +234,8 @@ def test_a_client_that_never_takes_its_answers_is_cut_off(strict: Server) -> Non
         sock.sendall(PIPELINED * (  # HTTP/1.1 pipelining: request after request, no reading
             b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"authorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(request), request)
+            + mirrored_lines(request)
+            + b"content-length: %d\r\n\r\n%s" % (len(request), request)
         ))
         deadline = time.monotonic() + SETTLE_S
         while connections_to(strict):
@@ -244,6 +294,70 @@ def test_a_tenant_past_its_bound_is_answered_429_while_others_are_served(
     while status != 200:  # alice's closed requests leave the bound
         assert time.monotonic() < deadline, "alice's requests never left the bound"
         status = post(bounded, stat, token="alice")[0]
+
+
+SLOW_CALLS = http_server.CALL_THREADS_PER_TENANT  # as many as a tenant has call threads
+
+
+@pytest.fixture(scope="module")
+def rationed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """alice may make SLOW_CALLS calls a minute, each up to 60 s; with --metrics."""
+    top = tmp_path_factory.mktemp("rationed")
+    alice = top / "alice"
+    alice.mkdir()
+    (alice / "slow.txt").write_text("a" * 40 + "b\n")  # "(a+)+$" backtracks on it for long
+    (top / "alice.toml").write_text(f'[workspace]\nroot = "{alice}"\n[limits]\ntimeout_s = 60\n')
+    (top / "tenants.toml").write_text(
+        tenant("alice", "config", top / "alice.toml")
+        + f"quota = {{calls_per_minute = {SLOW_CALLS}}}\n")
+    process = start(top, "--max-workers", str(SLOW_CALLS), "--metrics", "127.0.0.1:0")
+    try:
+        server = serving(process, top, alice, alice)
+        line = ""
+        while "Prometheus" not in line:
+            line = (top / "stderr").read_text().split("\n")[1]
+        server.metrics_port = int(line.rsplit(":", 1)[1].split("/")[0])
+        yield server
+    finally:
+        stop(process)
+
+
+def calls_in_progress(server: Server) -> float:
+    """Calls running on a worker or queued for one (each holds a call thread)."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=SETTLE_S) as response:
+        page = response.read().decode()
+    return sum(float(line.split()[1]) for line in page.splitlines()
+               if line.startswith(("corral_workers_busy ", "corral_queued_calls{")))
+
+
+def test_a_call_refused_for_quota_needs_no_call_thread(rationed: Server) -> None:
+    """Every call thread of alice's is running a slow call, which took her whole
+    calls_per_minute: her next call is refused at once, not after a thread frees."""
+    grep = json.dumps(call("grep", {"pattern": "(a+)+$", "path": "slow.txt"})).encode()
+    slow = []
+    try:
+        for _ in range(SLOW_CALLS):
+            sock = socket.create_connection(("127.0.0.1", rationed.port), timeout=SETTLE_S)
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
+                         b"\r\nauthorization: Bearer " + TOKENS["alice"].encode() + b"\r\n"
+                         + mirrored_lines(grep)
+                         + b"content-length: %d\r\n\r\n%s" % (len(grep), grep))
+            slow.append(sock)
+        deadline = time.monotonic() + SETTLE_S
+        while calls_in_progress(rationed) < SLOW_CALLS:  # each holds a call thread
+            assert time.monotonic() < deadline, "the slow calls never all ran"
+            time.sleep(0.05)
+        status, _, body = post(rationed, call("stat_file", {"path": "slow.txt"}))
+        assert status == 200
+        assert json.loads(body)["result"]["structuredContent"]["error"]["code"] == "quota_exceeded"
+        for sock in slow:  # still running: the refusal did not wait for one of them
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+    finally:
+        for sock in slow:
+            sock.close()
 
 
 def test_stateless_clients_each_number_their_requests_from_1(bounded: Server) -> None:
@@ -394,3 +508,31 @@ def test_connections_are_accepted_with_tcp_nodelay() -> None:
         return nodelay
 
     assert asyncio.run(accept_one())
+
+
+def test_an_audited_tenants_refusals_are_recorded(tmp_path: Path) -> None:
+    """An audited tenant's quota refusals are each in its audit log (they go to its
+    call threads, not the event loop: writing the record is file I/O)."""
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    (alice / "hello.txt").write_text("hello\n")
+    (tmp_path / "alice.toml").write_text(
+        f'[workspace]\nroot = "{alice}"\n[audit]\npath = "{tmp_path / "audit.jsonl"}"\n')
+    (tmp_path / "tenants.toml").write_text(
+        tenant("alice", "config", tmp_path / "alice.toml") + "quota = {calls_per_minute = 1}\n")
+    process = start(tmp_path)
+    try:
+        server = serving(process, tmp_path, alice, alice)
+        codes = []
+        for request_id in (1, 2, 3):
+            status, _, body = post(server, call("stat_file", {"path": "hello.txt"}, request_id))
+            assert status == 200, body
+            result = json.loads(body)["result"]
+            codes.append(result["structuredContent"]["error"]["code"] if result["isError"]
+                         else "ok")
+        assert codes == ["ok", "quota_exceeded", "quota_exceeded"]
+    finally:
+        stop(process)
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [r["error"] for r in records if r.get("tool") == "stat_file"] == [
+        None, "quota_exceeded", "quota_exceeded"]

@@ -348,6 +348,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.metrics is not None:
         raise UsageError("--metrics goes with --http HOST:PORT (a stdio server lives as long "
                          "as one client's session)")
+    if args.state_key_file is not None:
+        raise UsageError("--state-key-file goes with --http HOST:PORT (a stdio server "
+                         "serves one client, which never reaches another process)")
     if args.jsonl and not args.structured_text:
         raise UsageError("--no-structured-text is for MCP; --jsonl results have no "
                          "structuredContent")
@@ -374,6 +377,7 @@ def serve(args: argparse.Namespace) -> int:
 def serve_http(args: argparse.Namespace) -> int:
     """MCP over Streamable HTTP for the tenants of --tenants, in front of one Pool."""
     from corral.faces import http_server  # its server (uvicorn) is an optional extra
+    from corral.faces.state_key import load_state_key
     from corral.faces.tenants import check_outside_roots, load_tenants, server_files, tenant_config
 
     if args.jsonl:
@@ -391,13 +395,14 @@ def serve_http(args: argparse.Namespace) -> int:
     check_outside_roots(args.tenants, tenants, configs)
     for config in configs:
         check_history(config)
+    state_key = None if args.state_key_file is None else load_state_key(args.state_key_file)
     http_server.serve(
         args.http, tenants, allowed_origins=args.allow_origin, max_workers=args.max_workers,
         idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
         max_connections=args.max_connections, max_tenant_requests=args.max_tenant_requests,
         client_timeout_s=args.client_timeout, protected=server_files(args.tenants, tenants),
         ready=http_server.announce, metrics=args.metrics, log_format=args.log_format,
-        structured_text=args.structured_text,
+        structured_text=args.structured_text, state_key=state_key,
     )
     return EXIT_OK
 
@@ -589,6 +594,10 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
                       help="a request's headers, then its body, must each arrive within this "
                       "long, else 408; a client that leaves its answer unread this long is "
                       "cut off (default 30)")
+    http.add_argument("--state-key-file", metavar="PATH",
+                      help="the key that seals 2026-07-28 requestState (a file only the server "
+                      "may read, 32 bytes or more): replicas and restarts given the same file "
+                      "accept each other's rounds (default: a key of this process's own)")
     http.add_argument("--metrics", metavar="HOST:PORT",
                       help="serve Prometheus metrics here, on a listener of their own (needs "
                       "prometheus_client; host 127.0.0.1 unless given; port 0: any free port)")

@@ -20,6 +20,8 @@ come in a fixed order:
    is read, so one tenant's flood holds a bounded amount of memory);
 5. the body is JSON, one JSON-RPC message, at most max_body_bytes, arriving
    within client_timeout_s (else 415, 413, 408 or 400).
+6. a request of the stateless revision has the SEP-2243 headers its body calls
+   for, saying what it says (http_headers; else 400 with a JSON-RPC error).
 
 Sessions: an `initialize` opens a session of the tenant's (its own Sandbox from
 the pool, so a session's read-before-write and approvals are its own) and
@@ -60,10 +62,12 @@ from corral import jsonfast
 from corral.calls.waiting import Cancel, WaitPolicy
 from corral.config import ConfigError, Remedy
 from corral.faces.http_guard import RETRY_AFTER_S, guarded
+from corral.faces.http_headers import refusal
 from corral.faces.logs import log
 from corral.faces.mcp_core import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     PARSE_ERROR,
     Action,
     Drop,
@@ -73,13 +77,13 @@ from corral.faces.mcp_core import (
     error_response,
     valid_id,
 )
-from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY, REVISIONS
+from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY
 from corral.faces.mcp_threads import SessionDriver
 from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
 from corral.observe import Observer
 from corral.pool import Pool
-from corral.quota import QuotaUsage
+from corral.quota import CALLS, QuotaUsage
 
 if TYPE_CHECKING:  # imported only with --metrics (faces/metrics.py: prometheus_client)
     from corral.faces.metrics import Metrics
@@ -101,12 +105,14 @@ MAX_TENANT_REQUESTS = 2 * CALL_THREADS_PER_TENANT
 # is closed.
 MAX_CONNECTIONS = 512
 ACCEPT_BURST = 128  # connections accepted at a time
+# The metrics listener's connections (a scraper keeps one or two open); beyond, as
+# on /mcp, the longest waiting for its headers is closed.
+METRICS_MAX_CONNECTIONS = 16
 LISTEN_QUEUE = 2048  # connections the kernel holds until they are accepted
 # A request's headers, and then its body, must each arrive within this long; a
 # client that leaves its answer unread this long is cut off (http_guard).
 CLIENT_TIMEOUT_S = 30.0
 SESSION_HEADER = "mcp-session-id"
-VERSION_HEADER = "mcp-protocol-version"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -139,6 +145,9 @@ class HttpSession:
 
     def __init__(self, session: McpSession, threads: ThreadPoolExecutor) -> None:
         self.core = session
+        # the calls_per_minute of its sandbox, once open, for TenantState.refuses (None:
+        # none, not open yet, or the sandbox keeps an audit log)
+        self.calls_per_minute: int | None = None
         self.driver = SessionDriver(session, deliver=self._deliver, spawn=self.spawn)
         self._threads = threads
         # A request's id in this session -> where its answer (and the questions of
@@ -171,8 +180,9 @@ class TenantState:
 
     def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
                  max_requests: int = MAX_TENANT_REQUESTS, observer: Observer | None = None,
-                 structured_text: bool = True) -> None:
+                 structured_text: bool = True, state_key: bytes | None = None) -> None:
         self.tenant = tenant
+        self.state_key = state_key  # McpSession's
         self.structured_text = structured_text  # McpSession's
         self.pool = pool
         self.protected = protected
@@ -204,11 +214,25 @@ class TenantState:
                 quota_usage=self.quota_usage, observer=self.observer)
             with self.lock:
                 self.sandboxes.add(sandbox)
+            # a refusal answered on the event loop (refuses) must do no I/O: an audited
+            # one writes its record under a lock another process may hold
+            session.calls_per_minute = (
+                None if config.audit_path else sandbox.quota.calls_per_minute)
             return sandbox
 
-        session = McpSession(open_sandbox, say_remedy=said_to_a_tenant,
-                             structured_text=self.structured_text)
-        return HttpSession(session, self.threads)
+        # `session` is the HttpSession: open_sandbox tells it its sandbox's calls quota
+        session = HttpSession(McpSession(open_sandbox, say_remedy=said_to_a_tenant,
+                                         structured_text=self.structured_text,
+                                         state_key=self.state_key), self.threads)
+        return session
+
+    def refuses(self, session: HttpSession, message: dict[str, Any]) -> bool:
+        """`message` is a tools/call that `session`'s sandbox will refuse for want of
+        calls_per_minute: the tenant's calls (never given back) fill its window.
+        Only room that appears meanwhile can change that (a slot expiring)."""
+        limit = session.calls_per_minute
+        return (limit is not None and message.get("method") == "tools/call"
+                and self.quota_usage.used(CALLS) >= limit)
 
     def open(self) -> tuple[str, HttpSession]:
         session = self.new_session()
@@ -274,17 +298,17 @@ class HttpFace:
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
         max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
         protected: tuple[str, ...] = (), observers: Mapping[str, Observer] | None = None,
-        structured_text: bool = True,
+        structured_text: bool = True, state_key: bytes | None = None,
     ) -> None:
-        """observers: a tenant's name -> the observer of its sandboxes. structured_text:
-        McpSession's."""
+        """observers: a tenant's name -> the observer of its sandboxes. structured_text,
+        state_key: McpSession's."""
         self.pool = pool
         self.tenants = tenants
         self.states = {
             tenant.name: TenantState(tenant, pool, protected=protected,
                                      max_requests=max_tenant_requests,
                                      observer=(observers or {}).get(tenant.name),
-                                     structured_text=structured_text)
+                                     structured_text=structured_text, state_key=state_key)
             for tenant in tenants
         }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
@@ -312,7 +336,7 @@ class HttpFace:
         state = self._authenticate(headers.get("authorization"))
         method = scope["method"]
         if method == "POST":
-            await self._post(state, headers, receive, send)
+            await self._post(state, headers, receive, send, scope["headers"])
         elif method == "DELETE":
             session_id = headers.get(SESSION_HEADER, "")
             if not state.end(session_id):
@@ -357,16 +381,14 @@ class HttpFace:
     # -- one message -----------------------------------------------------------------
 
     async def _post(
-        self, state: TenantState, headers: dict[str, str], receive: Receive, send: Send
+        self, state: TenantState, headers: dict[str, str], receive: Receive, send: Send,
+        raw: list[tuple[bytes, bytes]],
     ) -> None:
         if not headers.get("content-type", "").lower().startswith("application/json"):
             raise HttpError(415, "the body must be application/json")
         accept = headers.get("accept", "*/*").lower()
         if not any(kind in accept for kind in ("application/json", "application/*", "*/*")):
             raise HttpError(406, "this server answers with application/json")
-        version = headers.get(VERSION_HEADER)
-        if version is not None and version not in REVISIONS:
-            raise HttpError(400, f"unsupported {VERSION_HEADER}: {version}")
         if state.in_progress >= state.max_requests:
             raise HttpError(429, f"tenant {state.tenant.name} has {state.max_requests} requests "
                             "in progress, the most it may; try again shortly",
@@ -374,13 +396,15 @@ class HttpFace:
         state.in_progress += 1
         try:
             message = _parse(await self._body(headers, receive))
+            modern = _checked(raw, message)
             session, new_id, client_id, message = self._route(state, headers, message)
         except BaseException:
             state.in_progress -= 1
             raise
         # A question to a handshake client travels in the answer's event stream.
         streams = "text/event-stream" in accept and state.asking < state.max_requests
-        await self._run(state, session, message, receive, send, new_id, client_id, streams)
+        await self._run(state, session, message, receive, send, new_id, client_id, streams,
+                        modern)
 
     def _route(
         self, state: TenantState, headers: dict[str, str], message: dict[str, Any]
@@ -416,6 +440,7 @@ class HttpFace:
     async def _run(
         self, state: TenantState, session: HttpSession, message: dict[str, Any],
         receive: Receive, send: Send, new_id: str | None, client_id: Any, streams: bool,
+        modern: bool,
     ) -> None:
         """Hand `message` to a call thread of the tenant's and answer; the request
         counts against the tenant's bound until it is answered, or until the work
@@ -439,9 +464,30 @@ class HttpFace:
         if key is not None:
             session.channels[key] = put
             session.cancels[key] = cancel
-        work = loop.run_in_executor(
-            state.threads, _handle, session, message, put, cancel, streams, key
-        )
+        if key is not None and state.refuses(session, message):
+            # Refused, or as good as: the session says so here, on the event loop, with
+            # no call thread to wait for (a flood of refusals would hold them all and
+            # slow the tenant's other calls, and a hand-over to a thread costs more
+            # than the refusal). Should room appear meanwhile, the call runs on one.
+            said: list[Action] = []
+            session.channels[key] = said.append
+            for run in session.driver.handle(message, said.append, can_ask=streams):
+                session.spawn(run)
+            session.channels[key] = put
+            if len(said) == 1 and isinstance(said[0], Reply):
+                session.channels.pop(key, None)
+                session.cancels.pop(key, None)
+                state.in_progress -= 1
+                await _Answer(send, new_id, client_id, state, modern).send(said[0])
+                return
+            for action in said:
+                actions.put_nowait(action)
+            work: asyncio.Future[None] = loop.create_future()
+            work.set_result(None)
+        else:
+            work = loop.run_in_executor(
+                state.threads, _handle, session, message, put, cancel, streams, key
+            )
         counted = True
 
         def release(_work: object = None) -> None:
@@ -452,7 +498,7 @@ class HttpFace:
 
         work.add_done_callback(release)
         gone = asyncio.ensure_future(_disconnected(receive))
-        answer = _Answer(send, new_id, client_id, state)
+        answer = _Answer(send, new_id, client_id, state, modern)
         try:
             if await self._answer(actions, work, gone, answer, key):
                 if new_id and answer.failed:  # a failed initialize opens no session
@@ -568,9 +614,13 @@ class _Answer:
     comes before the answer."""
 
     def __init__(
-        self, send: Send, new_id: str | None, client_id: Any, state: TenantState
+        self, send: Send, new_id: str | None, client_id: Any, state: TenantState,
+        modern: bool = False,
     ) -> None:
         self._send = send
+        # 2026-07-28 (Streamable HTTP, Protocol Version Header): a method the server
+        # does not implement is HTTP 404 with -32601
+        self._modern = modern
         self._new_id = new_id
         self._client_id = client_id  # the id to answer under, if not the message's own
         self._state = state
@@ -601,8 +651,9 @@ class _Answer:
             if self._client_id is not None:
                 message = {**message, "id": self._client_id}
         if not self._streaming and isinstance(action, Reply):
-            await _respond(send=self._send, status=200, body=_encode(message),
-                           headers=self._headers("application/json"))
+            unknown = self._modern and message.get("error", {}).get("code") == METHOD_NOT_FOUND
+            await _respond(send=self._send, status=404 if unknown else 200,
+                           body=_encode(message), headers=self._headers("application/json"))
             return True
         if not self._streaming:
             self._streaming = True
@@ -637,6 +688,20 @@ def _parse(body: bytes) -> dict[str, Any]:
             None, INVALID_REQUEST, "expected one JSON-RPC message (an object); batches are "
             "not supported")) from None
     return message
+
+
+def _checked(raw: list[tuple[bytes, bytes]], message: dict[str, Any]) -> bool:
+    """Whether `message` is a request of the stateless revision, once its SEP-2243
+    headers are checked (http_headers); HttpError if they are refused."""
+    refused = refusal(raw, message)
+    if refused is not None:
+        request_id = message.get("id")
+        raise HttpError(refused.status, refused.message, rpc=error_response(
+            request_id if valid_id(request_id) else None, refused.code, refused.message,
+            refused.data))
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
 
 
 def _needs_session(message: dict[str, Any]) -> bool:
@@ -718,12 +783,13 @@ def serve(
     client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
     metrics: str | None = None, log_format: str = "text", structured_text: bool = True,
+    state_key: bytes | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
     files no tool of any tenant may write (the tenants file, the tenants' configs).
     metrics: HOST:PORT to serve Prometheus metrics at (faces/metrics.py). log_format:
     "json" sends uvicorn's log records to corral's handler (faces/logs.py) instead
-    of uvicorn's own."""
+    of uvicorn's own. state_key: what seals requestState (faces/state_key.py)."""
     try:
         import uvicorn
         from uvicorn.config import LOGGING_CONFIG
@@ -739,14 +805,14 @@ def serve(
     with listen(host, port) as sock, serving_metrics(metrics) as exported, Pool(
             max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
         observers = {} if exported is None else {
-            tenant.name: exported.observer(tenant.name) for tenant in tenants}
+            tenant.name: exported.metrics.observer(tenant.name) for tenant in tenants}
         face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
                         max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
                         protected=protected, observers=observers,
-                        structured_text=structured_text)
+                        structured_text=structured_text, state_key=state_key)
         if exported is not None:
-            exported.watch(pool.stats, face.queued)
+            exported.metrics.watch(pool.stats, face.queued)
 
         def started(host: str, port: int) -> None:
             ready(host, port)
@@ -769,15 +835,49 @@ def serve(
             log_config=None if log_format == "json" else LOGGING_CONFIG,
         )
         server = uvicorn.Server(config)
+        beside = None if exported is None else exported.server(client_timeout_s)
         try:
-            asyncio.run(_run(server, sock, host, started))
+            asyncio.run(_run(server, sock, host, started, beside))
         finally:
             face.close()
 
 
+class Exported:
+    """The metrics of `--metrics`, and the listener that serves them: uvicorn, with
+    the guard of /mcp (a cap on connections, a deadline for headers and for a
+    client to read), since it needs no token. It runs on the MCP endpoint's event
+    loop, started and stopped with it."""
+
+    def __init__(self, metrics: Metrics, sock: socket.socket) -> None:
+        self.metrics = metrics
+        self.sock = sock
+        self.host, self.port = sock.getsockname()[:2]
+
+    def server(self, timeout_s: float) -> tuple[Any, socket.socket]:
+        """(the uvicorn server, the socket it serves)."""
+        import uvicorn
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        class Beside(uvicorn.Server):
+            """A second server of the process: signals are the main one's (uvicorn's
+            own capture would take them from it); _run stops this one after it."""
+
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        return Beside(uvicorn.Config(
+            self.metrics.app, lifespan="off", log_level="warning", log_config=None,
+            access_log=False, server_header=False, timeout_graceful_shutdown=1, ws="none",
+            http=guarded(AutoHTTPProtocol, max_connections=METRICS_MAX_CONNECTIONS,
+                         timeout_s=timeout_s),
+            backlog=METRICS_MAX_CONNECTIONS)), self.sock
+
+
 @contextlib.contextmanager
-def serving_metrics(address: str | None) -> Iterator[Metrics | None]:
-    """The Prometheus listener at `address` (None: no metrics) for the server's life."""
+def serving_metrics(address: str | None) -> Iterator[Exported | None]:
+    """The Prometheus listener's socket at `address` (None: no metrics), bound for
+    the server's life."""
     if address is None:
         yield None
         return
@@ -786,15 +886,11 @@ def serving_metrics(address: str | None) -> Iterator[Metrics | None]:
     except ImportError:
         raise ConfigError("--metrics needs prometheus_client: pip install '.[http]' in the "
                           "corral clone, or pip install prometheus_client") from None
-    metrics = Metrics()
-    metrics.listen(*parse_address(address, METRICS_PORT))
-    try:
-        yield metrics
-    finally:
-        metrics.close()
+    with listen(*parse_address(address, METRICS_PORT), doing="serve metrics on") as sock:
+        yield Exported(Metrics(), sock)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, doing: str = "listen on") -> socket.socket:
     """The listening socket, bound here rather than by uvicorn so that an address in
     use is one ConfigError (uvicorn logs it and exits). Made as asyncio makes its
     own, down to the protocol number: asyncio sets TCP_NODELAY only on connections
@@ -806,7 +902,7 @@ def listen(host: str, port: int) -> socket.socket:
             host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {shown}: {exc}") from None
+        raise ConfigError(f"cannot {doing} {shown}: {exc}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
@@ -815,21 +911,32 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(LISTEN_QUEUE)
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"cannot listen on {shown}: "
+        raise ConfigError(f"cannot {doing} {shown}: "
                           f"{(exc.strerror or str(exc)).lower()}") from None
     return sock
 
 
 async def _run(
-    server: Any, sock: socket.socket, host: str, ready: Callable[[str, int], None]
+    server: Any, sock: socket.socket, host: str, ready: Callable[[str, int], None],
+    beside: tuple[Any, socket.socket] | None = None,
 ) -> None:
-    task = asyncio.ensure_future(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.01)
-    if server.started:  # port 0 asks for any free port: say which
-        sock.listen(LISTEN_QUEUE)  # a full queue drops connections, which retry 1 s later
-        ready(host, sock.getsockname()[1])
-    await task
+    """Serve until `server` stops; `beside`: (the metrics server, its socket), served
+    meanwhile on this loop."""
+    metrics_server: Any = None if beside is None else beside[0]
+    side = None if beside is None else asyncio.ensure_future(
+        metrics_server.serve(sockets=[beside[1]]))
+    try:
+        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:  # port 0 asks for any free port: say which
+            sock.listen(LISTEN_QUEUE)  # a full queue drops connections, which retry 1 s later
+            ready(host, sock.getsockname()[1])
+        await task
+    finally:
+        if side is not None:
+            metrics_server.should_exit = True
+            await side
 
 
 def announce(host: str, port: int) -> None:

@@ -70,9 +70,10 @@ Decisions the spec leaves to us:
   carries the answer. A client that did not declare form elicitation gets
   `approval_required`.
 - `requestState` is sealed (HMAC-SHA256 under a key made when the process
-  starts), bound to the call (tool name and arguments), and expires after
-  STATE_TTL_S: a forged, replayed-onto-another-call or stale state is refused
-  with -32602. It carries the client roots and approvals given in earlier rounds.
+  starts, or the session's `state_key`: `--state-key-file`), bound to the call
+  (tool name and arguments), and expires after STATE_TTL_S: a forged,
+  replayed-onto-another-call or stale state is refused with -32602. It carries
+  the client roots and approvals given in earlier rounds.
 - Client roots narrow, never widen: see `client_roots`.
 """
 
@@ -352,6 +353,12 @@ def call_digest(name: str, arguments: dict[str, Any]) -> str:
 
 
 
+def _states_a_version(params: dict[str, Any]) -> bool:
+    """A request of the stateless revision: its _meta names a protocol version."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
+
+
 def _outside_a_call(request: dict[str, Any]) -> bool:
     """The sandbox's own approve callback: the session answers every call's Approve
     steps itself, so this one only says an approver exists and is never asked."""
@@ -435,8 +442,11 @@ class McpSession:
         can_ask: bool = True,
         say_remedy: Callable[[Remedy], str] = any_face,
         structured_text: bool = True,
+        state_key: bytes | None = None,
     ) -> None:
+        """state_key: what seals requestState (None: the process's own key)."""
         self._open_sandbox = open_sandbox
+        self._state_key = _STATE_KEY if state_key is None else state_key
         self._structured_text = structured_text
         self._say_remedy = say_remedy  # how the face serving this session says a config's fix
         self._can_ask = can_ask
@@ -469,7 +479,7 @@ class McpSession:
             return self._notification(method, params)
         request_id = message["id"]
         try:
-            if method == "initialize":
+            if method == "initialize" and not _states_a_version(params):
                 return [Reply(response(request_id, self._initialize(params)))]
             revision, capabilities = self._revision(method, params)
             if method == "tools/call":
@@ -572,8 +582,8 @@ class McpSession:
         return self._handshake, self._capabilities
 
     def _request(self, method: str, revision: Revision | None) -> dict[str, Any]:
-        if method == "ping":
-            return self._complete(revision, {})
+        if method == "ping" and not (revision is not None and revision.stateless):
+            return self._complete(revision, {})  # 2026-07-28 has no ping (nor initialize)
         if method == "server/discover" and revision is not None and revision.stateless:
             self._start()
             return self._complete(revision, {
@@ -667,7 +677,7 @@ class McpSession:
             token = params.get("requestState")
             # The digest (of a write's whole content) only when a state is read or made.
             call.state = RequestState("") if token is None else RequestState.unseal(
-                token, call_digest(name, arguments)
+                token, call_digest(name, arguments), self._state_key
             )
             responses = params.get("inputResponses")
             call.responses = responses if isinstance(responses, dict) else {}
@@ -772,7 +782,7 @@ class McpSession:
         call.state.call = call.state.call or call_digest(call.name, call.arguments)
         self._close_call(call)
         return [Reply(response(call.request_id, call.revision.input_required(
-            requests, call.state.seal(), server_info=SERVER_INFO
+            requests, call.state.seal(self._state_key), server_info=SERVER_INFO
         )))]
 
     def _cancel(self, request_id: object) -> list[Action]:

@@ -2,9 +2,12 @@
 
 Imported only when --metrics is given: the library and the stdio server never
 load prometheus_client. Each server has a CollectorRegistry of its own (nothing
-goes to the process-wide default one), served by prometheus_client's own HTTP
-server on a listener of its own, apart from the MCP endpoint: a scraper needs
-no tenant's token, and a flood of MCP requests does not delay a scrape.
+goes to the process-wide default one), served by prometheus_client's ASGI app on
+a listener of its own, apart from the MCP endpoint: a scraper needs no tenant's
+token, and a flood of MCP requests does not delay a scrape. The listener is
+uvicorn's, with the MCP endpoint's guard (http_server.serve): prometheus_client's
+own HTTP server gives every connection a thread and no deadline, so idle
+connections to it, which need no token, ran the process out of files.
 
 What is counted comes from corral.observe.Observer events (a call's end, a
 worker's death, an approval), tallied here in plain dicts under one lock: a
@@ -22,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_asgi_app
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,7 +35,6 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from corral.config import ConfigError
 from corral.observe import Observer
 from corral.tools.registry import TOOLS
 
@@ -169,14 +171,12 @@ class Gauges:
 
 class Metrics:
     """One server's metrics: its registry, the tally its observers feed, and the
-    listener that serves them."""
+    ASGI app that serves them (at any path) on the listener http_server makes."""
 
     def __init__(self) -> None:
         self.tally = Tally()
         self.registry = CollectorRegistry()
-        self.host, self.port = "", 0  # where it listens, once it does
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self.app = make_asgi_app(self.registry)
 
     def observer(self, tenant: str) -> Observer:
         self.tally.know(tenant)
@@ -187,26 +187,6 @@ class Metrics:
         """Serve the tally and the gauges `stats` (Pool.stats) and `queued` (tenant ->
         calls waiting) give, once the pool they read exists."""
         self.registry.register(_Collector(self.tally, Gauges(stats, queued)))
-
-    def listen(self, host: str, port: int) -> None:
-        """Serve the registry at http://host:port/metrics (any path, in fact); port 0:
-        any free one. ConfigError if it cannot listen there."""
-        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
-            self._server, self._thread = start_http_server(port, host, registry=self.registry)
-        except OSError as exc:
-            why = (exc.strerror or str(exc)).lower()
-            raise ConfigError(f"cannot serve metrics on {shown}: {why}") from None
-        self.host, self.port = host, int(self._server.server_port)
-
-    def close(self) -> None:
-        """Stop the listener (a scrape in progress finishes first)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            assert self._thread is not None
-            self._thread.join()
-            self._server = None
 
 
 class _Collector(Collector):
