@@ -101,7 +101,9 @@ def test_a_restore_decides_the_path_it_resolves_to(linked: Path, how: str, what:
     assert list((linked / ".github" / "workflows").iterdir()) == []
 
 
-def test_the_guard_decides_even_where_the_check_did_not(linked: Path) -> None:
+def test_the_guard_decides_even_where_the_check_did_not(
+    linked: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The check before the restore is a courtesy; the Root call's guard, on the path
     it opened, is what holds (a rename between the two): with the check blind to
     the link, the write is still refused."""
@@ -110,18 +112,16 @@ def test_the_guard_decides_even_where_the_check_did_not(linked: Path) -> None:
         ok(sb, "delete_file", path="q/docs/ci.yml")
         ok(sb, "move_file", source="q", destination="r")
         ok(sb, "move_file", source="p", destination="q")
-        spellings = Restorer._spellings
-        Restorer._spellings = staticmethod(lambda root, rel: [rel])  # type: ignore[method-assign]
+        monkeypatch.setattr(Restorer, "_spellings", staticmethod(lambda root, rel: [rel]))
+        history = sb._history  # the host's view of the store, as a worker reads it
+        assert history is not None and history.work_path is not None
+        store = Store.open(history.work_path)
         try:
-            history = sb._history  # the host's view of the store, as the worker reads it
-            assert history is not None and history.work_path is not None
-            store = Store.open(history.work_path)
             with Root(str(linked)) as root:
                 result = restore.undo(Roots(root, []), store, sb._policy, sb._limits,
                                       "q/docs/ci.yml", False)
-            store.close()
         finally:
-            Restorer._spellings = spellings  # type: ignore[method-assign]
+            store.close()
         assert result["conflicts"] == ["q/docs/ci.yml"], result
         assert ".github/workflows/ci.yml is denied" in result["reasons"]["q/docs/ci.yml"]
     assert list((linked / ".github" / "workflows").iterdir()) == []

@@ -578,8 +578,13 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
         if record.id in restorer.keeper.ids:
             continue
         keys = _keys(record)
-        if keys & poisoned:
+        if keys & poisoned:  # older than a change left alone: left too, and said so
             poisoned |= keys
+            for entry in record.entries:
+                if entry.path not in conflicts:
+                    conflicts.append(entry.path)
+                    reasons.setdefault(entry.path, "not taken back to the checkpoint: an "
+                                       "older change of it goes with a path left alone")
             continue
         done, failed = _revert_one(restorer, [record], force, reasons, trusted)
         reverted.append(record)
@@ -594,6 +599,18 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             "removed": _removed(restorer, reverted, restored),
             "reasons": reasons, "links_not_restored": restorer.unkept_links,
             "records": restorer.keeper.ids}
+
+
+def _left_with(paths: list[str], left: list[str], reasons: dict[str, str]) -> None:
+    """A change is reverted whole or not at all: each of its other paths is left too,
+    and says for which."""
+    unique = list(dict.fromkeys(left))
+    named = ", ".join(shown_path(path) for path in unique[:3])
+    if len(unique) > 3:
+        named += f" and {len(unique) - 3} more"
+    for path in paths:
+        reasons.setdefault(path, f"left with the rest of its change ({named} could not be "
+                                 "restored)")
 
 
 def _removed(restorer: Restorer, records: list[Record], restored: list[str]) -> list[str]:
@@ -621,7 +638,8 @@ def _revert_one(
             if changed:
                 for path in changed:
                     reasons[path] = "changed since by something other than corral"
-                return [], changed
+                _left_with(paths, changed, reasons)
+                return [], paths
         for record in records:
             restorer.revert(record, records[-1].tool)
     except CorralError as error:
