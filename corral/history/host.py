@@ -20,7 +20,7 @@ from typing import Any
 
 from corral.config import HistoryOptions
 from corral.errors import CorralError
-from corral.history import promote
+from corral.history import kept, promote
 from corral.history.promote import Expect
 from corral.history.records import PATCH_TOOL, Checkpoint, Entry, Record, State, dump
 from corral.history.store import (
@@ -98,6 +98,7 @@ class History:
             if self.writable:
                 self.work = work_name(sorted(self.writable))
                 make_work(home, self.work)
+                kept.make(home, self.writable)
                 work = os.open(self.work, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
                                | os.O_NOFOLLOW, dir_fd=home)
                 self.work_path = os.path.join(self.path, self.work)
@@ -221,8 +222,9 @@ class History:
         checkpoint = Checkpoint(new_id(), time.time(), label)
         with self._locked():
             try:
-                publish(self.store.home, f"{CHECKPOINT}{checkpoint.id}{COMMITTED}",
-                          dump(checkpoint))
+                name = f"{CHECKPOINT}{checkpoint.id}{COMMITTED}"
+                publish(self.store.home, name, dump(checkpoint))
+                kept.link(self.store.home, name, self.writable)
             except OSError as exc:
                 raise StoreError(exc) from None
         return checkpoint.id

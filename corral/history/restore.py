@@ -196,8 +196,7 @@ class Restorer:
         tree = before.tree
         where, _, name = before.blob.rpartition("/")
         try:
-            work = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                           dir_fd=self.store.home)
+            work = self.store.open_dir(where)
         except OSError as exc:
             raise CorralError("io_error", f"the kept tree is gone ({exc.strerror}).") from None
         try:
