@@ -31,6 +31,7 @@ from corral.history.store import (
     Store,
     StoreError,
     id_pid,
+    id_time,
     make_work,
     new_id,
     prepare,
@@ -69,6 +70,7 @@ EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
 # the store may pass its bound by what they store meanwhile.
 BOUND_EVERY_S = 600
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
+MAX_CALLS_TRACKED = 10_000  # calls in flight the sweep waits for (a flow never finished stays)
 
 
 class History:
@@ -87,6 +89,8 @@ class History:
         self.work_path: str | None = None
         self.work = ""
         self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
+        self._calls: dict[object, float] = {}  # calls in flight: when each began (wall clock)
+        self._retry: dict[str, Expect] = {}  # ids whose commit failed, with their checks
         # Committing a call's records writes a file in the store (~0.2-2 ms on a busy
         # disk, and a hash of the kept copy), off the call's path: one thread, in order;
         # whatever reads the history waits for it first (flush).
@@ -162,22 +166,49 @@ class History:
                 self._note_added()
         except OSError as exc:  # left done in the work directory: the next sweep commits it
             log.warning("corral: history: committing records failed (%s)", exc.strerror)
+            with self._lock:
+                for item in ids[:REFUSED_KEPT]:
+                    self._retry[item] = expect
+
+    def calling(self, call: object) -> None:
+        """A call began: the sweep leaves the records it may make to its answer."""
+        with self._lock:
+            if len(self._calls) < MAX_CALLS_TRACKED:  # (more: the sweep waits for none)
+                self._calls[call] = time.time()
+
+    def answered(self, call: object) -> None:
+        with self._lock:
+            self._calls.pop(call, None)
 
     def flush(self) -> None:
         """Wait until every record promote() was given is committed or refused."""
         self._later.submit(lambda: None).result()
 
-    def sweep(self) -> None:
-        """Commit what was promoted, then the done records nobody promoted (a
-        settle's, a dead host's)."""
+    def sweep(self, dead: Sequence[int] = (), tools: frozenset[str] | None = None) -> None:
+        """Commit what was promoted, then the done records no answer will name (a
+        settle's: of the writers `dead`; a dead host's), each of a tool in `tools`
+        (those that record changes) and no older than the history keeps. A record
+        dated after a call in flight began may be that call's: it waits for the
+        answer, which checks it as that call's (unless its writer is dead); one
+        whose commit failed is tried again with its call's checks."""
         if self.work_path is None:
             return
+        with self._lock:  # before the flush: a call answered since has its commit queued
+            flying = min(self._calls.values(), default=None)
         self.flush()
+        since = time.time() - self.options.max_age_days * DAY_S
         with self._locked():
             ids = promote.done(self.store)
-            if ids:
-                self._refused(promote.promote(
-                    self.store, self.work, ids, Expect(self.writable)))
+            retried = [i for i in ids if i in self._retry]
+            for item in retried:
+                self._refused(promote.promote(self.store, self.work, [item],
+                                              self._retry.pop(item)))
+            orphaned = [i for i in ids if i not in retried and (
+                flying is None or id_time(i) < flying - promote.CLOCK_SLACK_S
+                or id_pid(i) in dead)]
+            if orphaned:
+                self._refused(promote.promote(self.store, self.work, orphaned, Expect(
+                    self.writable, since=since, tools=tools)))
 
     def _refused(self, refused: dict[str, str]) -> None:
         self.refused.update(refused)

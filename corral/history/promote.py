@@ -54,11 +54,13 @@ CLOCK_SLACK_S = 1.0
 class Expect(NamedTuple):
     """What a record may be: the roots its writer could write (those of the work
     directory it lies in), and for a call's own records the call's tool and the
-    wall-clock time it started."""
+    wall-clock time it started; for records no call named (the sweep's), the tools
+    that record changes and the oldest time the history still keeps."""
 
     writable: frozenset[str]
     tool: str | None = None
     since: float | None = None
+    tools: frozenset[str] | None = None
 
 
 def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict[str, str]:
@@ -119,6 +121,8 @@ def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expec
     if expect.tool is not None:
         _check(record.tool == expect.tool,
                f"a record of {record.tool!r} from a {expect.tool!r} call")
+    if expect.tools is not None:
+        _check(record.tool in expect.tools, f"a record of {record.tool!r}, which changes nothing")
     if record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
