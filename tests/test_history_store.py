@@ -349,3 +349,34 @@ def test_the_note_counts_each_commit_not_only_the_close(
         sb._history.flush()
         noted = int(store.joinpath(BOUND).read_text().split()[0])
         assert noted >= start + 8192  # the second write's copy, before any close
+
+
+def test_what_a_worker_leaves_in_its_work_directory_is_bounded(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A compromised worker fills its work directory with files no record keeps,
+    future-dated records and records it holds: once the store is over its bound,
+    all but the held record (its writer is mid-call) go, the history's own stays."""
+    import fcntl
+
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=256 * 1024)
+    with Sandbox(workspace, history=options) as sb:
+        ok(sb, "write_file", path="hello.txt", content="kept\n")
+        assert sb._history is not None and sb._history.work_path is not None
+        work = Path(sb._history.work_path)
+    for n in range(100):  # 800 KiB no record keeps
+        (work / f"junk-{n}").write_bytes(b"x" * 8192)
+    future = f"{time.time_ns() + 10**12:016x}{os.getpid() & 0xFFFFFF:06x}0000"
+    (work / f"b-{future}-0").write_bytes(b"y" * 300_000)  # over the bound alone
+    held_id = f"{time.time_ns() - 10**12:016x}{os.getpid() & 0xFFFFFF:06x}0000"
+    held = os.open(work / f"r-{held_id}.pending", os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    bound = Path(tmp_path / "hist").glob("*/bounded")
+    for note in bound:
+        note.write_text("0 0\n")  # the next start reads the store through
+    try:
+        with Sandbox(workspace, history=options) as sb:
+            assert sorted(p.name for p in work.iterdir()) == [f"r-{held_id}.pending"]
+            assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
+    finally:
+        os.close(held)

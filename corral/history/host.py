@@ -20,7 +20,7 @@ from typing import Any
 
 from corral.config import HistoryOptions
 from corral.errors import CorralError
-from corral.history import kept, promote
+from corral.history import kept, leftovers, promote
 from corral.history.promote import Expect
 from corral.history.records import PATCH_TOOL, Checkpoint, Entry, Record, State, dump
 from corral.history.store import (
@@ -245,6 +245,7 @@ class History:
         """Evict down to `max_bytes` (and the age bound), and leave the note a start
         reads instead (the caller holds the store's lock)."""
         self._usage = self.store.evict(max_bytes, self.options.max_age_days * DAY_S)
+        self._usage = leftovers.evict(self.store, self._usage, max_bytes)
         self._added = 0  # the read found what this sandbox stored
         with contextlib.suppress(OSError):  # without the note, the next start bounds
             write_bound(self.store.home, self._usage, int(time.time()))

@@ -631,8 +631,12 @@ class Store:
         Returns the bytes now held."""
         usage = self.usage()
         total = usage.total
-        horizon = time.time() - max_age_s
-        ids = sorted(set(usage.sizes) - usage.writing)
+        now = time.time()
+        horizon = now - max_age_s
+        # a worker's blob dated in the future is no change's: not the newest to keep
+        # (leftovers.py evicts it)
+        ids = sorted(key for key in set(usage.sizes) - usage.writing
+                     if not is_id(key) or id_time(key) <= now + BOUND_CLOCK_SLACK_S)
         for record_id in ids[: max(0, len(ids) - keep_newest)]:
             if total <= max_bytes and (not is_id(record_id) or id_time(record_id) >= horizon):
                 break
