@@ -8,7 +8,9 @@ no route (the store's fds, absolute paths, `..` from a root's descriptor)."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from conftest import ok
 
 from corral import Sandbox
 from corral.calls.control import SandboxSetup
-from corral.config import SandboxOptions
+from corral.config import HistoryOptions, SandboxOptions
 from corral.history.store import work_name
 from corral.policy import RootSpec
 from corral.sandbox import worker
@@ -114,3 +116,33 @@ def test_a_change_another_sandbox_made_to_a_shared_root_is_undone(
     undone = a.undo("shared.txt")
     assert undone["result"]["restored"] == ["shared.txt"], undone
     assert (workspace / "shared.txt").read_text() == "one\n"
+
+
+def test_a_store_written_before_kept_directories_is_moved_into_them(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A store an earlier version wrote (kept copies in the work directory, no kept
+    directory, no mirror): the next sandbox moves them, and its workers undo."""
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options) as sb:
+        ok(sb, "write_file", path="hello.txt", content="two\n")
+        cp = sb.checkpoint()
+        ok(sb, "write_file", path="hello.txt", content="three\n")
+        assert sb._history is not None and sb._history.work_path is not None
+        home, work = Path(sb._history.path), Path(sb._history.work_path)
+    for record in home.glob("r-*.json"):  # as the earlier version left it
+        data = json.loads(record.read_text())
+        for entry in data["entries"]:
+            blob = entry["before"]["blob"]
+            (home / blob).rename(work / blob.partition("/")[2])
+            entry["before"]["blob"] = f"{work.name}/{blob.partition('/')[2]}"
+        record.write_text(json.dumps(data))
+    for kept in home.glob("k-*"):
+        shutil.rmtree(kept)
+    (home / "kept-dirs").unlink()
+    with Sandbox(workspace, history=options) as sb:
+        assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
+        assert (workspace / "hello.txt").read_text() == "two\n"
+        assert sb.rewind(cp)["result"]["conflicts"] == []  # its checkpoint is found too
+    assert (workspace / "hello.txt").read_text() == "two\n"
+    assert not list(work.glob("b-*"))  # every copy in the kept directory

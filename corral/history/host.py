@@ -112,6 +112,7 @@ class History:
         self.store = Store(work, home)
         self._added = 0  # bytes stored since the note was last brought up to date
         with self._locked():
+            kept.migrate(home)  # a store an earlier version wrote: once
             bound = read_bound(home)
             if (bound is not None and time.time() - bound[1] < BOUND_EVERY_S
                     and bound[0] <= options.max_bytes):

@@ -22,9 +22,21 @@ import errno
 import os
 from collections.abc import Iterable, Iterator
 
+from corral.fs._atomic import write_new
 from corral.fs._sys import RENAME_NOREPLACE, renameat2
-from corral.history.records import Record
-from corral.history.store import kept_name, publish, read_small, remove_tree
+from corral.history.records import BadRecord, Record, dump, record_from_bytes
+from corral.history.store import (
+    CHECKPOINT,
+    COMMITTED,
+    KEPT,
+    RECORD,
+    TEMP,
+    WORK,
+    kept_name,
+    publish,
+    read_small,
+    remove_tree,
+)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -99,3 +111,73 @@ def link(home_fd: int, name: str, roots: Iterable[str]) -> None:
 
 def roots_of(record: Record) -> list[str]:
     return list(dict.fromkeys(entry.root for entry in record.entries))
+
+
+MIGRATED = "kept-dirs"  # in the store: its records are mirrored into kept directories
+
+
+def migrate(home_fd: int) -> None:
+    """Once per store written before kept directories (the caller holds the store's
+    lock): each committed record's kept copies moved into its roots' kept
+    directories (the record rewritten to name them) and the record mirrored there;
+    checkpoints, and records that name no path, into every kept directory."""
+    try:
+        os.stat(MIGRATED, dir_fd=home_fd, follow_symlinks=False)
+        return
+    except FileNotFoundError:
+        pass
+    with os.scandir(home_fd) as found:
+        names = sorted(entry.name for entry in found)
+    pathless: list[str] = [n for n in names if n.startswith(CHECKPOINT) and n.endswith(COMMITTED)]
+    for name in names:
+        if not (name.startswith(RECORD) and name.endswith(COMMITTED)):
+            continue
+        try:
+            data = read_small(home_fd, name)
+            record = record_from_bytes(data) if data is not None else None
+        except (BadRecord, OSError):
+            continue  # skipped and reported where it is read
+        if record is None:
+            continue
+        moved = _moved_into_kept(home_fd, record)
+        if moved != record:
+            temp = f"{TEMP}{name}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=home_fd)
+            write_new(home_fd, temp, dump(moved), perms=0o600)
+            os.replace(temp, name, src_dir_fd=home_fd, dst_dir_fd=home_fd)
+        if record.entries:
+            link(home_fd, name, roots_of(record))
+        else:
+            pathless.append(name)
+    with os.scandir(home_fd) as found:
+        kept = [entry.name for entry in found if entry.name.startswith(KEPT)]
+    for name in pathless:
+        for where in kept:
+            with contextlib.suppress(FileExistsError):
+                os.link(name, f"{where}/{name}", src_dir_fd=home_fd, dst_dir_fd=home_fd,
+                        follow_symlinks=False)
+    with contextlib.suppress(FileExistsError):
+        write_new(home_fd, MIGRATED, b"", perms=0o600)
+
+
+def _moved_into_kept(home_fd: int, record: Record) -> Record:
+    """`record` with each kept copy that lies in a work directory moved to the kept
+    directory of its root (a directory's empty blob stays: no undo reads it)."""
+    entries = []
+    for entry in record.entries:
+        before = entry.before
+        if before is not None and before.blob is not None and before.type != "dir" and (
+                before.blob.startswith(WORK)):
+            where, _, blob = before.blob.partition("/")
+            with contextlib.suppress(OSError):
+                work = os.open(where, _DIR_FLAGS, dir_fd=home_fd)
+                try:
+                    with taken(home_fd, work, blob, entry.root):
+                        pass
+                finally:
+                    os.close(work)
+                entry = entry._replace(before=before._replace(
+                    blob=f"{kept_name(entry.root)}/{blob}"))
+        entries.append(entry)
+    return record._replace(entries=tuple(entries))
