@@ -52,6 +52,10 @@ __all__ = [
 ]
 
 HISTORY_OFF = "history is off for this sandbox ([history] enabled = false)"
+# the tools whose records the history may hold: a record no call named (history.sweep)
+# of any other tool is refused
+RECORDING_TOOLS = frozenset([*(name for name, tool in TOOLS.items() if tool.writes),
+                             "undo", "rewind"])
 log = logging.getLogger("corral")
 _warned: set[str] = set()  # workspaces whose default-store warning this process logged
 _warned_lock = threading.Lock()
@@ -285,9 +289,12 @@ class _BaseSandbox:
         plan = self._plans[
             self._approve is not None if can_ask is None else bool(can_ask), bool(raw)]
         started = time.monotonic()
+        call = object()
+        if self._history is not None:
+            self._history.calling(call)
         return CallFlow(
             plan.steps(tool, arguments, within),
-            lambda answer: self._finish(answer, arguments, started),
+            lambda answer: self._finish(answer, arguments, started, call),
         )
 
     # -- remembered approvals ------------------------------------------------------
@@ -304,9 +311,12 @@ class _BaseSandbox:
         such grant). A call already on its way may still go through by it."""
         return self._grants.forget(grant_id)
 
-    def _finish(self, answer: Answer, arguments: Any, started: float) -> dict[str, Any]:
+    def _finish(self, answer: Answer, arguments: Any, started: float,
+                call: object) -> dict[str, Any]:
         """The call's result (Ledger.finish), its end told to the observer."""
         result = self._ledger.finish(answer, arguments, started)
+        if self._history is not None:
+            self._history.answered(call)
         if self._observer is not None:
             code = answer.error["code"] if answer.error else "ok"
             self._observer.on_call(answer.tool, code, time.monotonic() - started)
@@ -340,7 +350,7 @@ class _BaseSandbox:
             return
         if dead := self._history.dead_writers():
             self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
-        self._history.sweep()
+        self._history.sweep(dead, RECORDING_TOOLS)
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():

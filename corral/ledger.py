@@ -101,13 +101,17 @@ class Ledger:
         response = answer.public()
         if self.history is not None and answer.meta.history_ids:
             self.history.promote(answer.meta.history_ids, answer.tool, since)
+        result = answer.result if answer.ok else None
         if self.audit is not None:
+            # a path left alone fails the record as it fails the command (exit 1): ok
+            # false, error "conflict", each such path in `touched`
             error = answer.error or {}
-            self.audit.record(tool=answer.tool, ok=answer.ok, error=error.get("code"),
-                              path=target)
-        if not answer.ok or answer.result is None:
+            left = [p for p in (result or {}).get("conflicts", ()) if isinstance(p, str)]
+            self.audit.record(tool=answer.tool, ok=answer.ok and not left,
+                              error="conflict" if left else error.get("code"), path=target,
+                              touched=[{"path": path} for path in left])
+        if result is None:
             return response
-        result = answer.result
         # names escaped, as approvals are: the text is shown to a person. A restored
         # path the change taken back had made is gone now: said so, not "restored"
         # (the worker's word, trusted only for paths it also lists as restored).

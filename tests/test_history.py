@@ -199,8 +199,8 @@ def test_the_replaced_file_is_kept_not_copied(delete_sb: Sandbox, tree: Path) ->
     inode = (tree / "log.txt").stat().st_ino
     old = (tree / "log.txt").read_bytes()
     ok(delete_sb, "write_file", path="log.txt", content="new\n")
-    store = Path(delete_sb._history.work_path)
-    kept = [p for p in store.iterdir() if p.name.startswith("b-")]
+    delete_sb._history.flush()  # committed: moved into the root's kept directory
+    kept = list(Path(delete_sb._history.path).glob("k-*/b-*"))
     if delete_sb.confinement["mount_namespace"]:
         assert [p.read_bytes() for p in kept] == [old]
     else:

@@ -158,7 +158,7 @@ def test_a_read_blob_refuses_a_claimed_copy_altered_after_commit(local: Local) -
     promoted(local.store, local.work, local.workspace)
     before = next(iter(local.store.records())).entries[0].before
     assert before is not None and before.blob is not None and before.hash is not None
-    blob = local.work / before.blob.rpartition("/")[2]
+    blob = local.work.parent / before.blob  # in the root's kept directory
     blob.write_bytes(b"FIRST\n")  # in place, the same size
     with pytest.raises(CorralError, match="damaged or was replaced"):
         local.store.read_blob(before)

@@ -22,7 +22,7 @@ from corral.fs import Root
 from corral.history.host import BOUND_EVERY_S
 from corral.history.keeper import Keeper
 from corral.history.records import Record, State
-from corral.history.store import BOUND, Store, new_id, workspace_key
+from corral.history.store import BOUND, Store, kept_name, new_id, workspace_key
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
 
@@ -30,8 +30,10 @@ EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
 
 
 def used(store: Path) -> int:
-    """What the store holds: its records and the kept copies in its work directories."""
-    return sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+    """What the store holds: its records and the kept copies, each file once (the kept
+    directories hold hard links of the records)."""
+    return sum({(st.st_dev, st.st_ino): st.st_size
+                for st in (p.stat() for p in store.rglob("*") if p.is_file())}.values())
 
 
 def test_eviction_keeps_the_store_within_max_bytes(workspace: Path, tmp_path: Path) -> None:
@@ -232,8 +234,9 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
 def test_no_tool_reaches_the_store(workspace: Path) -> None:
     with Sandbox(workspace, policy=EVERYTHING) as sb:
         ok(sb, "write_file", path="hello.txt", content="recorded")
-        store = sb._history.work_path
-        blob = next(p for p in os.listdir(store) if p.startswith("b-"))
+        sb._history.flush()
+        kept = next(Path(sb._history.path).glob("k-*/b-*"))
+        store, blob = str(kept.parent), kept.name
         relative = os.path.relpath(store, workspace)
         for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):
             for tool, arguments in (
@@ -312,9 +315,10 @@ def test_the_store_reads_back_typed_checked_records(tmp_path: Path) -> None:
         assert (entry.rel, entry.kind, entry.action) == ("a.txt", "replace", "modify")
         assert isinstance(entry.before, State) and entry.before.hash is not None
         assert store.read_blob(entry.before) == b"old\n"
-        blob = f"b-{record.id}-0"  # in the work directory, where the worker kept it
-        assert store.has_blob(State("file", size=4, blob=blob))
-        assert not store.has_blob(State("file", size=5, blob=blob))  # not whole
+        # moved from the work directory, where the worker kept it, to the root's kept one
+        blob = f"b-{record.id}-0"
+        assert entry.before.blob == f"{kept_name(str(workspace))}/{blob}"
+        assert not store.has_blob(State("file", size=4, blob=blob))
         checkpoint = store.checkpoint("label")
         promoted(store, work, workspace)
         info = store.checkpoint_info(checkpoint)
@@ -345,3 +349,34 @@ def test_the_note_counts_each_commit_not_only_the_close(
         sb._history.flush()
         noted = int(store.joinpath(BOUND).read_text().split()[0])
         assert noted >= start + 8192  # the second write's copy, before any close
+
+
+def test_what_a_worker_leaves_in_its_work_directory_is_bounded(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A compromised worker fills its work directory with files no record keeps,
+    future-dated records and records it holds: once the store is over its bound,
+    all but the held record (its writer is mid-call) go, the history's own stays."""
+    import fcntl
+
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=256 * 1024)
+    with Sandbox(workspace, history=options) as sb:
+        ok(sb, "write_file", path="hello.txt", content="kept\n")
+        assert sb._history is not None and sb._history.work_path is not None
+        work = Path(sb._history.work_path)
+    for n in range(100):  # 800 KiB no record keeps
+        (work / f"junk-{n}").write_bytes(b"x" * 8192)
+    future = f"{time.time_ns() + 10**12:016x}{os.getpid() & 0xFFFFFF:06x}0000"
+    (work / f"b-{future}-0").write_bytes(b"y" * 300_000)  # over the bound alone
+    held_id = f"{time.time_ns() - 10**12:016x}{os.getpid() & 0xFFFFFF:06x}0000"
+    held = os.open(work / f"r-{held_id}.pending", os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    bound = Path(tmp_path / "hist").glob("*/bounded")
+    for note in bound:
+        note.write_text("0 0\n")  # the next start reads the store through
+    try:
+        with Sandbox(workspace, history=options) as sb:
+            assert sorted(p.name for p in work.iterdir()) == [f"r-{held_id}.pending"]
+            assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
+    finally:
+        os.close(held)

@@ -249,7 +249,7 @@ def test_only_records_the_host_checked_are_undone(start: Any, workspace: Path) -
     sb = started.sb
     ok(sb, "write_file", path="hello.txt", content="new\n")
     assert len(sb.history()) == 1  # committed, with the kept copy's size and hash
-    [blob] = [p for p in Path(started.history).iterdir() if p.name.startswith("b-")]
+    [blob] = started.home.glob("k-*/b-*")
     blob.unlink()
     blob.write_bytes(b"HELLO\nWORLD\n")  # the same size: the hash tells
     undone = sb.undo("hello.txt")
@@ -264,7 +264,7 @@ def test_a_truncated_blob_is_refused_and_nothing_is_written(start: Any, workspac
     (workspace / "big.txt").write_bytes(b"x" * 100_000)
     ok(sb, "write_file", path="big.txt", content="small\n")
     assert len(sb.history()) == 1
-    [blob] = [p for p in Path(started.history).iterdir() if p.name.startswith("b-")]
+    [blob] = started.home.glob("k-*/b-*")
     os.truncate(blob, 4096)  # a copy cut short
     undone = sb.undo("big.txt")
     assert undone["result"]["conflicts"] == ["big.txt"], undone
@@ -474,3 +474,57 @@ def test_a_host_killed_committing_a_record_loses_nothing(start: Any, workspace: 
     assert entry["after"]["version"] == content_version(b"landed\n")
     assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
     assert (workspace / "hello.txt").read_text() == "hello\nworld\n"
+
+
+# -- what the clean-up sweep commits ------------------------------------------------------
+
+
+def test_the_sweep_refuses_a_record_of_a_tool_that_changes_nothing(
+    start: Any, workspace: Path
+) -> None:
+    """A done record no answer named (a settle's, a dead host's, or planted) is
+    committed by the sweep; it must still be of a tool that records changes."""
+    started = start()
+    sb = started.sb
+    now = (workspace / "hello.txt").read_bytes()
+    record_id = new_id()
+    record = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
+    record["tool"] = "read_file"
+    _plant(started.history, record_id, json.dumps(record).encode())
+    assert sb.history() == []
+    assert "changes nothing" in sb._history.refused[f"r-{record_id}.done"]
+
+
+def test_the_sweep_refuses_a_record_older_than_the_history_keeps(
+    start: Any, workspace: Path
+) -> None:
+    started = start(history=HistoryOptions(max_age_days=1))
+    sb = started.sb
+    now = (workspace / "hello.txt").read_bytes()
+    record_id = _future_id(-2 * 86_400)
+    _plant(started.history, record_id, _forged(str(workspace), record_id, b"EVIL", now))
+    assert sb.history() == []
+    assert "older than" in sb._history.refused[f"r-{record_id}.done"]
+
+
+def test_the_sweep_leaves_a_call_in_flight_its_own_records(
+    start: Any, workspace: Path
+) -> None:
+    """A call's record done before its answer is checked as that call's (its tool, its
+    start), not committed meanwhile by a sweep that another thread ran."""
+    started = start()
+    sb = started.sb
+    assert sb._history is not None
+    now = (workspace / "hello.txt").read_bytes()
+    call = object()
+    sb._history.calling(call)  # a write_file call begins ...
+    record_id = new_id()
+    record = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
+    record["tool"] = "append_file"  # ... and its worker records another tool's change
+    _plant(started.history, record_id, json.dumps(record).encode())
+    assert sb.history() == []  # the sweep leaves it to the call's answer
+    assert (Path(started.history) / f"r-{record_id}.done").exists()
+    sb._history.promote([record_id], "write_file", time.time() - 1)
+    sb._history.answered(call)
+    assert sb.history() == []
+    assert "from a 'write_file' call" in sb._history.refused[f"r-{record_id}.done"]

@@ -23,6 +23,7 @@ from corral import Pool, Sandbox
 from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
+from corral.history.store import kept_name
 from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import ZygoteHandle
 from corral.sandbox.protocol import read_frame, write_frame
@@ -163,8 +164,9 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
                     except FileNotFoundError:
                         continue  # evicted meanwhile
                     history = sandboxes[index]._history
-                    own = {str(workspaces[index]), history.path, history.work_path}
-                    if held - own:  # its root, and its own workspace's history store
+                    kept = os.path.join(history.path, kept_name(str(workspaces[index])))
+                    own = {str(workspaces[index]), kept, history.work_path}
+                    if held - own:  # its root, and its own workspace's history directories
                         problems.append(f"worker {pid} of tenant {index} holds {held}")
 
         threads = [threading.Thread(target=tenant, args=(i,)) for i in range(8)]

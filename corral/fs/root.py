@@ -904,17 +904,18 @@ class Root:
 
     def restore_tree(
         self, rel: str, src_fd: int, src_name: str, *,
-        copy: Callable[[int, str], None], keep: Keep = NO_KEEP,
+        copy: Callable[[int, str], None], guard: Guard = None, keep: Keep = NO_KEEP,
     ) -> None:
         """Put a directory kept outside the roots (`src_name` of `src_fd`: a history
         store's) at `rel`, which must not exist (already_exists), its missing parents
         made: renamed in whole, or, where a rename cannot reach (another file
         system, a directory this process may not change), `copy(dir_fd, name)`
-        makes it under a temp name beside `rel`, renamed in whole. keep: records it
-        as a directory made (one record)."""
+        makes it under a temp name beside `rel`, renamed in whole. `guard` gets the
+        resolved path it lands at (to decide what the tree holds beneath it too).
+        keep: records it as a directory made (one record)."""
         made: list[str] = []
         with self._locked(exclusive=True), self._at(
-            "restore", rel, follow=False, guard=None, changes=True, named=True,
+            "restore", rel, follow=False, guard=guard, changes=True, named=True,
             make_parents=True, made=made,
         ) as t:
             name = t.name()

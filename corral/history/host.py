@@ -20,7 +20,7 @@ from typing import Any
 
 from corral.config import HistoryOptions
 from corral.errors import CorralError
-from corral.history import promote
+from corral.history import kept, leftovers, promote
 from corral.history.promote import Expect
 from corral.history.records import PATCH_TOOL, Checkpoint, Entry, Record, State, dump
 from corral.history.store import (
@@ -31,6 +31,7 @@ from corral.history.store import (
     Store,
     StoreError,
     id_pid,
+    id_time,
     make_work,
     new_id,
     prepare,
@@ -69,6 +70,7 @@ EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
 # the store may pass its bound by what they store meanwhile.
 BOUND_EVERY_S = 600
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
+MAX_CALLS_TRACKED = 10_000  # calls in flight the sweep waits for (a flow never finished stays)
 
 
 class History:
@@ -87,6 +89,8 @@ class History:
         self.work_path: str | None = None
         self.work = ""
         self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
+        self._calls: dict[object, float] = {}  # calls in flight: when each began (wall clock)
+        self._retry: dict[str, Expect] = {}  # ids whose commit failed, with their checks
         # Committing a call's records writes a file in the store (~0.2-2 ms on a busy
         # disk, and a hash of the kept copy), off the call's path: one thread, in order;
         # whatever reads the history waits for it first (flush).
@@ -98,6 +102,7 @@ class History:
             if self.writable:
                 self.work = work_name(sorted(self.writable))
                 make_work(home, self.work)
+                kept.make(home, self.writable)
                 work = os.open(self.work, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
                                | os.O_NOFOLLOW, dir_fd=home)
                 self.work_path = os.path.join(self.path, self.work)
@@ -107,6 +112,7 @@ class History:
         self.store = Store(work, home)
         self._added = 0  # bytes stored since the note was last brought up to date
         with self._locked():
+            kept.migrate(home)  # a store an earlier version wrote: once
             bound = read_bound(home)
             if (bound is not None and time.time() - bound[1] < BOUND_EVERY_S
                     and bound[0] <= options.max_bytes):
@@ -161,22 +167,49 @@ class History:
                 self._note_added()
         except OSError as exc:  # left done in the work directory: the next sweep commits it
             log.warning("corral: history: committing records failed (%s)", exc.strerror)
+            with self._lock:
+                for item in ids[:REFUSED_KEPT]:
+                    self._retry[item] = expect
+
+    def calling(self, call: object) -> None:
+        """A call began: the sweep leaves the records it may make to its answer."""
+        with self._lock:
+            if len(self._calls) < MAX_CALLS_TRACKED:  # (more: the sweep waits for none)
+                self._calls[call] = time.time()
+
+    def answered(self, call: object) -> None:
+        with self._lock:
+            self._calls.pop(call, None)
 
     def flush(self) -> None:
         """Wait until every record promote() was given is committed or refused."""
         self._later.submit(lambda: None).result()
 
-    def sweep(self) -> None:
-        """Commit what was promoted, then the done records nobody promoted (a
-        settle's, a dead host's)."""
+    def sweep(self, dead: Sequence[int] = (), tools: frozenset[str] | None = None) -> None:
+        """Commit what was promoted, then the done records no answer will name (a
+        settle's: of the writers `dead`; a dead host's), each of a tool in `tools`
+        (those that record changes) and no older than the history keeps. A record
+        dated after a call in flight began may be that call's: it waits for the
+        answer, which checks it as that call's (unless its writer is dead); one
+        whose commit failed is tried again with its call's checks."""
         if self.work_path is None:
             return
+        with self._lock:  # before the flush: a call answered since has its commit queued
+            flying = min(self._calls.values(), default=None)
         self.flush()
+        since = time.time() - self.options.max_age_days * DAY_S
         with self._locked():
             ids = promote.done(self.store)
-            if ids:
-                self._refused(promote.promote(
-                    self.store, self.work, ids, Expect(self.writable)))
+            retried = [i for i in ids if i in self._retry]
+            for item in retried:
+                self._refused(promote.promote(self.store, self.work, [item],
+                                              self._retry.pop(item)))
+            orphaned = [i for i in ids if i not in retried and (
+                flying is None or id_time(i) < flying - promote.CLOCK_SLACK_S
+                or id_pid(i) in dead)]
+            if orphaned:
+                self._refused(promote.promote(self.store, self.work, orphaned, Expect(
+                    self.writable, since=since, tools=tools)))
 
     def _refused(self, refused: dict[str, str]) -> None:
         self.refused.update(refused)
@@ -213,6 +246,7 @@ class History:
         """Evict down to `max_bytes` (and the age bound), and leave the note a start
         reads instead (the caller holds the store's lock)."""
         self._usage = self.store.evict(max_bytes, self.options.max_age_days * DAY_S)
+        self._usage = leftovers.evict(self.store, self._usage, max_bytes)
         self._added = 0  # the read found what this sandbox stored
         with contextlib.suppress(OSError):  # without the note, the next start bounds
             write_bound(self.store.home, self._usage, int(time.time()))
@@ -221,8 +255,9 @@ class History:
         checkpoint = Checkpoint(new_id(), time.time(), label)
         with self._locked():
             try:
-                publish(self.store.home, f"{CHECKPOINT}{checkpoint.id}{COMMITTED}",
-                          dump(checkpoint))
+                name = f"{CHECKPOINT}{checkpoint.id}{COMMITTED}"
+                publish(self.store.home, name, dump(checkpoint))
+                kept.link(self.store.home, name, self.writable)
             except OSError as exc:
                 raise StoreError(exc) from None
         return checkpoint.id

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from corral.history import kept
 from corral.history.records import (
     PATCH_TOOL,
     BadRecord,
@@ -36,6 +37,7 @@ from corral.history.store import (
     id_pid,
     id_time,
     is_id,
+    kept_name,
     publish,
     read_small,
     skipped,
@@ -52,11 +54,13 @@ CLOCK_SLACK_S = 1.0
 class Expect(NamedTuple):
     """What a record may be: the roots its writer could write (those of the work
     directory it lies in), and for a call's own records the call's tool and the
-    wall-clock time it started."""
+    wall-clock time it started; for records no call named (the sweep's), the tools
+    that record changes and the oldest time the history still keeps."""
 
     writable: frozenset[str]
     tool: str | None = None
     since: float | None = None
+    tools: frozenset[str] | None = None
 
 
 def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict[str, str]:
@@ -75,18 +79,25 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
                 if data is None:
                     continue
                 if prefix == RECORD:
-                    value = dump(_checked(store, work, item, data, expect))
+                    record = _checked(store, work, item, data, expect)
+                    # (an undo's closing record names no path: its sandbox's roots)
+                    value = dump(record)
+                    roots = kept.roots_of(record) or list(expect.writable)
                 else:
                     checkpoint = checkpoint_from_bytes(data)
                     _check(checkpoint.id == item, "a checkpoint under another's name")
                     _check_time(item, checkpoint.time, expect)
-                    value = dump(checkpoint)
+                    value, roots = dump(checkpoint), list(expect.writable)
             except (BadRecord, OSError) as why:
                 refused[name] = str(why)
                 skipped(name, why)
-                _drop(store, item, name)
+                _drop(store, item, name, expect)
                 break
-            publish(store.home, f"{prefix}{item}{COMMITTED}", value)
+            committed = f"{prefix}{item}{COMMITTED}"
+            publish(store.home, committed, value)
+            # mirrored for the workers of its roots before the done record goes: a host
+            # killed in between commits it again, and mirrors it then
+            kept.link(store.home, committed, roots)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=store.fd)
             break
@@ -110,6 +121,8 @@ def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expec
     if expect.tool is not None:
         _check(record.tool == expect.tool,
                f"a record of {record.tool!r} from a {expect.tool!r} call")
+    if expect.tools is not None:
+        _check(record.tool in expect.tools, f"a record of {record.tool!r}, which changes nothing")
     if record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
@@ -152,29 +165,29 @@ def _entry(
             entry.kind == "remove_tree" and state is entry.before),
             "a list of kept entries on a change that is not a directory's delete")
     if entry.kind == "remove_tree":
-        return _tree_entry(store, work, record_id, entry)
+        return _tree_entry(store, record_id, entry)
     before = entry.before
     if before is None or before.blob is None:
         return entry
     blob = blob_name(record_id, index)
     _check(before.blob == blob, "a blob of another record")
-    kept = f"{work}/{blob}"
     if before.type == "dir":  # what an undo needs of it is that it was a directory
-        return entry._replace(before=before._replace(blob=kept))
+        return entry._replace(before=before._replace(blob=f"{work}/{blob}"))
     _check(before.type == "file", "a blob of something that is not a file")
-    if before.version is not None:
-        # The version the writer claims for what it replaced becomes the kept copy's
-        # hash, unread: the note below says why that is as strong as hashing it here.
-        _check(is_version(before.version), "a version that is not one")
-        size = blob_size(store.fd, blob)
-        _check(size is not None and size == before.size,
-               "a blob that is missing, not a file or cut short")
-        digest: str | None = before.version
-    else:
-        digest = hash_blob(store.fd, blob, before.size)
+    with kept.taken(store.home, store.fd, blob, entry.root) as where:  # then checked there
+        if before.version is not None:
+            # The version the writer claims for what it replaced becomes the kept copy's
+            # hash, unread: the note below says why that is as strong as hashing it here.
+            _check(is_version(before.version), "a version that is not one")
+            size = blob_size(where, blob)
+            _check(size is not None and size == before.size,
+                   "a blob that is missing, not a file or cut short")
+            digest: str | None = before.version
+        else:
+            digest = hash_blob(where, blob, before.size)
     _check(digest is not None, "a blob that is missing, not a file or cut short")
     return entry._replace(before=State(**{
-        **before.to_wire(), "blob": kept, "hash": digest}))
+        **before.to_wire(), "blob": f"{kept_name(entry.root)}/{blob}", "hash": digest}))
 
 
 # Why the committed hash of a kept copy may be the version its writer claimed (the
@@ -195,7 +208,7 @@ def _entry(
 # its blob read and hashed here as before.
 
 
-def _tree_entry(store: Store, work: str, record_id: str, entry: Entry) -> Entry:
+def _tree_entry(store: Store, record_id: str, entry: Entry) -> Entry:
     """A deleted directory: its kept tree must be exactly the list its record holds
     (checked, every file hashed, nothing followed), which then carries the hashes."""
     before = entry.before
@@ -207,8 +220,10 @@ def _tree_entry(store: Store, work: str, record_id: str, entry: Entry) -> Entry:
     blob = blob_name(record_id)
     _check(before.blob == blob, "a blob of another record")
     check_listing(before.tree)
-    tree = check_kept(store.fd, blob, before.mode, before.tree, hashed=False).tree
-    return entry._replace(before=before._replace(blob=f"{work}/{blob}", tree=tree))
+    with kept.taken(store.home, store.fd, blob, entry.root) as where:
+        tree = check_kept(where, blob, before.mode, before.tree, hashed=False).tree
+    return entry._replace(before=before._replace(blob=f"{kept_name(entry.root)}/{blob}",
+                                                 tree=tree))
 
 
 def _committed(store: Store, record_id: str) -> bool:
@@ -226,7 +241,7 @@ def _plain(rel: str) -> bool:
     )
 
 
-def _drop(store: Store, item: str, name: str) -> None:
+def _drop(store: Store, item: str, name: str, expect: Expect) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=store.fd)
     if name.startswith(RECORD):  # every blob of it (a patch's: one per entry)
@@ -235,6 +250,7 @@ def _drop(store: Store, item: str, name: str) -> None:
             blobs = [entry.name for entry in found if entry.name.startswith(prefix)]
         for blob in blobs:
             store.remove_blob(blob)
+        kept.forget(store.home, prefix, expect.writable)  # those its checks moved there
 
 
 def _check(condition: object, why: str) -> None:

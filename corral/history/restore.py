@@ -14,13 +14,13 @@ import contextlib
 import os
 import posixpath
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from corral.errors import CorralError, shown_path
 from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
-from corral.history.records import PATCH_TOOL, BadRecord, Entry, Record, State
+from corral.history.records import PATCH_TOOL, BadRecord, Entry, Kept, Record, State
 from corral.history.store import Store, blob_name, id_pid, is_id, new_id
 from corral.history.trees import check_kept, copy_tree
 from corral.policy import Policy, RootSpec
@@ -74,16 +74,41 @@ class Restorer:
         return True
 
     def check(self, entries: list[Entry], tool: str) -> None:
-        """path_denied unless the policy lets `tool` write every path of `entries`."""
+        """path_denied unless the policy lets `tool` write every path of `entries`, as
+        recorded and as it resolves now (a directory on its way may have become a
+        symlink since): before anything changes. Each Root call decides again on
+        the path it opened (`guard`), race-free."""
         for entry in entries:
             root = self.root(entry.root)
             if root.mode != "rw":
                 raise CorralError("read_only", f"{entry.path} lies in a read-only root.")
             for rel in (entry.rel, *entry.made):
-                self._allowed(tool, root, rel)
+                for path in self._spellings(root, rel):
+                    self._allowed(tool, root, path)
             if entry.before is not None and entry.before.tree is not None:
-                for kept in entry.before.tree:  # a deleted directory comes back whole
-                    self._allowed(tool, root, posixpath.join(entry.rel, kept.path))
+                for path in self._spellings(root, entry.rel):
+                    self._tree_allowed(tool, root, path, entry.before.tree)
+
+    @staticmethod
+    def _spellings(root: Root, rel: str) -> list[str]:
+        """`rel` as recorded, and where it resolves now (its parents followed)."""
+        try:
+            resolved = root.resolve(rel, follow=False)
+        except CorralError as error:
+            if error.code == "outside_workspace":
+                raise
+            return [rel]  # a parent is missing: the guard decides what gets made
+        return [rel] if resolved == rel else [rel, resolved]
+
+    def _tree_allowed(self, tool: str, root: Root, rel: str, tree: tuple[Kept, ...]) -> None:
+        """A deleted directory comes back whole: it and every entry beneath it."""
+        self._allowed(tool, root, rel)
+        for kept in tree:
+            self._allowed(tool, root, posixpath.join(rel, kept.path))
+
+    def guard(self, tool: str, root: Root) -> Callable[[str], None]:
+        """The Root calls' guard: the policy on the resolved path each one opened."""
+        return lambda rel: self._allowed(tool, root, rel)
 
     def _allowed(self, tool: str, root: Root, rel: str) -> None:
         """path_denied, naming the path and the rule, if the policy denies `tool`
@@ -97,48 +122,51 @@ class Restorer:
             )
 
     def _moving(self, tool: str, src: Root, dst: Root) -> MoveGuard:
-        """Moving a directory back decides every entry beneath it at its old and its
-        new name, as move_file does (Root.rename walks it under the tree lock): what
-        was written into it since must not land at a name no tool may write."""
+        """Moving back decides both ends where they resolve and, for a directory,
+        every entry beneath it at its old and its new name, as move_file does
+        (Root.rename walks it under the tree lock): what was written into it since
+        must not land at a name no tool may write."""
 
         def entry(old: str, new: str) -> None:
             self._allowed(tool, src, old)
             self._allowed(tool, dst, new)
 
-        return MoveGuard(moved=entry)
+        return MoveGuard(self.guard(tool, src), self.guard(tool, dst), entry)
 
     # -- reverting ------------------------------------------------------------
 
-    def revert(self, record: Record) -> None:
-        """Put every path of `record` back to its `before` state."""
+    def revert(self, record: Record, tool: str) -> None:
+        """Put every path of `record` back to its `before` state, each change decided
+        by the policy as `tool`'s on the path it resolves to."""
         entries = record.entries
         if entries and entries[0].kind == "move_from":
-            self._unmove(entries[0], entries[1], record.tool)
+            self._unmove(entries[0], entries[1], tool)
             return
         if entries and entries[0].kind == "remove_tree":
-            self._put_tree(entries[0])
+            self._put_tree(entries[0], tool)
             return
         for entry in reversed(entries):
-            self._put(entry, entry.before)
-            self._unmake(entry)
+            self._put(entry, entry.before, tool)
+            self._unmake(entry, guard=self.guard(tool, self.root(entry.root)))
 
-    def _put(self, entry: Entry, state: State | None) -> None:
+    def _put(self, entry: Entry, state: State | None, tool: str) -> None:
         root, rel, keep = self.root(entry.root), entry.rel, self.keeper
+        guard = self.guard(tool, root)
         info = root.info(rel)
         if state is None:
             if info is None:
                 return
             if info.type == "dir":
-                root.rmdir(rel, keep=keep)
+                root.rmdir(rel, guard=guard, keep=keep)
             else:
-                root.unlink(rel, keep=keep)
+                root.unlink(rel, guard=guard, keep=keep)
             return
         kind = state.type
         if kind == "dir":
             if info is None or info.type != "dir":
                 if info is not None:
-                    root.unlink(rel, keep=keep)
-                root.mkdir(rel, keep=keep)
+                    root.unlink(rel, guard=guard, keep=keep)
+                root.mkdir(rel, guard=guard, keep=keep)
             return
         if kind == "symlink":  # a worker cannot make one: listed, for a person to make
             if info is None:
@@ -152,10 +180,10 @@ class Restorer:
         else:  # an append: the file as it was is the start of what is there
             data = root.read_bytes(rel, max_file_bytes=self.max_file_bytes)[: state.size]
         if info is not None and info.type == "dir":
-            root.rmdir(rel, keep=keep)
-        root.write_atomic(rel, data, mode=state.mode, keep=keep)
+            root.rmdir(rel, guard=guard, keep=keep)
+        root.write_atomic(rel, data, mode=state.mode, guard=guard, keep=keep)
 
-    def _put_tree(self, entry: Entry) -> None:
+    def _put_tree(self, entry: Entry, tool: str) -> None:
         """A deleted directory back, whole: its kept tree, checked against the list
         its record holds (every file's hash too), moved back from the store, or
         copied where a move cannot reach (the blob lies in another sandbox's work
@@ -168,8 +196,7 @@ class Restorer:
         tree = before.tree
         where, _, name = before.blob.rpartition("/")
         try:
-            work = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                           dir_fd=self.store.home)
+            work = self.store.open_dir(where)
         except OSError as exc:
             raise CorralError("io_error", f"the kept tree is gone ({exc.strerror}).") from None
         try:
@@ -187,21 +214,23 @@ class Restorer:
                 copied = True
                 copy_tree(work, name, dir_fd, temp, tree)
 
-            self.root(entry.root).restore_tree(entry.rel, work, name, copy=copy,
-                                               keep=self.keeper)
+            root = self.root(entry.root)
+            root.restore_tree(entry.rel, work, name, copy=copy, keep=self.keeper,
+                              guard=lambda rel: self._tree_allowed(tool, root, rel, tree))
         finally:
             os.close(work)
         links = [kept for kept in tree if kept.type == "symlink"] if copied else unkept
         self.unkept_links += [{"path": posixpath.join(entry.path, kept.path),
                                "target": kept.target or ""} for kept in links]
 
-    def _unmake(self, entry: Entry, *, recorded: bool = True) -> None:
+    def _unmake(self, entry: Entry, *, recorded: bool = True,
+                guard: Callable[[str], None] | None = None) -> None:
         """Remove the directories the change made on its way, deepest first, if empty
         (`recorded`: as changes of their own; not when the change itself never landed)."""
         root = self.root(entry.root)
         for made in reversed(entry.made):
             with contextlib.suppress(CorralError):
-                root.rmdir(made, keep=self.keeper if recorded else NO_KEEP)
+                root.rmdir(made, guard=guard, keep=self.keeper if recorded else NO_KEEP)
 
     def _unmove(self, source: Entry, destination: Entry, tool: str) -> None:
         src_root, dst_root = self.root(source.root), self.root(destination.root)
@@ -212,7 +241,7 @@ class Restorer:
             raise CorralError("already_exists", f"{source.path} exists again.")
         # (else moved back already, by an undo a kill cut short: it passed the checks)
         if destination.before is not None:
-            self._put(destination, destination.before)
+            self._put(destination, destination.before, tool)
 
     def _cut_back(self, entry: Entry, record_id: str) -> None:
         """An append its writer was killed inside left part of its bytes: cut the file
@@ -563,8 +592,13 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
         if record.id in restorer.keeper.ids:
             continue
         keys = _keys(record)
-        if keys & poisoned:
+        if keys & poisoned:  # older than a change left alone: left too, and said so
             poisoned |= keys
+            for entry in record.entries:
+                if entry.path not in conflicts:
+                    conflicts.append(entry.path)
+                    reasons.setdefault(entry.path, "not taken back to the checkpoint: an "
+                                       "older change of it goes with a path left alone")
             continue
         done, failed = _revert_one(restorer, [record], force, reasons, trusted)
         reverted.append(record)
@@ -579,6 +613,18 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             "removed": _removed(restorer, reverted, restored),
             "reasons": reasons, "links_not_restored": restorer.unkept_links,
             "records": restorer.keeper.ids}
+
+
+def _left_with(paths: list[str], left: list[str], reasons: dict[str, str]) -> None:
+    """A change is reverted whole or not at all: each of its other paths is left too,
+    and says for which."""
+    unique = list(dict.fromkeys(left))
+    named = ", ".join(shown_path(path) for path in unique[:3])
+    if len(unique) > 3:
+        named += f" and {len(unique) - 3} more"
+    for path in paths:
+        reasons.setdefault(path, f"left with the rest of its change ({named} could not be "
+                                 "restored)")
 
 
 def _removed(restorer: Restorer, records: list[Record], restored: list[str]) -> list[str]:
@@ -606,9 +652,10 @@ def _revert_one(
             if changed:
                 for path in changed:
                     reasons[path] = "changed since by something other than corral"
-                return [], changed
+                _left_with(paths, changed, reasons)
+                return [], paths
         for record in records:
-            restorer.revert(record)
+            restorer.revert(record, records[-1].tool)
     except CorralError as error:
         for path in paths:
             reasons[path] = error.message

@@ -13,15 +13,19 @@
         c-<id>.done       a checkpoint a rewind made
         b-<id>-<n>        what the change replaced: the old inode itself (renamed in,
                           so an atomic write's old file is kept, not copied) or a copy
+      k-<root>/           a root's kept directory (kept.py): the committed records naming
+                          the root (links), checkpoints, and its changes' blobs, moved here
+                          by the host at commit
 
-A worker of a sandbox that may write holds two fds: the store (Landlock: read only)
-and its work directory (read and write, no symlinks); a sandbox that writes nothing
-gets neither. The host promotes a finished record (`.done`) into the store only
-after checking it (promote.py): its shape, its time, its roots, and its blob,
-whose size and content hash the committed record then carries, so a blob changed
-afterwards is refused when an undo reads it. A pending record's writer holds an
-flock on it while it lives: the kernel drops it when the process dies (a zombie
-holds none), so a pending record nobody holds is an orphan for `settle`.
+A worker of a sandbox that may write holds its work directory (read and write, no
+symlinks) and the kept directories of its roots (read only), never the store
+itself; a sandbox that writes nothing gets none. The host promotes a finished
+record (`.done`) into the store only after checking it (promote.py): its shape, its
+time, its roots, and its blob, whose size and content hash the committed record then
+carries, so a blob changed afterwards is refused when an undo reads it. A pending
+record's writer holds an flock on it while it lives: the kernel drops it when the
+process dies (a zombie holds none), so a pending record nobody holds is an orphan
+for `settle`.
 
 Ids sort in time order: nanoseconds, pid and a per-process counter, fixed-width
 hex. Files are written without fsync: the store survives a kill -9 of any process
@@ -64,6 +68,7 @@ from corral.history.records import (
 )
 
 RECORD, PENDING, DONE, CHECKPOINT, BLOB, WORK = "r-", ".pending", ".done", "c-", "b-", "w-"
+KEPT = "k-"  # a root's kept directory (kept.py): what a worker writing that root reads
 TEMP = "t-"  # a committed record or checkpoint being written by the host
 BOUND = "bounded"  # the bytes held, and when the store was last read through (write_bound)
 BOUND_CLOCK_SLACK_S = 60.0  # a note's time may run this far ahead of the clock
@@ -124,6 +129,11 @@ def work_name(writable: list[str]) -> str:
     """The work directory of the sandboxes that may write exactly `writable`: what a
     record found there may name is what its writer could write anyway."""
     return WORK + content_version(os.fsencode("\0".join(sorted(writable))))[:16]
+
+
+def kept_name(root: str) -> str:
+    """The kept directory of the root whose real path is `root` (kept.py)."""
+    return KEPT + content_version(os.fsencode(root))[:16]
 
 
 def state_dir() -> str:
@@ -208,23 +218,42 @@ class Store:
     (`fd`). Reads raise OSError; writes that a change depends on raise StoreError.
     A Store serves one call at a time (a worker's calls, or a host under its lock)."""
 
-    def __init__(self, fd: int, home: int) -> None:
+    def __init__(self, fd: int, home: int, kept: dict[str, int] | None = None) -> None:
         self.fd = fd
         self.home = home
+        # A worker's: {name: fd} of its roots' kept directories (kept.py), which it reads
+        # instead of the store itself (`home` is then -1: it holds no fd of it).
+        self.kept = kept
         self._held: dict[str, int] = {}  # pending record id -> its fd, flocked
 
     @classmethod
-    def open(cls, work: str) -> Store:
-        """The store whose work directory is `work` (its parent is the store)."""
+    def open(cls, work: str, roots: list[str] | None = None) -> Store:
+        """The store whose work directory is `work` (its parent is the store); with
+        `roots`, a worker's: the kept directories of those roots instead of the store."""
         try:
             fd = os.open(work, _DIR_FLAGS)
         except OSError as exc:
             raise StoreError(exc) from None
         try:
-            return cls(fd, os.open("..", _DIR_FLAGS, dir_fd=fd))
+            home = os.open("..", _DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
             os.close(fd)
             raise StoreError(exc) from None
+        if roots is None:
+            return cls(fd, home)
+        kept: dict[str, int] = {}
+        try:
+            for root in roots:  # the host makes them; a store made before did not
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(kept_name(root), 0o700, dir_fd=home)
+                kept[kept_name(root)] = os.open(kept_name(root), _DIR_FLAGS, dir_fd=home)
+        except OSError as exc:
+            for opened in (fd, *kept.values()):
+                os.close(opened)
+            raise StoreError(exc) from None
+        finally:
+            os.close(home)
+        return cls(fd, -1, kept)
 
     def close(self) -> None:
         self.release()
@@ -232,6 +261,14 @@ class Store:
             if getattr(self, name) >= 0:
                 os.close(getattr(self, name))
                 setattr(self, name, -1)
+        for fd in (self.kept or {}).values():
+            os.close(fd)
+        self.kept = None if self.kept is None else {}
+
+    def _readable(self) -> list[int]:
+        """Where committed records and checkpoints are read: the store, or a worker's
+        kept directories (which mirror it for their roots)."""
+        return [self.home] if self.kept is None else list(self.kept.values())
 
     # -- a worker's writing (the work directory) ------------------------------
 
@@ -344,7 +381,7 @@ class Store:
         try:
             os.unlink(blob, dir_fd=self.fd)
         except IsADirectoryError:
-            _remove_tree(self.fd, blob)
+            remove_tree(self.fd, blob)
         except FileNotFoundError:
             pass
 
@@ -418,31 +455,37 @@ class Store:
     # -- reading ------------------------------------------------------------
 
     def listing(self) -> Listing:
-        records, checkpoints = [], []
-        for name in _names(self.home):
-            if name.endswith(COMMITTED) and is_id(name[2:-5]):
-                if name.startswith(RECORD):
-                    records.append(name[2:-5])
-                elif name.startswith(CHECKPOINT):
-                    checkpoints.append(name[2:-5])
+        records, checkpoints = set(), set()
+        for fd in self._readable():
+            for name in _names(fd):
+                if name.endswith(COMMITTED) and is_id(name[2:-5]):
+                    if name.startswith(RECORD):
+                        records.add(name[2:-5])
+                    elif name.startswith(CHECKPOINT):
+                        checkpoints.add(name[2:-5])
         return Listing(sorted(records), sorted(checkpoints))
 
     def record(self, record_id: str, *, pending: bool = False) -> Record | None:
         """A committed (or, `pending`, this work directory's pending) record, checked;
         None if it is not there or not a valid record (reported in the log)."""
         if pending:
-            name, fd = f"{RECORD}{record_id}{PENDING}", self.fd
-        else:
-            name, fd = f"{RECORD}{record_id}{COMMITTED}", self.home
-        return self.load_record(fd, name)
+            return self.load_record(self.fd, f"{RECORD}{record_id}{PENDING}")
+        for fd in self._readable():
+            if (record := self.load_record(fd, f"{RECORD}{record_id}{COMMITTED}")) is not None:
+                return record
+        return None
 
     def uncommitted(self, after: str) -> Iterator[Record]:
         """The records written after the id `after` that no host has committed yet
         (pending, or done and waiting for it), checked, each work directory's oldest
         first: every work directory's, as sandboxes that write other sets of roots
-        may have changed the same paths. Only those are read: a name holds its id."""
-        for where, fd in self._dirs():
-            if not where:
+        may have changed the same paths (a worker: its own only, all it may read).
+        Only those are read: a name holds its id."""
+        dirs = self._dirs() if self.kept is None else iter([(WORK, os.dup(self.fd))])
+        for where, fd in dirs:
+            if not where.startswith(WORK):
+                if where:
+                    os.close(fd)
                 continue
             try:
                 records = [record for name in sorted(_names(fd))
@@ -469,7 +512,10 @@ class Store:
     def checkpoint_info(self, cp_id: str) -> Checkpoint | None:
         name = f"{CHECKPOINT}{cp_id}{COMMITTED}"
         try:
-            data = read_small(self.home, name)
+            data = None
+            for fd in self._readable():
+                if (data := read_small(fd, name)) is not None:
+                    break
             if data is None:
                 return None
             checkpoint = checkpoint_from_bytes(data)
@@ -488,15 +534,24 @@ class Store:
                 yield record
 
     def open_blob(self, blob: str) -> int:
-        """A committed record's blob ("w-<roots>/b-<id>-0"), neither part followed."""
+        """A committed record's blob ("k-<root>/b-<id>-0"), neither part followed."""
         where, _, name = blob.rpartition("/")
-        if not where:
+        if not where and self.kept is None:
             return os.open(name, _READ_FLAGS, dir_fd=self.home)
-        work = os.open(where, _DIR_FLAGS, dir_fd=self.home)
+        work = self.open_dir(where)
         try:
             return os.open(name, _READ_FLAGS, dir_fd=work)
         finally:
             os.close(work)
+
+    def open_dir(self, where: str) -> int:
+        """A directory of the store a committed blob names, never followed; a worker
+        opens only its own roots' kept directories (FileNotFoundError otherwise)."""
+        if self.kept is None:
+            return os.open(where, _DIR_FLAGS, dir_fd=self.home)
+        if where not in self.kept:
+            raise FileNotFoundError(errno.ENOENT, "not in a kept directory of this sandbox")
+        return os.open(".", _DIR_FLAGS, dir_fd=self.kept[where])
 
     def read_blob(self, state: State) -> bytes:
         """A committed blob's bytes, checked against the size and content hash the
@@ -549,8 +604,11 @@ class Store:
                         if where and name.endswith((PENDING, DONE)):
                             writing.add(name[2:2 + ID_WIDTH])
                         if not name.startswith((RECORD, CHECKPOINT, BLOB)) or (
-                            where and not name.startswith(BLOB)
+                            where.startswith(WORK) and not name.startswith(BLOB)
                         ):
+                            continue
+                        if where.startswith(KEPT) and not name.startswith(BLOB):
+                            yield where, name, 0  # a mirror of the store's own file
                             continue
                         with contextlib.suppress(OSError):
                             st = entry.stat(follow_symlinks=False)
@@ -562,7 +620,7 @@ class Store:
     def _dirs(self) -> Iterator[tuple[str, int]]:
         yield "", self.home
         for name in _names(self.home):
-            if name.startswith(WORK):
+            if name.startswith((WORK, KEPT)):
                 with contextlib.suppress(OSError):
                     yield name, os.open(name, _DIR_FLAGS, dir_fd=self.home)
 
@@ -573,8 +631,12 @@ class Store:
         Returns the bytes now held."""
         usage = self.usage()
         total = usage.total
-        horizon = time.time() - max_age_s
-        ids = sorted(set(usage.sizes) - usage.writing)
+        now = time.time()
+        horizon = now - max_age_s
+        # a worker's blob dated in the future is no change's: not the newest to keep
+        # (leftovers.py evicts it)
+        ids = sorted(key for key in set(usage.sizes) - usage.writing
+                     if not is_id(key) or id_time(key) <= now + BOUND_CLOCK_SLACK_S)
         for record_id in ids[: max(0, len(ids) - keep_newest)]:
             if total <= max_bytes and (not is_id(record_id) or id_time(record_id) >= horizon):
                 break
@@ -590,7 +652,7 @@ class Store:
             try:
                 os.unlink(name, dir_fd=fd)
             except IsADirectoryError:
-                _remove_tree(fd, name)
+                remove_tree(fd, name)
         finally:
             if where:
                 os.close(fd)
@@ -732,14 +794,14 @@ def _names(dir_fd: int) -> list[str]:
         return [entry.name for entry in entries]
 
 
-def _remove_tree(dir_fd: int, name: str) -> None:
+def remove_tree(dir_fd: int, name: str) -> None:
     fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as entries:
             children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
         for child, is_dir in children:
             if is_dir:
-                _remove_tree(fd, child)
+                remove_tree(fd, child)
             else:
                 os.unlink(child, dir_fd=fd)
     finally:

@@ -120,16 +120,20 @@ class Setup(NamedTuple):
     @classmethod
     def _build(cls, sandbox: SandboxSetup, opened: list[Root], policy: Policy) -> Setup:
         roots = Roots(opened[0], opened[1:])
-        store = Store.open(sandbox.history) if sandbox.history else None
+        writable = [root.path for root in opened if root.mode == "rw"]
+        store = Store.open(sandbox.history, writable) if sandbox.history else None
         context = Context(roots, sandbox.limits, policy, history=store)
         return cls(roots, sandbox.limits, policy, sandbox.options, context, store)
 
     def confined_dirs(self) -> list[Any]:
-        """What Landlock lets the worker reach: the roots, and the history store (read
-        only: the records, which only the host writes) with its work directory."""
+        """What Landlock lets the worker reach: the roots, its work directory of the
+        history store, and the kept directories of the roots it writes (read only:
+        the records and copies of their changes, which only the host writes); not
+        the store itself, nor what other sandboxes keep."""
         dirs: list[Any] = list(self.roots.all())
         if self.store is not None:
-            dirs += [StoreDir(self.store.home, mode="ro"), StoreDir(self.store.fd)]
+            dirs += [StoreDir(fd, mode="ro") for fd in (self.store.kept or {}).values()]
+            dirs.append(StoreDir(self.store.fd))
         return dirs
 
     def close(self) -> None:
