@@ -252,7 +252,8 @@ class Audit:
         approvals, comma-separated ids: the ones a call went through by, or the ones
         an approval made), touched (a list of {path, root, resolved, decision,
         rule}). When path is not given the first touched entry fills
-        path/resolved/root/decision/rule."""
+        path/resolved/root/decision/rule; touched is written when it names more than
+        that path."""
         unknown = set(fields) - set(FIELDS)
         if unknown:
             raise TypeError(f"unknown audit fields: {', '.join(sorted(unknown))}")
@@ -264,7 +265,9 @@ class Audit:
         record: dict[str, Any] = {"time": _now()}
         for name in FIELDS[:-1]:
             record[name] = _scalar(fields.get(name), name)
-        if len(touched) > 1:
+        # one entry that is not the record's own path (an undo that left another
+        # path alone) is news too: only a lone entry the record's fields repeat is not
+        if len(touched) > 1 or (touched and touched[0]["path"] != record["path"]):
             record["touched"] = touched
         body = json.dumps(record, separators=(",", ":")).translate(SHELL_ESCAPES)
         record.update(self._append(body[:-1]))  # the chain's fields close the object

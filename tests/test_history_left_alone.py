@@ -75,6 +75,22 @@ def test_a_rewind_names_the_older_changes_it_passes_over(tree: Path) -> None:
     assert not (tree / "src" / "other.py").exists()
 
 
+def test_a_rewind_that_left_one_path_names_it_in_the_audit_record(
+        tree: Path, tmp_path: Path) -> None:
+    """One path left by a rewind (whose record's path is the checkpoint): the record
+    names it in touched (a lone touched entry used to be dropped)."""
+    log = tmp_path / "audit.jsonl"
+    with Sandbox(tree, audit=str(log)) as sb:
+        cp = sb.checkpoint()
+        ok(sb, "edit_file", path="src/lib.py", old_string="lib = 1", new_string="lib = 2")
+        (tree / "src" / "lib.py").write_text("lib = 4\n")  # an editor, not corral
+        result = sb.rewind(cp)["result"]
+    assert result["conflicts"] == ["src/lib.py"], result
+    record = json.loads(log.read_text().splitlines()[-1])
+    assert record["tool"] == "rewind" and record["ok"] is False
+    assert [t["path"] for t in record["touched"]] == ["src/lib.py"]
+
+
 def test_a_clean_undo_is_an_ok_audit_record(tree: Path, tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     with Sandbox(tree, audit=str(log)) as sb:
