@@ -154,6 +154,15 @@ def missing_layers(kernel: dict[str, Any], worker: dict[str, Any]) -> list[str]:
     return [key.removesuffix("_abi") for key in lacking]
 
 
+def namespace_refusal() -> str:
+    """Why a worker can have no mount namespace here, and what usually causes it."""
+    from corral.sandbox.probe import mount_namespace_refusal
+
+    said = mount_namespace_refusal() or "refused"
+    return (f"unshare: {said}; not root and no unprivileged user namespaces, or a seccomp "
+            "profile that refuses unshare, as Docker's and containerd's defaults do")
+
+
 def describe(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return "yes" if value else "no"
@@ -245,7 +254,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print("\n".join(policy))
         print("the kernel offers:")
         for key, value in kernel.items():
-            print(f"  {key:<16}{describe(value)}")
+            why = f" ({namespace_refusal()})" if key == "mount_namespace" and not value else ""
+            print(f"  {key:<16}{describe(value)}{why}")
         print(f"a worker for {workspace} runs with:")
         for key, value in worker.items():
             print(f"  {key:<16}{describe(value)}")
