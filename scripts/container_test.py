@@ -14,8 +14,9 @@ alone: no image registry is needed, or reached.
    - a write, an edit and an undo;
    - `serve --http` through a port published on loopback: /healthz, /readyz, a
      tools/call with a tenant's token, and a tenant whose [sandbox] require names
-     a layer the container lacks makes /readyz 503; then `podman stop` (SIGTERM)
-     drains and the server exits 0.
+     a layer the container lacks makes /readyz 503; a tenant added to the file
+     is served after `kill -HUP 1` in the container; then `podman stop`
+     (SIGTERM) drains and the server exits 0.
 
 Variants: non-root with the runtime's default seccomp profile and capabilities
 (--cap-drop=ALL --security-opt=no-new-privileges --read-only --user 10001);
@@ -61,6 +62,11 @@ APT_PACKAGES = ("podman", "buildah", "mmdebstrap", "uidmap", "runc")
 SETTLE_S = 60.0
 PROCESSES = 4096  # RLIMIT_NPROC in the container: the pool's workers and more
 TOKEN = "container-test-token-0123456789"
+SECOND_TOKEN = "container-test-token-added-at-sighup"
+READ = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "hello.txt"},
+                   "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientCapabilities": {}}}}
 STRICT = ("--cap-drop=ALL", "--security-opt=no-new-privileges", "--read-only", f"--user={USER}")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "non-root, the runtime's default seccomp profile": STRICT,
@@ -260,12 +266,9 @@ class Variant:
                 expect(b"lacks required layer(s): mount_namespace" in body, f"/readyz: {body!r}")
                 return
             expect(request(port, "GET", "/healthz")[:2] == (200, b"ok\n"), "/healthz")
-            status, answer = request(port, "POST", "/mcp", {
-                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "read_file", "arguments": {"path": "hello.txt"},
-                           "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                                     "io.modelcontextprotocol/clientCapabilities": {}}}})
+            status, answer = request(port, "POST", "/mcp", READ)
             expect(status == 200 and b"hello" in answer, f"tools/call over HTTP: {answer!r}")
+            self.reload(port, name, tenants)
         finally:
             stopped = run(*podman("stop", "--time", "30", name), check=False)
             code = run(*podman("inspect", "--format", "{{.State.ExitCode}}", name),
@@ -277,6 +280,21 @@ class Variant:
         expect("drained; exiting" in logs.stderr, f"no drain:\n{logs.stderr}")
 
 
+    def reload(self, port: int, name: str, tenants: str) -> None:
+        """A second token added to the tenants file, then SIGHUP to corral (the
+        container's process 1, as `kubectl exec POD -- sh -c 'kill -HUP 1'` sends it)."""
+        digest = hashlib.sha256(SECOND_TOKEN.encode()).hexdigest()
+        with open(self.config / tenants, "a", encoding="utf-8") as file:
+            file.write(f'[[tenant]]\nname = "b"\ntoken_sha256 = "{digest}"\n'
+                       'workspace = "/workspace"\n')
+        expect(request(port, "POST", "/mcp", READ, SECOND_TOKEN)[0] == 401, "b before")
+        run(*podman("exec", name, "sh", "-c", "kill -HUP 1"))
+        deadline = time.monotonic() + SETTLE_S
+        while request(port, "POST", "/mcp", READ, SECOND_TOKEN)[0] != 200:
+            expect(time.monotonic() < deadline, "the reloaded tenant is not served")
+            time.sleep(0.1)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -284,13 +302,13 @@ def free_port() -> int:
         return port
 
 
-def request(port: int, method: str, path: str,
-            body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+def request(port: int, method: str, path: str, body: dict[str, Any] | None = None,
+            token: str = TOKEN) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         headers = {} if body is None else {
             "content-type": "application/json", "accept": "application/json",
-            "authorization": f"Bearer {TOKEN}", "mcp-method": "tools/call",
+            "authorization": f"Bearer {token}", "mcp-method": "tools/call",
             "mcp-name": "read_file", "mcp-protocol-version": "2026-07-28"}
         connection.request(method, path, body=None if body is None else json.dumps(body),
                            headers=headers)
