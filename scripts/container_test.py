@@ -81,6 +81,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 NAMESPACE_CALLS = ("unshare",)  # what the last variant's profile leaves out
 
 
+def cgroup_v2_alone() -> bool:
+    return Path("/sys/fs/cgroup/cgroup.controllers").exists()
+
+
 def podman(subcommand: str, *argv: str) -> list[str]:
     """A podman command line, with what machines like CI's need:
     - runc where the cgroups are not cgroup v2 alone (crun refuses "hybrid mode");
@@ -88,7 +92,7 @@ def podman(subcommand: str, *argv: str) -> list[str]:
       defaults (1,048,576 open files, more processes than here) take
       CAP_SYS_RESOURCE to set, which a runner in a VM or a container may lack
       (the runtime then fails EPERM)."""
-    runtime = [] if Path("/sys/fs/cgroup/cgroup.controllers").exists() else ["--runtime=runc"]
+    runtime = [] if cgroup_v2_alone() else ["--runtime=runc"]
     limits: list[str] = []
     if subcommand in ("run", "build"):
         files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -116,7 +120,8 @@ def say(text: str) -> None:
 
 
 def ensure_tools() -> None:
-    missing = [tool for tool in ("podman", "mmdebstrap") if shutil.which(tool) is None]
+    tools = ["podman", "mmdebstrap", *([] if cgroup_v2_alone() else ["runc"])]
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -145,7 +150,7 @@ def base_image() -> None:
             "--dpkgopt=path-exclude=/usr/share/locale/*", SUITE, str(partial), *MIRRORS,
             timeout=1800)
         partial.rename(BASE_TAR)
-    run(*podman("import", "--change", "CMD=/bin/sh", str(BASE_TAR), BASE_IMAGE))
+    run(*podman("import", str(BASE_TAR), BASE_IMAGE))
 
 
 def build_image() -> None:

@@ -304,3 +304,45 @@ def test_a_forged_manifest_is_refused(change: str) -> None:
     check([_sidecar()])  # as written: valid
     with pytest.raises((Invalid, SystemExit)):
         check([_forged(change)])
+
+
+# -- what docs/deployment.md shows of them ---------------------------------------------
+
+
+def _sidecar_section() -> str:
+    page = (REPO / "docs" / "deployment.md").read_text()
+    return page.split("### The sidecar")[1].split("\n### ")[0]
+
+
+def test_the_docs_sidecar_secret_is_what_corral_and_the_agent_read(tmp_path: Path) -> None:
+    """The shell lines of the sidecar section make a tenants file corral loads, whose
+    digest is the token's; the Secret they create holds the keys the template reads."""
+    from corral.faces.tenants import load_tenants, token_digest
+
+    section = _sidecar_section()
+    toml = section.split("```toml\n")[1].split("```")[0]
+    shown = tmp_path / "shown.toml"
+    shown.write_text(toml.replace('"..."', f'"{"0" * 64}"'))
+    assert [t.workspace for t in load_tenants(shown)] == ["/workspace"]
+    script = section.split("```sh\n")[1].split("```")[0]
+    making, creating = script.split("kubectl create", 1)
+    done = subprocess.run(["bash", "-euc", making + 'printf %s "$TOKEN" > token'],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (tenant,) = load_tenants(tmp_path / "tenants.toml")
+    assert tenant.workspace == "/workspace"
+    assert tenant.token_sha256 == token_digest((tmp_path / "token").read_text())
+    template = render(KUBERNETES / "base" / "sidecar")[0]["spec"]["podTemplate"]["spec"]
+    keys = {item["key"] for volume in template["volumes"] if "secret" in volume
+            for item in volume["secret"].get("items", [])}
+    agent = next(c for c in template["containers"] if c["name"] == "agent")
+    keys |= {env["valueFrom"]["secretKeyRef"]["key"] for env in agent["env"] if "valueFrom" in env}
+    command = "kubectl create" + creating.split("\n")[0] + "\n" + creating.split("\n")[1]
+    assert "--from-literal=token=" in command and "--from-file=tenants.toml" in command
+    assert keys == {"token", "tenants.toml"}
+    if shutil.which("kubectl") is not None:
+        done = subprocess.run(
+            ["bash", "-euc", f'TOKEN=$(cat token)\n{command.rstrip()} --dry-run=client -o yaml'],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert set(yaml.safe_load(done.stdout)["data"]) == keys

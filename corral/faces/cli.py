@@ -156,7 +156,7 @@ def missing_layers(kernel: dict[str, Any], worker: dict[str, Any]) -> list[str]:
 
 def namespace_refusal() -> str:
     """Why a worker can have no mount namespace here, and what usually causes it."""
-    from corral.sandbox.probe import mount_namespace_refusal
+    from corral.api import mount_namespace_refusal
 
     said = mount_namespace_refusal() or "refused"
     return (f"unshare: {said}; not root and no unprivileged user namespaces, or a seccomp "
