@@ -34,6 +34,7 @@ HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 READY_CHECK_S = 10.0  # how often a worker of the pool is asked a call, once ready
 DRAIN_RETRY_AFTER_S = 5  # what a refused request is told: another replica serves by then
+PROBE_PREFIX = "corral-probe-"  # the probe sandbox's directory, in the temp directory
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -50,7 +51,7 @@ class Readiness:
         self.pool = pool
         self.require = tuple(dict.fromkeys(require))
         self.short: str | None = "starting"  # None: ready; else why not, in a few words
-        self._dir = tempfile.TemporaryDirectory(prefix="corral-probe-")
+        self._dir = tempfile.TemporaryDirectory(prefix=PROBE_PREFIX)
         self._sandbox: Any = None
 
     def set_require(self, require: Sequence[str]) -> None:
