@@ -121,6 +121,10 @@ def test_the_probes_answer_without_a_token_and_name_nothing(tmp_path: Path) -> N
         for path in ("/healthz", "/readyz"):
             text = get(server, path)[2].decode()
             assert "alice" not in text and "bob" not in text and str(tmp_path) not in text
+        # no --drain-timeout: the longest timeout_s of the tenants (alice's 10 s), plus 5
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(SETTLE_S) == 0
+        assert "those in flight have up to 15 s" in _log_so_far(server).decode()
 
 
 class _Stub:
