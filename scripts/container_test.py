@@ -265,8 +265,10 @@ class Variant:
             "--publish", f"127.0.0.1:{port}:8931", IMAGE, "serve", "--http", "0.0.0.0:8931",
             "--tenants", f"/config/{tenants}", "--drain-delay", "1", "--drain-timeout", "5"))
         try:
-            status, body = wait_for(port, "/readyz", lambda status: status in (200, 503)
-                                    and (status == 200) == ready)
+            # until the first check is done: 503 "starting" says nothing yet
+            status, body = wait_for(port, "/readyz", lambda status, body: status in (200, 503)
+                                    and body != b"not ready: starting\n")
+            expect((status == 200) == ready, f"/readyz: {status} {body!r}")
             if not ready:
                 expect(b"lacks required layer(s): mount_namespace" in body, f"/readyz: {body!r}")
                 return
@@ -329,7 +331,7 @@ def wait_for(port: int, path: str, good: Any) -> tuple[int, bytes]:
     while time.monotonic() < deadline:
         try:
             last = request(port, "GET", path)
-            if good(last[0]):
+            if good(*last):
                 return last
         except OSError as exc:
             last = exc
