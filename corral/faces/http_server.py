@@ -8,7 +8,8 @@ header size limits, graceful shutdown, maintained and widely deployed), with
 http_guard's cap on connections and deadline for headers, which it lacks; what
 is ours is the small ASGI application below, written against the ASGI interface
 directly (no web framework) because everything it does is a check that must
-come in a fixed order:
+come in a fixed order (after the probes, /healthz and /readyz, and the drain's
+refusal of new requests: faces/health.py):
 
 1. the path is /mcp (else 404) and, when bound to a loopback address, the Host
    header names a loopback host (DNS rebinding);
