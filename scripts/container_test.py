@@ -21,8 +21,10 @@ alone: no image registry is needed, or reached.
 Variants: non-root with the runtime's default seccomp profile and capabilities
 (--cap-drop=ALL --security-opt=no-new-privileges --read-only --user 10001);
 root in the container (the runtime's default capabilities and profile,
---read-only); and non-root with corral's own seccomp profile
-(deploy/seccomp.json, as Kubernetes' `Localhost` type loads it).
+--read-only); non-root and root with corral's own seccomp profile
+(deploy/seccomp.json, as Kubernetes' `Localhost` type loads it); and non-root
+with that profile less `unshare`, as the default profiles of Docker and
+containerd refuse it (no mount namespace: the doctor must say why).
 
 Run as root on a Debian-like machine (CI: `tox -e container`); the podman,
 buildah and mmdebstrap packages are installed with apt-get when missing.
@@ -73,6 +75,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "root, the runtime's default capabilities and seccomp profile": ("--read-only", "--user=0:0"),
     "non-root, corral's seccomp profile": (
         *STRICT, f"--security-opt=seccomp={REPO / 'deploy' / 'seccomp.json'}"),
+    "root, corral's seccomp profile": (
+        "--read-only", "--user=0:0", f"--security-opt=seccomp={REPO / 'deploy' / 'seccomp.json'}"),
     # corral's profile less unshare: a worker gets no mount namespace, as under the
     # default profiles of Docker and containerd (Kubernetes' RuntimeDefault there)
     "non-root, corral's seccomp profile without unshare": (
@@ -193,8 +197,9 @@ class Variant:
             f'[[tenant]]\nname = "a"\ntoken_sha256 = "{digest}"\nworkspace = "/workspace"\n')
         (self.config / "strict-tenants.toml").write_text(
             f'[[tenant]]\nname = "a"\ntoken_sha256 = "{digest}"\nconfig = "strict.toml"\n')
-        # owned by the container's user: a worker drops root's capabilities
-        # (CAP_DAC_OVERRIDE among them), so even root writes only what it owns
+        # owned by the container's user: root's worker makes its mount namespace
+        # through a user namespace, where CAP_DAC_OVERRIDE does not reach files of
+        # unmapped ids, so even root writes only what it owns
         user = next(option for option in options if option.startswith("--user="))
         uid, gid = (int(part) for part in user.removeprefix("--user=").split(":"))
         for path in (self.workspace, self.state, self.workspace / "strict",

@@ -7,11 +7,11 @@ profile (corral/seccomp/worker.json: what a worker does before and after it
 confines itself), those the server's other processes make (SERVER: measured
 with `strace -f` of `corral serve --http` serving every tool, a drain at
 SIGTERM, `corral doctor`, `corral call` and `corral undo`), and a few on paths
-such a run need not take (PATHS). Among them the calls that confine a worker
-(landlock_*, seccomp, prctl) and that build its mount namespace (unshare,
-mount, pivot_root, umount2, mount_setattr): with them a worker has every layer
-corral knows. Never in it: DENIED (none of corral's processes makes them; most
-runtimes' default profiles refuse them too).
+such a run need not take, or of the runtime's own start (PATHS). Among them
+the calls that confine a worker (landlock_*, seccomp, prctl) and that build its
+mount namespace (unshare, mount, pivot_root, umount2, mount_setattr): with them
+a worker has every layer corral knows. Never in it: DENIED (none of corral's
+processes makes them; most runtimes' default profiles refuse them too).
 
     python scripts/seccomp_profile.py          # write deploy/seccomp.json
     python scripts/seccomp_profile.py --check  # exit 1 if the file is not what it writes
@@ -47,6 +47,9 @@ PATHS = (  # the same kinds of work on other paths: errors, signals, waits, link
     "sched_getparam", "sched_getscheduler", "select", "setpgid", "setrlimit", "setsid",
     "shutdown", "statfs", "symlinkat", "sync_file_range", "tgkill", "tkill", "umask",
     "utimensat", "waitid",
+    # the runtime's own start of a container without no_new_privs (root in it, say): runc
+    # loads the profile before it sets the container's user and groups
+    "setgid", "setgroups", "setresgid", "setresuid", "setuid",
 )
 DENIED = (  # none of corral's processes makes them
     "acct", "add_key", "bpf", "delete_module", "finit_module", "init_module", "io_uring_enter",
