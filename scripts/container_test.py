@@ -376,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_image:
             run(*podman("rmi", "--force", IMAGE), check=False)
+        # what rebuilds left untagged (the build stage, older images): corral's only
+        run(*podman("image", "prune", "--force", "--filter",
+                    "label=org.opencontainers.image.title=corral"), check=False)
     return 1 if failed else 0
 
 
