@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import logging
 import os
 import signal
 import threading
@@ -280,3 +281,21 @@ def _log_so_far(server: Server) -> bytes:
         while chunk := os.read(stream.fileno(), 65536):
             seen += chunk
     return bytes(seen)
+
+
+def test_readiness_logs_a_change_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A pool that keeps failing its check is one error line, not one every 10 s."""
+    readiness = Readiness(None, [])  # type: ignore[arg-type]
+    stub = _Stub({"landlock_abi": 7}, ok=False)
+    readiness._sandbox = stub
+    try:
+        with caplog.at_level(logging.INFO, logger="corral.serve"):
+            readiness.check()
+            readiness.check()
+            stub.ok = True
+            assert readiness.check() is None
+    finally:
+        readiness.close()
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["corral: not ready: halted: a worker of the pool fails its call "
+                    "(worker_crashed)", "corral: ready again"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -53,35 +54,41 @@ class Readiness:
         self.short: str | None = "starting"  # None: ready; else why not, in a few words
         self._dir = tempfile.TemporaryDirectory(prefix=PROBE_PREFIX)
         self._sandbox: Any = None
+        self._lock = threading.Lock()  # the watch's check and a reload's: one at a time
 
     def set_require(self, require: Sequence[str]) -> None:
         """The layers the tenants now loaded require (after a reload)."""
         self.require = tuple(dict.fromkeys(require))
 
     def check(self) -> str | None:
-        """Blocking: one call on the probe sandbox; sets and returns `short`."""
-        self.short = self._check()
-        return self.short
+        """Blocking: one call on the probe sandbox; sets and returns `short`, and
+        logs a change of it (not every failed check again)."""
+        with self._lock:
+            short, detail = self._check()
+            if short != self.short and short is not None:
+                log.error("corral: not ready: %s%s", short, detail)
+            elif short != self.short and self.short != "starting":
+                log.info("corral: ready again")
+            self.short = short
+            return short
 
-    def _check(self) -> str | None:
+    def _check(self) -> tuple[str | None, str]:
         try:
             if self._sandbox is None:
                 self._sandbox = self.pool.sandbox(
                     self._dir.name, history=HistoryOptions(enabled=False), workers=1)
             result = self._sandbox.call("stat_file", {"path": "."})
         except SandboxError as exc:
-            log.error("corral: not ready: the pool does not start a worker: %s", exc)
-            return "the pool does not start a worker"
+            return "the pool does not start a worker", f": {exc}"
         if not result["ok"]:
             code = result["error"]["code"]
-            log.error("corral: not ready: a worker of the pool fails its call: %s", code)
-            return f"halted: a worker of the pool fails its call ({code})"
+            return f"halted: a worker of the pool fails its call ({code})", ""
         layers = self._sandbox.confinement  # broker.summarise's report
         missing = [name for name in self.require
                    if not (layers["landlock_abi"] if name == "landlock" else layers[name])]
         if missing:
-            return f"the confinement lacks required layer(s): {', '.join(missing)}"
-        return None
+            return f"the confinement lacks required layer(s): {', '.join(missing)}", ""
+        return None, ""
 
     async def watch(self) -> None:
         """Check now, then every READY_CHECK_S, off the event loop."""
