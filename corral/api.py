@@ -97,6 +97,14 @@ def probe() -> dict[str, Any]:
     return kernel()
 
 
+def mount_namespace_refusal() -> str | None:
+    """Why a worker can have no mount namespace here, as the kernel said it; None
+    if it can (for `corral doctor`)."""
+    from corral.sandbox.probe import mount_namespace_refusal as refusal
+
+    return refusal()
+
+
 Approver = Callable[[dict[str, Any]], Any]  # the approve callback, asked at each Approve step
 # What starts a sandbox's executor: a private pool (Broker), or a lane of a shared one.
 StartExecutor = Callable[..., Executor]

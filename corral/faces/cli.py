@@ -154,6 +154,15 @@ def missing_layers(kernel: dict[str, Any], worker: dict[str, Any]) -> list[str]:
     return [key.removesuffix("_abi") for key in lacking]
 
 
+def namespace_refusal() -> str:
+    """Why a worker can have no mount namespace here, and what usually causes it."""
+    from corral.api import mount_namespace_refusal
+
+    said = mount_namespace_refusal() or "refused"
+    return (f"unshare: {said}; not root and no unprivileged user namespaces, or a seccomp "
+            "profile that refuses unshare, as Docker's and containerd's defaults do")
+
+
 def describe(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return "yes" if value else "no"
@@ -245,7 +254,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print("\n".join(policy))
         print("the kernel offers:")
         for key, value in kernel.items():
-            print(f"  {key:<16}{describe(value)}")
+            why = f" ({namespace_refusal()})" if key == "mount_namespace" and not value else ""
+            print(f"  {key:<16}{describe(value)}{why}")
         print(f"a worker for {workspace} runs with:")
         for key, value in worker.items():
             print(f"  {key:<16}{describe(value)}")
@@ -377,8 +387,8 @@ def serve(args: argparse.Namespace) -> int:
 def serve_http(args: argparse.Namespace) -> int:
     """MCP over Streamable HTTP for the tenants of --tenants, in front of one Pool."""
     from corral.faces import http_server  # its server (uvicorn) is an optional extra
+    from corral.faces.roster import load_roster
     from corral.faces.state_key import load_state_key
-    from corral.faces.tenants import check_outside_roots, load_tenants, server_files, tenant_config
 
     if args.jsonl:
         raise UsageError("--jsonl serves stdio only; --http serves MCP")
@@ -389,20 +399,18 @@ def serve_http(args: argparse.Namespace) -> int:
     http_server.parse_address(args.http)  # a bad address fails here, in one line
     if args.metrics is not None:
         http_server.parse_address(args.metrics)
-    tenants = load_tenants(args.tenants)
-    # every tenant's config is checked before anything listens
-    configs = [tenant_config(tenant) for tenant in tenants]
-    check_outside_roots(args.tenants, tenants, configs)
-    for config in configs:
-        check_history(config)
+    # every tenant's config is checked before anything listens (and again at SIGHUP)
+    roster = load_roster(args.tenants)
     state_key = None if args.state_key_file is None else load_state_key(args.state_key_file)
     http_server.serve(
-        args.http, tenants, allowed_origins=args.allow_origin, max_workers=args.max_workers,
+        args.http, roster, allowed_origins=args.allow_origin, max_workers=args.max_workers,
         idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
         max_connections=args.max_connections, max_tenant_requests=args.max_tenant_requests,
-        client_timeout_s=args.client_timeout, protected=server_files(args.tenants, tenants),
+        client_timeout_s=args.client_timeout,
         ready=http_server.announce, metrics=args.metrics, log_format=args.log_format,
         structured_text=args.structured_text, state_key=state_key,
+        drain_delay_s=args.drain_delay, drain_timeout_s=args.drain_timeout,
+        reload=functools.partial(load_roster, os.path.abspath(args.tenants)),
     )
     return EXIT_OK
 
@@ -601,7 +609,25 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
     http.add_argument("--metrics", metavar="HOST:PORT",
                       help="serve Prometheus metrics here, on a listener of their own (needs "
                       "prometheus_client; host 127.0.0.1 unless given; port 0: any free port)")
+    http.add_argument("--drain-delay", type=not_negative, default=0.0, metavar="SECONDS",
+                      help="at SIGTERM, /readyz answers 503 at once and requests are still "
+                      "served this long (for a load balancer to stop sending them; default 0)")
+    http.add_argument("--drain-timeout", type=not_negative, metavar="SECONDS",
+                      help="then new requests get 503 and those in flight have this long to "
+                      "end before their calls are ended (default: the longest [limits] "
+                      "timeout_s of any tenant, plus 5)")
     serve.set_defaults(run=cmd_serve)
+
+
+def not_negative(text: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0 or more), not {text!r}")
+    return value
 
 
 def positive(kind: Callable[[str], float]) -> Callable[[str], float]:

@@ -8,7 +8,8 @@ header size limits, graceful shutdown, maintained and widely deployed), with
 http_guard's cap on connections and deadline for headers, which it lacks; what
 is ours is the small ASGI application below, written against the ASGI interface
 directly (no web framework) because everything it does is a check that must
-come in a fixed order:
+come in a fixed order (after the probes, /healthz and /readyz, and the drain's
+refusal of new requests: faces/health.py):
 
 1. the path is /mcp (else 404) and, when bound to a loopback address, the Host
    header names a loopback host (DNS rebinding);
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import secrets
 import socket
@@ -61,6 +63,8 @@ from urllib.parse import urlsplit
 from corral import jsonfast
 from corral.calls.waiting import Cancel, WaitPolicy
 from corral.config import ConfigError, Remedy
+from corral.faces.drain import Conductor
+from corral.faces.health import Health, Readiness
 from corral.faces.http_guard import RETRY_AFTER_S, guarded
 from corral.faces.http_headers import refusal
 from corral.faces.logs import log
@@ -79,6 +83,7 @@ from corral.faces.mcp_core import (
 )
 from corral.faces.mcp_revisions import PROTOCOL_VERSION_KEY
 from corral.faces.mcp_threads import SessionDriver
+from corral.faces.roster import Roster
 from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
 from corral.observe import Observer
@@ -304,11 +309,12 @@ class HttpFace:
         state_key: McpSession's."""
         self.pool = pool
         self.tenants = tenants
+        self._new_state = functools.partial(
+            TenantState, pool=pool, max_requests=max_tenant_requests,
+            structured_text=structured_text, state_key=state_key)
         self.states = {
-            tenant.name: TenantState(tenant, pool, protected=protected,
-                                     max_requests=max_tenant_requests,
-                                     observer=(observers or {}).get(tenant.name),
-                                     structured_text=structured_text, state_key=state_key)
+            tenant.name: self._new_state(tenant, protected=protected,
+                                         observer=(observers or {}).get(tenant.name))
             for tenant in tenants
         }
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
@@ -585,6 +591,35 @@ class HttpFace:
         """Each tenant's calls waiting for a worker now."""
         return {name: state.queued() for name, state in self.states.items()}
 
+    def set_tenants(self, tenants: list[Tenant], protected: tuple[str, ...],
+                    observers: Mapping[str, Observer]) -> list[TenantState]:
+        """Serve `tenants` from the next request on (on the event loop: no request is
+        between its authentication and its state then). A tenant whose entry is
+        unchanged keeps its state and sessions; returns the states of those no longer
+        served (removed or changed), for faces/drain.py to close once their requests
+        are done."""
+        kept = {tenant.name: self.states[tenant.name] for tenant in tenants
+                if tenant.name in self.states and self.states[tenant.name].tenant == tenant}
+        removed = [state for name, state in self.states.items() if kept.get(name) is not state]
+        for state in kept.values():
+            state.protected = protected  # a new tenant's config is the server's file too
+        self.states = {
+            tenant.name: kept.get(tenant.name) or self._new_state(
+                tenant, protected=protected, observer=observers.get(tenant.name))
+            for tenant in tenants
+        }
+        self.tenants = tenants
+        return removed
+
+    def stop_calls(self) -> None:
+        """End every call in flight now (faces/drain.py, at the drain's deadline)."""
+        for state in list(self.states.values()):
+            with state.lock:
+                sessions = [*state.sessions.values(), state.stateless]
+            for session in sessions:
+                if session is not None:
+                    session.core.stop_calls()
+
     def close(self) -> None:
         for state in self.states.values():
             state.close()
@@ -777,19 +812,21 @@ def parse_address(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int
 
 
 def serve(
-    address: str, tenants: list[Tenant], *, allowed_origins: list[str],
+    address: str, roster: Roster, *, allowed_origins: list[str],
     max_workers: int, idle_timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
-    client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
     ready: Callable[[str, int], None] = lambda host, port: None,
     metrics: str | None = None, log_format: str = "text", structured_text: bool = True,
-    state_key: bytes | None = None,
+    state_key: bytes | None = None, drain_delay_s: float = 0.0,
+    drain_timeout_s: float | None = None, reload: Callable[[], Roster] | None = None,
 ) -> None:
-    """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
-    files no tool of any tenant may write (the tenants file, the tenants' configs).
-    metrics: HOST:PORT to serve Prometheus metrics at (faces/metrics.py). log_format:
-    "json" sends uvicorn's log records to corral's handler (faces/logs.py) instead
-    of uvicorn's own. state_key: what seals requestState (faces/state_key.py)."""
+    """Serve `roster`'s tenants until SIGINT, or SIGTERM and a drain (faces/drain.py:
+    drain_delay_s, drain_timeout_s); `ready(host, port)` once listening; `reload`
+    reads the tenants file again at SIGHUP. metrics: HOST:PORT to serve Prometheus
+    metrics at (faces/metrics.py). log_format: "json" sends uvicorn's log records to
+    corral's handler (faces/logs.py) instead of uvicorn's own. state_key: what seals
+    requestState (faces/state_key.py)."""
     try:
         import uvicorn
         from uvicorn.config import LOGGING_CONFIG
@@ -804,24 +841,29 @@ def serve(
                     "proxy)", host)
     with listen(host, port) as sock, serving_metrics(metrics) as exported, Pool(
             max_workers=max_workers, idle_timeout_s=idle_timeout_s) as pool:
-        observers = {} if exported is None else {
-            tenant.name: exported.metrics.observer(tenant.name) for tenant in tenants}
-        face = HttpFace(pool, tenants, allowed_origins=allowed_origins,
+        def observers(roster: Roster) -> dict[str, Observer]:
+            return {} if exported is None else {
+                tenant.name: exported.metrics.observer(tenant.name)
+                for tenant in roster.tenants}
+
+        face = HttpFace(pool, roster.tenants, allowed_origins=allowed_origins,
                         loopback_only=_is_loopback(host), max_body_bytes=max_body_bytes,
                         max_tenant_requests=max_tenant_requests, client_timeout_s=client_timeout_s,
-                        protected=protected, observers=observers,
+                        protected=roster.protected, observers=observers(roster),
                         structured_text=structured_text, state_key=state_key)
+        health = Health(face, Readiness(pool, roster.require))
         if exported is not None:
             exported.metrics.watch(pool.stats, face.queued)
 
         def started(host: str, port: int) -> None:
+            conductor.install()
             ready(host, port)
             if exported is not None:
                 url = f"http://{shown_host(exported.host)}:{exported.port}/metrics"
                 log.info("corral: serving Prometheus metrics at %s", url, extra={"url": url})
 
         config = uvicorn.Config(
-            face, host=host, port=port, lifespan="on", log_level="warning",
+            health, host=host, port=port, lifespan="on", log_level="warning",
             access_log=False, server_header=False, timeout_graceful_shutdown=5,
             http=guarded(AutoHTTPProtocol, max_connections=max_connections,
                          timeout_s=client_timeout_s),
@@ -836,10 +878,13 @@ def serve(
         )
         server = uvicorn.Server(config)
         beside = None if exported is None else exported.server(client_timeout_s)
+        conductor = Conductor(server, face, health, roster, delay_s=drain_delay_s,
+                              timeout_s=drain_timeout_s, load=reload, observers=observers)
         try:
             asyncio.run(_run(server, sock, host, started, beside))
         finally:
             face.close()
+            health.readiness.close()
 
 
 class Exported:

@@ -33,18 +33,29 @@ def probe() -> dict[str, Any]:
 
 def mount_namespace_available() -> bool:
     """True if a process like a worker may have a mount namespace (as root, or through
-    an unprivileged user namespace). Asked of a fresh child, since entering one is
-    irreversible and a fork of a threaded host is unsafe."""
+    an unprivileged user namespace)."""
+    return mount_namespace_refusal() is None
+
+
+def mount_namespace_refusal() -> str | None:
+    """None if a process like a worker may have a mount namespace; else why not, as
+    the kernel said it (e.g. "EPERM: Operation not permitted"). Asked of a fresh
+    child, since entering one is irreversible and a fork of a threaded host is unsafe."""
     code = (
         f"import sys; sys.path[:] = {[_PACKAGE_PARENT, *sys.path]!r}\n"
+        "import errno\n"
         "from corral.sandbox import _mountns\n"
         "try: _mountns.unshare_mounts()\n"
-        "except OSError: sys.exit(1)"
+        "except OSError as exc:\n"
+        "    print(errno.errorcode.get(exc.errno, exc.errno), exc.strerror, sep=': ')\n"
+        "    sys.exit(1)"
     )
     done = subprocess.run([sys.executable, "-S", "-c", code], env={}, check=False,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S)
-    return done.returncode == 0
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=PROBE_TIMEOUT_S)
+    if done.returncode == 0:
+        return None
+    return done.stdout.strip() or f"the probe exited with status {done.returncode}"
 
 
 def openat2_available() -> bool:
