@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from corral.faces.health import Readiness
-from tests.http_helpers import TOKENS, Server, call, post, running_server, sha256
+from tests.http_helpers import TOKENS, Server, call, mirrored, post, running_server, sha256
 
 SETTLE_S = 30.0  # only a safety net: what the tests wait for happens in seconds
 CAROL = "carol-token-0000000000"
@@ -81,7 +81,8 @@ class Client(threading.Thread):
         try:
             connection.request("POST", "/mcp", body=json.dumps(self.message).encode(), headers={
                 "content-type": "application/json", "accept": "application/json",
-                "authorization": f"Bearer {TOKENS.get(self.token, self.token)}"})
+                "authorization": f"Bearer {TOKENS.get(self.token, self.token)}",
+                **mirrored(self.message)})
             self.sent.set()
             response = connection.getresponse()
             self.status, raw = response.status, response.read()
