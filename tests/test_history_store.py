@@ -19,6 +19,7 @@ from history_helpers import promoted, snapshot, work_store
 from corral import Sandbox
 from corral.config import HistoryOptions, load_config
 from corral.fs import Root
+from corral.history import host
 from corral.history.host import BOUND_EVERY_S
 from corral.history.keeper import Keeper
 from corral.history.records import Record, State
@@ -331,10 +332,12 @@ def test_a_store_that_cannot_be_created_says_what_to_do(workspace: Path, tmp_pat
 
 
 def test_the_note_counts_each_commit_not_only_the_close(
-    workspace: Path, tmp_path: Path,
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A process killed before its close (SIGTERM, SIGKILL) must not leave its
-    changes out of the note: each commit adds what the calls before it stored."""
+    changes out of the note: a commit adds what the calls before it stored, once
+    the note's interval has passed (here: none)."""
+    monkeypatch.setattr(host, "NOTE_EVERY_S", 0.0)
     options = HistoryOptions(path=str(tmp_path / "hist"))
     with Sandbox(workspace, history=options) as sb:
         store = Path(sb.history_path)
@@ -345,3 +348,21 @@ def test_the_note_counts_each_commit_not_only_the_close(
         sb._history.flush()
         noted = int(store.joinpath(BOUND).read_text().split()[0])
         assert noted >= start + 8192  # the second write's copy, before any close
+
+
+def test_the_note_is_rewritten_at_most_once_an_interval_and_at_the_close(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each rewrite of the note is a rename over it (the dearest step of a small
+    write when it was made at every commit): within the interval a commit leaves
+    it alone, and the close adds what is left."""
+    monkeypatch.setattr(host, "NOTE_EVERY_S", 3600.0)
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options) as sb:
+        note = Path(sb.history_path, BOUND)
+        ok(sb, "write_file", path="big.txt", content="0" * 8192)  # the first commit notes
+        first = note.stat().st_ino, note.read_text()
+        for round_ in range(1, 3):
+            ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
+        assert (note.stat().st_ino, note.read_text()) == first
+    assert int(note.read_text().split()[0]) >= int(first[1].split()[0]) + 2 * 8192

@@ -10,10 +10,11 @@ import contextlib
 import os
 import posixpath
 import time
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from corral.history.records import (
+    MAX_RECORD_BYTES,
     PATCH_TOOL,
     BadRecord,
     Entry,
@@ -59,11 +60,18 @@ class Expect(NamedTuple):
     since: float | None = None
 
 
-def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict[str, str]:
+def promote(
+    store: Store, work: str, ids: Iterable[str], expect: Expect,
+    given: Sequence[Any] = (),
+) -> dict[str, str]:
     """Commit the done records and checkpoints `ids` of the work directory `work`
     (store.fd); returns {name: why} of those refused. A name already committed, or
-    gone (another host promoted it), is left as it is."""
+    gone (another host promoted it), is left as it is. `given`: records as the
+    worker's answer carried them (its Meta's history_done), taken instead of reading
+    their `.done` files back: they come from the same writer, so they are input
+    exactly as those files are, and are checked the same way."""
     refused: dict[str, str] = {}
+    carried = {wire.get("id"): wire for wire in given if isinstance(wire, dict)}
     for item in ids:
         if not is_id(item):
             refused[str(item)[:64]] = "not an id"
@@ -71,11 +79,14 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
         for prefix in (RECORD, CHECKPOINT):  # an id names a record or a checkpoint
             name = f"{prefix}{item}{DONE}"
             try:
-                data = read_small(store.fd, name)
-                if data is None:
+                if prefix == RECORD and item in carried:
+                    record = Record.from_wire(carried.pop(item))
+                    value = dump(_checked(store, work, item, record, expect))
+                    _check(len(value) <= MAX_RECORD_BYTES, "a record too big to be one")
+                elif (data := read_small(store.fd, name)) is None:
                     continue
-                if prefix == RECORD:
-                    value = dump(_checked(store, work, item, data, expect))
+                elif prefix == RECORD:
+                    value = dump(_checked(store, work, item, record_from_bytes(data), expect))
                 else:
                     checkpoint = checkpoint_from_bytes(data)
                     _check(checkpoint.id == item, "a checkpoint under another's name")
@@ -86,6 +97,11 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
                 skipped(name, why)
                 _drop(store, item, name)
                 break
+            # Written by the host, under a temp name renamed in (never the worker's
+            # file, which its writer could still change; never torn by a kill: a
+            # temp is cleared at the next bound). The `.done` goes after, so a host
+            # killed between the two leaves it for the next sweep, which finds the
+            # record committed and only removes it.
             publish(store.home, f"{prefix}{item}{COMMITTED}", value)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=store.fd)
@@ -102,8 +118,7 @@ def done(store: Store) -> list[str]:
         )
 
 
-def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expect) -> Record:
-    record = record_from_bytes(data)
+def _checked(store: Store, work: str, record_id: str, record: Record, expect: Expect) -> Record:
     _check(record.id == record_id, "a record under another record's name")
     _check(record.pid == id_pid(record_id), "a record whose pid is not its id's")
     _check_time(record_id, record.time, expect)

@@ -289,14 +289,18 @@ class Store:
         except OSError as exc:
             raise StoreError(exc) from None
 
-    def commit(self, record_id: str) -> None:
+    def commit(self, record_id: str) -> bool:
         """The change landed: the record is done, for the host to promote. A failure
         here changes nothing the tree depends on: the record stays pending, settled
-        later."""
-        with contextlib.suppress(OSError):
+        later (False)."""
+        try:
             os.rename(f"{RECORD}{record_id}{PENDING}", f"{RECORD}{record_id}{DONE}",
                       src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        self._release(record_id)
+        except OSError:
+            return False
+        finally:
+            self._release(record_id)
+        return True
 
     def drop(self, record_id: str, blobs: int = 1) -> None:
         """Forget a record whose change did not land, and its blobs (a patch's record
