@@ -493,8 +493,9 @@ def configs(tmp: str, tree: Path, name: str) -> tuple[Path, Path]:
     default = Path(tmp, f"{name}.toml")
     default.write_text(limits + f'[history]\npath = "{tmp}/history-{name}"\n')
     equal = Path(tmp, f"{name}-equal.toml")
-    nosync = ('[sandbox]\ndurability = "none"\n'
-              if has(tree, "corral/config_keys.py", '"durability"') else "")
+    nosync = ('[sandbox]\ndurability = "none"\n'  # its key, where the checkout knows it
+              if any(has(tree, source, '"durability"')
+                     for source in ("corral/config_keys.py", "corral/config.py")) else "")
     equal.write_text(limits + f'[history]\npath = "{tmp}/history-{name}-equal"\n' + nosync)
     return default, equal
 

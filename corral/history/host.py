@@ -36,6 +36,7 @@ from corral.history.store import (
     prepare,
     publish,
     read_bound,
+    remove_spares,
     remove_temps,
     work_name,
     write_bound,
@@ -89,6 +90,7 @@ class History:
         self.work_path: str | None = None
         self.work = ""
         self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
+        self._spares: set[str] = set()  # done files handed back to their writers
         # A call's records are committed on the call's own thread: a small record is a
         # few system calls (~100 us), less than handing it to another thread costs
         # (~20 futex calls a call, and a wake-up). A call that stored more than
@@ -128,6 +130,8 @@ class History:
         if self._added:
             with self._locked():
                 self._note_added(at_close=True)
+        if self._spares:  # its workers are gone: no one will reuse them
+            remove_spares(self.store.fd, self._spares)
         self.store.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -176,7 +180,8 @@ class History:
     def _promote(self, ids: tuple[str, ...], expect: Expect, done: tuple[Any, ...]) -> None:
         try:
             with self._locked():
-                self._refused(promote.promote(self.store, self.work, ids, expect, done))
+                self._refused(promote.promote(self.store, self.work, ids, expect, done,
+                                              self._spares))
                 self._note_added()
         except OSError as exc:  # left done in the work directory: the next sweep commits it
             log.warning("corral: history: committing records failed (%s)", exc.strerror)

@@ -33,6 +33,7 @@ from corral.history.store import (
     Store,
     blob_name,
     blob_size,
+    hand_back,
     hash_blob,
     id_pid,
     id_time,
@@ -40,6 +41,7 @@ from corral.history.store import (
     publish,
     read_small,
     skipped,
+    spare_name,
 )
 from corral.history.trees import check_kept, check_listing
 
@@ -62,14 +64,16 @@ class Expect(NamedTuple):
 
 def promote(
     store: Store, work: str, ids: Iterable[str], expect: Expect,
-    given: Sequence[Any] = (),
+    given: Sequence[Any] = (), spares: set[str] | None = None,
 ) -> dict[str, str]:
     """Commit the done records and checkpoints `ids` of the work directory `work`
     (store.fd); returns {name: why} of those refused. A name already committed, or
     gone (another host promoted it), is left as it is. `given`: records as the
     worker's answer carried them (its Meta's history_done), taken instead of reading
     their `.done` files back: they come from the same writer, so they are input
-    exactly as those files are, and are checked the same way."""
+    exactly as those files are, and are checked the same way. `spares`: a record's
+    done file goes back to its writer for reuse (store.hand_back), its name added
+    here, rather than being removed."""
     refused: dict[str, str] = {}
     carried = {wire.get("id"): wire for wire in given if isinstance(wire, dict)}
     for item in ids:
@@ -104,7 +108,11 @@ def promote(
             # record committed and only removes it.
             publish(store.home, f"{prefix}{item}{COMMITTED}", value)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=store.fd)
+                spare = spare_name(item)
+                if spares is not None and prefix == RECORD and hand_back(store.fd, name, spare):
+                    spares.add(spare)
+                else:
+                    os.unlink(name, dir_fd=store.fd)
             break
     return refused
 
