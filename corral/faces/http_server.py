@@ -171,7 +171,7 @@ class TenantState:
 
     def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
                  max_requests: int = MAX_TENANT_REQUESTS, observer: Observer | None = None,
-                 structured_text: bool = True) -> None:
+                 structured_text: bool | None = None) -> None:
         self.tenant = tenant
         self.structured_text = structured_text  # McpSession's
         self.pool = pool
@@ -267,7 +267,7 @@ class HttpFace:
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
         max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
         protected: tuple[str, ...] = (), observers: Mapping[str, Observer] | None = None,
-        structured_text: bool = True,
+        structured_text: bool | None = None,
     ) -> None:
         """observers: a tenant's name -> the observer of its sandboxes. structured_text:
         McpSession's."""
@@ -710,7 +710,7 @@ def serve(
     max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
     client_timeout_s: float = CLIENT_TIMEOUT_S, protected: tuple[str, ...] = (),
     ready: Callable[[str, int], None] = lambda host, port: None,
-    metrics: str | None = None, log_format: str = "text", structured_text: bool = True,
+    metrics: str | None = None, log_format: str = "text", structured_text: bool | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; `ready(host, port)` once listening. `protected`:
     files no tool of any tenant may write (the tenants file, the tenants' configs).
