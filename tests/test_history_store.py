@@ -18,7 +18,7 @@ from conftest import ok
 from history_helpers import promoted, snapshot, work_store
 
 from corral import Sandbox
-from corral.config import HistoryOptions, load_config
+from corral.config import HistoryOptions, SandboxOptions, load_config
 from corral.fs import Root
 from corral.history import host
 from corral.history.host import BOUND_EVERY_S
@@ -376,7 +376,7 @@ def test_a_writer_reuses_the_file_of_its_last_committed_record(
     committed record's done file back to its writer (s-<pid>), whose next record
     reuses it; the sandbox's close removes it, and a record still commits whole."""
     options = HistoryOptions(path=str(tmp_path / "hist"))
-    with Sandbox(workspace, history=options) as sb:
+    with Sandbox(workspace, history=options, options=SandboxOptions(workers=1)) as sb:
         assert sb._history is not None and sb._history.work_path is not None
         work = Path(sb._history.work_path)
         ok(sb, "write_file", path="a.txt", content="one\n")

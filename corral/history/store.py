@@ -68,6 +68,7 @@ from corral.history.records import (
 RECORD, PENDING, DONE, CHECKPOINT, BLOB, WORK = "r-", ".pending", ".done", "c-", "b-", "w-"
 TEMP = "t-"  # a committed record or checkpoint being written by the host
 SPARE = "s-"  # a committed record's done file, for its writer to reuse (spare_name)
+SPARE_BYTES = 64 * 1024  # a bigger spare is not reused: its padding would cost more
 BOUND = "bounded"  # the bytes held, and when the store was last read through (write_bound)
 BOUND_CLOCK_SLACK_S = 60.0  # a note's time may run this far ahead of the clock
 COMMITTED = ".json"
@@ -267,10 +268,12 @@ class Store:
                               f"{len(data)} bytes, over the {MAX_RECORD_BYTES} byte limit; "
                               "nothing was changed.")
         name = f"{RECORD}{record.id}{PENDING}"
-        fd = self._reuse(spare_name(record.id), name)
+        fd = self._reuse(spare_name(record.id), name, data)
+        if fd >= 0:
+            self._held[record.id] = fd
+            return len(data)
         try:
-            if fd < 0:
-                fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+            fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=self.fd)
         except OSError as exc:
             raise StoreError(exc) from None
         try:
@@ -288,14 +291,17 @@ class Store:
         self._held[record.id] = fd
         return len(data)
 
-    def _reuse(self, spare: str, name: str) -> int:
-        """The writer's spare file (the last record the host committed), emptied and
-        renamed to `name`, locked: a file created on this VM's ext4 costs 10-30x
-        a rename (~0.1-0.7 ms of CPU, most of a small write's), and every change
-        makes one here. -1 if there is none fit to reuse (then a new file is made).
-        It is locked before it takes its pending name, so no settle can take it for
-        an orphan, and empty before, so a kill leaves a torn record, as a kill
-        after a create does."""
+    def _reuse(self, spare: str, name: str, data: bytes) -> int:
+        """The writer's spare file (the last record the host committed) holding `data`,
+        renamed to `name` and locked; -1 if there is none fit to reuse (then a new
+        file is made). A file created on this VM's ext4 costs 5-30x this (0.1-0.7 ms
+        of CPU under load, most of a small write's), and every change makes one.
+        The record is written over the old one before the rename, so a kill leaves
+        either the spare or the whole record; what is left of a longer old record
+        becomes spaces, which JSON allows after a value (truncating instead costs
+        more than the create: ext4 frees the blocks, and flushes such a file at its
+        close). Locked before it takes its pending name, so no settle can take it
+        for an orphan's."""
         try:
             fd = os.open(spare, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
                          dir_fd=self.fd)
@@ -304,9 +310,12 @@ class Store:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # not ours to reuse
+            # not ours to reuse: another link to it, not a file, or one too big to pad
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > SPARE_BYTES:
                 raise OSError(errno.EINVAL, "not a spare")
-            os.ftruncate(fd, 0)
+            whole = data + b" " * (st.st_size - len(data))
+            if os.pwrite(fd, whole, 0) != len(whole):
+                raise OSError(errno.EIO, "a short write")
             renameat2(self.fd, spare, self.fd, name, RENAME_NOREPLACE)
         except OSError:
             os.close(fd)
