@@ -10,7 +10,9 @@ overwrite 4 KiB, an edit in a 100 KiB file, mkdir, read 4 KiB and 1 MiB, list
 - the median wall time of a call (what a user waits; on a shared VM it moves by a
   third from run to run, so it is the weakest of the four);
 - CPU per call: every process of the server (host, zygote, workers), from
-  /proc/<pid>/task/*/schedstat in nanoseconds, and the host's share;
+  /proc/<pid>/task/*/schedstat in nanoseconds, and the host's share; and, in a
+  second table, each side's user and system time (the interpreter's work against
+  the kernel's), host and workers apart;
 - system calls per call, host and its children (workers) apart: `strace -c -f`
   attached to the running server for a separate pass of calls (strace slows
   every call, so no time is taken then), the polls and yields of a spin left out;
@@ -84,22 +86,45 @@ def exported(spec: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def user_sys(pids: list[int]) -> list[float]:
+    """User and system CPU seconds of `pids` (/proc/<pid>/stat: in clock ticks,
+    coarse, but it tells the interpreter's work from the kernel's)."""
+    total = [0.0, 0.0]
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total[0] += int(fields[11]) * TICK_S
+            total[1] += int(fields[12]) * TICK_S
+    return total
+
+
 class HostMeter:
     """CPU seconds of a server's tree (what measure() subtracts round by round),
-    keeping the host's own share of each round aside."""
+    keeping aside the host's own share of each round, and the user and system
+    time of the host and of the rest (host user, host sys, workers user, sys)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.host = 0.0
-        self._host_before: float | None = None
+        self.split = [0.0, 0.0, 0.0, 0.0]
+        self._before: tuple[float, list[float]] | None = None
+
+    def _split(self) -> list[float]:
+        return user_sys([self.pid]) + user_sys(descendants(self.pid))
 
     def __call__(self) -> float:
         total, host = tree_cpu(self.pid)
-        if self._host_before is None:  # measure() reads before, then after, a round
-            self._host_before = host
+        if self._before is None:  # measure() reads before, then after, a round
+            self._before = host, self._split()
         else:
-            self.host += host - self._host_before
-            self._host_before = None
+            self.host += host - self._before[0]
+            self.split = [sum(pair) for pair in zip(
+                self.split, (after - before for after, before in zip(
+                    self._split(), self._before[1], strict=True)), strict=True)]
+            self._before = None
         return total
 
 
@@ -176,6 +201,7 @@ class Cell:
     host: float
     syscalls: tuple[float, float]  # host, workers
     answer: int
+    split: list[float]  # per call: host user, host sys, workers user, workers sys
 
 
 def run_row(
@@ -202,9 +228,10 @@ def run_row(
                           else args.strace_calls)
             syscalls = count_syscalls(client.proc.pid, sides[label], checks[label], counted,
                                       args.keep_strace, f"{name}-{label}".replace(" ", "_"))
+        count = len(samples[label])
         cells[label] = Cell(statistics.median(samples[label]), cpu[label],
-                            meters[label].host / len(samples[label]), syscalls,
-                            client.answer_bytes)
+                            meters[label].host / count, syscalls, client.answer_bytes,
+                            [part / count for part in meters[label].split])
     return cells
 
 
@@ -234,6 +261,20 @@ def table(rows: list[tuple[str, dict[str, Cell]]], with_ref: bool, counted: bool
             ref = cells["ref"]
             row += [f"{ref.median * us:,.0f}", f"{ref.cpu * us:,.0f}",
                     f"{new.median / ref.median:.2f}x", f"{new.cpu / ref.cpu:.2f}x"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def split_table(rows: list[tuple[str, dict[str, Cell]]]) -> list[str]:
+    """Where each side's CPU goes: the interpreter (user) or the kernel (sys)."""
+    header = ["operation", "base: host user/sys", "workers user/sys", "new: host user/sys",
+              "workers user/sys"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, cells in rows:
+        row = [name]
+        for side in ("base", "new"):
+            part = [f"{value * 1e6:,.0f}" for value in cells[side].split]
+            row += [f"{part[0]} / {part[1]}", f"{part[2]} / {part[3]}"]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -299,6 +340,9 @@ def main() -> int:
         print(f"\n{mode}:\n")
         print("\n".join(table(rows, ref is not None, counted=mode == "back to back"
                               and args.strace_calls > 0)))
+        print(f"\n{mode}, CPU µs per call by where it goes (user: the interpreter, sys: "
+              f"the kernel; from /proc/<pid>/stat, in {TICK_S * 1e3:g} ms ticks):\n")
+        print("\n".join(split_table(rows)))
     if args.gap_ms:
         trip = pipe_round_trip(FLOOR_CALLS // 4, args.gap_ms / 1e3)
         print(f"\nfloor: one round trip to another process over a pipe after a "
