@@ -526,3 +526,23 @@ def test_a_host_killed_committing_a_record_loses_nothing(start: Any, workspace: 
     assert entry["after"]["version"] == content_version(b"landed\n")
     assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
     assert (workspace / "hello.txt").read_text() == "hello\nworld\n"
+
+
+def test_a_commit_that_fails_leaves_the_answer_and_the_record_for_the_sweep(
+    start: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host commits a call's record on the call's thread: the change has landed,
+    so a commit that fails however (a bug here) must not make the answer an error;
+    the record stays done, and the next sweep commits it."""
+    sb = start().sb
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, str]:
+        raise RuntimeError("a bug")
+
+    real = promote.promote
+    monkeypatch.setattr(promote, "promote", broken)
+    ok(sb, "write_file", path="hello.txt", content="new\n")
+    assert (workspace / "hello.txt").read_text() == "new\n"
+    monkeypatch.setattr(promote, "promote", real)
+    [entry] = sb.history()  # history() sweeps first
+    assert entry["path"] == "hello.txt" and entry["action"] == "modify"

@@ -185,6 +185,8 @@ class History:
                 self._note_added()
         except OSError as exc:  # left done in the work directory: the next sweep commits it
             log.warning("corral: history: committing records failed (%s)", exc.strerror)
+        except Exception:  # the call's change has landed: its answer must say so all the same
+            log.exception("corral: history: committing records failed")
 
     def flush(self) -> None:
         """Wait until every record promote() was given is committed or refused."""
