@@ -3,7 +3,8 @@
 Both servers are driven by the same raw JSON-RPC stdio client in the same run
 (one request in flight at a time, so client overhead is equal), on the same
 files: a listing of 1,000 files, reads of 1 MiB and 4 KiB of text, writes of
-1 MiB and 4 KiB, a stat and one edit in a 100 KiB file. corral runs with
+1 MiB and of a new 4 KiB file, an overwrite of 4 KiB (its text changed each
+call), a mkdir, a stat and one edit in a 100 KiB file. corral runs with
 `max_read_bytes = 4 MiB` and `max_list_entries = 5000`, so both servers do the
 same work. Every answer is checked (content read, entries listed, bytes on
 disk after a write or an edit): a server that answers fast but wrong fails the
@@ -19,8 +20,9 @@ each cell is the better of the two rounds' medians (p99 from the same round).
 Every row is also reported at equal work: `corral (equal)` is a second corral
 server that does what the reference does, no more. The reference never fsyncs,
 so it runs with `durability = "none"`; the reference's structuredContent holds
-the content once, so it runs with `--no-structured-text` (by default corral
-repeats the model's text there, for clients that show a model structuredContent).
+the content once, so it runs with `--no-structured-text` (corral repeats the
+model's text there for clients that show a model structuredContent, which this
+client, by its name, is not).
 The `corral` column is the default (every write fsync'd before it is reported,
 the text repeated). `--before TREE` adds another checkout's server, at its
 defaults and at equal work, to the same rounds: a before/after table in one run.
