@@ -423,3 +423,34 @@ def test_a_spare_that_is_not_a_plain_file_of_its_own_is_not_reused(tmp_path: Pat
         assert Record.from_wire(json.loads(pending)) == record
     finally:
         store.close()
+
+
+def test_a_spare_replaced_under_its_writer_is_not_taken_for_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host may remove a spare (a bound) and hand back the next one under the
+    same name between the writer's open and its rename: the file renamed is then
+    not the one the record was written into, and a new file holds the record."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    work, store = work_store(tmp_path / "store")
+    try:
+        record_id = new_id()
+        spare = work / f"s-{record_id[16:22]}"
+        spare.write_bytes(b"old spare")
+        real = os.pwrite
+
+        def swapped(fd: int, data: bytes, offset: int) -> int:
+            written = real(fd, data, offset)
+            spare.unlink()  # as a bound removes it, then the host hands back another
+            spare.write_bytes(b"the next spare")
+            return written
+
+        monkeypatch.setattr(os, "pwrite", swapped)
+        record = Record(record_id, time.time(), "write_file", os.getpid(), (Entry(
+            str(workspace), "a.txt", "a.txt", "replace", "create", None, State("file", 1)),))
+        store.write_pending(record)
+        pending = (work / f"r-{record_id}.pending").read_bytes()
+        assert Record.from_wire(json.loads(pending)) == record
+    finally:
+        store.close()

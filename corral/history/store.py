@@ -301,14 +301,14 @@ class Store:
         becomes spaces, which JSON allows after a value (truncating instead costs
         more than the create: ext4 frees the blocks, and flushes such a file at its
         close). Locked before it takes its pending name, so no settle can take it
-        for an orphan's."""
+        for an orphan's; one someone holds is not a spare (never waited for)."""
         try:
             fd = os.open(spare, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
                          dir_fd=self.fd)
         except OSError:
             return -1
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             st = os.fstat(fd)
             # not ours to reuse: another link to it, not a file, or one too big to pad
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > SPARE_BYTES:
@@ -317,6 +317,12 @@ class Store:
             if os.pwrite(fd, whole, 0) != len(whole):
                 raise OSError(errno.EIO, "a short write")
             renameat2(self.fd, spare, self.fd, name, RENAME_NOREPLACE)
+            # The name may have gone to another file since it was opened (the host
+            # removed the spare and handed back the next one): that one is no record
+            # of this change, and goes; a new file is made instead.
+            if os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_ino != st.st_ino:
+                os.unlink(name, dir_fd=self.fd)
+                raise OSError(errno.ESTALE, "the spare was replaced")
         except OSError:
             os.close(fd)
             return -1
