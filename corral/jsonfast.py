@@ -1,10 +1,9 @@
-"""JSON text in and out, through msgspec when it is installed (`pip install '.[fast]'`).
+"""JSON text in and out, through msgspec, with the standard library's meaning.
 
-Why: Python's json encodes a 1 MiB read's answer (2.2 MB of JSON) in ~10 ms of
-CPU on a 2-core VM and parses it in ~3 ms, and that answer is encoded twice (the
-worker's frame, then the MCP line with `text` and `structuredContent`) and parsed
-once; msgspec does each in under 1 ms. Without it everything works the same,
-only slower: the runtime dependencies stay landlock and psutil.
+Why msgspec: Python's json encodes a 1 MiB read's answer (2.2 MB of JSON) in ~10 ms
+of CPU on a 2-core VM and parses it in ~3 ms, and that answer is encoded twice (the
+worker's frame, then the MCP line) and parsed once; msgspec does each in under 1 ms.
+The standard library's json takes what msgspec refuses (below).
 
 The meaning stays the standard library's, so the two paths never disagree:
 - `dumps` refuses NaN and the infinities (ValueError), as json with
@@ -24,29 +23,20 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-try:
-    import msgspec
-except ImportError:  # the optional extra is not installed
-    msgspec = None  # type: ignore[assignment]
-
-FAST = msgspec is not None
+import msgspec
 
 
 def _raw_as_value(value: Any) -> Any:
     """The stdlib path's view of a RAW member (decode_members): its decoded value."""
-    if msgspec is not None and isinstance(value, msgspec.Raw):
+    if isinstance(value, msgspec.Raw):
         return msgspec.json.decode(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 # One encoder for every message: json.dumps with options builds one per call (~1 us).
 _STD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_raw_as_value)
-if msgspec is not None:
-    _fast_encode: Callable[[Any], bytes] | None = msgspec.json.Encoder().encode
-    _fast_decode: Callable[[bytes | bytearray | memoryview], Any] | None = (
-        msgspec.json.Decoder().decode)
-else:
-    _fast_encode = _fast_decode = None
+_fast_encode: Callable[[Any], bytes] = msgspec.json.Encoder().encode
+_fast_decode: Callable[[bytes | bytearray | memoryview], Any] = msgspec.json.Decoder().decode
 
 
 def dumps(value: Any, *, finite: bool = False, for_client: bool = False) -> bytes:
@@ -58,20 +48,19 @@ def dumps(value: Any, *, finite: bool = False, for_client: bool = False) -> byte
     a client's parser, so a lone surrogate (a file name's undecodable byte, as
     Python spells it) becomes U+FFFD: strict parsers (the MCP SDK's) refuse a
     line that escapes one, and would lose the whole response."""
-    if _fast_encode is not None:
-        try:
-            data = _fast_encode(value)
-        except Exception:
-            pass  # lone surrogates, a non-str key, an unknown type: the stdlib decides
-        else:
-            # msgspec writes a non-finite float as null: the text is scanned for one,
-            # and the value walked only if there is one. A large text of few values (a
-            # read's answer, whose content is JSON kept as it came) is walked first, where
-            # the scan of its megabytes would cost a millisecond.
-            if finite or (
-                len(data) > SCAN_FIRST_BYTES and _finite_within(value, WALK_FIRST_VALUES)
-            ) or b"null" not in data or _finite_within(value, None):
-                return data
+    try:
+        data = _fast_encode(value)
+    except Exception:
+        pass  # lone surrogates, a non-str key, an unknown type: the stdlib decides
+    else:
+        # msgspec writes a non-finite float as null: the text is scanned for one,
+        # and the value walked only if there is one. A large text of few values (a
+        # read's answer, whose content is JSON kept as it came) is walked first, where
+        # the scan of its megabytes would cost a millisecond.
+        if finite or (
+            len(data) > SCAN_FIRST_BYTES and _finite_within(value, WALK_FIRST_VALUES)
+        ) or b"null" not in data or _finite_within(value, None):
+            return data
     if for_client:
         value = _without_lone_surrogates(value)
     return _STD_ENCODER.encode(value).encode()
@@ -97,17 +86,16 @@ def _without_lone_surrogates(value: Any) -> Any:
 def loads(data: bytes | bytearray | memoryview, slow: Callable[[bytes], Any]) -> Any:
     """The JSON value in `data`, or whatever `slow(bytes(data))` (the caller's
     stdlib decoding, with its own errors) makes of what msgspec refuses."""
-    if _fast_decode is not None:
-        try:
-            return _fast_decode(data)
-        except (ValueError, RecursionError, UnicodeDecodeError):
-            pass  # msgspec.DecodeError is a ValueError
+    try:
+        return _fast_decode(data)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        pass  # msgspec.DecodeError is a ValueError
     return slow(bytes(data))
 
 
 def is_raw(value: Any) -> bool:
     """Whether `value` is JSON text kept undecoded (decode_members)."""
-    return msgspec is not None and isinstance(value, msgspec.Raw)
+    return isinstance(value, msgspec.Raw)
 
 
 RAW = "raw"  # a field type for decode_members: the member's JSON text, undecoded
@@ -125,12 +113,9 @@ def decode_members(
     types (msgspec's checks: an int in range, a str, ...). A RAW member stays JSON
     text (msgspec.Raw, which dumps() writes out as it is): its syntax is checked, no
     value in it is built, and the caller checks the rest (its kind, UTF-8). Other
-    members are skipped unbuilt, or refuse the object when `exact`. None without
-    msgspec, or when msgspec refuses `data` (bad JSON, a type, nesting past its
-    depth): the caller then decodes it the usual way. An optional member that is
-    absent is left out."""
-    if msgspec is None:
-        return None
+    members are skipped unbuilt, or refuse the object when `exact`. None when
+    msgspec refuses `data` (bad JSON, a type, nesting past its depth): the caller
+    then decodes it the usual way. An optional member that is absent is left out."""
     try:
         decoded = _members_decoder(fields, exact).decode(data)
     except (ValueError, RecursionError):  # DecodeError, ValidationError, bad UTF-8 in a str
@@ -140,7 +125,6 @@ def decode_members(
 
 @functools.cache
 def _members_decoder(fields: tuple[Field, ...], exact: bool) -> Any:
-    assert msgspec is not None
     return msgspec.json.Decoder(_members(fields, exact))
 
 
@@ -158,7 +142,6 @@ def _found(decoded: Any, fields: tuple[Field, ...]) -> dict[str, Any]:
 @functools.cache
 def _members(fields: tuple[Field, ...], exact: bool) -> Any:
     """The msgspec struct type of decode_members' `fields`."""
-    assert msgspec is not None
 
     def typed(field: Field) -> tuple[Any, ...]:
         kind = field[1]

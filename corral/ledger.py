@@ -49,11 +49,14 @@ class Ledger:
         """The call's result for its caller, once its Meta is accounted for."""
         response = answer.public()
         meta = answer.meta
-        if self.history is not None and meta.history_ids:
-            since = time.time() - (time.monotonic() - started)  # the call's start, wall clock
-            self.history.promote(meta.history_ids, answer.tool, since)
+        # the bytes first: the commit notes them (a record still being committed is
+        # one an eviction leaves alone)
         if self.history is not None and meta.history_bytes:
             self.history.stored(meta.history_bytes)
+        if self.history is not None and meta.history_ids:
+            since = time.time() - (time.monotonic() - started)  # the call's start, wall clock
+            self.history.promote(meta.history_ids, answer.tool, since, meta.history_done,
+                                 meta.history_bytes)
         if self.policy.read_before_write == "require" and answer.ok:
             self._remember(answer, meta)
         if meta.grants and self.grants is not None:  # checked by the flow (Grants.checked)

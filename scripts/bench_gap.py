@@ -67,18 +67,33 @@ class Server(StdioClient):
         super().__init__(argv, ws, tree, "bench_gap")
 
     def cpu(self) -> tuple[float, float]:
-        """(all, host) CPU seconds so far: the server's threads, then its children's."""
-        host = _schedstat(self.proc.pid)
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        total, todo = host, children.read_text().split()
-        while todo:
-            pid = int(todo.pop())
-            total += _schedstat(pid)
-            try:
-                todo += Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            except OSError:
-                continue
-        return total, host
+        return tree_cpu(self.proc.pid)
+
+
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """(all, host) CPU seconds so far: the threads of `pid`, then its descendants'."""
+    host = _schedstat(pid)
+    total = host
+    for child in descendants(pid):
+        total += _schedstat(child)
+    return total, host
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (corral's zygote and workers)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+            children = [int(child) for task in tasks for child in
+                        Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
+        found += children
+        todo += children
+    return found
 
 
 def _schedstat(pid: int) -> float:
@@ -158,21 +173,24 @@ def floor_python(calls: int) -> dict[str, float]:
 
         found = {"open + read 4 KiB": _median_of(read, calls),
                  "stat": _median_of(lambda: os.stat(path), calls)}
-    found["pipe round trip"] = _pipe_round_trip(calls // 4)
+    found["pipe round trip"] = pipe_round_trip(calls // 4)
     return found
 
 
-def _median_of(operation: Callable[[], object], calls: int) -> float:
+def _median_of(operation: Callable[[], object], calls: int, gap_s: float = 0.0) -> float:
     times = []
     for _ in range(calls):
+        if gap_s:
+            time.sleep(gap_s)
         start = time.perf_counter()
         operation()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def _pipe_round_trip(calls: int) -> float:
-    """A byte to a child process over one pipe and back over another."""
+def pipe_round_trip(calls: int, gap_s: float = 0.0) -> float:
+    """A byte to a child process over one pipe and back over another (each after
+    an idle gap of `gap_s`: both processes asleep, as before a call after a pause)."""
     child = subprocess.Popen(
         [sys.executable, "-c", "import os\nwhile os.read(0, 1): os.write(1, b'x')"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
@@ -185,7 +203,7 @@ def _pipe_round_trip(calls: int) -> float:
         os.read(back, 1)
 
     try:
-        return _median_of(trip, calls)
+        return _median_of(trip, calls, gap_s)
     finally:
         child.stdin.close()
         child.wait()

@@ -3,7 +3,8 @@
 Both servers are driven by the same raw JSON-RPC stdio client in the same run
 (one request in flight at a time, so client overhead is equal), on the same
 files: a listing of 1,000 files, reads of 1 MiB and 4 KiB of text, writes of
-1 MiB and 4 KiB, a stat and one edit in a 100 KiB file. corral runs with
+1 MiB and of a new 4 KiB file, an overwrite of 4 KiB (its text changed each
+call), a mkdir, a stat and one edit in a 100 KiB file. corral runs with
 `max_read_bytes = 4 MiB` and `max_list_entries = 5000`, so both servers do the
 same work. Every answer is checked (content read, entries listed, bytes on
 disk after a write or an edit): a server that answers fast but wrong fails the
@@ -19,8 +20,9 @@ each cell is the better of the two rounds' medians (p99 from the same round).
 Every row is also reported at equal work: `corral (equal)` is a second corral
 server that does what the reference does, no more. The reference never fsyncs,
 so it runs with `durability = "none"`; the reference's structuredContent holds
-the content once, so it runs with `--no-structured-text` (by default corral
-repeats the model's text there, for clients that show a model structuredContent).
+the content once, so it runs with `--no-structured-text` (corral repeats the
+model's text there for clients that show a model structuredContent, which this
+client, by its name, is not).
 The `corral` column is the default (every write fsync'd before it is reported,
 the text repeated). `--before TREE` adds another checkout's server, at its
 defaults and at equal work, to the same rounds: a before/after table in one run.
@@ -37,6 +39,7 @@ The reference server is found in the directory given by --ref (default
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -77,6 +80,7 @@ class StdioClient:
             argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         self.ids = 0
+        self.answer_bytes = 0  # the last answer's size on the wire
         self.request(
             "initialize",
             {
@@ -102,6 +106,7 @@ class StdioClient:
                 raise RuntimeError(f"server exited during {method}")
             message = json.loads(line)
             if message.get("id") == self.ids and "method" not in message:
+                self.answer_bytes = len(line)
                 if "error" in message:
                     raise RuntimeError(f"{method} failed: {message['error']}")
                 return message["result"]
@@ -160,11 +165,14 @@ NAMES = [f"entry-{index:04d}.txt" for index in range(LIST_ENTRIES)]
 def make_workspace(root: Path) -> None:
     (root / "read.txt").write_text(SMALL_TEXT)
     (root / "big.txt").write_text(BIG_TEXT)
+    for name in ("new", "dirs"):  # what each write of a new file or mkdir makes
+        (root / name).mkdir()
     many = root / "many"
     many.mkdir()
     for name in NAMES:
         (many / name).write_bytes(b"")
     (root / "edit.txt").write_text(text_of(EDIT_FILE_BYTES, marker_line=EDIT_FILE_BYTES // 128))
+    (root / "over.txt").write_text(SMALL_TEXT)
 
 
 def marker(i: int) -> tuple[str, str]:
@@ -220,6 +228,19 @@ def direct_list(path: Path) -> list[tuple[str, int, float]]:
 def direct_edit(path: Path, i: int) -> None:
     old, new = marker(i)
     atomic_write(path, path.read_text().replace(old, new, 1))
+
+
+def fresh(prefix: str) -> tuple[Callable[[], str], Callable[[], str]]:
+    """(next name, last name given): a new file or directory each call, whatever
+    the call's index in its round."""
+    count = itertools.count()
+    last = [""]
+
+    def new() -> str:
+        last[0] = f"{prefix}{next(count)}"
+        return last[0]
+
+    return new, lambda: last[0]
 
 
 def operations(ws: Path) -> dict[str, Op]:
@@ -285,6 +306,30 @@ def operations(ws: Path) -> dict[str, Op]:
         old, new = marker(i)
         return "edit_file", {"path": "edit.txt", "old_string": old, "new_string": new}
 
+    def made(last: Callable[[], str], data: str | None) -> Callable[[int, dict[str, Any]], None]:
+        def check(i: int, result: dict[str, Any]) -> None:
+            path = ws / last()
+            if data is None:
+                expect(path.is_dir(), f"{last()} was not made")
+            else:
+                expect(path.read_text() == data, f"{last()} on disk is not what was written")
+
+        return check
+
+    # one name sequence per side: corral's checkouts share one (each name made once)
+    corral_file, corral_file_last = fresh("new/c-")
+    ref_file, ref_file_last = fresh("new/r-")
+    corral_dir, corral_dir_last = fresh("dirs/c-")
+    ref_dir, ref_dir_last = fresh("dirs/r-")
+    other = {SMALL_TEXT: SMALL_TEXT.replace("line", "LINE")}  # overwrite: A, B, A, ...
+    other[other[SMALL_TEXT]] = SMALL_TEXT
+
+    def overwrite_text(i: int) -> str:
+        return SMALL_TEXT if i % 2 == 0 else other[SMALL_TEXT]
+
+    def overwritten(i: int, result: dict[str, Any]) -> None:
+        expect((ws / "over.txt").read_text() == overwrite_text(i), "over.txt differs")
+
     def read_args(name: str) -> dict[str, Any]:
         return {"path": name, "limit": 100_000, "max_bytes": 4 * MIB}
 
@@ -323,12 +368,27 @@ def operations(ws: Path) -> dict[str, Op]:
             lambda i: atomic_write(ws / "wbig.txt", BIG_TEXT),
             big=True,
         ),
-        "write 4 KiB": Op(
-            lambda i: ("write_file", {"path": "write.txt", "content": SMALL_TEXT}),
-            lambda i: ("write_file", {"path": str(ws / "write.txt"), "content": SMALL_TEXT}),
-            on_disk("write.txt", SMALL_TEXT),
-            on_disk("write.txt", SMALL_TEXT),
-            lambda i: atomic_write(ws / "write.txt", SMALL_TEXT),
+        "write 4 KiB": Op(  # a new file each call
+            lambda i: ("write_file", {"path": corral_file(), "content": SMALL_TEXT}),
+            lambda i: ("write_file", {"path": str(ws / ref_file()), "content": SMALL_TEXT}),
+            made(corral_file_last, SMALL_TEXT),
+            made(ref_file_last, SMALL_TEXT),
+            lambda i: atomic_write(ws / "new" / f"d-{i}", SMALL_TEXT),
+        ),
+        "overwrite 4 KiB": Op(  # the same file, its text changed each call
+            lambda i: ("write_file", {"path": "over.txt", "content": overwrite_text(i)}),
+            lambda i: ("write_file", {"path": str(ws / "over.txt"),
+                                      "content": overwrite_text(i)}),
+            overwritten,
+            overwritten,
+            lambda i: atomic_write(ws / "over.txt", overwrite_text(i)),
+        ),
+        "mkdir": Op(
+            lambda i: ("create_directory", {"path": corral_dir()}),
+            lambda i: ("create_directory", {"path": str(ws / ref_dir())}),
+            made(corral_dir_last, None),
+            made(ref_dir_last, None),
+            lambda i: os.mkdir(ws / "dirs" / f"d-{time.perf_counter_ns()}"),
         ),
         "stat": Op(
             lambda i: ("stat_file", {"path": "read.txt"}),
@@ -435,8 +495,9 @@ def configs(tmp: str, tree: Path, name: str) -> tuple[Path, Path]:
     default = Path(tmp, f"{name}.toml")
     default.write_text(limits + f'[history]\npath = "{tmp}/history-{name}"\n')
     equal = Path(tmp, f"{name}-equal.toml")
-    nosync = ('[sandbox]\ndurability = "none"\n'
-              if has(tree, "corral/config_keys.py", '"durability"') else "")
+    nosync = ('[sandbox]\ndurability = "none"\n'  # its key, where the checkout knows it
+              if any(has(tree, source, '"durability"')
+                     for source in ("corral/config_keys.py", "corral/config.py")) else "")
     equal.write_text(limits + f'[history]\npath = "{tmp}/history-{name}-equal"\n' + nosync)
     return default, equal
 

@@ -32,8 +32,10 @@ def run_session(
     *,
     extra: tuple[str, ...] = (),
     elicit: Callable[..., Awaitable[types.ElicitResult]] | None = None,
+    client: str | None = None,
 ) -> None:
-    """Start `corral serve`, initialize with the SDK client, run `body`, shut down."""
+    """Start `corral serve`, initialize with the SDK client (named `client`, if
+    given), run `body`, shut down."""
 
     async def main() -> None:
         argv = serve_argv(workspace, *extra)
@@ -43,7 +45,9 @@ def run_session(
         with open(workspace.parent / "server-stderr.log", "w") as errlog:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write, elicitation_callback=elicit) as session,
+                ClientSession(read, write, elicitation_callback=elicit, client_info=(
+                    None if client is None else types.Implementation(name=client, version="1")
+                )) as session,
             ):
                 await session.initialize()
                 with anyio.fail_after(60):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import subprocess
 import time
@@ -17,11 +18,12 @@ from conftest import ok
 from history_helpers import promoted, snapshot, work_store
 
 from corral import Sandbox
-from corral.config import HistoryOptions, load_config
+from corral.config import HistoryOptions, SandboxOptions, load_config
 from corral.fs import Root
+from corral.history import host
 from corral.history.host import BOUND_EVERY_S
 from corral.history.keeper import Keeper
-from corral.history.records import Record, State
+from corral.history.records import Entry, Record, State
 from corral.history.store import BOUND, Store, kept_name, new_id, workspace_key
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
@@ -335,10 +337,12 @@ def test_a_store_that_cannot_be_created_says_what_to_do(workspace: Path, tmp_pat
 
 
 def test_the_note_counts_each_commit_not_only_the_close(
-    workspace: Path, tmp_path: Path,
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A process killed before its close (SIGTERM, SIGKILL) must not leave its
-    changes out of the note: each commit adds what the calls before it stored."""
+    changes out of the note: a commit adds what the calls before it stored, once
+    the note's interval has passed (here: none)."""
+    monkeypatch.setattr(host, "NOTE_EVERY_S", 0.0)
     options = HistoryOptions(path=str(tmp_path / "hist"))
     with Sandbox(workspace, history=options) as sb:
         store = Path(sb.history_path)
@@ -380,3 +384,108 @@ def test_what_a_worker_leaves_in_its_work_directory_is_bounded(
             assert sb.undo("hello.txt")["result"]["restored"] == ["hello.txt"]
     finally:
         os.close(held)
+
+
+def test_the_note_is_rewritten_at_most_once_an_interval_and_at_the_close(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each rewrite of the note is a rename over it (the dearest step of a small
+    write when it was made at every commit): within the interval a commit leaves
+    it alone, and the close adds what is left."""
+    monkeypatch.setattr(host, "NOTE_EVERY_S", 3600.0)
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options) as sb:
+        note = Path(sb.history_path, BOUND)
+        ok(sb, "write_file", path="big.txt", content="0" * 8192)  # the first commit notes
+        first = note.stat().st_ino, note.read_text()
+        for round_ in range(1, 3):
+            ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
+        assert (note.stat().st_ino, note.read_text()) == first
+    assert int(note.read_text().split()[0]) >= int(first[1].split()[0]) + 2 * 8192
+
+
+def test_a_writer_reuses_the_file_of_its_last_committed_record(
+    workspace: Path, tmp_path: Path,
+) -> None:
+    """Creating a file is most of a small write's cost on ext4: the host hands a
+    committed record's done file back to its writer (s-<pid>), whose next record
+    reuses it; the sandbox's close removes it, and a record still commits whole."""
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options, options=SandboxOptions(workers=1)) as sb:
+        assert sb._history is not None and sb._history.work_path is not None
+        work = Path(sb._history.work_path)
+        ok(sb, "write_file", path="a.txt", content="one\n")
+        [spare] = [p for p in work.iterdir() if p.name.startswith("s-")]
+        inode = spare.stat().st_ino
+        ok(sb, "write_file", path="a.txt", content="two\n")
+        ok(sb, "create_directory", path="d")
+        assert [p.stat().st_ino for p in work.iterdir() if p.name.startswith("s-")] == [inode]
+        assert [e["action"] for e in sb.history()] == ["create", "modify", "create"]
+        assert sb.undo("a.txt")["ok"] and (workspace / "a.txt").read_text() == "one\n"
+    assert not [p for p in work.iterdir() if p.name.startswith("s-")]
+
+
+def test_a_bound_removes_the_spares_a_killed_host_left(tmp_path: Path) -> None:
+    """A host killed before its close leaves its writers' spare files: no one's, so
+    the next bound removes them (a writer without one makes a new file)."""
+    work, store = work_store(tmp_path / "store")
+    try:
+        (work / "s-00abcd").write_bytes(b"{}")
+        (work / "s-00abce").mkdir()
+        store.evict(1 << 30, 1e9)
+        assert not [p for p in work.iterdir() if p.name.startswith("s-")]
+    finally:
+        store.close()
+
+
+def test_a_spare_that_is_not_a_plain_file_of_its_own_is_not_reused(tmp_path: Path) -> None:
+    """The spare lies in the writer's work directory, which its other workers write
+    too: one with a second link, or not a regular file, is left alone and the
+    record is written to a new file."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    work, store = work_store(tmp_path / "store")
+    try:
+        record_id = new_id()
+        spare = work / f"s-{record_id[16:22]}"
+        spare.write_bytes(b"old")
+        os.link(spare, tmp_path / "other-name")
+        record = Record(record_id, time.time(), "write_file", os.getpid(), (Entry(
+            str(workspace), "a.txt", "a.txt", "replace", "create", None, State("file", 1)),))
+        store.write_pending(record)
+        assert spare.read_bytes() == b"old" and (tmp_path / "other-name").read_bytes() == b"old"
+        pending = (work / f"r-{record_id}.pending").read_bytes()
+        assert Record.from_wire(json.loads(pending)) == record
+    finally:
+        store.close()
+
+
+def test_a_spare_replaced_under_its_writer_is_not_taken_for_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host may remove a spare (a bound) and hand back the next one under the
+    same name between the writer's open and its rename: the file renamed is then
+    not the one the record was written into, and a new file holds the record."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    work, store = work_store(tmp_path / "store")
+    try:
+        record_id = new_id()
+        spare = work / f"s-{record_id[16:22]}"
+        spare.write_bytes(b"old spare")
+        real = os.pwrite
+
+        def swapped(fd: int, data: bytes, offset: int) -> int:
+            written = real(fd, data, offset)
+            spare.unlink()  # as a bound removes it, then the host hands back another
+            spare.write_bytes(b"the next spare")
+            return written
+
+        monkeypatch.setattr(os, "pwrite", swapped)
+        record = Record(record_id, time.time(), "write_file", os.getpid(), (Entry(
+            str(workspace), "a.txt", "a.txt", "replace", "create", None, State("file", 1)),))
+        store.write_pending(record)
+        pending = (work / f"r-{record_id}.pending").read_bytes()
+        assert Record.from_wire(json.loads(pending)) == record
+    finally:
+        store.close()

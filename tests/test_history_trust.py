@@ -28,7 +28,7 @@ from corral.api import _start_executor
 from corral.calls.control import SandboxSetup
 from corral.config import HistoryOptions, Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
-from corral.history import restore
+from corral.history import promote, restore
 from corral.history.keeper import Keeper
 from corral.history.promote import CLOCK_SLACK_S
 from corral.history.store import Store, StoreError, new_id
@@ -241,6 +241,58 @@ def test_a_record_that_does_not_check_out_is_refused(
     assert sb.history() == []
     assert f"r-{record_id}.done" in sb._history.refused
     assert sb.undo("hello.txt")["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("change", [
+    {}, {"root": "/etc"}, {"rel": "../outside/secret.txt"}, {"pid": 1}, {"undoes": "0" * 26},
+    {"hash": "0" * 24}, {"blob": "b-0000000000000000000000000-0"},
+    {"tool": "edit_file"}, {"v": 2},
+])
+def test_a_record_an_answer_carries_is_checked_as_one_in_the_store(
+    start: Any, workspace: Path, change: dict[str, Any]
+) -> None:
+    """A worker's answer carries its small records (the host need not read them back):
+    they are input as the files are, each refused for what a file would be."""
+    started = start()
+    sb = started.sb
+    now = (workspace / "hello.txt").read_bytes()
+    record_id = new_id()
+    record = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
+    entry = record["entries"][0]
+    for key, value in change.items():
+        if key in ("root", "rel"):
+            entry[key] = value
+        elif key in ("hash", "blob"):
+            entry["before"][key] = value
+        else:
+            record[key] = value
+    Path(started.history, f"b-{record_id}-0").write_bytes(b"EVIL")  # no .done file at all
+    assert sb._history is not None
+    sb._history.promote([record_id], "write_file", None, [record])
+    if not change:  # well-formed: committed from the answer alone
+        [shown] = sb.history()
+        assert shown["id"] == record_id and sb._history.refused == {}
+        return
+    assert sb.history() == []
+    assert f"r-{record_id}.done" in sb._history.refused
+    assert not Path(started.history, f"b-{record_id}-0").exists()  # dropped with its blob
+
+
+def test_a_call_s_records_are_committed_from_its_answer(
+    start: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host commits a write's record from the worker's answer, without opening
+    the `.done` file the worker left (4 system calls a change), and removes that."""
+    sb = start().sb
+
+    def unread(dir_fd: int, name: str) -> bytes | None:
+        raise AssertionError(f"{name} read back")
+
+    monkeypatch.setattr(promote, "read_small", unread)
+    ok(sb, "write_file", path="hello.txt", content="new\n")
+    ok(sb, "create_directory", path="made")
+    assert [entry["action"] for entry in sb.history()] == ["create", "modify"]
+    assert not [p for p in Path(sb.history_path).rglob("*.done")]
 
 
 def test_only_records_the_host_checked_are_undone(start: Any, workspace: Path) -> None:
@@ -528,3 +580,23 @@ def test_the_sweep_leaves_a_call_in_flight_its_own_records(
     sb._history.answered(call)
     assert sb.history() == []
     assert "from a 'write_file' call" in sb._history.refused[f"r-{record_id}.done"]
+
+
+def test_a_commit_that_fails_leaves_the_answer_and_the_record_for_the_sweep(
+    start: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host commits a call's record on the call's thread: the change has landed,
+    so a commit that fails however (a bug here) must not make the answer an error;
+    the record stays done, and the next sweep commits it."""
+    sb = start().sb
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, str]:
+        raise RuntimeError("a bug")
+
+    real = promote.promote
+    monkeypatch.setattr(promote, "promote", broken)
+    ok(sb, "write_file", path="hello.txt", content="new\n")
+    assert (workspace / "hello.txt").read_text() == "new\n"
+    monkeypatch.setattr(promote, "promote", real)
+    [entry] = sb.history()  # history() sweeps first
+    assert entry["path"] == "hello.txt" and entry["action"] == "modify"

@@ -91,16 +91,36 @@ def test_without_structured_text_the_text_is_in_content_only(long_ws: Path) -> N
     _seen(result.content[0].text)
 
 
-def test_by_default_structured_content_carries_the_text(long_ws: Path) -> None:
+def _read_three(ws: Path, client: str | None, *extra: str) -> Any:
     seen: dict[str, Any] = {}
 
     async def body(session: ClientSession) -> None:
         seen["result"] = await session.call_tool("read_file", {"path": "long.txt", "limit": 3})
 
-    run_session(long_ws, body)
-    result = seen["result"]
+    run_session(ws, body, extra=extra, client=client)
+    return seen["result"]
+
+
+def test_a_client_named_as_the_python_sdk_gets_the_text_in_structured_content(
+    long_ws: Path,
+) -> None:
+    """The SDK's default name is what pydantic-ai (and other frameworks on that SDK)
+    send: by default their structuredContent carries the text."""
+    result = _read_three(long_ws, None)
     assert result.structured_content["text"] == result.content[0].text
     _seen(result.structured_content["text"])
+
+
+def test_another_client_gets_the_text_once_unless_told(long_ws: Path) -> None:
+    """A client named otherwise (one that shows the model content) gets the text in
+    content alone: a read's text travels twice, not three times; --structured-text
+    adds it for every client."""
+    result = _read_three(long_ws, "claude-code")
+    assert "text" not in result.structured_content
+    assert result.structured_content["content"] == "line 1\nline 2\nline 3\n"
+    _seen(result.content[0].text)
+    forced = _read_three(long_ws, "claude-code", "--structured-text")
+    assert forced.structured_content["text"] == forced.content[0].text
 
 
 def test_no_structured_text_is_refused_with_jsonl(ws: Path) -> None:
@@ -108,7 +128,7 @@ def test_no_structured_text_is_refused_with_jsonl(ws: Path) -> None:
                           capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)},
                           timeout=60)
     assert done.returncode != 0
-    assert b"--no-structured-text is for MCP" in done.stderr
+    assert b"--no-structured-text are for MCP" in done.stderr
 
 
 PNG = bytes.fromhex(

@@ -190,6 +190,8 @@ class Meta(NamedTuple):
     grants: tuple[GrantUse, ...] = ()  # remembered approvals the call went through by
     diff: str | None = None  # at an approval stop: the change, bounded, for the person asked
     dirs_made: int = 0  # missing parent directories it created (the files quota counts them)
+    # those of history_ids' records that are small, as written (input: promote.py checks them)
+    history_done: tuple[dict[str, Any], ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -208,6 +210,8 @@ class Meta(NamedTuple):
             wire["diff"] = self.diff
         if self.dirs_made:
             wire["dirs_made"] = self.dirs_made
+        if self.history_done:
+            wire["history_done"] = list(self.history_done)
         return wire
 
     @classmethod
@@ -241,11 +245,15 @@ class Meta(NamedTuple):
         diff = wire.get("diff")
         if diff is not None and not (type(diff) is str and len(diff) <= MAX_PREVIEW_CHARS):
             raise Malformed("meta.diff that is not a bounded string")
+        done = wire.get("history_done", ())
+        if not (type(done) in (list, tuple) and all(type(record) is dict for record in done)):
+            raise Malformed("meta.history_done that is not a list of records")
         return cls(
             tuple([_touched(t) for t in touched]), size,
             tuple([_needs_approval(n) for n in needs]) if needs else (),
             history_bytes, seen, tuple(ids),
             _grant_uses(wire["grants"]) if "grants" in wire else (), diff, dirs_made,
+            tuple(done),
         )
 
 

@@ -361,9 +361,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.state_key_file is not None:
         raise UsageError("--state-key-file goes with --http HOST:PORT (a stdio server "
                          "serves one client, which never reaches another process)")
-    if args.jsonl and not args.structured_text:
-        raise UsageError("--no-structured-text is for MCP; --jsonl results have no "
-                         "structuredContent")
+    if args.jsonl and args.structured_text is not None:
+        raise UsageError("--structured-text and --no-structured-text are for MCP; --jsonl "
+                         "results have no structuredContent")
     if sys.stdin.isatty():  # a person ran it by hand: say that it is waiting, and for what
         protocol = "JSON lines" if args.jsonl else "MCP"
         logs.log.info("corral: serving %s on stdin/stdout until end of input (Ctrl-D); an MCP "
@@ -567,11 +567,17 @@ def add_serve(commands: Commands, common: list[argparse.ArgumentParser]) -> None
         "--log-format", choices=["text", "json"], default="text",
         help="log lines on stderr: text, or one JSON object a line (default: text)",
     )
-    serve.add_argument(
+    shown = serve.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--structured-text", dest="structured_text", action="store_true", default=None,
+        help="MCP: every result's structuredContent repeats the text the model is shown, "
+        "for every client (by default only for those that show the model structuredContent: "
+        "fastmcp, and pydantic-ai and others that name themselves as the Python SDK does)",
+    )
+    shown.add_argument(
         "--no-structured-text", dest="structured_text", action="store_false",
-        help="MCP: a result's structuredContent without the text the model is shown (it "
-        "stays in content): for clients that show the model content, not structuredContent "
-        "(most do; pydantic-ai and fastmcp do not); a large read sends a third less",
+        help="MCP: no result's structuredContent repeats the text (it stays in content), "
+        "whatever the client",
     )
     http = serve.add_argument_group(
         "many tenants over HTTP (needs the http extra: pip install '.[http]' in corral's "

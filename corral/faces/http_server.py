@@ -185,7 +185,7 @@ class TenantState:
 
     def __init__(self, tenant: Tenant, pool: Pool, *, protected: tuple[str, ...] = (),
                  max_requests: int = MAX_TENANT_REQUESTS, observer: Observer | None = None,
-                 structured_text: bool = True, state_key: bytes | None = None) -> None:
+                 structured_text: bool | None = None, state_key: bytes | None = None) -> None:
         self.tenant = tenant
         self.state_key = state_key  # McpSession's
         self.structured_text = structured_text  # McpSession's
@@ -303,7 +303,7 @@ class HttpFace:
         loopback_only: bool, max_body_bytes: int = MAX_BODY_BYTES,
         max_tenant_requests: int = MAX_TENANT_REQUESTS, client_timeout_s: float = CLIENT_TIMEOUT_S,
         protected: tuple[str, ...] = (), observers: Mapping[str, Observer] | None = None,
-        structured_text: bool = True, state_key: bytes | None = None,
+        structured_text: bool | None = None, state_key: bytes | None = None,
     ) -> None:
         """observers: a tenant's name -> the observer of its sandboxes. structured_text,
         state_key: McpSession's."""
@@ -817,7 +817,7 @@ def serve(
     max_connections: int = MAX_CONNECTIONS, max_tenant_requests: int = MAX_TENANT_REQUESTS,
     client_timeout_s: float = CLIENT_TIMEOUT_S,
     ready: Callable[[str, int], None] = lambda host, port: None,
-    metrics: str | None = None, log_format: str = "text", structured_text: bool = True,
+    metrics: str | None = None, log_format: str = "text", structured_text: bool | None = None,
     state_key: bytes | None = None, drain_delay_s: float = 0.0,
     drain_timeout_s: float | None = None, reload: Callable[[], Roster] | None = None,
 ) -> None:

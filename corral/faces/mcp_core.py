@@ -51,13 +51,14 @@ Decisions the spec leaves to us:
   result with `isError: true` and the contract's error in `structuredContent`.
 - Image reads return an image block after the text block; the base64 data is
   not repeated in `structuredContent`.
-- A success's `structuredContent` is the contract's `result` plus `text`, the
-  same text as the first content block: clients that show a model
-  structuredContent instead of content (pydantic-ai, fastmcp) still show it the
-  numbered lines and paging hints. outputSchema declares it (optional).
-  `structured_text=False` (`corral serve --no-structured-text`) leaves it out,
-  for clients that show a model `content`: a large read then goes out twice
-  (its content and its numbered text), not three times.
+- A success's `structuredContent` is the contract's `result`; for a client that
+  shows a model structuredContent instead of content (pydantic-ai, fastmcp:
+  those whose clientInfo names them as TEXT_CLIENTS), plus `text`, the same
+  text as the first content block, so their models still see the numbered lines
+  and paging hints. outputSchema declares it (optional). Others get the text
+  once, in content: a large read goes out twice (its content and its numbered
+  text), not three times. `structured_text=True`/`False` (`corral serve
+  --structured-text`/`--no-structured-text`) adds it for every client, or none.
 - A supervised call asks the user with a form: "accept" approves, "decline" or
   "cancel" denies. Its one field, `remember` (not required; default "once"),
   offers "once", "path" (this file, for the session) and "rule" (every path
@@ -148,6 +149,19 @@ INSTRUCTIONS = (
 _STATE_KEY = secrets.token_bytes(32)
 
 
+# Clients that hand a model a result's structuredContent rather than its content, as
+# their `initialize` names them: fastmcp's Client, and the Python SDK's default name,
+# which pydantic-ai's toolset (and other frameworks built on that SDK) send. They get
+# the text in structuredContent too; a client that names itself otherwise gets it
+# once, unless the server is told (--structured-text).
+TEXT_CLIENTS = frozenset({"fastmcp", "mcp"})
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"  # a stateless request's _meta
+
+
+def _text_client(info: object) -> bool:
+    return isinstance(info, dict) and info.get("name") in TEXT_CLIENTS
+
+
 def server_version() -> str:
     try:
         return importlib.metadata.version("corral")
@@ -209,7 +223,7 @@ def valid_id(value: object) -> TypeGuard[str | int]:
 
 
 def tool_result(
-    outcome: dict[str, Any], *, structured: bool, structured_text: bool = True
+    outcome: dict[str, Any], *, structured: bool, structured_text: bool = False
 ) -> dict[str, Any]:
     """The `tools/call` result for a contract result. structured_text: a success's
     structuredContent repeats the text (see the module docstring)."""
@@ -421,6 +435,7 @@ class Call:
     flow: CallFlow | None = None  # None until the client's roots are known
     stage: str = "queued"  # queued, running (a Run out), asking (a question out)
     cancelled: bool = False
+    text: bool = False  # its structuredContent repeats the text (TEXT_CLIENTS)
 
 
 @dataclass
@@ -441,13 +456,14 @@ class McpSession:
         *,
         can_ask: bool = True,
         say_remedy: Callable[[Remedy], str] = any_face,
-        structured_text: bool = True,
+        structured_text: bool | None = None,
         state_key: bytes | None = None,
     ) -> None:
         """state_key: what seals requestState (None: the process's own key)."""
         self._open_sandbox = open_sandbox
         self._state_key = _STATE_KEY if state_key is None else state_key
-        self._structured_text = structured_text
+        self._structured_text = structured_text  # None: as the client is (TEXT_CLIENTS)
+        self._handshake_text = False  # the handshake client is one of TEXT_CLIENTS
         self._say_remedy = say_remedy  # how the face serving this session says a config's fix
         self._can_ask = can_ask
         self._sandbox: Sandbox | None = None
@@ -612,6 +628,7 @@ class McpSession:
             raise ProtocolError(INVALID_PARAMS, "initialize needs a protocolVersion string")
         capabilities = params.get("capabilities")
         self._start()
+        self._handshake_text = _text_client(params.get("clientInfo"))
         self._handshake = negotiate(requested)
         self._capabilities = capabilities if isinstance(capabilities, dict) else {}
         return {
@@ -673,6 +690,9 @@ class McpSession:
             raise ProtocolError(INVALID_REQUEST, f"request id {request_id!r} is already in use")
         call = Call(request_id, revision, capabilities, name, arguments,
                     can_ask and self._can_ask)
+        call.text = self._structured_text if self._structured_text is not None else (
+            _text_client(params["_meta"].get(CLIENT_INFO_KEY)) if revision.stateless
+            else self._handshake_text)
         if revision.stateless:
             token = params.get("requestState")
             # The digest (of a write's whole content) only when a state is read or made.
@@ -761,7 +781,7 @@ class McpSession:
             return [Reply(error_response(
                 call.request_id, INVALID_PARAMS, outcome["error"]["message"]))]
         result = tool_result(outcome, structured=call.revision.structured,
-                             structured_text=self._structured_text)
+                             structured_text=call.text)
         return [Reply(response(call.request_id, self._complete(call.revision, result)))]
 
     def _drop(self, call: Call) -> list[Action]:

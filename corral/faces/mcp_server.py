@@ -61,7 +61,7 @@ class McpServer:
 
     def __init__(
         self, open_sandbox: Callable[[Approver], Sandbox], reader: BinaryIO, writer: BinaryIO,
-        say_remedy: Callable[[Remedy], str] = any_face, structured_text: bool = True,
+        say_remedy: Callable[[Remedy], str] = any_face, structured_text: bool | None = None,
     ) -> None:
         self._out = LineWriter(writer)
         self._session = McpSession(
@@ -106,7 +106,7 @@ class McpServer:
 
 def serve(
     open_sandbox: Callable[[Approver], Sandbox], reader: BinaryIO, writer: BinaryIO,
-    say_remedy: Callable[[Remedy], str] = any_face, structured_text: bool = True,
+    say_remedy: Callable[[Remedy], str] = any_face, structured_text: bool | None = None,
 ) -> bool:
     """Run an MCP server on the given streams until the client closes its end.
     `open_sandbox(approve)` is called on the first message that needs the tools;

@@ -15,7 +15,7 @@ import posixpath
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from corral.config import HistoryOptions
@@ -37,6 +37,7 @@ from corral.history.store import (
     prepare,
     publish,
     read_bound,
+    remove_spares,
     remove_temps,
     work_name,
     write_bound,
@@ -69,6 +70,8 @@ EVICT_TO = 0.9  # of max_bytes: what an over-full store is brought back to
 # sandboxes open side by side count each other's changes only as they commit, so
 # the store may pass its bound by what they store meanwhile.
 BOUND_EVERY_S = 600
+NOTE_EVERY_S = 1.0  # the note is brought up to date at most this often, and at the close
+INLINE_BYTES = 1 << 20  # a call that kept more commits off its path (see History.__init__)
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
 MAX_CALLS_TRACKED = 10_000  # calls in flight the sweep waits for (a flow never finished stays)
 
@@ -91,10 +94,16 @@ class History:
         self.refused: dict[str, str] = {}  # the last REFUSED_KEPT records refused, and why
         self._calls: dict[object, float] = {}  # calls in flight: when each began (wall clock)
         self._retry: dict[str, Expect] = {}  # ids whose commit failed, with their checks
-        # Committing a call's records writes a file in the store (~0.2-2 ms on a busy
-        # disk, and a hash of the kept copy), off the call's path: one thread, in order;
-        # whatever reads the history waits for it first (flush).
+        self._spares: set[str] = set()  # done files handed back to their writers
+        # A call's records are committed on the call's own thread: a small record is a
+        # few system calls (~100 us), less than handing it to another thread costs
+        # (~20 futex calls a call, and a wake-up). A call that stored more than
+        # INLINE_BYTES may need its kept copy hashed (~1 ms a MiB): that goes to one
+        # thread, in order, and so does every call while that thread has work (the
+        # records are committed in order); whatever reads the history waits for it
+        # first (flush).
         self._later = ThreadPoolExecutor(1, thread_name_prefix="corral-history")
+        self._queued: Future[None] | None = None  # the thread's last job
         home = _open_dir(self.path)
         try:
             self._lock_fd = os.open(LOCK, _LOCK_FLAGS, 0o600, dir_fd=home)
@@ -111,6 +120,7 @@ class History:
             raise StoreError(exc) from None
         self.store = Store(work, home)
         self._added = 0  # bytes stored since the note was last brought up to date
+        self._noted = -NOTE_EVERY_S  # monotonic time of that: the first commit notes
         with self._locked():
             kept.migrate(home)  # a store an earlier version wrote: once
             bound = read_bound(home)
@@ -125,7 +135,9 @@ class History:
         self._later.shutdown(wait=True)  # every answered call's records committed first
         if self._added:
             with self._locked():
-                self._note_added()
+                self._note_added(at_close=True)
+        if self._spares:  # its workers are gone: no one will reuse them
+            remove_spares(self.store.fd, self._spares)
         self.store.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -154,22 +166,36 @@ class History:
             finally:
                 self.store.release()
 
-    def promote(self, ids: Sequence[str], tool: str, since: float | None) -> None:
-        """A call's answer named these records: commit those that check out, soon."""
+    def promote(
+        self, ids: Sequence[str], tool: str, since: float | None,
+        done: Sequence[Any] = (), stored: int = 0,
+    ) -> None:
+        """A call's answer named these records (`done`: those it carried, and `stored`:
+        the bytes it kept): commit those that check out, now or, for a call that
+        kept more than INLINE_BYTES, soon."""
         if self.work_path is None or not ids:
             return
-        self._later.submit(self._promote, tuple(ids), Expect(self.writable, tool, since))
+        job = (tuple(ids), Expect(self.writable, tool, since), tuple(done))
+        with self._lock:
+            busy = self._queued is not None and not self._queued.done()
+            if busy or stored > INLINE_BYTES:
+                self._queued = self._later.submit(self._promote, *job)
+                return
+        self._promote(*job)
 
-    def _promote(self, ids: tuple[str, ...], expect: Expect) -> None:
+    def _promote(self, ids: tuple[str, ...], expect: Expect, done: tuple[Any, ...]) -> None:
         try:
             with self._locked():
-                self._refused(promote.promote(self.store, self.work, ids, expect))
+                self._refused(promote.promote(self.store, self.work, ids, expect, done,
+                                              self._spares))
                 self._note_added()
         except OSError as exc:  # left done in the work directory: the next sweep commits it
             log.warning("corral: history: committing records failed (%s)", exc.strerror)
             with self._lock:
                 for item in ids[:REFUSED_KEPT]:
                     self._retry[item] = expect
+        except Exception:  # the call's change has landed: its answer must say so all the same
+            log.exception("corral: history: committing records failed")
 
     def calling(self, call: object) -> None:
         """A call began: the sweep leaves the records it may make to its answer."""
@@ -183,7 +209,9 @@ class History:
 
     def flush(self) -> None:
         """Wait until every record promote() was given is committed or refused."""
-        self._later.submit(lambda: None).result()
+        queued = self._queued
+        if queued is not None:
+            queued.result()
 
     def sweep(self, dead: Sequence[int] = (), tools: frozenset[str] | None = None) -> None:
         """Commit what was promoted, then the done records no answer will name (a
@@ -231,16 +259,22 @@ class History:
         with self._locked():
             self._bound(int(self.options.max_bytes * EVICT_TO))
 
-    def _note_added(self) -> None:
+    def _note_added(self, at_close: bool = False) -> None:
         """Add what this sandbox stored since to the store's note, which the next
-        start counts from: at each commit, so a process killed before its close
-        leaves at most its last call uncounted (the caller holds the store's lock).
-        No note, or a broken one: the next start reads the store through anyway."""
-        if self._added:
+        start counts from: at a commit once NOTE_EVERY_S has passed since the last
+        (the first commit always), and at the close, so a process killed before its
+        close leaves at most its last second's calls uncounted (a loop of one-shot
+        calls: none). Rewriting the note is a rename over it (~130 us on ext4) and
+        reading it a few more calls: at every commit it was half a small write's
+        cost. The caller holds the store's lock. No note, or a broken one: the next
+        start reads the store through anyway."""
+        now = time.monotonic()
+        if self._added and (at_close or now - self._noted >= NOTE_EVERY_S):
             with contextlib.suppress(OSError):
                 if (bound := read_bound(self.store.home)) is not None:
                     write_bound(self.store.home, bound[0] + self._added, bound[1])
             self._added = 0
+            self._noted = now
 
     def _bound(self, max_bytes: int) -> None:
         """Evict down to `max_bytes` (and the age bound), and leave the note a start

@@ -10,11 +10,12 @@ import contextlib
 import os
 import posixpath
 import time
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from corral.history import kept
 from corral.history.records import (
+    MAX_RECORD_BYTES,
     PATCH_TOOL,
     BadRecord,
     Entry,
@@ -33,6 +34,7 @@ from corral.history.store import (
     Store,
     blob_name,
     blob_size,
+    hand_back,
     hash_blob,
     id_pid,
     id_time,
@@ -41,6 +43,7 @@ from corral.history.store import (
     publish,
     read_small,
     skipped,
+    spare_name,
 )
 from corral.history.trees import check_kept, check_listing
 
@@ -63,11 +66,20 @@ class Expect(NamedTuple):
     tools: frozenset[str] | None = None
 
 
-def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict[str, str]:
+def promote(
+    store: Store, work: str, ids: Iterable[str], expect: Expect,
+    given: Sequence[Any] = (), spares: set[str] | None = None,
+) -> dict[str, str]:
     """Commit the done records and checkpoints `ids` of the work directory `work`
     (store.fd); returns {name: why} of those refused. A name already committed, or
-    gone (another host promoted it), is left as it is."""
+    gone (another host promoted it), is left as it is. `given`: records as the
+    worker's answer carried them (its Meta's history_done), taken instead of reading
+    their `.done` files back: they come from the same writer, so they are input
+    exactly as those files are, and are checked the same way. `spares`: a record's
+    done file goes back to its writer for reuse (store.hand_back), its name added
+    here, rather than being removed."""
     refused: dict[str, str] = {}
+    carried = {wire.get("id"): wire for wire in given if isinstance(wire, dict)}
     for item in ids:
         if not is_id(item):
             refused[str(item)[:64]] = "not an id"
@@ -75,31 +87,46 @@ def promote(store: Store, work: str, ids: Iterable[str], expect: Expect) -> dict
         for prefix in (RECORD, CHECKPOINT):  # an id names a record or a checkpoint
             name = f"{prefix}{item}{DONE}"
             try:
-                data = read_small(store.fd, name)
-                if data is None:
-                    continue
-                if prefix == RECORD:
-                    record = _checked(store, work, item, data, expect)
-                    # (an undo's closing record names no path: its sandbox's roots)
-                    value = dump(record)
-                    roots = kept.roots_of(record) or list(expect.writable)
-                else:
+                if prefix == CHECKPOINT:
+                    if (data := read_small(store.fd, name)) is None:
+                        continue
                     checkpoint = checkpoint_from_bytes(data)
                     _check(checkpoint.id == item, "a checkpoint under another's name")
                     _check_time(item, checkpoint.time, expect)
                     value, roots = dump(checkpoint), list(expect.writable)
+                else:
+                    if item in carried:
+                        record = Record.from_wire(carried.pop(item))
+                    elif (data := read_small(store.fd, name)) is None:
+                        continue
+                    else:
+                        record = record_from_bytes(data)
+                    record = _checked(store, work, item, record, expect)
+                    value = dump(record)
+                    # a carried record is bounded as a file's is (read_small)
+                    _check(len(value) <= MAX_RECORD_BYTES, "a record too big to be one")
+                    # (an undo's closing record names no path: its sandbox's roots)
+                    roots = kept.roots_of(record) or list(expect.writable)
             except (BadRecord, OSError) as why:
                 refused[name] = str(why)
                 skipped(name, why)
                 _drop(store, item, name, expect)
                 break
+            # Written by the host, under a temp name renamed in (never the worker's
+            # file, which its writer could still change; never torn by a kill: a
+            # temp is cleared at the next bound). The `.done` goes after, so a host
+            # killed between the two leaves it for the next sweep, which finds the
+            # record committed and only removes it (and mirrors it then).
             committed = f"{prefix}{item}{COMMITTED}"
             publish(store.home, committed, value)
-            # mirrored for the workers of its roots before the done record goes: a host
-            # killed in between commits it again, and mirrors it then
+            # mirrored for the workers of its roots before the done record goes
             kept.link(store.home, committed, roots)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=store.fd)
+                spare = spare_name(item)
+                if spares is not None and prefix == RECORD and hand_back(store.fd, name, spare):
+                    spares.add(spare)
+                else:
+                    os.unlink(name, dir_fd=store.fd)
             break
     return refused
 
@@ -113,8 +140,7 @@ def done(store: Store) -> list[str]:
         )
 
 
-def _checked(store: Store, work: str, record_id: str, data: bytes, expect: Expect) -> Record:
-    record = record_from_bytes(data)
+def _checked(store: Store, work: str, record_id: str, record: Record, expect: Expect) -> Record:
     _check(record.id == record_id, "a record under another record's name")
     _check(record.pid == id_pid(record_id), "a record whose pid is not its id's")
     _check_time(record_id, record.time, expect)

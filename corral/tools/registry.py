@@ -118,4 +118,5 @@ def _meta(call: Context, size: int, keeper: Keeper | None, diff: str | None = No
         keeper.stored if keeper is not None else 0, call.wrote,
         tuple(keeper.ids) if keeper is not None else (), tuple(call.grants_used), diff,
         call.keep.made if isinstance(call.keep, CountingKeep) else 0,
+        tuple(keeper.done) if keeper is not None else (),
     )
