@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,8 +170,11 @@ def test_a_live_log_verifies_while_writers_append_and_rotate(
     for writer in writers:
         writer.start()
     answers = []
+    deadline = time.monotonic() + 120  # a safety net: a loaded machine rotates slower
     try:
-        for _ in range(25):
+        # 25 verifies at least, and on until the writers rotated 25 times meanwhile
+        while len(answers) < 25 or (len(list(tmp_path.glob("log.jsonl.*"))) <= 25
+                                    and time.monotonic() < deadline):
             code, out, err = run(capsys, "audit", "verify", str(log))
             answers.append((code, out.splitlines()[0], err))
     finally:

@@ -21,7 +21,16 @@ import psutil
 import pytest
 
 from corral.faces.health import Readiness
-from tests.http_helpers import TOKENS, Server, call, mirrored, post, running_server, sha256
+from tests.http_helpers import (
+    STATELESS_META,
+    TOKENS,
+    Server,
+    call,
+    mirrored,
+    post,
+    running_server,
+    sha256,
+)
 
 SETTLE_S = 30.0  # only a safety net: what the tests wait for happens in seconds
 CAROL = "carol-token-0000000000"
@@ -190,8 +199,13 @@ def test_sigterm_drains_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
         late = Client(server, call("write_file", {"path": "late.txt", "content": "late\n"}))
         assert late.sent.wait(SETTLE_S)
 
+        # the probe needs no worker: served during the delay it is answered at once
+        # (a call would queue behind the grep, and the server could drain meanwhile)
+        listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list",
+                   "params": {"_meta": STATELESS_META}}
+
         def refused() -> bool:
-            status, headers, body = post(server, call("stat_file", {"path": "slow.txt"}))
+            status, headers, body = post(server, listing)
             return status == 503 and headers["retry-after"] == "5" and b"shutting down" in body
         until(refused, "new requests were never refused")
         assert slow.result()["error"]["code"] == "timeout"
