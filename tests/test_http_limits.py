@@ -72,14 +72,20 @@ def tenant(name: str, place: str, path: Path) -> str:
             f'{place} = "{path}"\n\n')
 
 
-@pytest.fixture(scope="module")
-def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with a 1 s read timeout, 8 connections and 128 open files at most."""
-    top = tmp_path_factory.mktemp("strict")
+def _alone(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Path, Path]:
+    """A server's directory, with alice its one tenant, her workspace holding hello.txt."""
+    top = tmp_path_factory.mktemp(name)
     alice = top / "alice"
     alice.mkdir()
     (alice / "hello.txt").write_text("hello\n")
     (top / "tenants.toml").write_text(tenant("alice", "workspace", alice))
+    return top, alice
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with a 1 s read timeout, 8 connections and 128 open files at most."""
+    top, alice = _alone(tmp_path_factory, "strict")
     process = start(top, "--client-timeout", "1", "--max-connections", "8", max_files=128)
     try:
         yield serving(process, top, alice, alice)
@@ -166,11 +172,7 @@ def test_half_sent_requests_never_crowd_out_a_real_call(strict: Server) -> None:
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The strict server with --metrics: 1 s timeout, 128 open files at most."""
-    top = tmp_path_factory.mktemp("metered")
-    alice = top / "alice"
-    alice.mkdir()
-    (alice / "hello.txt").write_text("hello\n")
-    (top / "tenants.toml").write_text(tenant("alice", "workspace", alice))
+    top, alice = _alone(tmp_path_factory, "metered")
     process = start(top, "--client-timeout", "1", "--max-connections", "8",
                     "--metrics", "127.0.0.1:0", max_files=128)
     try:
