@@ -149,6 +149,18 @@ def status_of(reply: bytes) -> int:
     return int(reply.split(b" ", 2)[1])
 
 
+def assert_stat_served(server: Server) -> None:
+    status, _, body = post(server, call("stat_file", {"path": "hello.txt"}))
+    assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+
+
+def assert_each_closed(socks: list[socket.socket]) -> None:
+    """Each is closed by the server: pushed out, or its time is up."""
+    for sock in socks:
+        reply = until_closed(sock)
+        assert reply == b"" or status_of(reply) == 408, reply
+
+
 # -- connections ------------------------------------------------------------------------
 
 
@@ -159,11 +171,8 @@ def test_half_sent_requests_never_crowd_out_a_real_call(strict: Server) -> None:
             sock = socket.create_connection(("127.0.0.1", strict.port), timeout=SETTLE_S)
             sock.sendall(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nx-wait: ")
             loris.append(sock)
-        status, _, body = post(strict, call("stat_file", {"path": "hello.txt"}))
-        assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
-        for sock in loris:  # each is closed by the server: pushed out, or its time is up
-            reply = until_closed(sock)
-            assert reply == b"" or status_of(reply) == 408, reply
+        assert_stat_served(strict)
+        assert_each_closed(loris)
     finally:
         for sock in loris:
             sock.close()
@@ -198,14 +207,11 @@ def test_idle_metrics_connections_never_crowd_out_a_real_call(metered: Server) -
             sock = socket.create_connection(("127.0.0.1", metered.metrics_port), timeout=SETTLE_S)
             sock.sendall(b"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-wait: ")
             idle.append(sock)
-        status, _, body = post(metered, call("stat_file", {"path": "hello.txt"}))
-        assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+        assert_stat_served(metered)
         url = f"http://127.0.0.1:{metered.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=SETTLE_S) as response:
             assert b"corral_calls_total" in response.read()
-        for sock in idle:  # each is closed by the server: pushed out, or its time is up
-            reply = until_closed(sock)
-            assert reply == b"" or status_of(reply) == 408, reply
+        assert_each_closed(idle)
     finally:
         for sock in idle:
             sock.close()
@@ -243,8 +249,7 @@ def test_a_client_that_never_takes_its_answers_is_cut_off(strict: Server) -> Non
         while connections_to(strict):
             assert time.monotonic() < deadline, "the server still holds the connection"
             time.sleep(0.05)
-    status, _, body = post(strict, call("stat_file", {"path": "hello.txt"}))
-    assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+    assert_stat_served(strict)
 
 
 def connections_to(server: Server) -> int:
