@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approval_helpers import Asker
 
 from corral import Approval, AsyncSandbox, Pool, Sandbox, Submit
 from corral.calls.messages import (
@@ -38,22 +39,6 @@ DOCS = Rule("ask-docs", "supervised", ("write_file", "edit_file"), ("docs/**",))
 CONF = Rule("ask-conf", "supervised", ("write_file",), ("conf/**",))
 RULES = Policy(rules=(DOCS, CONF))
 TOOL_MODE = Policy(tool_modes={"write_file": "supervised"}, rules=(DOCS,))
-
-
-class Asker:
-    """An approve callback that answers `reply` and keeps what it was asked."""
-
-    def __init__(self, reply: Any) -> None:
-        self.reply = reply
-        self.asked: list[dict[str, Any]] = []
-
-    def __call__(self, request: dict[str, Any]) -> Any:
-        self.asked.append(request)
-        return self.reply
-
-    @property
-    def paths(self) -> list[str]:
-        return [target["path"] for request in self.asked for target in request["targets"]]
 
 
 def write(sb: Sandbox, path: str, content: str = "x") -> dict[str, Any]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from approval_helpers import Asker
 
 from corral import Approval, Sandbox
 from corral.calls.messages import CallRequest, GrantRef, GrantUse, Malformed, Meta, NeedsApproval
@@ -21,22 +21,6 @@ BOTH = Policy(tool_modes={"apply_patch": "supervised", "delete_file": "supervise
 # stop under "the default action" but for delete_file's mode
 DEFAULT = Policy(default_action="supervised",
                  tool_modes={"apply_patch": "allow", "delete_file": "supervised"})
-
-
-class Asker:
-    """Answers `reply`; keeps every request."""
-
-    def __init__(self, reply: Any) -> None:
-        self.reply = reply
-        self.asked: list[dict[str, Any]] = []
-
-    def __call__(self, request: dict[str, Any]) -> Any:
-        self.asked.append(request)
-        return self.reply
-
-    @property
-    def paths(self) -> list[str]:
-        return [target["path"] for request in self.asked for target in request["targets"]]
 
 
 def patch(*changes: str) -> dict[str, str]:

@@ -31,6 +31,14 @@ def ctx(tmp_path: Path) -> Iterator[Context]:
         root.close()
 
 
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    """notes.txt in ctx's root, holding "alpha"."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("alpha\n")
+    return notes
+
+
 def racing(monkeypatch: pytest.MonkeyPatch, change: Callable[[int], None]) -> list[int]:
     """Another writer runs `change(n)` right after the edit's n-th read (from 1)."""
     read, reads = edit.content, []
@@ -50,10 +58,8 @@ def call(ctx: Context, **arguments: Any) -> dict[str, Any]:
 
 
 def test_a_raced_edit_is_applied_again_to_the_new_text(
-    ctx: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ctx: Context, target: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "notes.txt"
-    target.write_text("alpha\n")
     reads = racing(monkeypatch, lambda n: n == 1 and target.write_text("alpha\nbeta\n"))
     answer = call(ctx, old_string="alpha", new_string="gamma")
     assert answer["ok"], answer
@@ -65,10 +71,8 @@ def test_a_raced_edit_is_applied_again_to_the_new_text(
 
 
 def test_a_raced_edit_that_no_longer_applies_says_the_file_changed(
-    ctx: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ctx: Context, target: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "notes.txt"
-    target.write_text("alpha\n")
     racing(monkeypatch, lambda n: n == 1 and target.write_text("alpha\nalpha\n"))
     answer = call(ctx, old_string="alpha", new_string="gamma")
     assert answer["error"]["code"] == "ambiguous_match", answer
@@ -79,10 +83,8 @@ def test_a_raced_edit_that_no_longer_applies_says_the_file_changed(
 
 
 def test_an_edit_raced_every_time_is_a_conflict_after_its_tries(
-    ctx: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ctx: Context, target: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "notes.txt"
-    target.write_text("alpha\n")
     reads = racing(monkeypatch, lambda n: target.write_text(f"alpha\n{n}\n"))
     answer = call(ctx, old_string="alpha", new_string="gamma")
     assert answer["error"]["code"] == "conflict"
@@ -95,10 +97,8 @@ def test_an_edit_raced_every_time_is_a_conflict_after_its_tries(
 
 
 def test_with_expected_version_a_race_stays_a_conflict(
-    ctx: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ctx: Context, target: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "notes.txt"
-    target.write_text("alpha\n")
     racing(monkeypatch, lambda n: n == 1 and target.write_text("alpha\nbeta\n"))
     version = content_version(b"alpha\n")
     answer = call(ctx, old_string="alpha", new_string="gamma", expected_version=version)

@@ -438,6 +438,19 @@ def test_a_bound_removes_the_spares_a_killed_host_left(tmp_path: Path) -> None:
         store.close()
 
 
+def _spare(work: Path, record_id: str, data: bytes) -> Path:
+    """The spare the writer of `record_id` takes for its record, left holding `data`."""
+    spare = work / f"s-{record_id[16:22]}"
+    spare.write_bytes(data)
+    return spare
+
+
+def _creating(workspace: Path, record_id: str) -> Record:
+    """A record of a write_file that made a.txt."""
+    return Record(record_id, time.time(), "write_file", os.getpid(), (Entry(
+        str(workspace), "a.txt", "a.txt", "replace", "create", None, State("file", 1)),))
+
+
 def test_a_spare_that_is_not_a_plain_file_of_its_own_is_not_reused(tmp_path: Path) -> None:
     """The spare lies in the writer's work directory, which its other workers write
     too: one with a second link, or not a regular file, is left alone and the
@@ -447,11 +460,9 @@ def test_a_spare_that_is_not_a_plain_file_of_its_own_is_not_reused(tmp_path: Pat
     work, store = work_store(tmp_path / "store")
     try:
         record_id = new_id()
-        spare = work / f"s-{record_id[16:22]}"
-        spare.write_bytes(b"old")
+        spare = _spare(work, record_id, b"old")
         os.link(spare, tmp_path / "other-name")
-        record = Record(record_id, time.time(), "write_file", os.getpid(), (Entry(
-            str(workspace), "a.txt", "a.txt", "replace", "create", None, State("file", 1)),))
+        record = _creating(workspace, record_id)
         store.write_pending(record)
         assert spare.read_bytes() == b"old" and (tmp_path / "other-name").read_bytes() == b"old"
         pending = (work / f"r-{record_id}.pending").read_bytes()
@@ -471,8 +482,7 @@ def test_a_spare_replaced_under_its_writer_is_not_taken_for_its_record(
     work, store = work_store(tmp_path / "store")
     try:
         record_id = new_id()
-        spare = work / f"s-{record_id[16:22]}"
-        spare.write_bytes(b"old spare")
+        spare = _spare(work, record_id, b"old spare")
         real = os.pwrite
 
         def swapped(fd: int, data: bytes, offset: int) -> int:
@@ -482,8 +492,7 @@ def test_a_spare_replaced_under_its_writer_is_not_taken_for_its_record(
             return written
 
         monkeypatch.setattr(os, "pwrite", swapped)
-        record = Record(record_id, time.time(), "write_file", os.getpid(), (Entry(
-            str(workspace), "a.txt", "a.txt", "replace", "create", None, State("file", 1)),))
+        record = _creating(workspace, record_id)
         store.write_pending(record)
         pending = (work / f"r-{record_id}.pending").read_bytes()
         assert Record.from_wire(json.loads(pending)) == record

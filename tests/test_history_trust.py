@@ -158,6 +158,23 @@ def _future_id(seconds: float) -> str:
     return f"{time.time_ns() + int(seconds * 1e9):016x}{os.getpid() & 0xFFFFFF:06x}0000"
 
 
+def _changed(workspace: Path, record_id: str, change: dict[str, Any]) -> dict[str, Any]:
+    """A forged record of hello.txt's write (its old content b"EVIL"), with `change`
+    made: to its entry ("root", "rel"), to the entry's old state ("hash", "blob"),
+    or to the record itself (any other key)."""
+    now = (workspace / "hello.txt").read_bytes()
+    record: dict[str, Any] = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
+    entry = record["entries"][0]
+    for key, value in change.items():
+        if key in ("root", "rel"):
+            entry[key] = value
+        elif key in ("hash", "blob"):
+            entry["before"][key] = value
+        else:
+            record[key] = value
+    return record
+
+
 def _plant(work: str, record_id: str, record: bytes) -> str:
     """In a confined worker: a finished record and its blob, as a worker leaves them."""
     with open(f"{work}/b-{record_id}-0", "wb") as blob:
@@ -226,17 +243,8 @@ def test_a_record_that_does_not_check_out_is_refused(
 ) -> None:
     started = start()
     sb = started.sb
-    now = (workspace / "hello.txt").read_bytes()
     record_id = new_id()
-    record = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
-    entry = record["entries"][0]
-    for key, value in change.items():
-        if key in ("root", "rel"):
-            entry[key] = value
-        elif key in ("hash", "blob"):
-            entry["before"][key] = value
-        else:
-            record[key] = value
+    record = _changed(workspace, record_id, change)
     _plant(started.history, record_id, json.dumps(record).encode())
     assert sb.history() == []
     assert f"r-{record_id}.done" in sb._history.refused
@@ -255,17 +263,8 @@ def test_a_record_an_answer_carries_is_checked_as_one_in_the_store(
     they are input as the files are, each refused for what a file would be."""
     started = start()
     sb = started.sb
-    now = (workspace / "hello.txt").read_bytes()
     record_id = new_id()
-    record = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
-    entry = record["entries"][0]
-    for key, value in change.items():
-        if key in ("root", "rel"):
-            entry[key] = value
-        elif key in ("hash", "blob"):
-            entry["before"][key] = value
-        else:
-            record[key] = value
+    record = _changed(workspace, record_id, change)
     Path(started.history, f"b-{record_id}-0").write_bytes(b"EVIL")  # no .done file at all
     assert sb._history is not None
     sb._history.promote([record_id], "write_file", None, [record])

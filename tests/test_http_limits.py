@@ -72,14 +72,20 @@ def tenant(name: str, place: str, path: Path) -> str:
             f'{place} = "{path}"\n\n')
 
 
-@pytest.fixture(scope="module")
-def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with a 1 s read timeout, 8 connections and 128 open files at most."""
-    top = tmp_path_factory.mktemp("strict")
+def _alone(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Path, Path]:
+    """A server's directory, with alice its one tenant, her workspace holding hello.txt."""
+    top = tmp_path_factory.mktemp(name)
     alice = top / "alice"
     alice.mkdir()
     (alice / "hello.txt").write_text("hello\n")
     (top / "tenants.toml").write_text(tenant("alice", "workspace", alice))
+    return top, alice
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with a 1 s read timeout, 8 connections and 128 open files at most."""
+    top, alice = _alone(tmp_path_factory, "strict")
     process = start(top, "--client-timeout", "1", "--max-connections", "8", max_files=128)
     try:
         yield serving(process, top, alice, alice)
@@ -143,6 +149,18 @@ def status_of(reply: bytes) -> int:
     return int(reply.split(b" ", 2)[1])
 
 
+def assert_stat_served(server: Server) -> None:
+    status, _, body = post(server, call("stat_file", {"path": "hello.txt"}))
+    assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+
+
+def assert_each_closed(socks: list[socket.socket]) -> None:
+    """Each is closed by the server: pushed out, or its time is up."""
+    for sock in socks:
+        reply = until_closed(sock)
+        assert reply == b"" or status_of(reply) == 408, reply
+
+
 # -- connections ------------------------------------------------------------------------
 
 
@@ -153,11 +171,8 @@ def test_half_sent_requests_never_crowd_out_a_real_call(strict: Server) -> None:
             sock = socket.create_connection(("127.0.0.1", strict.port), timeout=SETTLE_S)
             sock.sendall(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nx-wait: ")
             loris.append(sock)
-        status, _, body = post(strict, call("stat_file", {"path": "hello.txt"}))
-        assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
-        for sock in loris:  # each is closed by the server: pushed out, or its time is up
-            reply = until_closed(sock)
-            assert reply == b"" or status_of(reply) == 408, reply
+        assert_stat_served(strict)
+        assert_each_closed(loris)
     finally:
         for sock in loris:
             sock.close()
@@ -166,11 +181,7 @@ def test_half_sent_requests_never_crowd_out_a_real_call(strict: Server) -> None:
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The strict server with --metrics: 1 s timeout, 128 open files at most."""
-    top = tmp_path_factory.mktemp("metered")
-    alice = top / "alice"
-    alice.mkdir()
-    (alice / "hello.txt").write_text("hello\n")
-    (top / "tenants.toml").write_text(tenant("alice", "workspace", alice))
+    top, alice = _alone(tmp_path_factory, "metered")
     process = start(top, "--client-timeout", "1", "--max-connections", "8",
                     "--metrics", "127.0.0.1:0", max_files=128)
     try:
@@ -196,14 +207,11 @@ def test_idle_metrics_connections_never_crowd_out_a_real_call(metered: Server) -
             sock = socket.create_connection(("127.0.0.1", metered.metrics_port), timeout=SETTLE_S)
             sock.sendall(b"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-wait: ")
             idle.append(sock)
-        status, _, body = post(metered, call("stat_file", {"path": "hello.txt"}))
-        assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+        assert_stat_served(metered)
         url = f"http://127.0.0.1:{metered.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=SETTLE_S) as response:
             assert b"corral_calls_total" in response.read()
-        for sock in idle:  # each is closed by the server: pushed out, or its time is up
-            reply = until_closed(sock)
-            assert reply == b"" or status_of(reply) == 408, reply
+        assert_each_closed(idle)
     finally:
         for sock in idle:
             sock.close()
@@ -241,8 +249,7 @@ def test_a_client_that_never_takes_its_answers_is_cut_off(strict: Server) -> Non
         while connections_to(strict):
             assert time.monotonic() < deadline, "the server still holds the connection"
             time.sleep(0.05)
-    status, _, body = post(strict, call("stat_file", {"path": "hello.txt"}))
-    assert status == 200 and json.loads(body)["result"]["structuredContent"]["exists"]
+    assert_stat_served(strict)
 
 
 def connections_to(server: Server) -> int:

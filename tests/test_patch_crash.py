@@ -11,20 +11,27 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from history_helpers import settled, work_store
-from patch_helpers import AFTER, BEFORE, DELETES, PATCH, build, files_of, temps_of
+from patch_helpers import (
+    AFTER,
+    BEFORE,
+    DELETES,
+    PATCH,
+    apply_in_child,
+    build,
+    files_of,
+    temps_of,
+)
 from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
-from corral.config import HistoryOptions, Limits
+from corral.config import Limits
 from corral.fs import Root, Roots
 from corral.fs import batch as fs_batch
 from corral.history import restore
-from corral.history.host import History
 from corral.history.keeper import Keeper
 from corral.history.store import Store, StoreError
 from corral.tools.base import Context
@@ -38,45 +45,13 @@ crash_patch = load_script("crash_patch")
 STEPS = 3 + 1 + 5 + 3 + 1
 
 
-def _dying_at(step: int) -> None:
-    """In the child: the process dies (as kill -9 would) just before step `step`."""
-    count = [0]
-
-    def counted(owner: Any, name: str) -> None:
-        real = getattr(owner, name)
-
-        def step_then(*args: Any, **kwargs: Any) -> Any:
-            count[0] += 1
-            if count[0] == step:
-                os._exit(9)
-            return real(*args, **kwargs)
-
-        setattr(owner, name, step_then)
-
-    counted(fs_batch, "write_temp")
-    counted(fs_batch, "renameat2")
-    counted(Store, "write_pending")
-    counted(Store, "commit")
-    counted(Keeper, "_take")
+# Each a step: the process dies (as kill -9 would) just before the one it is given.
+HOOKS = ((fs_batch, "write_temp"), (fs_batch, "renameat2"), (Store, "write_pending"),
+         (Store, "commit"), (Keeper, "_take"))
 
 
 def _apply_in_child(workspace: str, step: int) -> int:
-    """The patch applied as a worker applies it, by a forked child that dies before
-    `step` (past STEPS: it finishes); the child's exit status."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child exits or dies
-        try:
-            history = History(HistoryOptions(), workspace, [workspace], writable=[workspace])
-            assert history.work_path is not None
-            store = Store.open(history.work_path)
-            ctx = Context(Roots(Root(workspace)), Limits(), DELETES, history=store)
-            _dying_at(step)
-            answer = execute(ctx, CallRequest("apply_patch", {"patch": PATCH}))
-            os._exit(0 if answer.ok else 1)
-        finally:
-            os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    return apply_in_child(workspace, step, PATCH, DELETES, HOOKS)
 
 
 @pytest.mark.parametrize("step", range(1, STEPS + 2))

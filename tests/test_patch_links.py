@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import err, ok
+from patch_helpers import apply_in_child
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
-from corral.config import HistoryOptions, Limits
+from corral.config import Limits
 from corral.fs import Root, Roots
 from corral.fs import batch as fs_batch
-from corral.history.host import History
 from corral.history.keeper import Keeper
 from corral.history.store import Store
 from corral.policy import Policy, Rule
@@ -124,42 +123,10 @@ def test_a_link_changed_before_the_patch_lands_is_a_conflict(
 STEPS = 1 + 1 + 2 + 1 + 1
 
 
-def _dying_at(step: int) -> None:
-    """In the child: the process dies (as kill -9 would) just before step `step`
-    (as tests/test_patch_crash.py's, with each landing a step: a link's is an unlink)."""
-    count = [0]
-
-    def counted(owner: Any, name: str) -> None:
-        real = getattr(owner, name)
-
-        def step_then(*args: Any, **kwargs: Any) -> Any:
-            count[0] += 1
-            if count[0] == step:
-                os._exit(9)
-            return real(*args, **kwargs)
-
-        setattr(owner, name, step_then)
-
-    for owner, name in ((fs_batch, "write_temp"), (fs_batch, "_rename"),
-                        (Store, "write_pending"), (Store, "commit"), (Keeper, "_take")):
-        counted(owner, name)
-
-
-def _apply_in_child(workspace: str, step: int) -> int:
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child exits or dies
-        try:
-            history = History(HistoryOptions(), workspace, [workspace], writable=[workspace])
-            assert history.work_path is not None
-            store = Store.open(history.work_path)
-            ctx = Context(Roots(Root(workspace)), Limits(), DELETES, history=store)
-            _dying_at(step)
-            answer = execute(ctx, CallRequest("apply_patch", {"patch": PATCH}))
-            os._exit(0 if answer.ok else 1)
-        finally:
-            os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+# Each a step, with each landing a step (a link's is an unlink): the process dies
+# (as kill -9 would) just before the one it is given.
+HOOKS = ((fs_batch, "write_temp"), (fs_batch, "_rename"), (Store, "write_pending"),
+         (Store, "commit"), (Keeper, "_take"))
 
 
 @pytest.mark.parametrize("step", range(1, STEPS + 2))
@@ -167,7 +134,8 @@ def test_a_kill_at_every_step_leaves_the_link_and_the_file_together(
     ws: Path, step: int,
 ) -> None:
     _tree(ws)
-    assert _apply_in_child(os.path.realpath(ws), step) == (9 if step <= STEPS else 0)
+    status = apply_in_child(os.path.realpath(ws), step, PATCH, DELETES, HOOKS)
+    assert status == (9 if step <= STEPS else 0)
     with Sandbox(ws, policy=DELETES) as sb:  # opening it settles the dead writer's patch
         state = _state(ws)
         assert state in (BEFORE, AFTER), (step, state)

@@ -46,15 +46,21 @@ def open_sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any
         pool.close()
 
 
-def test_a_worker_forked_after_a_rename_serves_the_moved_directory(
-    tmp_path: Path, open_sandbox: Any
-) -> None:
+def _served(tmp_path: Path, open_sandbox: Any, content: str) -> tuple[Path, Sandbox]:
+    """A workspace holding a.txt (`content`), and its sandbox, which has read it once."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "a.txt").write_text("before\n")
+    (ws / "a.txt").write_text(content)
     sb = open_sandbox(ws)
     first = sb.call("read_file", {"path": "a.txt"})
     assert first["ok"], first
+    return ws, sb
+
+
+def test_a_worker_forked_after_a_rename_serves_the_moved_directory(
+    tmp_path: Path, open_sandbox: Any
+) -> None:
+    ws, sb = _served(tmp_path, open_sandbox, "before\n")
     before = set(sb.pids()["workers"])  # each recycled after its one call
     moved = tmp_path / "moved"
     ws.rename(moved)
@@ -81,11 +87,7 @@ def _replace(ws: Path, content: str) -> None:
 def test_a_replaced_workspace_is_named_and_the_sandbox_keeps_answering(
     tmp_path: Path, open_sandbox: Any
 ) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "a.txt").write_text("old\n")
-    sb = open_sandbox(ws)
-    assert sb.call("read_file", {"path": "a.txt"})["ok"]
+    ws, sb = _served(tmp_path, open_sandbox, "old\n")
     _replace(ws, "new\n")
     for _ in range(ROUNDS):  # each on a worker forked after the replacement
         answer = sb.call("read_file", {"path": "a.txt"})
