@@ -34,6 +34,7 @@ import psutil
 from corral import Sandbox
 from corral.config import HistoryOptions
 from corral.fs import content_version
+from corral.history.store import id_pid
 from corral.policy import Policy
 
 SIZE = 1 << 20  # a write long enough that a kill lands inside it often
@@ -64,11 +65,16 @@ def which(data: bytes) -> int:
     return i
 
 
-def check(sb: Sandbox, workspace: Path) -> int:
-    """The invariants after a kill; returns the round the file's content is from."""
+def unsettled(sb: Sandbox) -> list[str]:
+    """The records left pending or done once the host committed what it could."""
     sb.history(limit=1)  # the host commits what the settle left done
     work = Path(sb._history.work_path or "")
-    pending = [p.name for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
+    return [p.name for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
+
+
+def check(sb: Sandbox, workspace: Path) -> int:
+    """The invariants after a kill; returns the round the file's content is from."""
+    pending = unsettled(sb)
     assert not pending, f"pending records left: {pending}"
     data = (workspace / TARGET).read_bytes()
     round_ = which(data)
@@ -131,6 +137,15 @@ def kill_hosts(workspace: Path, store: Path, rounds: int, rng: random.Random) ->
         host.wait()
         if rng.random() < 0.5:  # they die by their parent-death signals; or reopen at once,
             psutil.wait_procs(family, timeout=10)  # while they may be dying or unreaped
+        with Sandbox(workspace, workers=1, history=HistoryOptions(path=str(store))) as sb:
+            left = unsettled(sb)
+        if left:
+            # opened at once: a worker of the killed host, still dying, held its
+            # record's lock, so the record was left for a later start to settle;
+            # only such a writer may leave one
+            family_pids = {p.pid & 0xFFFFFF for p in family}
+            assert {id_pid(name[2:].split(".")[0]) for name in left} <= family_pids, left
+            psutil.wait_procs(family, timeout=10)
         with Sandbox(workspace, workers=1, history=HistoryOptions(path=str(store))) as sb:
             now = check(sb, workspace)
             assert now == before or now >= first
