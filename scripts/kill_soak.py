@@ -276,11 +276,18 @@ def _readline(host: subprocess.Popen[str], timeout: float) -> str:
     return line
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie; a process that exits while it is asked is gone."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _wait_gone(pids: list[int]) -> None:
     deadline = time.monotonic() + ORPHAN_GRACE_S
     while time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in pids if _running(p)]
         if not alive:
             return
         time.sleep(0.01)
