@@ -97,14 +97,17 @@ def promote(
                 else:
                     if item in carried:
                         record = Record.from_wire(carried.pop(item))
+                        from_file = False
                     elif (data := read_small(store.fd, name)) is None:
                         continue
                     else:
-                        record = record_from_bytes(data)
+                        record, from_file = record_from_bytes(data), True
                     record = _checked(store, work, item, record, expect)
                     value = dump(record)
-                    # a carried record is bounded as a file's is (read_small)
-                    _check(len(value) <= MAX_RECORD_BYTES, "a record too big to be one")
+                    # a carried record is bounded as a file's is (read_small bounds
+                    # the file itself, so its record is not measured again here)
+                    _check(from_file or len(value) <= MAX_RECORD_BYTES,
+                           "a record too big to be one")
                     # (an undo's closing record names no path: its sandbox's roots)
                     roots = kept.roots_of(record) or list(expect.writable)
             except (BadRecord, OSError) as why:
