@@ -298,8 +298,11 @@ class HttpServer:
     def raw_to_metrics(self, line: bytes) -> None:
         """`line` as the bytes of a request to the metrics port; a 5xx is a bad line."""
         with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=10) as sock:
-            sock.sendall(line + b"\r\n\r\n")
-            sock.shutdown(socket.SHUT_WR)
+            # The port may answer a malformed head and close before all of it is
+            # sent: then sendall or shutdown fails, and the answer is still read.
+            with contextlib.suppress(OSError):
+                sock.sendall(line + b"\r\n\r\n")
+                sock.shutdown(socket.SHUT_WR)
             reply = b""
             with contextlib.suppress(OSError):
                 while chunk := sock.recv(65536):
