@@ -11,13 +11,14 @@ if TYPE_CHECKING:
     from corral.api import AsyncSandbox, Sandbox
     from corral.config import ConfigError
     from corral.errors import CorralError
-    from corral.flow import Approval, Approve, CallFlow, NoApprover, Submit
+    from corral.host.flow import Approval, Approve, CallFlow, NoApprover, Submit
+    from corral.host.quota import QuotaUsage
     from corral.pool import Pool
     from corral.sandbox.launcher import warm as prestart
 
 __all__ = [
     "Approval", "Approve", "AsyncSandbox", "CallFlow", "ConfigError", "CorralError",
-    "NoApprover", "Pool", "Sandbox", "Submit", "__version__", "prestart",
+    "NoApprover", "Pool", "QuotaUsage", "Sandbox", "Submit", "__version__", "prestart",
 ]
 
 __version__ = "0.1.0"  # pyproject.toml reads it from here
@@ -30,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name in ("CallFlow", "Submit", "Approve", "Approval", "NoApprover"):
-        from corral import flow
+        from corral.host import flow
 
         return getattr(flow, name)
     if name == "CorralError":
@@ -45,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from corral.sandbox.launcher import warm
 
         return warm
+    if name == "QuotaUsage":
+        from corral.host.quota import QuotaUsage
+
+        return QuotaUsage
     if name == "Pool":
         from corral.pool import Pool
 

@@ -33,15 +33,15 @@ from corral.config import (
     resolve_roots,
 )
 from corral.errors import CorralError
-from corral.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
-from corral.grants import Grants
 from corral.history.host import History
 from corral.history.store import check_location, default_base
-from corral.ledger import FORCE_HINT, Ledger
-from corral.lifecycle import Lifecycle
+from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
+from corral.host.grants import Grants
+from corral.host.ledger import FORCE_HINT, Ledger
+from corral.host.lifecycle import Lifecycle
+from corral.host.quota import Quotas, QuotaUsage
 from corral.observe import Observer
 from corral.policy import Policy, RootSpec
-from corral.quota import Quotas, QuotaUsage
 from corral.sandbox.broker import Broker, Executor
 from corral.tools.formats import FORMATS, strict_schema
 from corral.tools.registry import TOOLS
@@ -468,7 +468,7 @@ class Sandbox(_BaseSandbox):
     corral.toml with `from_config`; they may be given here too.
     `quota` (QuotaOptions: [quota]) bounds calls, bytes written and files created
     in a sliding window; a call over it fails quota_exceeded with retry_after_s.
-    Sandboxes given the same `quota_usage` (corral.quota.QuotaUsage) share its
+    Sandboxes given the same `quota_usage` (corral.QuotaUsage) share its
     counters, as a tenant's sessions do; by default each has its own.
     `observer` (corral.observe.Observer) hears of its calls, approvals and the
     deaths of its workers.

@@ -9,12 +9,6 @@ import sys
 
 import corral
 
-# typing is not imported here: the zygote template starts right after this module
-# loads (main), and each import before that delays it
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 __all__ = ["main"]
 
 # The commands that open a sandbox: the zygote template starts before anything else,
@@ -54,13 +48,3 @@ def _open_standard_fds() -> None:
         except OSError:
             os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one
 
-
-def __getattr__(name: str) -> Any:
-    # Every other name the module had before it moved (build_parser, the exit codes, ...).
-    if name.startswith("__"):
-        # the import system asks for __path__ and the like while `from corral.cli import
-        # main` runs: loading the face then would undo what main() does first
-        raise AttributeError(f"module 'corral.cli' has no attribute {name!r}")
-    from corral.faces import cli
-
-    return getattr(cli, name)

@@ -94,7 +94,7 @@ class Limits:
 @dataclass(frozen=True)
 class QuotaOptions:
     """[quota]: how much a sandbox (or a tenant) may do in a sliding window (none:
-    no bound); each field's meaning: config_keys.KEYS. Counted in corral/quota.py."""
+    no bound); each field's meaning: config_keys.KEYS. Counted in corral/host/quota.py."""
 
     calls_per_minute: int | None = default("quota", "calls_per_minute")
     write_bytes_per_hour: int | None = default("quota", "write_bytes_per_hour")

@@ -25,7 +25,7 @@ from bench_tenants import timed
 from corral import Pool, Sandbox
 from corral.calls.messages import Answer, Meta
 from corral.config import Limits, QuotaOptions
-from corral.quota import Quotas, QuotaUsage
+from corral.host.quota import Quotas, QuotaUsage
 
 READ = {"path": "four_k.txt"}
 WARMUP = 50  # calls before timing: first calls pay for lazy caches on both sides

@@ -28,7 +28,7 @@ from corral.calls.messages import (
     NeedsApproval,
 )
 from corral.config import Limits, SandboxOptions
-from corral.grants import Grants
+from corral.host.grants import Grants
 from corral.policy import Policy, RootSpec, Rule
 from corral.tools import preview
 from corral.tools.base import Context, Outcome, Tool
@@ -357,7 +357,7 @@ def test_a_pooled_sandbox_keeps_its_own_grants(tmp_path: Path) -> None:
 def test_past_the_bound_an_approval_is_not_remembered(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("corral.grants.MAX_GRANTS", 2)
+    monkeypatch.setattr("corral.host.grants.MAX_GRANTS", 2)
     asker = Asker(Approval(True, remember="path"))
     with Sandbox(ws, policy=RULES, approve=asker) as sb:
         for name in ("docs/a.md", "docs/b.md", "docs/c.md", "docs/c.md", "docs/a.md"):

@@ -12,7 +12,7 @@ from approval_helpers import Asker
 
 from corral import Approval, Sandbox
 from corral.calls.messages import CallRequest, GrantRef, GrantUse, Malformed, Meta, NeedsApproval
-from corral.grants import Grants
+from corral.host.grants import Grants
 from corral.policy import Policy, RootSpec, Rule
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINE_CHARS, PREVIEW_LINES, per_file
 

@@ -78,7 +78,7 @@ def test_a_workers_removed_list_is_believed_only_for_paths_it_restored() -> None
     """`removed` comes from the worker: the host says "Removed" only of a string
     that the restored list also holds, and never fails on anything else there."""
     from corral.calls.messages import Answer
-    from corral.ledger import Ledger
+    from corral.host.ledger import Ledger
     from corral.policy import Policy
 
     ledger = Ledger(Policy(), None, None)

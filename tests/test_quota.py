@@ -21,9 +21,9 @@ from corral import AsyncSandbox, Pool, Sandbox
 from corral.calls.messages import Answer, CallRequest, Malformed, Meta
 from corral.config import ConfigError, QuotaOptions
 from corral.faces.tenants import parse_tenants, tenant_config
-from corral.flow import Approve, Submit
+from corral.host.flow import Approve, Submit
+from corral.host.quota import FILES, QuotaUsage
 from corral.policy import Policy
-from corral.quota import FILES, QuotaUsage
 from tests.cli_helpers import run
 from tests.mcp_helpers import REPO, run_session, structured
 

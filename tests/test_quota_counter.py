@@ -1,4 +1,4 @@
-"""The quota counters (corral.quota), pure: a fake clock, no sandbox."""
+"""The quota counters (corral.host.quota), pure: a fake clock, no sandbox."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from corral.calls.messages import Answer, Malformed, Meta
 from corral.config import Limits, QuotaOptions
 from corral.errors import CorralError
-from corral.quota import BYTES, CALLS, FILES, SLOTS, Quotas, QuotaUsage
+from corral.host.quota import BYTES, CALLS, FILES, SLOTS, Quotas, QuotaUsage
 
 
 class Clock:

@@ -86,9 +86,9 @@ from corral.faces.mcp_threads import SessionDriver
 from corral.faces.roster import Roster
 from corral.faces.stdio import parse_line
 from corral.faces.tenants import Tenant, find_tenant, tenant_config
+from corral.host.quota import CALLS, QuotaUsage
 from corral.observe import Observer
 from corral.pool import Pool
-from corral.quota import CALLS, QuotaUsage
 
 if TYPE_CHECKING:  # imported only with --metrics (faces/metrics.py: prometheus_client)
     from corral.faces.metrics import Metrics

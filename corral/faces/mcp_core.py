@@ -109,8 +109,8 @@ from corral.faces.mcp_revisions import (
     lists_roots,
     negotiate,
 )
-from corral.flow import REPLAYED, Approval, CallFlow, NoApprover, Submit
-from corral.grants import REMEMBER
+from corral.host.flow import REPLAYED, Approval, CallFlow, NoApprover, Submit
+from corral.host.grants import REMEMBER
 from corral.tools.render import size_text
 
 log = logging.getLogger("corral.serve")  # the server's own lines (faces/logs.py formats them)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.api import AsyncSandbox, Sandbox
-from corral.flow import Approval, NoApprover
+from corral.host.flow import Approval, NoApprover
 
 AnySandbox = Sandbox | AsyncSandbox
 # What a framework answers when corral asks about a supervised call: True/False or

@@ -27,7 +27,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from corral.flow import Approval
+from corral.host.flow import Approval
 from corral.integrations._common import AnySandbox, Decide, acall, image, model_text, specs
 
 _PASS_THROUGH = SchemaValidator(schema=core_schema.any_schema())  # corral checks arguments

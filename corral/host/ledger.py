@@ -11,9 +11,9 @@ from typing import Any
 
 from corral.audit import Audit
 from corral.calls.messages import Answer, Meta, NeedsApproval, Touched
-from corral.flow import Approval
-from corral.grants import Grant, Grants, named_paths
 from corral.history.host import History
+from corral.host.flow import Approval
+from corral.host.grants import Grant, Grants, named_paths
 from corral.policy import Policy
 from corral.tools.access import TOOL_MODE_RULE, approval_key
 from corral.tools.registry import TOOLS

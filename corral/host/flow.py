@@ -40,10 +40,10 @@ from corral.calls.messages import (
     error_answer,
 )
 from corral.errors import CorralError
-from corral.grants import REMEMBER, Grant, Grants
+from corral.host.grants import REMEMBER, Grant, Grants
+from corral.host.quota import Quotas
 from corral.observe import Observer
 from corral.policy import Policy
-from corral.quota import Quotas
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
 
