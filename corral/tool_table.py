@@ -116,7 +116,8 @@ def missing(row: ToolRow) -> tuple[str, ...]:
     return tuple(name for name in ("cost", "creates", "record") if getattr(row, name) is None)
 
 
-def _check(row: ToolRow) -> None:
+def check(row: ToolRow) -> None:
+    """ValueError if `row` is not one the modules reading it can act on."""
     if missing(row):
         raise ValueError(f"the writing tool {row.name} has no {', '.join(missing(row))}")
     for field, value, allowed in (("session", row.session, SESSION_ROLES),
@@ -127,4 +128,4 @@ def _check(row: ToolRow) -> None:
 
 
 for _row in ROWS:
-    _check(_row)
+    check(_row)
