@@ -80,7 +80,7 @@ def test_a_writing_tool_without_a_cost_or_a_record_kind_is_found() -> None:
 
 
 def test_the_table_holds_the_contracts_names_and_policys_kinds() -> None:
-    assert TOOL_NAMES == tuple(row.name for row in ROWS) and len(set(TOOL_NAMES)) == len(ROWS)
+    assert tuple(row.name for row in ROWS) == TOOL_NAMES and len(set(TOOL_NAMES)) == len(ROWS)
     assert TOOL_NAMES[0] == "read_file" and TOOL_NAMES[-1] == APPLY_PATCH
     for row in ROWS:
         assert set().union(*row.access) <= set(ACCESS_KINDS), row.name
