@@ -17,9 +17,9 @@ the host trusts of it (a worker's answer is input):
 - bytes written: a sized write (write_file, append_file) costs its content's
   length, known from the request and reserved before it runs (a write that does
   not fit is refused then); a measured or copied one's figure is the worker's
-  (Meta.bytes: an edited or copied file's new size), raised to a floor and cut to a cap the
-  request and the limits fix, and refused before it runs only when nothing is
-  left of the quota;
+  (Meta.bytes: an edited or copied file's new size), raised to a floor and cut
+  to a cap the request and the limits fix, and refused before it runs only when
+  nothing is left of the quota;
 - files created: at most what the request could create, reserved before the call
   runs: its file (1, or a patch's added files) and each directory on its paths'
   way below their root, since any may be missing (the host never looks);
