@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from corral import Approval, Sandbox
+from corral.calls.messages import CallRequest, CleanupRequest
 from corral.config import QuotaOptions
 from corral.config_keys import TOOL_NAMES
 from corral.policy import ACCESS_KINDS, Policy
@@ -90,6 +91,17 @@ def test_the_table_holds_the_contracts_names_and_policys_kinds() -> None:
         assert row.writes or row.session in (None, "reads"), row.name
     assert PATCH_ARGUMENT not in EVERY_PATH_ARGUMENT
     assert [row.name for row in ROWS if PATCH_ARGUMENT in row.path_arguments] == [APPLY_PATCH]
+
+
+def test_a_crashs_cleanup_gets_the_arguments_that_name_where_a_temp_lies() -> None:
+    def kept(tool: str, arguments: dict[str, Any]) -> Mapping[str, Any]:
+        return CleanupRequest.after(7, CallRequest(tool, arguments, id=3)).arguments
+
+    assert kept("copy_file", {"source": "a", "destination": "b", "overwrite": True}) == {
+        "destination": "b"}
+    assert kept("write_file", {"path": "a", "content": "x" * 100}) == {"path": "a"}
+    assert kept(APPLY_PATCH, {"patch": "*** Begin Patch\n*** End Patch\n"}) == {}
+    assert kept("no_such_tool", {"path": "a"}) == {}
 
 
 @pytest.fixture
