@@ -16,22 +16,17 @@ from typing import Any
 
 from corral.policy import (
     ACTIONS,
-    DEFAULT_OFF,
     EDIT_MATCH,
     HARDLINK_MODES,
     LEGACY_ENCODINGS,
     READ_BEFORE_WRITE,
     STRICTNESS,
 )
+from corral.tool_table import ROWS
 
 # The tool names of the contract (DESIGN.md "Tools"); [tools] and rules' `tools`
 # are checked against them so a typo cannot leave a tool silently enabled.
-TOOL_NAMES = (
-    "read_file", "write_file", "edit_file", "read_multiple_files", "append_file",
-    "list_directory", "create_directory", "stat_file", "move_file", "copy_file",
-    "delete_file", "search_files", "grep", "list_allowed_directories", "delete_directory",
-    "apply_patch",
-)
+TOOL_NAMES = tuple(row.name for row in ROWS)
 LAYERS = (  # what require names
     "landlock", "seccomp", "openat2", "no_new_privs", "rlimits", "mount_namespace",
 )
@@ -100,9 +95,9 @@ KEYS: tuple[Key, ...] = (
         "edited in their encoding", choices=LEGACY_ENCODINGS),
     Key("workspace", "ignore", "globs", [], "union",
         "gitignore patterns listings and searches leave out, beside .gitignore files"),
-    *(Key("tools", name, "choice", "deny" if name in DEFAULT_OFF else "allow", "order",
-          f"whether {name} may run", choices=ACTIONS, order=_BY_STRICTNESS)
-      for name in TOOL_NAMES),
+    *(Key("tools", row.name, "choice", "deny" if row.default_off else "allow", "order",
+          f"whether {row.name} may run", choices=ACTIONS, order=_BY_STRICTNESS)
+      for row in ROWS),
     Key("policy", "default_action", "choice", "allow", "order",
         "the decision for a path no rule matched", choices=ACTIONS, order=_BY_STRICTNESS),
     Key("policy", "path_regex", "regexes", [], "operator",

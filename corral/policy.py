@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from corral.errors import PolicyError
 from corral.globs import compile_globs, glob_to_regex
+from corral.tool_table import ROWS, TABLE
 
 ACTIONS = ("allow", "deny", "supervised")
 ROOT_MODES = ("rw", "ro")
@@ -38,7 +39,7 @@ ROOT_MODES = ("rw", "ro")
 # "/" holds all of them.
 SYSTEM_PATHS = ("/proc", "/sys", "/dev", "/etc", "/run", "/var/run")
 
-DEFAULT_OFF = frozenset({"delete_file", "delete_directory"})  # denied unless [tools] enables them
+DEFAULT_OFF = frozenset(row.name for row in ROWS if row.default_off)  # unless [tools] enables them
 
 PATH_REGEX_RULE = "path-regex"  # the rule name a whitelist miss reports
 PROTECT_RULE = "protect-corral-files"  # writes to corral.toml and Policy.protected_paths
@@ -50,29 +51,9 @@ HARDLINK_MODES = ("allow", "deny")
 # that returns (or relocates) file content, `write` every change to the tree,
 # `list` every access that returns names or metadata.
 ACCESS_KINDS = ("read", "write", "list")
-_READ, _WRITE, _LIST = (frozenset({kind}) for kind in ACCESS_KINDS)
-# tool -> (kinds of a path it does not write, kinds of a path it writes)
-TOOL_ACCESS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "read_file": (_READ, _WRITE),
-    "read_multiple_files": (_READ, _WRITE),
-    "grep": (_READ | _LIST, _WRITE),  # file content, and the names of matching files
-    "list_directory": (_LIST, _WRITE),
-    "search_files": (_LIST, _WRITE),
-    "stat_file": (_LIST, _WRITE),
-    "list_allowed_directories": (_LIST, _WRITE),
-    "edit_file": (_READ, _READ | _WRITE),  # the diff shows the file's content
-    "apply_patch": (_READ, _READ | _WRITE),  # likewise; a move relocates content
-    "copy_file": (_READ, _WRITE),  # the source is read, the destination written
-    # Both ends: moving a file out of a place puts its content where it can be read.
-    "move_file": (_READ | _WRITE, _READ | _WRITE),
-    "write_file": (_LIST, _WRITE),
-    "append_file": (_LIST, _WRITE),
-    "create_directory": (_LIST, _WRITE),
-    "delete_file": (_LIST, _WRITE),
-    "delete_directory": (_LIST, _WRITE),
-}
-# A tool not in the table (none today) is treated as doing everything it could.
-_UNKNOWN_ACCESS = (_READ | _LIST, _READ | _WRITE)
+# Each tool's kinds are in its tool_table row; a tool not in the table (none
+# today) is treated as doing everything it could.
+_UNKNOWN_ACCESS = (frozenset({"read", "list"}), frozenset({"read", "write"}))
 
 # Bounded so a long session over many paths cannot grow the cache without limit.
 DECISION_CACHE_SIZE = 4096
@@ -124,7 +105,8 @@ class Rule:
 
 def access_kinds(tool: str, *, write: bool) -> frozenset[str]:
     """The kinds of access `tool` makes to a path it writes or does not write."""
-    return TOOL_ACCESS.get(tool, _UNKNOWN_ACCESS)[write]
+    row = TABLE.get(tool)
+    return (row.access if row is not None else _UNKNOWN_ACCESS)[write]
 
 
 # Decision, BuiltinRule and _Compiled are internal: NamedTuples, not frozen

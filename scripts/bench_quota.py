@@ -46,9 +46,9 @@ def accounting() -> Callable[[], Any]:
     answer = Answer(True, "read_file", {}, "", meta=Meta(bytes=4096))
 
     def one() -> None:
-        reservation = quotas.admit("read_file", READ)
+        reservation = quotas.admit("read_file", READ, ())
         assert isinstance(reservation, dict)
-        quotas.settle(reservation, "read_file", READ, answer)
+        quotas.settle(reservation, "read_file", READ, (), answer)
     return one
 
 

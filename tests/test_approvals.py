@@ -32,6 +32,7 @@ from corral.host.grants import Grants
 from corral.policy import Policy, RootSpec, Rule
 from corral.tools import preview
 from corral.tools.base import Context, Outcome, Tool
+from corral.tools.patch_format import files_of
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINES
 from tests.mcp_helpers import REPO
 
@@ -381,15 +382,22 @@ def test_the_api_pages_example_runs(ws: Path) -> None:
 def test_path_grants_travel_with_calls_that_name_their_file() -> None:
     grants = Grants(Policy(), [RootSpec("/w", "rw"), RootSpec("/data", "ro")])
     need = NeedsApproval("/w\0docs/a.md", "/w", "docs/a.md", "tpl/../a.md", "ask-docs")
-    (grant,) = grants.issue("apply_patch", [need], "path")
+    issued = {tool: grants.issue(tool, [need], "path")[0]
+              for tool in ("move_file", "read_multiple_files", "apply_patch")}
     patch = "*** Begin Patch\n*** Update File: docs/a.md\n@@\n-a\n+b\n*** End Patch\n"
-    for arguments in ({"path": "docs/a.md"}, {"path": "/w/docs/a.md"}, {"path": "tpl/../a.md"},
-                      {"path": "docs"}, {"path": "."}, {"paths": ["x", "docs/a.md"]},
-                      {"patch": patch}):
-        assert grants.for_call("apply_patch", arguments) == (grant.ref,), arguments
-    for arguments in ({"path": "docs/b.md"}, {"path": "/data/docs/a.md"}, {"path": "doc"}, {}):
-        assert grants.for_call("apply_patch", arguments) == (), arguments
-    assert grants.for_call("write_file", {"path": "docs/a.md"}) == ()
+    for tool, arguments in (
+            ("move_file", {"source": "docs/a.md"}), ("move_file", {"source": "/w/docs/a.md"}),
+            ("move_file", {"destination": "tpl/../a.md"}), ("move_file", {"source": "docs"}),
+            ("move_file", {"source": "."}), ("read_multiple_files", {"paths": ["x", "docs/a.md"]}),
+            ("apply_patch", {"patch": patch})):
+        files = files_of(arguments.get("patch"))
+        assert grants.for_call(tool, arguments, files) == (issued[tool].ref,), arguments
+    for arguments in ({"source": "docs/b.md"}, {"source": "/data/docs/a.md"}, {"source": "doc"},
+                      {"path": "docs/a.md"}, {}):  # move_file takes no `path`
+        assert grants.for_call("move_file", arguments, ()) == (), arguments
+    # a patch's files are the ones the flow read from it, once
+    assert grants.for_call("apply_patch", {"patch": patch}, ()) == ()
+    assert grants.for_call("write_file", {"path": "docs/a.md"}, ()) == ()
 
 
 def test_a_move_asks_only_about_the_ends_no_grant_covers(ws: Path, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ FACES = (*sorted(f"faces/{path.name}" for path in (PACKAGE / "faces").glob("*.py
 # What corral/calls/ may import: the layers below tools/ (docs/development.md).
 BELOW_TOOLS = ("corral.calls", "corral.history", "corral.config", "corral.config_keys",
                "corral.fs", "corral.policy", "corral.globs", "corral.audit", "corral.errors",
-               "corral.jsonfast")
+               "corral.jsonfast", "corral.tool_table")
 # protocol.py's functions that make a frame of a message: (name, the message's position).
 FRAME_WRITERS = {"encode": 0, "write_frame": 1, "send_frame_with_fds": 1}
 

@@ -31,7 +31,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("audit",),
     ("seccomp",),
     ("_malloc", "_prctl"),
-    ("_syscall", "jsonfast", "errors", "observe"),
+    ("_syscall", "jsonfast", "errors", "observe", "tool_table"),
 )
 
 

@@ -35,13 +35,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from corral.errors import ERROR_CODES, CorralError
 from corral.jsonfast import is_raw
+from corral.tool_table import TABLE
 
 if TYPE_CHECKING:
     from msgspec import Raw
 
-# The arguments of a writing call that name where it puts its temp file: the
-# cleanup after a crash gets only these.
-CLEANUP_ARGUMENTS = ("path", "destination")
 HISTORY_OPS = ("undo", "rewind", "settle")
 
 
@@ -356,7 +354,7 @@ class HistoryRequest(NamedTuple):
 
 class CleanupRequest(NamedTuple):
     """After a worker died mid-call: remove the temp files it may have left where
-    its call (`tool` with the CLEANUP_ARGUMENTS of its arguments) was writing."""
+    its call (`tool` with its cleanup_arguments, tool_table) was writing."""
 
     pid: int
     tool: Any
@@ -367,8 +365,9 @@ class CleanupRequest(NamedTuple):
     def after(cls, pid: int, call: CallRequest | HistoryRequest) -> CleanupRequest:
         arguments = call.arguments if isinstance(call, CallRequest) else {}
         given = arguments if isinstance(arguments, dict) else {}
-        return cls(pid, call.tool, {k: given[k] for k in CLEANUP_ARGUMENTS if k in given},
-                   -call.id)
+        row = TABLE.get(call.tool) if isinstance(call.tool, str) else None
+        names = row.cleanup_arguments if row is not None else ()
+        return cls(pid, call.tool, {k: given[k] for k in names if k in given}, -call.id)
 
 
     def to_wire(self) -> dict[str, Any]:

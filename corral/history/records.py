@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from corral.fs import temp_owner
 from corral.fs._tree import MAX_TREE_ENTRIES
+from corral.tool_table import ROWS
 
 VERSION = 1
 # A record names a few paths, or a deleted directory's entries (at most
@@ -38,7 +39,8 @@ ACTIONS = ("create", "modify", "delete", "move")
 TYPES = ("file", "dir", "symlink", "other")
 _HEX = frozenset("0123456789abcdef")
 ID_WIDTH = 16 + 6 + 4  # hex: time_ns, pid, counter
-PATCH_TOOL = "apply_patch"  # its record names every file of one patch, changed together
+# the tool whose record names every file of one patch, changed together
+(PATCH_TOOL,) = (row.name for row in ROWS if row.record == "batch")
 # A patch of up to 100 files, a move being two entries; ~0.5 KiB an entry stays far
 # inside MAX_RECORD_BYTES.
 MAX_PATCH_ENTRIES = 200

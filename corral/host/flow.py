@@ -44,6 +44,8 @@ from corral.host.grants import REMEMBER, Grant, Grants
 from corral.host.quota import Quotas
 from corral.observe import Observer
 from corral.policy import Policy
+from corral.tool_table import PATCH_ARGUMENT, TABLE
+from corral.tools.patch_format import files_of
 from corral.tools.registry import lookup, shown_name, validate
 from corral.tools.render import escaped
 
@@ -207,7 +209,13 @@ class CallPlan(NamedTuple):
             args = validate(tool, arguments)
         except CorralError as error:
             return error_answer(shown_name(name), error)
-        grants = self.grants.for_call(tool.name, args) if self.grants is not None else ()
+        # The files a patch changes: read once, for the grants and the quotas, and only
+        # when either needs them (a 4 MiB patch is a scan of 30-120 ms).
+        held = self.grants if self.grants is not None and self.grants.holds(tool.name) else None
+        patch = PATCH_ARGUMENT in TABLE[tool.name].path_arguments
+        files = files_of(args[PATCH_ARGUMENT]) if patch and (
+            held is not None or self.quotas is not None) else ()
+        grants = held.for_call(tool.name, args, files) if held is not None else ()
         if mode == "supervised" and not self.can_ask and not grants:
             return _nobody_to_ask(
                 tool.name, f"the tool {tool.name} needs approval", None,
@@ -219,13 +227,13 @@ class CallPlan(NamedTuple):
         # its answer keeps what it reserved (it may have written), unless it was closed
         # while a person was asked: the worker had stopped before acting (an MCP
         # stateless round ends so, and its retry is admitted anew).
-        reservation = self.quotas.admit(tool.name, args)
+        reservation = self.quotas.admit(tool.name, args, files)
         if isinstance(reservation, CorralError):
             return error_answer(tool.name, reservation)
         quotas = self.quotas
         answer = yield from self._run(
             tool.name, args, within, grants, lambda: quotas.release(reservation))
-        self.quotas.settle(reservation, tool.name, args, answer)
+        self.quotas.settle(reservation, tool.name, args, files, answer)
         return answer
 
     def _run(

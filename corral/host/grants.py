@@ -33,13 +33,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from corral.calls.messages import GrantRef, GrantUse, NeedsApproval
 from corral.policy import Policy, RootSpec
+from corral.tool_table import EVERY_PATH_ARGUMENT, PATCH_ARGUMENT, TABLE
 from corral.tools.access import approval_key
-from corral.tools.patch_format import files_of
-from corral.tools.registry import TOOLS
+
+if TYPE_CHECKING:
+    from corral.tools.patch_format import FilePatch
 
 log = logging.getLogger("corral")
 REMEMBER = ("once", "path", "rule")
@@ -47,7 +49,6 @@ REMEMBER = ("once", "path", "rule")
 # so their number bounds the message. Past it an approval is not remembered (the
 # person is asked again next time) rather than an older grant silently dropped.
 MAX_GRANTS = 256
-PATH_ARGUMENTS = ("path", "source", "destination")  # arguments that name one path
 
 
 @dataclass
@@ -95,13 +96,21 @@ class Grants:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def for_call(self, tool: str, arguments: dict[str, Any]) -> tuple[GrantRef, ...]:
-        """The grants a call of `tool` with these (checked) arguments carries to its
-        worker: its rule grants, and the path grants of files it names (usually none)."""
+    def holds(self, tool: str) -> bool:
+        """Whether any grant of `tool` is held (a call of it may carry one)."""
+        return tool in self._by_tool
+
+    def for_call(self, tool: str, arguments: dict[str, Any],
+                 files: Sequence[FilePatch]) -> tuple[GrantRef, ...]:
+        """The grants a call of `tool` with these (checked) arguments and the files
+        its patch changes carries to its worker: its rule grants, and the path
+        grants of files it names (usually none)."""
         held = self._by_tool.get(tool)
         if held is None:
             return ()
-        named = _named(arguments)
+        named = named_paths(tool, arguments) + [
+            posixpath.normpath(name) for change in files
+            for name in (change.path, change.move_to) if name is not None]
         if "." in named:  # the workspace itself: everything in it
             return tuple([grant.ref for grant in held.grants])
         found = {grant.id: grant.ref for name in named for grant in held.under.get(name, ())}
@@ -204,11 +213,11 @@ class Grants:
             return False
         if ref.key is not None:
             return ref.key == approval_key(use.root, use.resolved)
-        root, spec = self._roots.get(use.root), TOOLS.get(tool)
-        if root is None or spec is None:
+        root, row = self._roots.get(use.root), TABLE.get(tool)
+        if root is None or row is None:
             return False
         # A tool may touch a path to write it or only to read it (copy_file's source).
-        for write in (True, False) if spec.writes else (False,):
+        for write in (True, False) if row.writes else (False,):
             decision = self._policy.decide(tool, root, use.resolved, write=write)
             if decision.action == "supervised" and (decision.rule or "") == ref.rule:
                 return True
@@ -218,8 +227,8 @@ class Grants:
         return False
 
     def _mode(self, tool: str | None) -> str | None:
-        spec = TOOLS.get(tool) if tool is not None else None
-        return self._policy.tool_mode(spec.name, writes=spec.writes) if spec else None
+        row = TABLE.get(tool) if tool is not None else None
+        return self._policy.tool_mode(row.name, writes=row.writes) if row else None
 
 
 # NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which every
@@ -242,20 +251,19 @@ def _self_and_above(name: str) -> list[str]:
     return found
 
 
-def named_paths(arguments: dict[str, Any]) -> list[str]:
-    """The paths a call's path arguments name, normalised lexically (the ledger's
-    audit takes them too)."""
-    named = [arguments[key] for key in PATH_ARGUMENTS if isinstance(arguments.get(key), str)]
-    named += [p for p in arguments.get("paths") or () if isinstance(p, str)]
+def named_paths(tool: str, arguments: dict[str, Any]) -> list[str]:
+    """The paths a call's path arguments name (a patch's are its files: for_call),
+    normalised lexically (the ledger's audit takes them too); an unknown tool's
+    are those of any argument some tool takes as a path."""
+    row = TABLE.get(tool)
+    named: list[str] = []
+    for key in row.path_arguments if row is not None else EVERY_PATH_ARGUMENT:
+        value = arguments.get(key)
+        if isinstance(value, str) and key != PATCH_ARGUMENT:
+            named.append(value)
+        elif isinstance(value, list):
+            named += [path for path in value if isinstance(path, str)]
     return [posixpath.normpath(p) for p in named]
-
-
-def _named(arguments: dict[str, Any]) -> list[str]:
-    """named_paths, and the files a patch names."""
-    named = named_paths(arguments)
-    named += [posixpath.normpath(name) for change in files_of(arguments.get("patch"))
-              for name in (change.path, change.move_to) if name is not None]
-    return named
 
 
 def _now() -> str:

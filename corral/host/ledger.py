@@ -15,15 +15,15 @@ from corral.history.host import History
 from corral.host.flow import Approval
 from corral.host.grants import Grant, Grants, named_paths
 from corral.policy import Policy
+from corral.tool_table import TABLE
 from corral.tools.access import TOOL_MODE_RULE, approval_key
-from corral.tools.registry import TOOLS
 from corral.tools.render import escaped
 
 READ_ONLY_RULE = "read-only"  # audit rule of a writer refused because the sandbox is read_only
-# read_before_write: the tools whose results tell which version a session read or wrote,
-# and the writers that need one
-SESSION_TOOLS = ("read_file", "read_multiple_files", "write_file", "edit_file", "apply_patch")
-SESSION_WRITERS = ("write_file", "edit_file", "append_file", "apply_patch")
+# read_before_write (tool_table's session roles): the writers that need the version
+# this session knows, and the tools whose results name the version read or left
+NEED_VERSIONS = ("writes", "appends")
+NAME_VERSIONS = ("reads", "writes")
 # undo/rewind left a conflict alone: the Python spelling, which the CLI replaces with its own
 FORCE_HINT = "Pass force=True to restore a conflicting path anyway."
 
@@ -40,7 +40,9 @@ class Ledger:
 
     def seen_for(self, tool: str) -> dict[str, str] | None:
         """What a write under read_before_write carries: the versions this session knows."""
-        if self.policy.read_before_write != "require" or tool not in SESSION_WRITERS:
+        row = TABLE.get(tool)
+        if self.policy.read_before_write != "require" or row is None or (
+                row.session not in NEED_VERSIONS):
             return None
         with self._seen_lock:
             return dict(self.seen)
@@ -73,7 +75,7 @@ class Ledger:
             if meta.touched:
                 fields["touched"] = meta.touched
             else:
-                given = named_paths(arguments) if isinstance(arguments, dict) else []
+                given = named_paths(answer.tool, arguments) if isinstance(arguments, dict) else []
                 fields["path"] = given[0] if given else None
                 fields["rule"] = error.get("rule")
                 fields.update(self._mode_decision(answer.tool, error.get("code")))
@@ -142,17 +144,21 @@ class Ledger:
         """read_before_write: note the versions this session read or wrote."""
         keys = {t.path: approval_key(t.root, t.resolved) for t in meta.touched}
         result = answer.result or {}
-        files = result.get("files") if answer.tool == "read_multiple_files" else [result]
-        if answer.tool == "apply_patch":  # the version a patch left is its file's new one
-            files = [{"path": f.get("to", f["path"]), "version": f.get("version")}
-                     for f in result.get("files") or ()]
+        # one file's version, or each of several files' (a patch's: a moved file's is
+        # its new path's)
+        listed = result.get("files")
+        files = listed if isinstance(listed, list) else [result]
+        row = TABLE.get(answer.tool)
         with self._seen_lock:
             self.seen.update(meta.seen)
-            if answer.tool not in SESSION_TOOLS:
+            if row is None or row.session not in NAME_VERSIONS:
                 return
-            for found in files or ():
-                if found.get("ok", True) and found.get("version") and found["path"] in keys:
-                    self.seen[keys[found["path"]]] = found["version"]
+            for found in files:
+                if not isinstance(found, dict) or not found.get("ok", True):
+                    continue
+                path = found.get("to", found.get("path"))
+                if isinstance(path, str) and found.get("version") and path in keys:
+                    self.seen[keys[path]] = found["version"]
 
     def _mode_decision(self, name: str, code: str | None) -> dict[str, str]:
         """Decision and rule of a call its tool's mode stopped before any path was
@@ -161,7 +167,7 @@ class Ledger:
                      "approval_denied": "supervised"}
         if code not in decisions:
             return {}
-        tool = TOOLS.get(name)
-        read_only = self.policy.read_only and tool is not None and tool.writes
+        row = TABLE.get(name)
+        read_only = self.policy.read_only and row is not None and row.writes
         return {"decision": decisions[code],
                 "rule": READ_ONLY_RULE if read_only else TOOL_MODE_RULE}

@@ -11,14 +11,15 @@ through in one minute: a full bucket, then the refill), and `retry_after_s`
 is the moment enough of the window's oldest use expires, which is when the
 call would be accepted if nothing else came in first.
 
-What a call costs, and what the host trusts of it (a worker's answer is input):
+What a call costs (its tool's row in tool_table says which of these), and what
+the host trusts of it (a worker's answer is input):
 - a call: 1, counted when the host accepts it, whatever becomes of it;
-- bytes written: write_file and append_file cost their content's length, known
-  from the request and reserved before they run (a write that does not fit is
-  refused then); another writing tool's figure is the worker's (Meta.bytes: an
-  edited or copied file's new size), raised to a floor and cut to a cap the
-  request and the limits fix, and refused before it runs only when nothing is
-  left of the quota;
+- bytes written: a sized write (write_file, append_file) costs its content's
+  length, known from the request and reserved before it runs (a write that does
+  not fit is refused then); a measured or copied one's figure is the worker's
+  (Meta.bytes: an edited or copied file's new size), raised to a floor and cut
+  to a cap the request and the limits fix, and refused before it runs only when
+  nothing is left of the quota;
 - files created: at most what the request could create, reserved before the call
   runs: its file (1, or a patch's added files) and each directory on its paths'
   way below their root, since any may be missing (the host never looks);
@@ -38,23 +39,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.calls.messages import Answer
 from corral.config import Limits, QuotaOptions
 from corral.errors import CorralError, shown_path
-from corral.tools.patch_format import files_of
+from corral.tool_table import TABLE, ToolRow
+
+if TYPE_CHECKING:
+    from corral.tools.patch_format import FilePatch
 
 CALLS, BYTES, FILES = "calls_per_minute", "write_bytes_per_hour", "files_created_per_hour"
 WINDOWS = {CALLS: 60.0, BYTES: 3600.0, FILES: 3600.0}  # each quota's window, in seconds
 # Uses closer together than window/SLOTS share one slot, dated by the latest of them:
 # memory stays bounded under a flood, and a slot expires no earlier than its uses.
 SLOTS = 1000
-# The tools whose calls write file content, and those whose content length the request fixes.
-BYTE_WRITERS = frozenset({"write_file", "append_file", "edit_file", "copy_file", "apply_patch"})
-SIZED_WRITERS = frozenset({"write_file", "append_file"})
-# The tools that may create one file or directory (apply_patch: one per added file).
-CREATORS = frozenset({"write_file", "append_file", "copy_file", "create_directory"})
+MEASURED = ("measured", "copied")  # tool_table's costs the worker's figure tells
 WHAT = {CALLS: "calls accepted in the last minute", BYTES: "bytes written in the last hour",
         FILES: "files created in the last hour"}
 
@@ -181,22 +181,26 @@ class Quotas:
         self._bounds = {name: getattr(quotas, name) for name in WINDOWS
                         if getattr(quotas, name) is not None}
 
-    def admit(self, tool: str, args: dict[str, Any]) -> Reservation | CorralError:
-        """Count a call the host accepts, before it takes a worker; or why not."""
+    def admit(self, tool: str, args: dict[str, Any],
+              files: Sequence[FilePatch]) -> Reservation | CorralError:
+        """Count a call the host accepts, before it takes a worker; or why not.
+        `files`: what its patch changes (patch_format.files_of; none for a call
+        without a patch)."""
+        row = TABLE[tool]
         wants = {CALLS: 1}
         if args.get("dry_run") is True:  # changes nothing (the tool's contract): a call only
             return self._taken(self.usage.take(self._bounds, wants))
         room: dict[str, int] = {}
-        if tool in CREATORS or tool == "apply_patch":
+        if row.creates in ("one", "per_added_file"):
             # a patch that can make nothing (an edit) is not held back by this quota
-            created, parents = _most_created(tool, args), self._most_parents(tool, args)
+            created, parents = _most_created(row, files), self._most_parents(row, args, files)
             limit = self.quotas.files_created_per_hour
             if limit is not None and created + parents > limit:  # no wait would be honest
-                return CorralError("too_large", _never_created(tool, args, created, parents,
+                return CorralError("too_large", _never_created(row, args, created, parents,
                                                                limit))
             if created + parents:
                 wants[FILES] = created + parents
-        size = _content_bytes(tool, args)
+        size = _content_bytes(row, args)
         if size is not None:
             wants[BYTES] = size
             limit = self.quotas.write_bytes_per_hour
@@ -205,7 +209,7 @@ class Quotas:
                     "too_large", f"content for {shown_path(args['path'])} is {size} bytes, over "
                     f"the quota [quota] write_bytes_per_hour = {limit}, so it can never be "
                     "accepted.")
-        elif tool in BYTE_WRITERS:
+        elif row.cost in MEASURED:
             room[BYTES] = 1  # its size shows afterwards: some must be left
         return self._taken(self.usage.take(self._bounds, wants, room))
 
@@ -224,19 +228,20 @@ class Quotas:
         )
 
     def settle(self, reservation: Reservation, tool: str, args: dict[str, Any],
-               answer: Answer) -> None:
-        """Count what the call did, as far as the host can trust it. Its call was
-        counted for good when it was admitted."""
+               files: Sequence[FilePatch], answer: Answer) -> None:
+        """Count what the call did, as far as the host can trust it (`files` as
+        admit's). Its call was counted for good when it was admitted."""
         if not answer.ok:  # nothing changed
             self.release(reservation)
             return
         held = _held(reservation)
         if not held:  # a call that neither writes nor creates: nothing to correct
             return
-        used = {BYTES: self._written(tool, args, answer)}
+        row = TABLE[tool]
+        used = {BYTES: self._written(row, args, files, answer)}
         if FILES in held:  # a worker's figures may lower the reservation, never raise it
-            used[FILES] = min(_created(tool, answer), _most_created(tool, args)) + min(
-                answer.meta.dirs_made, self._most_parents(tool, args))
+            used[FILES] = min(_created(row, answer), _most_created(row, files)) + min(
+                answer.meta.dirs_made, self._most_parents(row, args, files))
         self.usage.settle(held, used)
 
     def release(self, reservation: Reservation) -> None:
@@ -246,29 +251,30 @@ class Quotas:
         if held:
             self.usage.settle(held, {})
 
-    def _written(self, tool: str, args: dict[str, Any], answer: Answer) -> int:
+    def _written(self, row: ToolRow, args: dict[str, Any], files: Sequence[FilePatch],
+                 answer: Answer) -> int:
         """The bytes a finished call wrote: the request's when it fixes them, else the
         worker's figure between a floor and a cap the host knows."""
-        size = _content_bytes(tool, args)
+        size = _content_bytes(row, args)
         if size is not None:
             return size
-        if tool not in BYTE_WRITERS:
+        if row.cost not in MEASURED:
             return 0
-        most = self.limits.max_file_bytes + self.limits.max_write_bytes  # one file's new size
-        if tool == "copy_file":
+        if row.cost == "copied":
             most = self.limits.max_file_bytes  # the source is read within it
-        elif tool == "apply_patch":
-            most *= max(1, _patch_files(args))
-        least = _edit_floor(args) if tool == "edit_file" else 0
-        return max(least, min(answer.meta.bytes, most))
+        else:  # each file's new size (a patch's files each)
+            most = (self.limits.max_file_bytes + self.limits.max_write_bytes) * max(1, len(files))
+        # at least an edit's new text (another tool's arguments hold none)
+        return max(_edit_floor(args), min(answer.meta.bytes, most))
 
-    def _most_parents(self, tool: str, args: dict[str, Any]) -> int:
+    def _most_parents(self, row: ToolRow, args: dict[str, Any],
+                      files: Sequence[FilePatch]) -> int:
         """The parent directories a call's paths could need made: the directories on
         their way below their roots, each counted once (a patch's: of the files it
         adds and where it moves files to; ten files added in one new directory make
         one). Lexical: the worker makes at most one directory for each."""
-        if tool == "apply_patch":
-            paths = [name for change in files_of(args.get("patch"))
+        if row.creates == "per_added_file":
+            paths = [name for change in files
                      for name in (change.path if change.action == "add" else None,
                                   change.move_to) if name is not None]
         else:
@@ -294,10 +300,10 @@ def _held(reservation: Reservation) -> Reservation:
     return {name: taken for name, taken in reservation.items() if name != CALLS}
 
 
-def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
-    """The bytes a write_file or append_file puts in, from its request; else None.
-    Counted, not encoded, where that is cheap: this runs on every such call."""
-    if tool not in SIZED_WRITERS:
+def _content_bytes(row: ToolRow, args: dict[str, Any]) -> int | None:
+    """The bytes a sized write (write_file, append_file) puts in, from its request;
+    else None. Counted, not encoded, where that is cheap: this runs on every such call."""
+    if row.cost != "sized":
         return None
     content = args["content"]
     if args.get("encoding") == "base64":
@@ -309,11 +315,11 @@ def _content_bytes(tool: str, args: dict[str, Any]) -> int | None:
     return len(content.encode("utf-8", "surrogatepass"))
 
 
-def _never_created(tool: str, args: dict[str, Any], created: int, parents: int,
+def _never_created(row: ToolRow, args: dict[str, Any], created: int, parents: int,
                    limit: int) -> str:
     """Why a call that reserves more than the whole files quota is refused."""
     why = f"over the quota [quota] files_created_per_hour = {limit}, so it can never be accepted"
-    if tool == "apply_patch":
+    if row.creates == "per_added_file":
         made = f" and may make {parents} directories for them" if parents else ""
         return f"the patch adds {created} files{made}, {created + parents} in all, {why}."
     return (f"{shown_path(args['path'])} lies {parents} directories deep: the call reserves "
@@ -322,36 +328,28 @@ def _never_created(tool: str, args: dict[str, Any], created: int, parents: int,
             f"{why} (the host cannot tell which exist); use a shallower path.")
 
 
-def _most_created(tool: str, args: dict[str, Any]) -> int:
-    if tool in CREATORS:
+def _most_created(row: ToolRow, files: Sequence[FilePatch]) -> int:
+    if row.creates == "one":
         return 1
-    if tool == "apply_patch":
-        return _added_files(args)
+    if row.creates == "per_added_file":
+        return sum(1 for change in files if change.action == "add")
     return 0
 
 
-def _created(tool: str, answer: Answer) -> int:
+def _created(row: ToolRow, answer: Answer) -> int:
     """Files a successful call says it created (capped by the caller)."""
     result = answer.result or {}
-    if tool in ("write_file", "create_directory"):
-        return 1 if result.get("created") is True else 0
-    if tool == "append_file":  # a new file holds just what was appended
-        return 1 if result.get("size") == result.get("bytes_appended") else 0
-    if tool == "copy_file":
-        return 1  # a copy onto an existing file (overwrite) counts too: the host cannot tell
-    if tool == "apply_patch":
+    if row.creates == "per_added_file":
         files = result.get("files")
         return sum(1 for f in files if isinstance(f, dict) and f.get("action") == "add") \
             if isinstance(files, list) else 0
-    return 0
-
-
-def _added_files(args: dict[str, Any]) -> int:
-    return sum(1 for change in files_of(args.get("patch")) if change.action == "add")
-
-
-def _patch_files(args: dict[str, Any]) -> int:
-    return len(files_of(args.get("patch")))
+    if row.creates != "one":
+        return 0
+    if "created" in result:  # write_file, create_directory
+        return 1 if result["created"] is True else 0
+    if "bytes_appended" in result:  # append_file: a new file holds just what was appended
+        return 1 if result.get("size") == result["bytes_appended"] else 0
+    return 1  # copy_file; onto an existing file (overwrite) too: the host cannot tell
 
 
 def _edit_floor(args: dict[str, Any]) -> int:

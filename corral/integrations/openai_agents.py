@@ -28,6 +28,7 @@ from agents.tool_context import ToolContext
 
 from corral.errors import CorralError
 from corral.integrations._common import AnySandbox, Decide, acall, image, model_text, specs
+from corral.tool_table import APPLY_PATCH, PATCH_ARGUMENT
 from corral.tools.responses_patch import patch_arguments
 
 ViewImageOutput: TypeAlias = ToolOutputImage | str
@@ -125,7 +126,7 @@ def apply_patch_tool(sb: AnySandbox, description: str, format: object) -> Custom
     """The SDK's freeform `apply_patch` (its description and grammar) run by
     corral's apply_patch: one patch, all of it or nothing. A JSON input (the SDK's
     operations form) is mapped as corral maps Responses apply_patch_calls."""
-    asks = _asks_every_call(sb, "apply_patch")
+    asks = _asks_every_call(sb, APPLY_PATCH)
     decide: Decide | None = _approved if asks else None
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:
@@ -133,9 +134,9 @@ def apply_patch_tool(sb: AnySandbox, description: str, format: object) -> Custom
             patch = _patch_text(raw)
         except CorralError as error:
             return error.message
-        return model_text(await acall(sb, "apply_patch", {"patch": patch}, decide))
+        return model_text(await acall(sb, APPLY_PATCH, {PATCH_ARGUMENT: patch}, decide))
 
-    return CustomTool(name="apply_patch", description=description, format=format,
+    return CustomTool(name=APPLY_PATCH, description=description, format=format,
                       on_invoke_tool=invoke, needs_approval=asks)
 
 

@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 from corral._prctl import set_parent_death_signal
 from corral.calls.control import SandboxSetup
 from corral.calls.messages import (
-    CLEANUP_ARGUMENTS,
     Answer,
     BootReport,
     CallRequest,
@@ -60,6 +59,7 @@ from corral.sandbox.protocol import (
     recv_frame_with_fds,
     send_bytes,
 )
+from corral.tool_table import TABLE
 from corral.tools.base import Context
 from corral.tools.encodings import preload
 from corral.tools.registry import TOOLS, execute
@@ -299,7 +299,7 @@ def clean_after(crash: CleanupRequest, setup: Setup) -> int:
     if tool is None or not tool.writes:
         return 0
     removed = 0
-    for name in CLEANUP_ARGUMENTS:
+    for name in TABLE[tool.name].cleanup_arguments:
         path = crash.arguments.get(name)
         if not isinstance(path, str):
             continue

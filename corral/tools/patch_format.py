@@ -27,7 +27,6 @@ Update File with a Move to and no hunk renames the file unchanged.
 from __future__ import annotations
 
 import bisect
-import functools
 import posixpath
 import re
 from typing import Literal, NamedTuple
@@ -75,7 +74,8 @@ _MARKED = re.compile(r"^([^\S\n]*)\*\*\*.*", re.M)
 def files_of(patch: object) -> tuple[FilePatch, ...]:
     """The files a patch changes (action, path, move_to; no hunks or content), as
     parse_patch reads its headers; none when it is not a string. The host counts a
-    patch's files (quotas) and names its paths (grants) with this, so what it
+    patch's files (quotas) and names its paths (grants) with this, read once a
+    call (host/flow.py), so what it
     counts is what the worker will apply, however leniently spelled (padded
     markers, a heredoc wrapper).
 
@@ -94,10 +94,6 @@ def files_of(patch: object) -> tuple[FilePatch, ...]:
     return _headers_of(patch) if isinstance(patch, str) else ()
 
 
-# One call's quota admit and settle and its grants each ask for its patch's files
-# (up to five times; a 4 MiB patch is a scan of 30-120 ms): the last two patches'
-# answers are kept, which holds at most two request-sized strings.
-@functools.lru_cache(maxsize=2)
 def _headers_of(patch: str) -> tuple[FilePatch, ...]:
     files: list[FilePatch] = []
     update = -2  # where the Update header being read ends (its Move to starts one after)
