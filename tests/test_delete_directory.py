@@ -31,7 +31,7 @@ from corral import Sandbox
 from corral.errors import CorralError
 from corral.fs import Root, Roots
 from corral.history import keeper as keeper_module
-from corral.history import restore
+from corral.history import recover, restore, revert
 from corral.history.keeper import Keeper
 from corral.history.records import BadRecord
 from corral.history.store import Store
@@ -258,9 +258,9 @@ def _undo(ws: Path, store: Store, path: str) -> dict[str, Any]:
 
 def _settle(ws: Path, store: Store) -> int:
     with Root(str(ws)) as root:
-        restorer = restore.Restorer(Roots(root), store, Policy(ON), 1 << 20, "settle")
+        restorer = revert.Restorer(Roots(root), store, Policy(ON), 1 << 20, "settle")
         with store.settling():
-            return restore.settle(restorer, None)
+            return recover.settle(restorer, None)
 
 
 class _Limits:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from corral.history import kept
 from corral.history.records import (
     MAX_RECORD_BYTES,
-    PATCH_TOOL,
+    PATCH,
     BadRecord,
     Entry,
     Record,
@@ -25,6 +25,7 @@ from corral.history.records import (
     dump,
     is_version,
     record_from_bytes,
+    record_kind,
 )
 from corral.history.store import (
     CHECKPOINT,
@@ -155,7 +156,7 @@ def _checked(store: Store, work: str, record_id: str, record: Record, expect: Ex
     if record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
-    patch = record.tool == PATCH_TOOL
+    patch = record_kind(record.tool) == PATCH
     _check(patch or all(entry.temp is None for entry in record.entries),
            "a temp in a record that is not a patch's")
     entries = tuple(_entry(store, work, record, index if patch else 0, entry, expect)

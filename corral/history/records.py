@@ -60,6 +60,18 @@ def is_version(text: object) -> bool:
     return isinstance(text, str) and len(text) == VERSION_WIDTH and set(text) <= _HEX
 
 
+# A record's kind says how it is checked, shown and settled after a crash: a
+# "patch" record names every file of one patch, each with the temp beside it that
+# holds its new file until it lands, all changed together; a "change" record one or
+# two paths (a move names both ends).
+PATCH, CHANGE = "patch", "change"
+
+
+def record_kind(tool: str) -> str:
+    """The kind of the records `tool` writes."""
+    return PATCH if tool == PATCH_TOOL else CHANGE
+
+
 # The records are NamedTuples, not frozen dataclasses: ~10x cheaper to create at
 # import, which every `corral call` and zygote template pays.
 class Kept(NamedTuple):
