@@ -385,6 +385,16 @@ class _BaseSandbox:
             self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
         self._history.sweep(dead, RECORDING_TOOLS)
 
+    def _relinked(self, answer: Answer) -> Answer:
+        """An undo's or a rewind's answer with the deleted links it asked for made
+        again by the host (a worker cannot make a link: History.remake_links)."""
+        if self._history is None or not answer.ok or not isinstance(answer.result, dict):
+            return answer
+        result = dict(answer.result)
+        made = self._history.remake_links(result, answer.tool, self._roots, self._policy)
+        meta = answer.meta._replace(history_ids=(*answer.meta.history_ids, *made))
+        return answer._replace(result=result, meta=meta)
+
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
             return self._history_store().checkpoint(label)
@@ -557,7 +567,7 @@ class Sandbox(_BaseSandbox):
         with self._lifecycle.active():
             since = time.time()  # what it records is checked to be no older
             answer = request if isinstance(request, Answer) else self._executor.submit(request)
-            return self._ledger.history_result(answer, target, since)
+            return self._ledger.history_result(self._relinked(answer), target, since)
 
     def close(self) -> None:
         self._close()
@@ -626,6 +636,7 @@ class AsyncSandbox(_BaseSandbox):
             since = time.time()
             answer = request if isinstance(request, Answer) else (
                 await self._executor.asubmit(request))
+            answer = await _to_thread(self._relinked, answer)
             return self._ledger.history_result(answer, target, since)
 
     async def aclose(self) -> None:

@@ -87,12 +87,14 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
                if restorer.matches(step, step.after)}
     reasons: dict[str, str] = {}
     restored, conflicts = _revert_one(restorer, whole, force, reasons, resumed)
-    if not conflicts:  # (a deleted symlink's undo restores nothing, and lists it)
-        for record in whole:  # the host commits them with the undo's other records
-            restorer.keeper.ids.append(_finished(store, record.id))
+    finish = [] if conflicts else [record.id for record in whole]
+    if not restorer.links:  # else the host finishes it, once it has made the links
+        for record_id in finish:  # the host commits them with the undo's other records
+            restorer.keeper.ids.append(_finished(store, record_id))
+        finish = []
     return {"restored": restored, "conflicts": conflicts, "undone": target.id,
             "removed": _removed(restorer, whole, restored),
-            "reasons": reasons, "links_not_restored": restorer.unkept_links,
+            "reasons": reasons, "links": restorer.links, "finish": finish,
             "records": restorer.keeper.ids}
 
 
@@ -159,8 +161,7 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
     restored = [p for p in restored if p not in conflicts]
     return {"restored": restored, "conflicts": conflicts, "checkpoint": checkpoint,
             "removed": _removed(restorer, reverted, restored),
-            "reasons": reasons, "links_not_restored": restorer.unkept_links,
-            "records": restorer.keeper.ids}
+            "reasons": reasons, "links": restorer.links, "records": restorer.keeper.ids}
 
 
 def _left_with(paths: list[str], left: list[str], reasons: dict[str, str]) -> None:
@@ -208,6 +209,6 @@ def _revert_one(
         for path in paths:
             reasons[path] = error.message
         return [], paths
-    unmade = {link["path"] for link in restorer.unkept_links}
-    return [e.path for e in entries if not (  # a deleted symlink: listed, not restored
-        e.before is not None and e.before.type == "symlink" and e.path in unmade)], []
+    linked = {link["path"] for link in restorer.links}
+    return [e.path for e in entries if not (  # a deleted symlink: the host makes it
+        e.before is not None and e.before.type == "symlink" and e.path in linked)], []

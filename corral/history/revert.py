@@ -33,9 +33,10 @@ class Restorer:
         self.roots, self.store, self.policy = roots, store, policy
         self.max_file_bytes = max_file_bytes
         self.keeper = Keeper(store, roots.workspace.path, tool, undoes)
-        # deleted symlinks this could not put back (a worker cannot make one): path
-        # and target, for a person to make again
-        self.unkept_links: list[dict[str, str]] = []
+        # deleted symlinks to make again, which a worker cannot: the host does
+        # (links.py), taking each target from the committed record named here
+        self.links: list[dict[str, str]] = []
+        self._record = ""  # the record being reverted
 
     def root(self, path: str) -> Root:
         for root in self.roots.all():
@@ -137,7 +138,7 @@ class Restorer:
     def revert(self, record: Record, tool: str) -> None:
         """Put every path of `record` back to its `before` state, each change decided
         by the policy as `tool`'s on the path it resolves to."""
-        entries = record.entries
+        entries, self._record = record.entries, record.id
         if entries and entries[0].kind == "move_from":
             self._unmove(entries[0], entries[1], tool)
             return
@@ -167,13 +168,14 @@ class Restorer:
                     root.unlink(rel, guard=guard, keep=keep)
                 root.mkdir(rel, guard=guard, keep=keep)
             return
-        if kind == "symlink":  # a worker cannot make one: listed, for a person to make
+        if kind == "symlink":
             if info is None:
-                self.unkept_links.append({"path": entry.path, "target": state.target or ""})
+                self._link(entry.root, rel, entry.path)
                 return
-            raise CorralError(
-                "path_denied", f"{entry.path} was a symlink, which corral cannot create."
-            )
+            if info.type == "symlink" and info.symlink_target == state.target:
+                return  # made again already (by an undo a kill cut short)
+            raise CorralError("already_exists", f"{entry.path} was a symlink, and its name is "
+                              "taken now: the link was not made again.")
         if state.blob is not None:
             data = self.store.read_blob(state)  # checked against the record's size and hash
         else:  # an append: the file as it was is the start of what is there
@@ -186,9 +188,8 @@ class Restorer:
         """A deleted directory back, whole: its kept tree, checked against the list
         its record holds (every file's hash too), moved back from the store, or
         copied where a move cannot reach (the blob lies in another sandbox's work
-        directory, or on another file system). Its symlinks come back only with a
-        move of a tree that holds them; the others are listed in `unkept_links`
-        (their targets are only shown: never followed, never made)."""
+        directory, or on another file system). Its symlinks come back with a move
+        of a tree that holds them; the others are asked of the host (`links`)."""
         before = entry.before
         if before is None or before.tree is None or before.blob is None:
             raise CorralError("io_error", f"the record of {entry.path} keeps no tree.")
@@ -219,8 +220,13 @@ class Restorer:
         finally:
             os.close(work)
         links = [kept for kept in tree if kept.type == "symlink"] if copied else unkept
-        self.unkept_links += [{"path": posixpath.join(entry.path, kept.path),
-                               "target": kept.target or ""} for kept in links]
+        for kept in links:
+            self._link(entry.root, posixpath.join(entry.rel, kept.path),
+                       posixpath.join(entry.path, kept.path))
+
+    def _link(self, root: str, rel: str, path: str) -> None:
+        """A deleted link of the record being reverted, for the host to make again."""
+        self.links.append({"record": self._record, "root": root, "rel": rel, "path": path})
 
     def unmake(self, entry: Entry, *, recorded: bool = True,
                 guard: Callable[[str], None] | None = None) -> None:
