@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from corral.history import kept
+from corral.history.links import check_target
 from corral.history.records import (
     MAX_RECORD_BYTES,
     PATCH,
@@ -189,6 +190,8 @@ def _entry(
                "a patch entry whose temp is not its writer's, beside its path")
     for state in (entry.before, entry.after):
         _check(state is None or state.hash is None, "a state that claims its own hash")
+        _check(state is None or state.target is None or check_target(state.target) is None,
+               "a symlink whose target no link can hold")
     _check(entry.after is None or entry.after.blob is None, "an after state with a blob")
     for state in (entry.before, entry.after):
         _check(state is None or state.tree is None or (
