@@ -1,7 +1,7 @@
 """The worker side of history: a Keeper is handed to each changing Root call
 (fs.root.Keep) and writes the record of the change *before* the change lands,
 as a pending record; once it has landed the record is committed. A kill at any
-instant leaves a pending record that `settle` (corral/history/restore.py)
+instant leaves a pending record that `settle` (corral/history/recover.py)
 resolves by looking at the tree.
 
 What is kept, per change:
