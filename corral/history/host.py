@@ -2,7 +2,8 @@
 (history, checkpoints), keeping it within its bounds, and the only way a record
 enters it (promote.py: a worker's finished record, checked). The host reads and
 writes the store directly (it lies outside every root); every change to the
-tree, undo and rewind included, happens in a confined worker.
+tree, undo and rewind included, happens in a confined worker, but the symlinks
+an undo or a rewind makes again, which no worker can make (links.py).
 """
 
 from __future__ import annotations
