@@ -36,6 +36,7 @@ from corral.config import (
 from corral.errors import CorralError
 from corral.history.host import History
 from corral.history.location import StoreInsideRoot, check_location, default_base
+from corral.history.relink import remake_links
 from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.host.grants import Grants
 from corral.host.ledger import FORCE_HINT, Ledger
@@ -387,11 +388,12 @@ class _BaseSandbox:
 
     def _relinked(self, answer: Answer) -> Answer:
         """An undo's or a rewind's answer with the deleted links it asked for made
-        again by the host (a worker cannot make a link: History.remake_links)."""
+        again by the host (a worker cannot make a link: history/relink.py)."""
         if self._history is None or not answer.ok or not isinstance(answer.result, dict):
             return answer
         result = dict(answer.result)
-        made = self._history.remake_links(result, answer.tool, self._roots, self._policy)
+        made = remake_links(self._history.work_path, result, answer.tool, self._roots,
+                            self._policy)
         meta = answer.meta._replace(history_ids=(*answer.meta.history_ids, *made))
         return answer._replace(result=result, meta=meta)
 

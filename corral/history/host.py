@@ -3,7 +3,7 @@
 enters it (promote.py: a worker's finished record, checked). The host reads and
 writes the store directly (it lies outside every root); every change to the
 tree, undo and rewind included, happens in a confined worker, but the symlinks
-an undo or a rewind makes again, which no worker can make (links.py).
+an undo or a rewind makes again, which no worker can make (relink.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from corral.config import HistoryOptions
-from corral.errors import CorralError, shown_path
-from corral.fs import Root
+from corral.errors import CorralError
 from corral.history import kept, leftovers, promote
 from corral.history.bounds import evict, read_bound, write_bound
-from corral.history.links import make_link
 from corral.history.location import make_work, prepare
 from corral.history.promote import Expect
 from corral.history.records import PATCH, Checkpoint, Entry, Record, State, dump, record_kind
@@ -37,14 +35,12 @@ from corral.history.store import (
     StoreError,
     id_pid,
     id_time,
-    is_id,
     new_id,
     publish,
     remove_spares,
     remove_temps,
     work_name,
 )
-from corral.policy import Policy, RootSpec
 
 DAY_S = 86_400.0
 log = logging.getLogger("corral")
@@ -76,7 +72,6 @@ BOUND_EVERY_S = 600
 NOTE_EVERY_S = 1.0  # the note is brought up to date at most this often, and at the close
 INLINE_BYTES = 1 << 20  # a call that kept more commits off its path (see History.__init__)
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
-MAX_LINKS_ASKED = 10_000  # a deleted directory's entries are at most MAX_TREE_ENTRIES
 MAX_CALLS_TRACKED = 10_000  # calls in flight the sweep waits for (a flow never finished stays)
 
 
@@ -300,77 +295,6 @@ class History:
                 raise StoreError(exc) from None
         return checkpoint.id
 
-    # -- links an undo or a rewind makes again ------------------------------------
-
-    def remake_links(self, result: dict[str, Any], tool: str, roots: Sequence[RootSpec],
-                     policy: Policy) -> list[str]:
-        """Make again the deleted links a worker's undo or rewind asked for (a worker
-        cannot make one: links.py), each recorded as this `tool`'s change, then, if
-        every one was made, finish the undo (its "done" records). A request names a
-        committed record and the link's path in it: the target comes from that
-        record, never from the worker. A link that cannot be made (its name taken,
-        the policy, a record that holds no such link) is a conflict. `result` is
-        updated in place; the ids of the records made, to promote with the rest."""
-        asked, finish = result.pop("links", None), result.pop("finish", None)
-        if self.work_path is None or not isinstance(asked, list) or not asked:
-            return []
-        restored, conflicts = result.setdefault("restored", []), result.setdefault(
-            "conflicts", [])
-        reasons = result.setdefault("reasons", {})
-        undoes = result.get("undone") if tool == "undo" else None
-        ids: list[str] = []
-        opened: dict[str, Root] = {}
-        store = Store.open(self.work_path)  # its own fds: the host's other threads share .store
-        try:
-            for ask in asked[:MAX_LINKS_ASKED]:
-                try:
-                    root, rel, path, target = self._recorded_link(ask)
-                except CorralError as error:
-                    conflicts.append(shown_path(str(ask.get("path", "?") if isinstance(
-                        ask, dict) else "?")))
-                    reasons[conflicts[-1]] = error.message
-                    continue
-                try:
-                    ids.append(_remake(store, opened, roots, policy, tool, undoes,
-                                       (root, rel, path, target)))
-                    if not any(path.startswith(f"{done}/") for done in restored):
-                        restored.append(path)  # (a restored directory's links go unnamed)
-                except CorralError as error:
-                    conflicts.append(path)
-                    reasons[path] = error.message
-            if not conflicts and isinstance(finish, list) and undoes is not None:
-                for undone in finish:
-                    if is_id(undone):
-                        ids.append(_finish(store, tool, undone))
-        finally:
-            store.close()
-            result.setdefault("records", []).extend(ids)
-            for handle in opened.values():
-                handle.close()
-        return ids
-
-    def _recorded_link(self, ask: object) -> tuple[str, str, str, str]:
-        """(root, rel, path as shown, target) of the deleted link `ask` names, as the
-        committed record it names holds it; not_found if it holds no such link."""
-        if not isinstance(ask, dict) or not all(
-                isinstance(ask.get(key), str) for key in ("record", "root", "rel")):
-            raise CorralError("invalid_arguments", "a link asked for without its record.")
-        record = self.store.record(ask["record"]) if is_id(ask["record"]) else None
-        root, rel = ask["root"], ask["rel"]
-        for entry in record.entries if record is not None else ():
-            before = entry.before
-            if entry.root != root or before is None:
-                continue
-            if entry.rel == rel and before.type == "symlink" and before.target is not None:
-                return root, rel, entry.path, before.target
-            beneath = entry.rel.rstrip("/") + "/"
-            if entry.kind == "remove_tree" and before.tree and rel.startswith(beneath):
-                for kept in before.tree:
-                    if kept.type == "symlink" and kept.path == rel[len(beneath):] and (
-                            kept.target is not None):
-                        return root, rel, posixpath.join(entry.path, kept.path), kept.target
-        raise CorralError("not_found", f"the history holds no deleted link {shown_path(rel)}.")
-
     # -- what it shows --------------------------------------------------------------
 
     def entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
@@ -440,45 +364,6 @@ def _patch_entry(record: Record) -> dict[str, Any]:
     return {"id": record.id, "time": record.time, "tool": record.tool,
             "path": record.entries[0].path, "action": "patch", "before": None, "after": None,
             "files": files}
-
-
-def _remake(store: Store, opened: dict[str, Root], roots: Sequence[RootSpec], policy: Policy,
-            tool: str, undoes: str | None, link: tuple[str, str, str, str]) -> str:
-    """Make one link again, recorded first as any change is (a kill in between
-    leaves a pending record the next settle decides by the tree); its record id."""
-    root_path, rel, path, target = link
-    spec = next((spec for spec in roots if spec.path == root_path), None)
-    if spec is None or spec.mode != "rw":
-        raise CorralError("read_only", f"{shown_path(path)} lies in no root this sandbox writes.")
-    if root_path not in opened:
-        opened[root_path] = Root(root_path, mode="rw")
-
-    def allowed(resolved: str) -> None:  # as the worker decides: deny refuses, the rest goes
-        for name in dict.fromkeys((rel, resolved)):
-            decision = policy.decide(tool, spec, name, write=True)
-            if decision.action == "deny":
-                raise CorralError("path_denied", f"{shown_path(path)} is denied by the policy "
-                                  f"(rule {decision.rule}).", rule=decision.rule)
-
-    record = Record(new_id(), time.time(), tool, os.getpid(), (Entry(
-        root_path, rel, path, "replace", "create", None, State("symlink", target=target)),),
-        undoes=undoes)
-    store.write_pending(record)
-    try:
-        make_link(opened[root_path], rel, target, guard=allowed)
-    except BaseException:
-        store.drop(record.id, blobs=0)
-        raise
-    store.commit(record.id)
-    return record.id
-
-
-def _finish(store: Store, tool: str, undone: str) -> str:
-    """The undo of `undone` is whole (restore._finished, once its links are made)."""
-    record = Record(new_id(), time.time(), tool, os.getpid(), (), undoes=undone, done=True)
-    store.write_pending(record)
-    store.commit(record.id)
-    return record.id
 
 
 def _open_dir(path: str) -> int:
