@@ -19,6 +19,7 @@ from conftest import ok
 from history_helpers import commit_done, snapshot, work_store
 
 from corral import Sandbox
+from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.fs import Root
 from corral.history.links import MAX_TARGET_BYTES, check_target, make_link
@@ -226,3 +227,38 @@ def test_make_link_refuses_what_no_link_can_hold(ws: Path, tmp_path: Path) -> No
     with Root(str(ws), mode="ro") as root, pytest.raises(CorralError) as refused:
         make_link(root, "y", "t")
     assert refused.value.code == "read_only"
+
+
+def test_a_host_killed_as_it_makes_a_link_leaves_the_history_agreeing(
+    ws: Path, tmp_path: Path,
+) -> None:
+    """Killed right after making the link, before its record was done: the next
+    sandbox settles that record by the tree (the link is there: committed), and
+    the next undo of the path finishes the undo instead of stepping back."""
+    (ws / "link").symlink_to("a.txt")
+    options = HistoryOptions(path=str(tmp_path / "history"))
+    with Sandbox(ws, policy=Policy(ON), history=options) as sandbox:
+        ok(sandbox, "delete_file", path="link")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the host that dies
+        try:
+            from corral.history import relink
+
+            def made_then_killed(*args: Any, **kwargs: Any) -> None:
+                make_link(*args, **kwargs)
+                os._exit(9)
+
+            relink.make_link = made_then_killed  # type: ignore[assignment]
+            with Sandbox(ws, policy=Policy(ON), history=options) as dying:
+                dying.undo("link")
+        finally:
+            os._exit(0)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 9
+    assert os.readlink(ws / "link") == "a.txt"
+    with Sandbox(ws, policy=Policy(ON), history=options) as sandbox:
+        [made, deleted] = sandbox.history("link")
+        assert (made["tool"], made["action"], deleted["tool"]) == ("undo", "create", "delete_file")
+        resumed = sandbox.undo("link")
+        assert resumed["result"]["conflicts"] == [] and os.readlink(ws / "link") == "a.txt"
+        again = sandbox.undo("link")
+    assert again["error"]["code"] == "not_found", again
