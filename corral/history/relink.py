@@ -73,6 +73,7 @@ def remake_links(work_path: str | None, result: dict[str, Any], tool: str,
             handle.close()
     return ids
 
+
 def _recorded_link(store: Store, ask: object) -> tuple[str, str, str, str]:
     """(root, rel, path as shown, target) of the deleted link `ask` names, as the
     committed record it names holds it; not_found if it holds no such link."""
