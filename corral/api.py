@@ -28,13 +28,15 @@ from corral.config import (
     HistoryOptions,
     Limits,
     QuotaOptions,
+    Remedy,
     SandboxOptions,
     load_config,
     resolve_roots,
 )
 from corral.errors import CorralError
 from corral.history.host import History
-from corral.history.store import check_location, default_base
+from corral.history.location import StoreInsideRoot, check_location, default_base
+from corral.history.relink import remake_links
 from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.host.grants import Grants
 from corral.host.ledger import FORCE_HINT, Ledger
@@ -79,7 +81,7 @@ def default_store_inside(options: HistoryOptions, roots: Sequence[str]) -> str |
         return None
     try:
         check_location(None, list(roots))
-    except ConfigError:
+    except StoreInsideRoot:
         return (
             f"history is off: the default history store {os.path.realpath(default_base())} "
             "lies inside a root of this sandbox, where tools could reach it; to record "
@@ -87,6 +89,27 @@ def default_store_inside(options: HistoryOptions, roots: Sequence[str]) -> str |
             "passed with --config (Python: history=HistoryOptions(path=...))"
         )
     return None
+
+
+def check_history_path(options: HistoryOptions, roots: Sequence[str]) -> None:
+    """ConfigError if the store the operator named would lie inside a root, before
+    anything starts (the default store there turns history off instead:
+    default_store_inside). The fix must come from the operator, never from the
+    workspace's own corral.toml."""
+    if options.enabled and options.path is not None:
+        try:
+            check_location(options.path, list(roots))
+        except StoreInsideRoot as inside:
+            raise _inside_root(inside) from None
+
+
+def _inside_root(inside: StoreInsideRoot) -> ConfigError:
+    """The history's refusal of a store inside a root, said as the config error it is."""
+    return ConfigError(
+        f"{inside}; set [history] path to a directory outside every root, or [history] "
+        "enabled = false", key="[history] path",
+        remedy=Remedy("operator", ("[history] path", "[history] enabled")),
+    )
 
 def probe() -> dict[str, Any]:
     """The confinement layers this kernel offers (`corral doctor` sets them beside
@@ -218,6 +241,9 @@ class _BaseSandbox:
                 history, real, root_paths,
                 writable=[r.path for r in self._roots if r.mode == "rw"],
             ) if history.enabled else None
+        except StoreInsideRoot as inside:
+            self._close_logs()
+            raise _inside_root(inside) from None
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
@@ -359,6 +385,17 @@ class _BaseSandbox:
         if dead := self._history.dead_writers():
             self._executor.submit(HistoryRequest("settle", pids=tuple(dead)))
         self._history.sweep(dead, RECORDING_TOOLS)
+
+    def _relinked(self, answer: Answer) -> Answer:
+        """An undo's or a rewind's answer with the deleted links it asked for made
+        again by the host (a worker cannot make a link: history/relink.py)."""
+        if self._history is None or not answer.ok or not isinstance(answer.result, dict):
+            return answer
+        result = dict(answer.result)
+        made = remake_links(self._history.work_path, result, answer.tool, self._roots,
+                            self._policy)
+        meta = answer.meta._replace(history_ids=(*answer.meta.history_ids, *made))
+        return answer._replace(result=result, meta=meta)
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
@@ -532,7 +569,7 @@ class Sandbox(_BaseSandbox):
         with self._lifecycle.active():
             since = time.time()  # what it records is checked to be no older
             answer = request if isinstance(request, Answer) else self._executor.submit(request)
-            return self._ledger.history_result(answer, target, since)
+            return self._ledger.history_result(self._relinked(answer), target, since)
 
     def close(self) -> None:
         self._close()
@@ -601,6 +638,7 @@ class AsyncSandbox(_BaseSandbox):
             since = time.time()
             answer = request if isinstance(request, Answer) else (
                 await self._executor.asubmit(request))
+            answer = await _to_thread(self._relinked, answer)
             return self._ledger.history_result(answer, target, since)
 
     async def aclose(self) -> None:

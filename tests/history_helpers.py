@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.fs import Root, Roots
-from corral.history import keeper, promote, restore
+from corral.history import keeper, promote, recover, revert
 from corral.history.store import Store
 from corral.policy import Policy
 
@@ -65,9 +65,9 @@ def settled(workspace: Path, work: Path, pids: list[int] | None) -> Store:
     records (`pids`; None: every orphan), the host promoted what was done."""
     store = Store.open(str(work))
     with Root(str(workspace)) as root:
-        restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+        restorer = revert.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
         with store.settling():
-            restore.settle(restorer, pids)
+            recover.settle(restorer, pids)
     return promoted(store, work, workspace)
 
 

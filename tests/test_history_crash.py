@@ -29,7 +29,7 @@ from scripts_loader import load_script
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots, content_version
 from corral.history import keeper as keeper_module
-from corral.history import restore
+from corral.history import recover, restore, revert
 from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
 from corral.policy import Policy, RootSpec
@@ -229,9 +229,9 @@ def test_a_torn_append_is_cut_back_when_settled(tmp_path: Path, exists: bool) ->
         target.write_bytes(OLD)
     pid = _torn_append(workspace, work, str(target.relative_to(workspace)))
     assert target.exists() and target.stat().st_size not in (0, len(OLD))  # torn
-    restorer = restore.Restorer(Roots(Root(str(workspace))), store, Policy(), 1 << 20, "settle")
+    restorer = revert.Restorer(Roots(Root(str(workspace))), store, Policy(), 1 << 20, "settle")
     with store.settling():
-        assert restore.settle(restorer, [pid]) == 1
+        assert recover.settle(restorer, [pid]) == 1
     assert left(work, ".pending", ".done") == []  # dropped: there is nothing to promote
     assert promoted(store, work, workspace).listing().records == []
     if exists:
@@ -261,9 +261,9 @@ def test_a_torn_append_followed_by_another_is_left_alone(tmp_path: Path, later: 
     if later == "committed":
         promoted(store, work, workspace)
     torn = (workspace / "log.txt").read_bytes()
-    restorer = restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
+    restorer = revert.Restorer(Roots(root), store, Policy(), 1 << 20, "settle")
     with store.settling():
-        assert restore.settle(restorer, [pid]) == 1
+        assert recover.settle(restorer, [pid]) == 1
     assert (workspace / "log.txt").read_bytes() == torn
     promoted(writer, other if writer is not store else work, workspace)
     assert len(store.listing().records) == 1  # the later append's
@@ -355,7 +355,7 @@ def _rewind_killed_at(
     _, status = os.waitpid(pid, 0)
     before_rewind = snapshot(base / "ws")
     with store.settling():
-        restore.settle(restore.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"),
+        recover.settle(revert.Restorer(Roots(root), store, Policy(), 1 << 20, "settle"),
                        [pid])
     refused = commit_done(store, work, root.path)
     if refused:  # killed writing its checkpoint, its first step: torn, and nothing changed

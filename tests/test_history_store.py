@@ -20,11 +20,13 @@ from history_helpers import promoted, snapshot, work_store
 from corral import Sandbox
 from corral.config import HistoryOptions, SandboxOptions, load_config
 from corral.fs import Root
-from corral.history import host
+from corral.history import bounds, host
+from corral.history.bounds import BOUND
 from corral.history.host import BOUND_EVERY_S
 from corral.history.keeper import Keeper
+from corral.history.location import workspace_key
 from corral.history.records import Entry, Record, State
-from corral.history.store import BOUND, Store, kept_name, new_id, workspace_key
+from corral.history.store import Store, kept_name, new_id
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
 
@@ -56,8 +58,8 @@ def test_a_full_store_is_not_read_through_after_every_change(
 ) -> None:
     options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=400 * 1024)
     scans = []
-    usage = Store.usage
-    monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
+    usage = bounds.usage_of
+    monkeypatch.setattr(bounds, "usage_of", lambda store: scans.append(1) or usage(store))
     with Sandbox(workspace, history=options) as sb:
         for round_ in range(100):  # 8 KiB each: the bound is passed at about the 50th
             ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
@@ -100,8 +102,8 @@ def test_a_start_soon_after_a_bound_takes_its_note_and_reads_no_store(
     held, when = map(int, store.joinpath(BOUND).read_text().split())
     assert held > 0 and abs(when - time.time()) < 60  # its record (a new file keeps no copy)
     scans = []
-    usage = Store.usage
-    monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
+    usage = bounds.usage_of
+    monkeypatch.setattr(bounds, "usage_of", lambda store: scans.append(1) or usage(store))
     with Sandbox(workspace, history=options) as sb:
         assert sb._history is not None and sb._history._usage == held
         ok(sb, "write_file", path="a.txt", content="b" * 4096)
@@ -156,8 +158,8 @@ def test_a_note_that_is_not_one_bounds_the_store(
     else:
         path.write_text(note)
     scans = []
-    usage = Store.usage
-    monkeypatch.setattr(Store, "usage", lambda self: scans.append(1) or usage(self))
+    usage = bounds.usage_of
+    monkeypatch.setattr(bounds, "usage_of", lambda store: scans.append(1) or usage(store))
     Sandbox(workspace, history=options).close()
     assert scans == [1]
 
@@ -432,7 +434,7 @@ def test_a_bound_removes_the_spares_a_killed_host_left(tmp_path: Path) -> None:
     try:
         (work / "s-00abcd").write_bytes(b"{}")
         (work / "s-00abce").mkdir()
-        store.evict(1 << 30, 1e9)
+        bounds.evict(store, 1 << 30, 1e9)
         assert not [p for p in work.iterdir() if p.name.startswith("s-")]
     finally:
         store.close()

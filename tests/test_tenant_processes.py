@@ -17,7 +17,7 @@ import pytest
 from broker_helpers import wait_gone
 
 from corral.faces.health import PROBE_PREFIX
-from corral.history.store import workspace_key
+from corral.history.location import workspace_key
 from tests.http_helpers import Server, call, post, serve_two_tenants
 
 # In the server's environment, as an API key would be: it must stay in the host.

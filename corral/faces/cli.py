@@ -30,13 +30,19 @@ from typing import Any, NoReturn
 
 from corral import __version__
 from corral._malloc import keep_freed_memory
-from corral.api import NO_ONE_TO_ASK, Approver, Sandbox, default_store_inside, probe
+from corral.api import (
+    NO_ONE_TO_ASK,
+    Approver,
+    Sandbox,
+    check_history_path,
+    default_store_inside,
+    probe,
+)
 from corral.audit import LOCK_WAIT_S, AuditError, read_key
 from corral.config import Config, ConfigError, Remedy
 from corral.errors import CorralError, SandboxError, did_you_mean
 from corral.faces import cli_history
 from corral.faces.stdio import protocol_streams
-from corral.history.store import check_location
 from corral.tools.formats import FORMATS
 from corral.tools.registry import TOOLS
 from corral.trust import operator_config
@@ -104,8 +110,7 @@ def loaded_config(args: argparse.Namespace) -> Config:
 def check_history(config: Config) -> None:
     """ConfigError if the store the operator named would lie inside a root, before
     anything starts (the default store there turns history off: see api.py)."""
-    if config.history.enabled and config.history.path is not None:
-        check_location(config.history.path, [root.path for root in config.roots])
+    check_history_path(config.history, [root.path for root in config.roots])
 
 
 def history_off(config: Config) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from corral.api import check_history_path
 from corral.faces.tenants import (
     Tenant,
     check_outside_roots,
@@ -16,7 +17,6 @@ from corral.faces.tenants import (
     server_files,
     tenant_config,
 )
-from corral.history.store import check_location
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,7 @@ def load_roster(path: str | os.PathLike[str]) -> Roster:
     check_outside_roots(path, tenants, configs)
     for config in configs:
         # a store the operator named inside a root: refused before anything starts
-        if config.history.enabled and config.history.path is not None:
-            check_location(config.history.path, [root.path for root in config.roots])
+        check_history_path(config.history, [root.path for root in config.roots])
     return Roster(
         tenants, server_files(path, tenants),
         tuple(dict.fromkeys(layer for config in configs for layer in config.sandbox.require)),

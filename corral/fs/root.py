@@ -73,11 +73,7 @@ class Keep(Protocol):
     """A history keeper (corral/history): each change below calls it at the instant
     the change lands, after resolution and the guard, so it can record what is
     replaced before it is gone; NO_KEEP, the default, records nothing. `made`:
-    directories the call created on the way. `unkept_links`: symlinks its
-    remove_tree calls deleted that no undo can make again."""
-
-    @property
-    def unkept_links(self) -> int: ...
+    directories the call created on the way."""
 
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,
@@ -115,8 +111,6 @@ class Keep(Protocol):
 
 class NoKeep:
     """The Keep of a change nobody records (history off): each change lands as is."""
-
-    unkept_links = 0  # no undo at all: nothing to count
 
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,

@@ -2,7 +2,8 @@
 (history, checkpoints), keeping it within its bounds, and the only way a record
 enters it (promote.py: a worker's finished record, checked). The host reads and
 writes the store directly (it lies outside every root); every change to the
-tree, undo and rewind included, happens in a confined worker.
+tree, undo and rewind included, happens in a confined worker, but the symlinks
+an undo or a rewind makes again, which no worker can make (relink.py).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from typing import Any
 from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history import kept, leftovers, promote
+from corral.history.bounds import evict, read_bound, write_bound
+from corral.history.location import make_work, prepare
 from corral.history.promote import Expect
-from corral.history.records import PATCH_TOOL, Checkpoint, Entry, Record, State, dump
+from corral.history.records import PATCH, Checkpoint, Entry, Record, State, dump, record_kind
 from corral.history.store import (
     CHECKPOINT,
     COMMITTED,
@@ -32,15 +35,11 @@ from corral.history.store import (
     StoreError,
     id_pid,
     id_time,
-    make_work,
     new_id,
-    prepare,
     publish,
-    read_bound,
     remove_spares,
     remove_temps,
     work_name,
-    write_bound,
 )
 
 DAY_S = 86_400.0
@@ -279,7 +278,7 @@ class History:
     def _bound(self, max_bytes: int) -> None:
         """Evict down to `max_bytes` (and the age bound), and leave the note a start
         reads instead (the caller holds the store's lock)."""
-        self._usage = self.store.evict(max_bytes, self.options.max_age_days * DAY_S)
+        self._usage = evict(self.store, max_bytes, self.options.max_age_days * DAY_S)
         self._usage = leftovers.evict(self.store, self._usage, max_bytes)
         self._added = 0  # the read found what this sandbox stored
         with contextlib.suppress(OSError):  # without the note, the next start bounds
@@ -319,7 +318,7 @@ class History:
             record = self.store.load_record(self.store.home, f"{RECORD}{item_id}{COMMITTED}")
             if record is None:
                 continue
-            if wanted is None and record.tool == PATCH_TOOL:
+            if wanted is None and record_kind(record.tool) == PATCH:
                 found.append(_patch_entry(record))  # a patch is one change
                 continue
             for entry in record.entries:

@@ -1,7 +1,7 @@
 """The worker side of history: a Keeper is handed to each changing Root call
 (fs.root.Keep) and writes the record of the change *before* the change lands,
 as a pending record; once it has landed the record is committed. A kill at any
-instant leaves a pending record that `settle` (corral/history/restore.py)
+instant leaves a pending record that `settle` (corral/history/recover.py)
 resolves by looking at the tree.
 
 What is kept, per change:
@@ -15,8 +15,8 @@ What is kept, per change:
   renamed into the store, and the list of its entries in the record
   (history/trees.py). Across mounts it is copied in, then renamed aside in its
   own directory and removed; its symlinks are not copied (a worker cannot make
-  one): the record still names each with its target, and an undo reports them
-  for a person to make again (`unkept_links` counts them for the call's result).
+  one): the record names each with its target, and an undo has the host make
+  them again (history/links.py).
 - a move: the moved inode's number (its undo moves it back); a destination it
   overwrote is copied into the store first.
 - a directory made: nothing (its undo removes it if empty).
@@ -42,7 +42,7 @@ from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from corral.fs._tree import Tree, remove, survey
 from corral.fs.batch import Staged, set_aside
 from corral.fs.version import chunked_version
-from corral.history.records import BadRecord, Entry, Kept, Record, State
+from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
 from corral.history.trees import check_kept, copy_tree, kept_of, kind_of, refill, unshare
 
@@ -111,7 +111,6 @@ class Keeper:
         self.stored = 0  # bytes copied or moved into the store, for the host's bounds
         self.ids: list[str] = []
         self.done: list[dict[str, Any]] = []  # the small records committed, as the host gets them
-        self.unkept_links = 0  # symlinks deleted that no undo can make again
         self._reserved: str | None = None
 
     # -- records --------------------------------------------------------------
@@ -374,7 +373,6 @@ class Keeper:
                 lost = refill(self.store.fd, blob, dir_fd, aside, tree)
                 renameat2(dir_fd, aside, dir_fd, name, RENAME_NOREPLACE)
             except OSError:
-                self.unkept_links += _links(tree)
                 return
             if lost:  # removed before the kernel stopped it: named, targets and all
                 named = ", ".join(f"{shown_path(f'{path}/{kept.path}')} -> "
@@ -383,7 +381,6 @@ class Keeper:
                                   "remove an entry; everything else was put back but these "
                                   f"symlinks, which corral cannot make: {named}") from None
             raise
-        self.unkept_links += _links(tree)
 
     def move(self, src: tuple[Any, ...], dst: tuple[Any, ...], flags: int) -> None:
         src_root, src_rel, src_fd, src_name, src_st = src
@@ -488,10 +485,6 @@ class Keeper:
             self.stored += self.store.stash_copy(fd, blob)
         finally:
             os.close(fd)
-
-
-def _links(tree: Sequence[Kept]) -> int:
-    return sum(kept.type == "symlink" for kept in tree)
 
 
 def _version(dir_fd: int, name: str) -> str:

@@ -17,6 +17,7 @@ import stat
 import time
 from collections.abc import Iterator
 
+from corral.history.bounds import entry_size
 from corral.history.records import ID_WIDTH, is_id
 from corral.history.store import (
     BLOB,
@@ -26,7 +27,6 @@ from corral.history.store import (
     RECORD,
     WORK,
     Store,
-    entry_size,
     id_time,
     remove_tree,
 )

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from corral.history import kept
+from corral.history.links import check_target
 from corral.history.records import (
     MAX_RECORD_BYTES,
-    PATCH_TOOL,
+    PATCH,
     BadRecord,
     Entry,
     Record,
@@ -25,6 +26,7 @@ from corral.history.records import (
     dump,
     is_version,
     record_from_bytes,
+    record_kind,
 )
 from corral.history.store import (
     CHECKPOINT,
@@ -155,7 +157,7 @@ def _checked(store: Store, work: str, record_id: str, record: Record, expect: Ex
     if record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
-    patch = record.tool == PATCH_TOOL
+    patch = record_kind(record.tool) == PATCH
     _check(patch or all(entry.temp is None for entry in record.entries),
            "a temp in a record that is not a patch's")
     entries = tuple(_entry(store, work, record, index if patch else 0, entry, expect)
@@ -188,6 +190,8 @@ def _entry(
                "a patch entry whose temp is not its writer's, beside its path")
     for state in (entry.before, entry.after):
         _check(state is None or state.hash is None, "a state that claims its own hash")
+        _check(state is None or state.target is None or check_target(state.target) is None,
+               "a symlink whose target no link can hold")
     _check(entry.after is None or entry.after.blob is None, "an after state with a blob")
     for state in (entry.before, entry.after):
         _check(state is None or state.tree is None or (

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from corral.fs import temp_owner
 from corral.fs._tree import MAX_TREE_ENTRIES
-from corral.tool_table import ROWS
+from corral.tool_table import TABLE
 
 VERSION = 1
 # A record names a few paths, or a deleted directory's entries (at most
@@ -39,8 +39,6 @@ ACTIONS = ("create", "modify", "delete", "move")
 TYPES = ("file", "dir", "symlink", "other")
 _HEX = frozenset("0123456789abcdef")
 ID_WIDTH = 16 + 6 + 4  # hex: time_ns, pid, counter
-# the tool whose record names every file of one patch, changed together
-(PATCH_TOOL,) = (row.name for row in ROWS if row.record == "batch")
 # A patch of up to 100 files, a move being two entries; ~0.5 KiB an entry stays far
 # inside MAX_RECORD_BYTES.
 MAX_PATCH_ENTRIES = 200
@@ -60,6 +58,19 @@ VERSION_WIDTH = 24  # hex digits of fs.version's content hash
 def is_version(text: object) -> bool:
     """A content version (fs.version) as a record may name one."""
     return isinstance(text, str) and len(text) == VERSION_WIDTH and set(text) <= _HEX
+
+
+# A record's kind says how it is checked, shown and settled after a crash: a
+# "patch" record names every file of one patch, each with the temp beside it that
+# holds its new file until it lands, all changed together; a "change" record one or
+# two paths (a move names both ends).
+PATCH, CHANGE = "patch", "change"
+
+
+def record_kind(tool: str) -> str:
+    """The kind of the records `tool` writes (its row's; undo's own are changes)."""
+    row = TABLE.get(tool)
+    return PATCH if row is not None and row.record == "batch" else CHANGE
 
 
 # The records are NamedTuples, not frozen dataclasses: ~10x cheaper to create at
@@ -240,7 +251,7 @@ class Record(NamedTuple):
         entries = wire.get("entries")
         if done:  # an undo's last word: it names what it finished, and nothing else
             _check(undoes is not None and entries == [], "a done record with entries")
-        elif wire["tool"] == PATCH_TOOL:
+        elif record_kind(wire["tool"]) == PATCH:
             _check(isinstance(entries, list) and 1 <= len(entries) <= MAX_PATCH_ENTRIES,
                    f"a patch record without 1 to {MAX_PATCH_ENTRIES} entries")
         else:

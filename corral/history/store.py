@@ -1,7 +1,10 @@
-"""The history store of one workspace, used through directory fds.
+"""The history store of one workspace, used through directory fds: its files, how
+a record goes from pending to done to committed, and reading it back. Where the
+store lies is location.py's; what it may hold, bounds.py's.
 
     <key>/                the workspace's store; only the host writes here
       workspace           which workspace this is (a line of text)
+      bounded             the bytes held and when it was last read through (bounds.py)
       lock                the host's flock: promoting, settling, evicting, one at a time
       r-<id>.json         a committed record (records.py), written by the host only
       c-<id>.json         a checkpoint, likewise
@@ -47,10 +50,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from corral.config import ConfigError, Remedy
 from corral.errors import CorralError
 from corral.fs import _atomic
 from corral.fs._sys import RENAME_NOREPLACE, renameat2
@@ -74,8 +75,6 @@ KEPT = "k-"  # a root's kept directory (kept.py): what a worker writing that roo
 TEMP = "t-"  # a committed record or checkpoint being written by the host
 SPARE = "s-"  # a committed record's done file, for its writer to reuse (spare_name)
 SPARE_BYTES = 64 * 1024  # a bigger spare is not reused: its padding would cost more
-BOUND = "bounded"  # the bytes held, and when the store was last read through (write_bound)
-BOUND_CLOCK_SLACK_S = 60.0  # a note's time may run this far ahead of the clock
 COMMITTED = ".json"
 META, LOCK = "workspace", "lock"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -129,11 +128,6 @@ def id_time(record_id: str) -> float:
     return int(record_id[:16], 16) / 1e9
 
 
-def workspace_key(workspace: str) -> str:
-    """The per-workspace subdirectory: a hash of the workspace's real path."""
-    return content_version(os.fsencode(workspace))[:16]
-
-
 def work_name(writable: list[str]) -> str:
     """The work directory of the sandboxes that may write exactly `writable`: what a
     record found there may name is what its writer could write anyway."""
@@ -143,76 +137,6 @@ def work_name(writable: list[str]) -> str:
 def kept_name(root: str) -> str:
     """The kept directory of the root whose real path is `root` (kept.py)."""
     return KEPT + content_version(os.fsencode(root))[:16]
-
-
-def state_dir() -> str:
-    """$XDG_STATE_HOME, else ~/.local/state (the XDG base directory spec)."""
-    base = os.environ.get("XDG_STATE_HOME")
-    if base and os.path.isabs(base):
-        return base
-    return os.path.join(os.path.expanduser("~"), ".local", "state")
-
-
-def default_base() -> str:
-    return os.path.join(state_dir(), "corral", "history")
-
-
-def check_location(base: str | None, roots: list[str]) -> str:
-    """The store's base directory (default: the state directory), real; ConfigError
-    if it overlaps a root, where a tool could reach it. The fix must come from the
-    operator, never from the workspace's own corral.toml."""
-    base = os.path.realpath(base or default_base())
-    for root in roots:
-        if base == root or base.startswith(root.rstrip("/") + "/") or root.startswith(base + "/"):
-            raise ConfigError(
-                f"the history store {base} overlaps the root {root}, where tools could reach "
-                "it; set [history] path to a directory outside every root, or [history] "
-                "enabled = false", key="[history] path",
-                remedy=Remedy("operator", ("[history] path", "[history] enabled")),
-            )
-    return base
-
-
-def prepare(base: str | None, workspace: str, roots: list[str]) -> str:
-    """Make (0700) and return the store directory of `workspace` under `base`
-    (default: the state directory). Refused inside a root: a tool could reach it.
-    Nothing in the store is followed: its own entries are opened O_NOFOLLOW."""
-    base = check_location(base, roots)
-    path = os.path.join(base, workspace_key(workspace))
-    try:
-        os.makedirs(base, mode=0o700, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-        fd = os.open(path, _DIR_FLAGS)
-        try:
-            with contextlib.suppress(FileExistsError):
-                _write_new(fd, META, (workspace + "\n").encode())
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise CorralError(
-            "io_error", f"the history store {path} cannot be created ({exc.strerror}); set "
-            "[history] path to a writable directory outside every root, or enabled = false.",
-        ) from None
-    return path
-
-
-def make_work(home_fd: int, name: str) -> None:
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o700, dir_fd=home_fd)
-
-
-@dataclass
-class Usage:
-    """The store's bytes: in all, by record or checkpoint id, and where each id's
-    files are ((work directory or "", name)); `writing`: ids not yet committed;
-    `spares`: the spare files found (work directory, name)."""
-
-    total: int = 0
-    sizes: dict[str, int] = field(default_factory=dict)
-    files: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-    writing: set[str] = field(default_factory=set)
-    spares: list[tuple[str, str]] = field(default_factory=list)
 
 
 # NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
@@ -285,7 +209,7 @@ class Store:
 
     def _create(self, name: str, data: bytes) -> None:
         try:
-            _write_new(self.fd, name, data)
+            write_new(self.fd, name, data)
         except FileExistsError as exc:
             raise StoreError(exc) from None  # someone else's file: left alone
         except OSError as exc:
@@ -537,7 +461,7 @@ class Store:
         first: every work directory's, as sandboxes that write other sets of roots
         may have changed the same paths (a worker: its own only, all it may read).
         Only those are read: a name holds its id."""
-        dirs = self._dirs() if self.kept is None else iter([(WORK, os.dup(self.fd))])
+        dirs = self.dirs() if self.kept is None else iter([(WORK, os.dup(self.fd))])
         for where, fd in dirs:
             if not where.startswith(WORK):
                 if where:
@@ -589,6 +513,15 @@ class Store:
             if record is not None:
                 yield record
 
+    def dirs(self) -> Iterator[tuple[str, int]]:
+        """("", the store) and (name, an fd the caller closes) of each work and kept
+        directory in it (the host's: a worker's Store holds no fd of the store)."""
+        yield "", self.home
+        for name in _names(self.home):
+            if name.startswith((WORK, KEPT)):
+                with contextlib.suppress(OSError):
+                    yield name, os.open(name, _DIR_FLAGS, dir_fd=self.home)
+
     def open_blob(self, blob: str) -> int:
         """A committed record's blob ("k-<root>/b-<id>-0"), neither part followed."""
         where, _, name = blob.rpartition("/")
@@ -635,94 +568,7 @@ class Store:
         return data
 
 
-    # -- bounds (the host) ------------------------------------------------------
-
-    def usage(self) -> Usage:
-        """What every record and checkpoint holds, with its blobs (in any work
-        directory): one read through the store."""
-        usage = Usage()
-        for where, name, size in self._kept(usage.writing, usage.spares):
-            key = name[2:2 + ID_WIDTH]
-            usage.files.setdefault(key, []).append((where, name))
-            usage.sizes[key] = usage.sizes.get(key, 0) + size
-            usage.total += size
-        return usage
-
-    def _kept(
-        self, writing: set[str], spares: list[tuple[str, str]],
-    ) -> Iterator[tuple[str, str, int]]:
-        """(work directory or "", name, bytes) of every file of the store that a record
-        or checkpoint holds; adds to `writing` the ids of the records not yet committed
-        (their blobs are among those yielded, but are no one's to evict), and to
-        `spares` the spare files."""
-        for where, fd in self._dirs():
-            try:
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        name = entry.name
-                        if where and name.endswith((PENDING, DONE)):
-                            writing.add(name[2:2 + ID_WIDTH])
-                        if where and name.startswith(SPARE):
-                            spares.append((where, name))
-                        if not name.startswith((RECORD, CHECKPOINT, BLOB)) or (
-                            where.startswith(WORK) and not name.startswith(BLOB)
-                        ):
-                            continue
-                        if where.startswith(KEPT) and not name.startswith(BLOB):
-                            yield where, name, 0  # a mirror of the store's own file
-                            continue
-                        with contextlib.suppress(OSError):
-                            st = entry.stat(follow_symlinks=False)
-                            yield where, name, entry_size(fd, name, st)
-            finally:
-                if where:
-                    os.close(fd)
-
-    def _dirs(self) -> Iterator[tuple[str, int]]:
-        yield "", self.home
-        for name in _names(self.home):
-            if name.startswith((WORK, KEPT)):
-                with contextlib.suppress(OSError):
-                    yield name, os.open(name, _DIR_FLAGS, dir_fd=self.home)
-
-    def evict(self, max_bytes: int, max_age_s: float, keep_newest: int = 1) -> int:
-        """Remove the oldest records and checkpoints (with their blobs) until the store
-        is within max_bytes and nothing is older than max_age_s; the newest
-        `keep_newest` stay whatever their size (the last change stays undoable).
-        Returns the bytes now held."""
-        usage = self.usage()
-        for where, name in usage.spares:  # no one's: a writer without one makes a file
-            with contextlib.suppress(OSError):
-                self._remove(where, name)
-        total = usage.total
-        now = time.time()
-        horizon = now - max_age_s
-        # a worker's blob dated in the future is no change's: not the newest to keep
-        # (leftovers.py evicts it)
-        ids = sorted(key for key in set(usage.sizes) - usage.writing
-                     if not is_id(key) or id_time(key) <= now + BOUND_CLOCK_SLACK_S)
-        for record_id in ids[: max(0, len(ids) - keep_newest)]:
-            if total <= max_bytes and (not is_id(record_id) or id_time(record_id) >= horizon):
-                break
-            for where, name in usage.files[record_id]:
-                with contextlib.suppress(OSError):
-                    self._remove(where, name)
-            total -= usage.sizes[record_id]
-        return total
-
-    def _remove(self, where: str, name: str) -> None:
-        fd = os.open(where, _DIR_FLAGS, dir_fd=self.home) if where else self.home
-        try:
-            try:
-                os.unlink(name, dir_fd=fd)
-            except IsADirectoryError:
-                remove_tree(fd, name)
-        finally:
-            if where:
-                os.close(fd)
-
-
-def _write_new(dir_fd: int, name: str, data: bytes) -> None:
+def write_new(dir_fd: int, name: str, data: bytes) -> None:
     """A new file `name` holding `data`, for its owner only (as every file of the store)."""
     _atomic.write_new(dir_fd, name, data, perms=0o600)
 
@@ -734,43 +580,16 @@ def publish(dir_fd: int, name: str, data: bytes) -> bool:
     The caller holds the store's lock, so no other host writes the same temp."""
     temp = f"{TEMP}{name}"
     try:
-        _write_new(dir_fd, temp, data)
+        write_new(dir_fd, temp, data)
     except FileExistsError:  # left by a host killed here (remove_temps clears them too)
         os.unlink(temp, dir_fd=dir_fd)
-        _write_new(dir_fd, temp, data)
+        write_new(dir_fd, temp, data)
     try:
         renameat2(dir_fd, temp, dir_fd, name, RENAME_NOREPLACE)
     except FileExistsError:
         os.unlink(temp, dir_fd=dir_fd)
         return False
     return True
-
-
-def read_bound(dir_fd: int) -> tuple[int, int] | None:
-    """(bytes held, when bounded, in whole seconds) as write_bound left them; None if
-    there is no such note or it is not one: two numbers in a small regular file
-    (never followed; a FIFO or a directory is not one). A note from the future is
-    none either: it would put off bounding the store for good."""
-    try:
-        data = read_small(dir_fd, BOUND)
-    except (OSError, BadRecord):
-        return None
-    fields = (data or b"").split()
-    if len(fields) != 2 or not all(f.isdigit() and len(f) <= 18 for f in fields):
-        return None
-    held, when = int(fields[0]), int(fields[1])
-    return None if when > time.time() + BOUND_CLOCK_SLACK_S else (held, when)
-
-
-def write_bound(dir_fd: int, held: int, when: int) -> None:
-    """Note that the store holds `held` bytes and was last read through at `when`
-    (the caller holds the store's lock): the note replaces the last one whole (a
-    host killed here leaves a temp, which remove_temps clears)."""
-    temp = f"{TEMP}{BOUND}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(temp, dir_fd=dir_fd)
-    _write_new(dir_fd, temp, f"{held} {when}\n".encode())
-    os.replace(temp, BOUND, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def remove_temps(dir_fd: int) -> None:
@@ -893,18 +712,4 @@ def remove_tree(dir_fd: int, name: str) -> None:
         os.close(fd)
     os.rmdir(name, dir_fd=dir_fd)
 
-
-def entry_size(dir_fd: int, name: str, st: os.stat_result) -> int:
-    """Bytes a store entry holds; a directory blob (a moved-away tree) counts what is in it."""
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_blocks * 512 if st.st_nlink == 1 else st.st_size
-    total = 0
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                total += entry_size(fd, entry.name, entry.stat(follow_symlinks=False))
-    finally:
-        os.close(fd)
-    return total
 

@@ -21,6 +21,7 @@ from corral.fs._atomic import temp_name, write_all
 from corral.fs._listing import SUBDIR_FLAGS
 from corral.fs._tree import Tree, walk
 from corral.fs.version import chunked_version
+from corral.history.links import check_target
 from corral.history.records import BadRecord, Kept
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -60,6 +61,8 @@ def check_listing(tree: tuple[Kept, ...]) -> None:
         if (name in ("", ".", "..") or "\0" in path or path.startswith("/") or path in seen
                 or parent not in dirs or kept.hash is not None):
             raise BadRecord("a kept tree whose list is not one of a directory's entries")
+        if kept.type == "symlink" and (why := check_target(kept.target)) is not None:
+            raise BadRecord(f"a kept symlink whose target is refused: {why}")
         seen.add(path)
         if kept.type == "dir":
             dirs.add(path)

@@ -124,11 +124,6 @@ class Ledger:
         removed = {p for p in told if isinstance(p, str)} if isinstance(told, list) else set()
         lines = [f"Removed {escaped(path)} (it did not exist then)." if path in removed
                  else f"Restored {escaped(path)}." for path in result["restored"]]
-        if links := result.get("links_not_restored"):  # a deleted directory's symlinks
-            lines.append(f"Not made again ({len(links)}): corral cannot create symlinks; "
-                         "make these by hand if they are needed (path -> target):")
-            lines += [f"  {escaped(link['path'])} -> {escaped(link['target'])}"
-                      for link in links]
         reasons = result.get("reasons") or {}
         lines += [f"Left {escaped(path)} alone: {escaped(reasons.get(path, 'it changed since'))}"
                   + ("" if reasons.get(path, "").endswith(".") else ".")

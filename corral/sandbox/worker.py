@@ -17,6 +17,7 @@ import socket
 import stat
 import time
 import unicodedata  # noqa: F401 - re imports it lazily to compile \N{name} escapes (grep)
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -41,7 +42,7 @@ from corral.calls.waiting import NEXT_REQUEST_SPIN_S
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots, temp_owner
-from corral.history import restore
+from corral.history import recover, restore
 from corral.history.store import Store
 from corral.policy import Policy
 from corral.sandbox.confine import confine
@@ -292,25 +293,13 @@ def _say_if_a_root_was_removed(called: Answer, setup: Setup) -> None:
 
 
 def clean_after(crash: CleanupRequest, setup: Setup) -> int:
-    """Remove the temp files a killed worker left in the directories its writing
-    call aimed at. Best effort: returns how many."""
-    _settle_writers(setup, [crash.pid])
+    """Recover after a killed worker: settle its records, then remove the temp files
+    it left in the directories its writing call aimed at. Best effort: returns how
+    many temp files went."""
     tool = TOOLS.get(crash.tool) if isinstance(crash.tool, str) else None
-    if tool is None or not tool.writes:
-        return 0
-    removed = 0
-    for name in TABLE[tool.name].cleanup_arguments:
-        path = crash.arguments.get(name)
-        if not isinstance(path, str):
-            continue
-        with contextlib.suppress(CorralError):
-            root, rel = setup.roots.locate(path)
-            if root.mode == "rw":  # the temp sits beside the resolved target (a link's too)
-                parent = posixpath.dirname(root.resolve(rel)) or "."
-                removed += root.remove_stale_temps(
-                    parent, dead_pids=[crash.pid], recursive=False
-                )
-    return removed
+    names = TABLE[tool.name].cleanup_arguments if tool is not None and tool.writes else ()
+    beside = [path for name in names if isinstance(path := crash.arguments.get(name), str)]
+    return _recover(setup, [crash.pid], beside=beside).removed
 
 
 def find_temps(setup: Setup) -> tuple[tuple[int, str, int], ...]:
@@ -330,36 +319,18 @@ def find_temps(setup: Setup) -> tuple[tuple[int, str, int], ...]:
 
 
 def remove_temps(temps: tuple[tuple[int, str], ...], setup: Setup) -> int:
-    """Remove the named temp files ((root index, path) pairs); any other name is
-    left alone. Best effort: returns how many."""
+    """Recover after writers that died unseen: settle their records, then remove
+    the named temp files ((root index, path) pairs); any other name is left alone.
+    Best effort: returns how many."""
     owners = {temp_owner(posixpath.basename(path)) for _, path in temps}
-    _settle_writers(setup, sorted(pid for pid in owners if pid is not None))
-    roots = setup.roots.all()
-    removed = 0
-    for index, path in temps:
-        if index >= len(roots):
-            continue
-        if roots[index].mode == "rw" and temp_owner(posixpath.basename(path)) is not None:
-            with contextlib.suppress(CorralError):
-                roots[index].unlink(path)
-                removed += 1
-    return removed
+    dead = sorted(pid for pid in owners if pid is not None)
+    return _recover(setup, dead, temps=temps).removed
 
 
-def _settle_writers(setup: Setup, pids: list[int]) -> None:
-    """Before a dead writer's temp files go: settle its history. A writer killed
-    between swapping its new file in and taking the old one into the store left
-    the old file in its temp, the only copy an undo has. Best effort."""
-    if setup.store is not None and pids:
-        with contextlib.suppress(Exception), setup.store.settling():
-            restore.settle(_restorer(setup, "settle"), pids)
-
-
-def _restorer(setup: Setup, tool: str) -> restore.Restorer:
-    assert setup.store is not None
-    return restore.Restorer(
-        setup.roots, setup.store, setup.policy, setup.limits.max_file_bytes, tool
-    )
+def _recover(setup: Setup, dead: list[int], *, beside: Sequence[str] = (),
+             temps: Sequence[tuple[int, str]] = ()) -> recover.Recovered:
+    return recover.recover(setup.roots, setup.store, setup.policy,
+                           setup.limits.max_file_bytes, dead, beside=beside, temps=temps)
 
 
 def history(request: HistoryRequest, setup: Setup) -> Answer:
@@ -371,9 +342,7 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
         if setup.store is None:
             raise CorralError("invalid_arguments", "history is not enabled for this sandbox.")
         if op == "settle":
-            with setup.store.settling():
-                settled = restore.settle(_restorer(setup, "settle"), list(request.pids))
-            result: dict[str, Any] = {"settled": settled}
+            result: dict[str, Any] = {"settled": _recover(setup, list(request.pids)).settled}
         elif op == "undo" and request.path is not None:
             result = restore.undo(setup.roots, setup.store, setup.policy, setup.limits,
                                   request.path, request.force)

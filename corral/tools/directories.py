@@ -23,20 +23,13 @@ def delete_directory(ctx: Context, args: dict[str, Any]) -> Outcome:
     path = args["path"]
     root, rel = target(ctx, path, write=True)
     check = TreeCheck(ctx, root, path)
-    unkept = ctx.keep.unkept_links
     removed = root.remove_tree(
         rel, recursive=bool(args["recursive"]), guard=check, beneath=check.entry, keep=ctx.keep
     )
-    unkept = ctx.keep.unkept_links - unkept
     entries = "entry" if removed == 1 else "entries"
     text = f"Deleted {path} and the {removed} {entries} beneath it." if removed else (
         f"Deleted {path}.")
-    if unkept:
-        links = "symlink" if unkept == 1 else "symlinks"
-        text += (f" {unkept} {links} went with it that an undo cannot make again (it "
-                 "restores the files and directories and lists the links with their targets).")
-    return Outcome({"path": path, "deleted": True, "entries_removed": removed,
-                    "links_not_restorable": unkept}, text)
+    return Outcome({"path": path, "deleted": True, "entries_removed": removed}, text)
 
 
 DIRECTORY_TOOLS = [
@@ -46,10 +39,9 @@ DIRECTORY_TOOLS = [
         description=(
             "Delete a directory. An empty one is deleted as is; a non-empty one only with "
             "recursive=true, which deletes everything beneath it (a symlink inside is "
-            "removed as a link; what it points to is kept; links_not_restorable counts "
-            "those an undo cannot make again). Nothing is deleted if the policy denies "
-            "any entry beneath it. Files are deleted with delete_file, not "
-            "here. List the directory first if you are not sure what it holds."
+            "removed as a link; what it points to is kept). Nothing is deleted if the policy "
+            "denies any entry beneath it. Files are deleted with delete_file, not here. "
+            "List the directory first if you are not sure what it holds."
         ),
         input_schema=obj(
             {
@@ -62,8 +54,7 @@ DIRECTORY_TOOLS = [
             },
             ("path",),
         ),
-        output_schema=shape({"path": STRING, "deleted": BOOLEAN, "entries_removed": INTEGER,
-                             "links_not_restorable": INTEGER}),
+        output_schema=shape({"path": STRING, "deleted": BOOLEAN, "entries_removed": INTEGER}),
         annotations=mcp_hints(read_only=False, destructive=True, idempotent=False),
         writes=True,
         run=delete_directory,

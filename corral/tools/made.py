@@ -22,10 +22,6 @@ class CountingKeep:
         self.inner = inner
         self.made = 0
 
-    @property
-    def unkept_links(self) -> int:
-        return self.inner.unkept_links
-
     def writing(self, root: Root, rel: str, made: list[str], version: str, size: int,
                 st: os.stat_result | None) -> AbstractContextManager[Any]:
         self.made += len(made)
