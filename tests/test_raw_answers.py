@@ -16,7 +16,8 @@ import pytest
 from corral import Sandbox, jsonfast
 from corral.calls.messages import Answer, CallRequest, Malformed
 from corral.config import Limits, SandboxOptions
-from corral.faces.mcp_core import response, tool_result
+from corral.faces.mcp_jsonrpc import response
+from corral.faces.mcp_render import tool_result
 from corral.faces.stdio import LineWriter
 from corral.policy import Policy
 from corral.sandbox import handles
