@@ -33,11 +33,8 @@ withdrawn call.
   `approve` only says an approver exists (outside a call it can ask nobody).
 
 The choices the spec leaves to a server, and why corral makes them so, are in
-docs/mcp.md ("Choices the spec leaves open"). Beside this module: mcp_jsonrpc
-(error codes, message checks), mcp_actions (what the session returns),
-mcp_render (results and the approval form), mcp_state (the sealed
-requestState), mcp_roots (a client's roots), mcp_revisions (what each revision
-adds).
+docs/mcp.md ("Choices the spec leaves open"); the session's pieces sit beside
+it, one idea each (mcp_*.py; docs/development.md, "Layout").
 """
 
 from __future__ import annotations
@@ -58,6 +55,7 @@ from corral.faces.mcp_jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     ProtocolError,
+    call_params,
     check_message,
     error_response,
     response,
@@ -65,18 +63,18 @@ from corral.faces.mcp_jsonrpc import (
 )
 from corral.faces.mcp_render import (
     CLIENT_INFO_KEY,
-    INSTRUCTIONS,
     NO_ELICITATION,
     NO_REQUESTS,
     SERVER_INFO,
     approval_choices,
     approval_message,
     approval_of,
+    discover_result,
+    initialize_result,
     text_client,
     tool_result,
 )
 from corral.faces.mcp_revisions import (
-    STATELESS_VERSIONS,
     Revision,
     elicits_forms,
     lists_roots,
@@ -85,7 +83,7 @@ from corral.faces.mcp_revisions import (
     states_a_version,
 )
 from corral.faces.mcp_roots import client_roots
-from corral.faces.mcp_state import PROCESS_KEY, STATE_TTL_S, RequestState, call_digest
+from corral.faces.mcp_state import PROCESS_KEY, STATE_TTL_S, call_digest, open_round
 from corral.host.flow import REPLAYED, NoApprover, Submit
 
 log = logging.getLogger("corral.serve")  # the server's own lines (faces/logs.py formats them)
@@ -228,11 +226,7 @@ class McpSession:
             return self._complete(revision, {})  # 2026-07-28 has no ping (nor initialize)
         if method == "server/discover" and revision is not None and revision.stateless:
             self._start()
-            return self._complete(revision, {
-                "supportedVersions": list(STATELESS_VERSIONS),
-                "capabilities": {"tools": {"listChanged": False}},
-                "instructions": INSTRUCTIONS,
-            }, cacheable=True)
+            return self._complete(revision, discover_result(), cacheable=True)
         if method == "tools/list" and revision is not None:
             self._start()
             tools = [revision.tool(spec) for spec in self._tools]
@@ -257,12 +251,7 @@ class McpSession:
         self._handshake_text = text_client(params.get("clientInfo"))
         self._handshake = negotiate(requested)
         self._capabilities = capabilities if isinstance(capabilities, dict) else {}
-        return {
-            "protocolVersion": self._handshake.version,
-            "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": SERVER_INFO,
-            "instructions": INSTRUCTIONS,
-        }
+        return initialize_result(self._handshake.version)
 
     def _start(self) -> Sandbox:
         """The sandbox, opened on the first message that needs the tools."""
@@ -304,14 +293,7 @@ class McpSession:
     ) -> list[Action]:
         assert revision is not None  # only ping is served without one
         self._start()
-        name = params.get("name")
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        if not isinstance(name, str):
-            raise ProtocolError(INVALID_PARAMS, "tools/call needs a tool name string")
-        if not isinstance(arguments, dict):
-            raise ProtocolError(INVALID_PARAMS, "tools/call arguments must be an object")
+        name, arguments = call_params(params)
         if request_id in self._calls:
             raise ProtocolError(INVALID_REQUEST, f"request id {request_id!r} is already in use")
         call = Call(request_id, revision, capabilities, name, arguments,
@@ -320,13 +302,7 @@ class McpSession:
             text_client(params["_meta"].get(CLIENT_INFO_KEY)) if revision.stateless
             else self._handshake_text)
         if revision.stateless:
-            token = params.get("requestState")
-            # The digest (of a write's whole content) only when a state is read or made.
-            call.state = RequestState("") if token is None else RequestState.unseal(
-                token, call_digest(name, arguments), self._state_key
-            )
-            responses = params.get("inputResponses")
-            call.responses = responses if isinstance(responses, dict) else {}
+            call.state, call.responses = open_round(params, name, arguments, self._state_key)
         self._calls[request_id] = call
         return self._with_roots(call)
 

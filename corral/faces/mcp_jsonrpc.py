@@ -60,5 +60,18 @@ def check_message(message: object) -> dict[str, Any]:
     return message
 
 
+def call_params(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A `tools/call`'s tool name and arguments (null or omitted: {}), checked."""
+    name = params.get("name")
+    arguments = params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(name, str):
+        raise ProtocolError(INVALID_PARAMS, "tools/call needs a tool name string")
+    if not isinstance(arguments, dict):
+        raise ProtocolError(INVALID_PARAMS, "tools/call arguments must be an object")
+    return name, arguments
+
+
 def valid_id(value: object) -> TypeGuard[str | int]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

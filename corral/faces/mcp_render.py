@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
-from corral.faces.mcp_revisions import REMEMBER_FIELD
+from corral.faces.mcp_revisions import REMEMBER_FIELD, STATELESS_VERSIONS
 from corral.host.flow import Approval
 from corral.host.grants import REMEMBER
 from corral.tools.render import size_text
@@ -36,6 +36,19 @@ def server_version() -> str:
 
 
 SERVER_INFO = {"name": "corral", "version": server_version()}
+CAPABILITIES = {"tools": {"listChanged": False}}  # the tools never change in a session
+
+
+def initialize_result(version: str) -> dict[str, Any]:
+    """What `initialize` answers (a handshake revision): the server and its tools."""
+    return {"protocolVersion": version, "capabilities": CAPABILITIES,
+            "serverInfo": SERVER_INFO, "instructions": INSTRUCTIONS}
+
+
+def discover_result() -> dict[str, Any]:
+    """What `server/discover` answers (the stateless revision): the same, unversioned."""
+    return {"supportedVersions": list(STATELESS_VERSIONS), "capabilities": CAPABILITIES,
+            "instructions": INSTRUCTIONS}
 
 
 # Clients that hand a model a result's structuredContent rather than its content, as

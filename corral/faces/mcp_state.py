@@ -62,6 +62,20 @@ class RequestState:
         return cls(**data)
 
 
+def open_round(
+    params: dict[str, Any], name: str, arguments: dict[str, Any], key: bytes,
+) -> tuple[RequestState, dict[str, Any]]:
+    """A stateless `tools/call` round: the state its `requestState` brings (a new
+    one if none), and its `inputResponses`, the client's answers to that state's
+    questions."""
+    token = params.get("requestState")
+    # The digest (of a write's whole content) only when a state is read or made.
+    state = RequestState("") if token is None else RequestState.unseal(
+        token, call_digest(name, arguments), key)
+    responses = params.get("inputResponses")
+    return state, responses if isinstance(responses, dict) else {}
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
