@@ -100,7 +100,7 @@ class Worker:
         """Send one encoded request and read its answer frame; WorkerLost, TimeoutError.
         The answer is untrusted: one over max_bytes or, before it is decoded,
         max_values JSON values loses the worker (so does one the caller's
-        messages.*.from_wire refuses). spin: poll for the answer first (waiting.py).
+        messages.*.from_wire refuses). spin: poll for the answer first (calls/waiting.py).
         raw: a large answer's result and text may stay JSON text (decode_answer)."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
