@@ -466,7 +466,7 @@ class _BaseSandbox:
 
     # -- lifecycle ----------------------------------------------------------------
 
-    def _stop_calls(self) -> None:
+    def stop_calls(self) -> None:
         """End the calls in flight at once (a ^C to a server): their workers are
         killed and each ends with worker_crashed; close() then waits for none."""
         self._executor.stop_calls()

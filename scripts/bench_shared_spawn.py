@@ -2,7 +2,7 @@
 
     python scripts/bench_shared_spawn.py [--starts 25]
 
-Asks a shared pool's zygote (pool.ZygoteHandle(None), as corral.Pool does) for
+Asks a shared pool's zygote (handles.ZygoteHandle(None), as corral.Pool does) for
 workers of one sandbox and times each from the request to the worker's boot
 report (it has its setup, built its policy and confined itself), for a sandbox
 with no rules of its own and one with the workspace config's most (64 rules of
@@ -31,7 +31,7 @@ import corral
 from corral.calls.control import SandboxSetup
 from corral.config import WORKSPACE_MAX_GLOBS_PER_RULE, WORKSPACE_MAX_RULES, Limits, SandboxOptions
 from corral.policy import Policy, RootSpec, Rule
-from corral.sandbox.pool import ZygoteHandle
+from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.protocol import read_frame
 
 # A fresh interpreter that has done what the template does, timing one policy build.

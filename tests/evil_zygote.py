@@ -14,7 +14,7 @@ from typing import Any
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.pool import CallPath
+from corral.sandbox.call_path import CallPath
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 from corral.sandbox.worker_set import WorkerSet
 

@@ -3,7 +3,8 @@ tests and the approval tests of older protocol revisions."""
 
 from __future__ import annotations
 
-from corral.faces.mcp_core import Action, McpSession, Run
+from corral.faces.mcp_actions import Action, Run
+from corral.faces.mcp_core import McpSession
 
 
 def run_all(session: McpSession, actions: list[Action]) -> list[Action]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.faces.mcp_core import approval_message
+from corral.faces.mcp_render import approval_message
 from corral.policy import Policy, Rule
 
 SUPERVISED_WRITE = Policy(tool_modes={"write_file": "supervised"})

@@ -21,15 +21,9 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from corral.api import Sandbox
-from corral.faces.mcp_core import (
-    Action,
-    McpSession,
-    Reply,
-    Send,
-    approval_choices,
-    approval_message,
-    approval_of,
-)
+from corral.faces.mcp_actions import Action, Reply, Send
+from corral.faces.mcp_core import McpSession
+from corral.faces.mcp_render import approval_choices, approval_message, approval_of
 from corral.faces.mcp_revisions import REVISIONS
 from corral.policy import Policy
 from tests.http_helpers import TOKENS, Server, running_server, sha256

@@ -7,12 +7,14 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
 
 from corral.api import Sandbox
+from corral.config import Limits
 from corral.sandbox.launcher import wait_for_exit
 
 
@@ -68,3 +70,20 @@ def test_wait_for_exit_gives_up_at_its_timeout() -> None:
         process.kill()
         process.wait()
     assert wait_for_exit(process.pid, 0.05)  # already reaped: nothing to wait on
+
+
+def test_stop_calls_ends_a_running_call_at_once(workspace: Path) -> None:
+    """Sandbox.stop_calls (a server's ^C): the call in flight fails worker_crashed
+    long before its timeout, and the sandbox still closes cleanly."""
+    (workspace / "slow.txt").write_text("a" * 40 + "b\n")
+    with Sandbox(workspace, limits=Limits(timeout_s=60)) as sandbox, \
+            ThreadPoolExecutor(1) as threads:
+        slow = threads.submit(sandbox.call, "grep", {"pattern": "(a+)+$"})  # backtracks
+        while not busy(sandbox):
+            time.sleep(0.01)
+        sandbox.stop_calls()
+        assert slow.result(timeout=30)["error"]["code"] == "worker_crashed"
+
+
+def busy(sandbox: Sandbox) -> bool:
+    return sandbox.stats()["busy_workers"] > 0

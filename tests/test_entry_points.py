@@ -77,4 +77,4 @@ def test_the_entry_point_loads_nothing_of_corral_before_its_command_starts() -> 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=REPO, check=True)
     assert done.stdout.split("'corral.faces")[0] == done.stdout  # no face loaded
-    assert "corral.api" not in done.stdout and "corral.sandbox.pool" not in done.stdout
+    assert "corral.api" not in done.stdout and "corral.sandbox.call_path" not in done.stdout

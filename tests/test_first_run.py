@@ -17,7 +17,8 @@ from mcp.client.session import ClientSession
 
 from corral import Sandbox
 from corral.config import ConfigError
-from corral.faces.mcp_core import McpSession, Reply, Run
+from corral.faces.mcp_actions import Reply, Run
+from corral.faces.mcp_core import McpSession
 from corral.policy import Policy
 from tests.cli_helpers import run
 from tests.conftest import SECRET

@@ -19,8 +19,9 @@ from evil_zygote import FRAME_LIMIT, REQUEST, Behaviour, EvilZygote, Private, ho
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.sandbox.pool import MAX_BOOT_KILLS, SandboxError
+from corral.errors import SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
+from corral.sandbox.supplies import MAX_BOOT_KILLS
 
 
 @pytest.fixture

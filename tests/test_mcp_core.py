@@ -14,19 +14,14 @@ import pytest
 
 import corral.faces.mcp_core
 from corral.api import Sandbox
-from corral.faces.mcp_core import (
-    ELICITATION_TIMEOUT_S,
-    Action,
-    Drop,
-    McpSession,
-    ProtocolError,
-    Reply,
-    Send,
-)
+from corral.faces.mcp_actions import Action, Drop, Reply, Send
+from corral.faces.mcp_core import ELICITATION_TIMEOUT_S, McpSession
+from corral.faces.mcp_jsonrpc import ProtocolError
 from corral.faces.mcp_revisions import (
     CLIENT_CAPABILITIES_KEY,
     PROTOCOL_VERSION_KEY,
     STATELESS_VERSIONS,
+    served_at,
 )
 from corral.faces.mcp_threads import SessionDriver
 from corral.policy import Policy
@@ -35,8 +30,15 @@ from tests.mcp_core_helpers import run_all
 WRITE = {"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}
 
 
-def test_the_core_imports_nothing_that_waits() -> None:
-    tree = ast.parse(Path(corral.faces.mcp_core.__file__).read_text())
+# The sans-I/O core: the session and the modules beside it.
+CORE = ("mcp_core", "mcp_actions", "mcp_calls", "mcp_jsonrpc", "mcp_render", "mcp_revisions",
+        "mcp_roots", "mcp_state")
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_the_core_imports_nothing_that_waits(module: str) -> None:
+    faces = Path(corral.faces.mcp_core.__file__).parent
+    tree = ast.parse((faces / f"{module}.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -155,9 +157,8 @@ def test_a_forged_answer_to_an_approval_is_a_no(
 
 def test_a_request_before_any_way_in_names_both_ways() -> None:
     """Neither a handshake nor a stateless request's _meta: the error says both."""
-    session = McpSession(lambda approve: None)  # type: ignore[arg-type, return-value]
     with pytest.raises(ProtocolError) as raised:
-        session._revision("server/discover", {})
+        served_at("server/discover", {}, None, {})
     assert "before initialize" in raised.value.message
     assert all(name in raised.value.message for name in (
         PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, *STATELESS_VERSIONS))

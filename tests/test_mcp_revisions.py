@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from corral.faces.mcp_core import client_roots
+from corral.faces.mcp_roots import client_roots
 from tests.conftest import SECRET
 from tests.mcp_helpers import PNG, REPO, error_code, serve_argv, structured, write_config
 

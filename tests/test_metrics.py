@@ -31,9 +31,8 @@ from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.faces.logs import JsonFormatter, TextFormatter
 from corral.faces.metrics import BUCKETS, Metrics, Tally
-from corral.sandbox import pool as pool_module
-from corral.sandbox import worker_set
-from corral.sandbox.pool import CallPath
+from corral.sandbox import supplies, worker_set
+from corral.sandbox.call_path import CallPath
 from corral.sandbox.worker_set import WorkerSet
 from corral.seccomp.arches import load_arch, native_arch
 from tests.cli_helpers import run
@@ -281,7 +280,7 @@ def test_a_worker_that_dies_under_the_start_up_sweep_is_counted(
     """A sandbox's start-up sweep runs on a worker of its own (a private sandbox) or
     one taken as a call takes one (a pool): one killed by SIGSYS under it is a death
     as much as under a call."""
-    sweep = pool_module.sweep_on
+    sweep = supplies.sweep_on
 
     def killed_first(worker: Any, *args: Any) -> int:
         os.kill(worker.pid, signal.SIGSYS)
@@ -289,7 +288,7 @@ def test_a_worker_that_dies_under_the_start_up_sweep_is_counted(
         return int(sweep(worker, *args))  # finds it dead: WorkerLost
 
     # sweep_taken's (a taken worker) and a private set's own worker's
-    for module in (pool_module, worker_set):
+    for module in (supplies, worker_set):
         monkeypatch.setattr(module, "sweep_on", killed_first)
     tally = Tally()
     if where == "hub":

@@ -20,12 +20,12 @@ from confined import run_confined
 from corral import Sandbox
 from corral.calls.messages import CallRequest
 from corral.config import HistoryOptions, Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.faces.cli import main as cli_main
 from corral.fs import Root
 from corral.policy import Policy, RootSpec
 from corral.sandbox import _mountns, probe
 from corral.sandbox.broker import Broker, check_required, summarise
-from corral.sandbox.pool import SandboxError
 
 KERNEL = probe.probe()
 pytestmark = pytest.mark.skipif(not KERNEL["mount_namespace"], reason="no mount namespaces")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral import Sandbox
-from corral.faces.mcp_core import tool_result
+from corral.faces.mcp_render import tool_result
 
 
 def test_an_mcp_refusal_names_its_rule_once(workspace: Path) -> None:

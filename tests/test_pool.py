@@ -20,9 +20,10 @@ from broker_helpers import MakeBroker, as_result, call, left_running, running, w
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
-from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
+from corral.sandbox.call_path import RSS_CHECK_EVERY
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
 

@@ -17,10 +17,10 @@ from evil_zygote import REQUEST, EvilZygote, Private, honest
 from corral import Pool
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
+from corral.errors import SandboxError
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
 from corral.sandbox.hub import MIN_LIFE_S
-from corral.sandbox.pool import SandboxError
 from corral.sandbox.protocol import EXIT_CONFINE_FAILED
 
 LOGGER = "corral.workers"

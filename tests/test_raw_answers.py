@@ -16,10 +16,11 @@ import pytest
 from corral import Sandbox, jsonfast
 from corral.calls.messages import Answer, CallRequest, Malformed
 from corral.config import Limits, SandboxOptions
-from corral.faces.mcp_core import response, tool_result
+from corral.faces.mcp_jsonrpc import response
+from corral.faces.mcp_render import tool_result
 from corral.faces.stdio import LineWriter
 from corral.policy import Policy
-from corral.sandbox import pool
+from corral.sandbox import handles
 from corral.sandbox.answers import UNCHECKED_BYTES, decode_answer
 from corral.sandbox.protocol import ProtocolError
 
@@ -203,7 +204,7 @@ def test_an_answer_that_fails_to_read_in_any_way_costs_its_worker_not_the_pool(
         def unforeseen(payload: Any, max_values: int, *, raw: bool = False) -> Any:
             raise RecursionError("deep")
 
-        monkeypatch.setattr(pool, "decode_answer", unforeseen)
+        monkeypatch.setattr(handles, "decode_answer", unforeseen)
         failed = sandbox.call("read_file", {"path": "small.txt"})
         assert failed["error"]["code"] == "worker_crashed"
         monkeypatch.undo()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from corral.calls.waiting import WaitPolicy
 from corral.faces import stdio
-from corral.sandbox import pool
+from corral.sandbox import handles
 
 
 def serve(lines: Iterator[bytes], handle: Callable) -> list[bool]:
@@ -91,9 +91,9 @@ def test_slow_call_hook_hears_only_of_a_late_answer() -> None:
 
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        pool._tell_if_slow(ours.fileno(), hook)  # nothing to read: slow
+        handles._tell_if_slow(ours.fileno(), hook)  # nothing to read: slow
         theirs.send(b"x")
-        pool._tell_if_slow(ours.fileno(), hook)  # an answer is there: not slow
+        handles._tell_if_slow(ours.fileno(), hook)  # an answer is there: not slow
     assert heard == [True]
 
 

@@ -25,7 +25,7 @@ from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.history.store import kept_name
 from corral.policy import Policy, RootSpec
-from corral.sandbox.pool import ZygoteHandle
+from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.protocol import read_frame, write_frame
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms

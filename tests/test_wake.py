@@ -15,7 +15,7 @@ import pytest
 from corral import Sandbox
 from corral.config import SandboxOptions
 from corral.faces.stdio import read_lines
-from corral.sandbox.pool import Worker
+from corral.sandbox.handles import Worker
 from corral.sandbox.protocol import POKE, POKED, ProtocolError, encode, read_sole_frame
 
 LIMIT = 1024 * 1024

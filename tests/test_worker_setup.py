@@ -17,7 +17,7 @@ from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
 from corral.policy import Policy, RootSpec
-from corral.sandbox.pool import ZygoteHandle
+from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
     EXIT_CONFINE_FAILED,

@@ -27,28 +27,54 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol
 
 from corral.config import ConfigError
 from corral.faces.health import Health
 from corral.faces.logs import log
 from corral.faces.roster import Roster
+from corral.faces.tenants import Tenant
 from corral.observe import Observer
-
-if TYPE_CHECKING:
-    from corral.faces.http_server import HttpFace, TenantState
 
 ANSWER_S = 5.0  # past a call's own timeout, for its answer to reach the client
 STOPPED_S = 5.0  # for the answers of calls ended at the drain's deadline to go out
 RETIRE_POLL_S = 0.05  # how often a removed tenant's requests in flight are counted
 
 
+class Retired(Protocol):
+    """A tenant no longer served (http_server.TenantState), closed once idle."""
+
+    @property
+    def in_progress(self) -> int:
+        """Its requests admitted and not yet done."""
+
+    def close(self) -> None:
+        """Close its sessions and their sandboxes."""
+
+
+class Served(Protocol):
+    """What the Conductor drives of the HTTP face (http_server.HttpFace): the
+    tenants it serves, and the calls it can end. Written here, so this module
+    never imports the face that imports it."""
+
+    @property
+    def states(self) -> Mapping[str, object]:
+        """The tenants served now, by name."""
+
+    def set_tenants(self, tenants: list[Tenant], protected: tuple[str, ...],
+                    observers: Mapping[str, Observer]) -> Sequence[Retired]:
+        """Serve `tenants` from the next request on; the states no longer served."""
+
+    def stop_calls(self) -> None:
+        """End every call in flight now."""
+
+
 class Conductor:
     """The server's signals, on its event loop: SIGTERM drains, SIGHUP reloads."""
 
     def __init__(
-        self, server: Any, face: HttpFace, health: Health, roster: Roster, *,
+        self, server: Any, face: Served, health: Health, roster: Roster, *,
         delay_s: float, timeout_s: float | None, load: Callable[[], Roster] | None,
         observers: Callable[[Roster], Mapping[str, Observer]],
     ) -> None:
@@ -150,7 +176,7 @@ class Conductor:
         log.info("corral: tenants reloaded: %d served (%d new, %d changed, %d no longer served)",
                  len(now), len(now - before), len(removed) - gone, gone)
 
-    async def _retire(self, state: TenantState) -> None:
+    async def _retire(self, state: Retired) -> None:
         """Close a tenant no longer served once its requests in flight are done."""
         while state.in_progress:
             await asyncio.sleep(RETIRE_POLL_S)

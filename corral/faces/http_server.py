@@ -68,16 +68,13 @@ from corral.faces.health import Health, Readiness
 from corral.faces.http_guard import RETRY_AFTER_S, guarded
 from corral.faces.http_headers import refusal
 from corral.faces.logs import log
-from corral.faces.mcp_core import (
+from corral.faces.mcp_actions import Action, Drop, Reply, Run
+from corral.faces.mcp_core import McpSession
+from corral.faces.mcp_jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
-    Action,
-    Drop,
-    McpSession,
-    Reply,
-    Run,
     error_response,
     valid_id,
 )

@@ -89,5 +89,5 @@ def serve(sandbox: Sandbox, reader: BinaryIO, writer: BinaryIO) -> None:
     try:
         LineServer(read_lines(reader, arrived=sandbox.wake), handle, MAX_CONCURRENT_CALLS).run()
     except KeyboardInterrupt:  # ^C: end the calls in flight now, not at their timeouts
-        sandbox._stop_calls()
+        sandbox.stop_calls()
         raise

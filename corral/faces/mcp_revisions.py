@@ -19,6 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from corral.faces.mcp_jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    ProtocolError,
+)
 from corral.tools.formats import mcp_tool
 
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -129,3 +135,44 @@ def elicits_forms(capabilities: object) -> bool:
 def lists_roots(capabilities: object) -> bool:
     """Whether a client's capabilities say it can list its roots."""
     return isinstance(capabilities, dict) and isinstance(capabilities.get("roots"), dict)
+
+
+def states_a_version(params: dict[str, Any]) -> bool:
+    """A request of the stateless revision: its _meta names a protocol version."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
+
+
+def served_at(
+    method: str, params: dict[str, Any], handshake: Revision | None,
+    capabilities: dict[str, Any],
+) -> tuple[Revision | None, dict[str, Any]]:
+    """The revision a request is served at, and the client capabilities it has:
+    those its _meta names, else the `handshake`'s (None before `initialize`, which
+    only ping may be)."""
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta:
+        version = meta[PROTOCOL_VERSION_KEY]
+        declared = meta.get(CLIENT_CAPABILITIES_KEY)
+        if not isinstance(version, str) or not isinstance(declared, dict):
+            raise ProtocolError(
+                INVALID_PARAMS,
+                f"params._meta needs {PROTOCOL_VERSION_KEY!r} (a string) and "
+                f"{CLIENT_CAPABILITIES_KEY!r} (an object)",
+            )
+        if version not in STATELESS_VERSIONS:
+            raise ProtocolError(
+                UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
+                data={"supported": list(STATELESS_VERSIONS), "requested": version},
+            )
+        return REVISIONS[version], declared
+    if handshake is None and method != "ping":
+        # neither a stateless request (its _meta names the revision) nor after a
+        # handshake: say both ways in, not only the older one
+        stateless = ", ".join(STATELESS_VERSIONS)
+        raise ProtocolError(
+            INVALID_REQUEST,
+            f"{method} before initialize (or, at revision {stateless}, without "
+            f"params._meta {PROTOCOL_VERSION_KEY!r} and {CLIENT_CAPABILITIES_KEY!r})",
+        )
+    return handshake, capabilities

@@ -27,17 +27,9 @@ from typing import Any, BinaryIO
 
 from corral.api import Approver, Sandbox
 from corral.config import Remedy, any_face
-from corral.faces.mcp_core import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    Action,
-    McpSession,
-    ProtocolError,
-    Reply,
-    Run,
-    Send,
-    error_response,
-)
+from corral.faces.mcp_actions import Action, Reply, Run, Send
+from corral.faces.mcp_core import McpSession
+from corral.faces.mcp_jsonrpc import INVALID_REQUEST, PARSE_ERROR, ProtocolError, error_response
 from corral.faces.mcp_threads import Own, SessionDriver
 from corral.faces.stdio import MAX_LINE_BYTES, Job, LineServer, LineWriter, parse_line, read_lines
 

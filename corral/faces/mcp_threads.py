@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.calls.waiting import WaitPolicy
-from corral.faces.mcp_core import Action, McpSession, Run, Send
+from corral.faces.mcp_actions import Action, Run, Send
+from corral.faces.mcp_core import McpSession
 
 Own = Callable[[Action], None]
 

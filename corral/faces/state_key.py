@@ -2,7 +2,7 @@
 
 A 2026-07-28 call that asks its client something (an approval, the client's
 roots) ends its round with a sealed `requestState`, and the retry brings it back
-(mcp_core.RequestState). Without this option the key is made when the process
+(mcp_state.RequestState). Without this option the key is made when the process
 starts, so a retry that reaches another replica behind the same gateway, or the
 same server after a restart, is refused. With it, every process given the file
 seals and opens the same states.

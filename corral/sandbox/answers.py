@@ -2,7 +2,7 @@
 read it passes on undecoded. A worker is confined because the code in it may be
 made to misbehave, so its answers are untrusted input: a frame bigger, or of more
 JSON values, than any call under these limits needs is refused undecoded
-(pool.Worker.exchange); its shape is checked once decoded (messages.Answer.from_wire)."""
+(handles.Worker.exchange); its shape is checked once decoded (messages.Answer.from_wire)."""
 
 from __future__ import annotations
 

@@ -21,13 +21,38 @@ from corral.config import LAYERS, Limits, SandboxOptions
 from corral.errors import SandboxError
 from corral.observe import Observer
 from corral.policy import Policy, RootSpec
-from corral.sandbox.pool import CallPath, Supply, ZygoteHandle
+from corral.sandbox.call_path import CallPath, Supply
+from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.worker_set import WorkerSet
 
 if TYPE_CHECKING:  # a private sandbox (`corral call`'s) never loads the shared pool's code
     from corral.sandbox.hub import Hub
 
 Submittable = CallRequest | HistoryRequest
+
+
+class SandboxSupply(Supply, Protocol):
+    """A supply as the broker holds it (a WorkerSet or a hub.Lane): what its call
+    path takes workers from, plus its start, its sweep, its counts and its close."""
+
+    zygote: ZygoteHandle
+    confinement: dict[str, Any]
+
+    def start(self) -> None:
+        """Have a worker confined, so `confinement` is known (SandboxError if none can be)."""
+
+    def close(self) -> None:
+        """Kill every worker (a call in flight ends with worker_crashed) and reap them."""
+
+    def sweep_temps(self) -> int:
+        """Remove the temp files of writers that died unseen (supplies.sweep_on), on a
+        worker the supply finds for it; returns how many were removed."""
+
+    def pids(self) -> list[int]:
+        """The pids of the supply's live workers."""
+
+    def stats(self) -> dict[str, int]:
+        """{"workers", "idle_workers", "busy_workers", "queued_calls"} now."""
 
 
 class Executor(Protocol):
@@ -64,7 +89,7 @@ class Broker:
         observer: hears of the deaths of its workers."""
         check_known(options.require)
         setup = SandboxSetup.of(roots, limits, policy, options, history)
-        supply: Supply = (
+        supply: SandboxSupply = (
             WorkerSet(ZygoteHandle(setup), options, limits, observer) if hub is None
             else hub.open_lane(setup, observer)
         )

@@ -1,6 +1,6 @@
 """A shared pool: one zygote, many sandboxes ("lanes"), workers on demand.
 
-Each lane is a sandbox's supply of workers (pool.Supply): blank forks of the one
+Each lane is a sandbox's supply of workers (call_path.Supply): blank forks of the one
 zygote, each sent that sandbox's setup and own root fds by the host on its own
 socket, so a worker is confined to its sandbox's roots, never serves another,
 and holds nothing of another in its memory. Workers are
@@ -37,12 +37,11 @@ from corral.calls.waiting import Cancel
 from corral.errors import SandboxError
 from corral.fs._resolve import DIR_FLAGS
 from corral.observe import Observer
-from corral.sandbox.pool import (
+from corral.sandbox.handles import Worker, ZygoteHandle, describe_exit
+from corral.sandbox.protocol import MAX_ROOTS
+from corral.sandbox.supplies import (
     BootKilled,
-    Worker,
-    ZygoteHandle,
     check_boot,
-    describe_exit,
     fork_worker,
     halt_if_unconfined,
     log,
@@ -50,7 +49,6 @@ from corral.sandbox.pool import (
     note_death,
     sweep_taken,
 )
-from corral.sandbox.protocol import MAX_ROOTS
 
 # A worker is not taken from its lane for another before it has lived this long: a fork
 # costs a few ms, so a slice of this many ms keeps that cost a small share of the time.
@@ -95,7 +93,7 @@ class Share:
 
 
 class Lane:
-    """One sandbox's supply in a shared pool (pool.Supply): workers of its own roots,
+    """One sandbox's supply in a shared pool (call_path.Supply): workers of its own roots,
     forked on demand in the slots the hub grants."""
 
     def __init__(self, hub: Hub, setup: SandboxSetup, observer: Observer | None = None) -> None:

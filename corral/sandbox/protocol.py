@@ -46,7 +46,7 @@ SOCKET_SEND_BYTES = 4 * 1024 * 1024
 SOLE_FIRST_READ = 64 * 1024
 # A poke: the header of an empty frame (no message is empty JSON), which the host
 # sends a sleeping worker when a request is on its way, so the worker's wake-up
-# overlaps the host's parsing (pool.Worker.poke). One 4-byte write to an idle
+# overlaps the host's parsing (handles.Worker.wake). One 4-byte write to an idle
 # socket: it arrives whole, before the request it announces.
 POKE = HEADER.pack(0)
 # What read_sole_frame(pokes=True) returns for a read that held only pokes: no

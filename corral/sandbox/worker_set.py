@@ -1,4 +1,4 @@
-"""A private sandbox's supply of workers (pool.Supply): a set forked by its own
+"""A private sandbox's supply of workers (call_path.Supply): a set forked by its own
 zygote, one at start and more as calls overlap (up to its size), kept at the size
 it reached, handed to waiting calls in their order of arrival. gunicorn's arbiter
 verbs (manage_workers, murder_worker, halt), minus the loop: they run on whichever
@@ -15,14 +15,11 @@ from corral.calls.waiting import Cancel
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
 from corral.observe import Observer
-from corral.sandbox.pool import (
+from corral.sandbox.handles import Worker, WorkerLost, WorkerMisbehaved, ZygoteHandle
+from corral.sandbox.supplies import (
     MAX_BOOT_KILLS,
     SWEEP_FAILURES,
     BootKilled,
-    Worker,
-    WorkerLost,
-    WorkerMisbehaved,
-    ZygoteHandle,
     check_boot,
     fork_worker,
     halt_if_unconfined,

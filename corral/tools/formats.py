@@ -68,7 +68,7 @@ def mcp_tool(spec: dict[str, Any], strict: bool) -> dict[str, Any]:
 
 
 # A success's structuredContent also carries the text the model should see (see
-# corral/faces/mcp_core.py's tool_result).
+# corral/faces/mcp_render.py's tool_result).
 TEXT = {"type": "string", "description": "What the model should see: the same text as the "
         "first content block (numbered lines, paging hints)."}
 
