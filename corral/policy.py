@@ -127,9 +127,6 @@ def access_kinds(tool: str, *, write: bool) -> frozenset[str]:
     return TOOL_ACCESS.get(tool, _UNKNOWN_ACCESS)[write]
 
 
-# Decision, BuiltinRule and _Compiled are internal: NamedTuples, not frozen
-# dataclasses, ~10x cheaper to create at import, which every `corral call` and
-# zygote template pays.
 class Decision(NamedTuple):
     action: str  # "allow" | "deny" | "supervised"
     rule: str | None  # the rule's name, None for default_action / tool mode

@@ -60,8 +60,6 @@ def is_version(text: object) -> bool:
     return isinstance(text, str) and len(text) == VERSION_WIDTH and set(text) <= _HEX
 
 
-# The records are NamedTuples, not frozen dataclasses: ~10x cheaper to create at
-# import, which every `corral call` and zygote template pays.
 class Kept(NamedTuple):
     """One entry beneath a deleted directory, as its record keeps it: the path below
     the directory, type, permission bits, and a file's size (with its content hash

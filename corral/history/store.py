@@ -215,8 +215,6 @@ class Usage:
     spares: list[tuple[str, str]] = field(default_factory=list)
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Listing(NamedTuple):
     """What the store holds, by name, each kind sorted oldest first."""
 

@@ -55,8 +55,6 @@ class Context:
         )
 
 
-# NamedTuples, not frozen dataclasses: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Outcome(NamedTuple):
     result: dict[str, Any]
     text: str
