@@ -19,7 +19,7 @@ from corral.fs import Root, Roots
 from corral.policy import Policy, Rule
 from corral.tools.base import Context
 from corral.tools.registry import TOOLS
-from tests.wire_calls import execute
+from tests.helpers.wire_calls import execute
 
 CONTRACT_KEYS_OK = {"ok", "tool", "result", "text"}
 CONTRACT_KEYS_ERROR = {"ok", "tool", "error"}

@@ -17,7 +17,7 @@ import pytest
 import corral.audit
 from corral.audit import Audit, AuditError
 from corral.audit_verify import log_set, verify
-from tests.confined import ConfinedChild, run_confined
+from tests.helpers.confined import ConfinedChild, run_confined
 
 KEY = b"k" * 32
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scripts_loader import load_script
+from tests.helpers.scripts_loader import load_script
 
 bench = load_script("bench_gap")
 

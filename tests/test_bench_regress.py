@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
+
+from tests.helpers.scripts_loader import load_script
 
 bench = load_script("bench_regress")
 

@@ -12,12 +12,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import ok
-from history_helpers import snapshot
-
 from corral import Sandbox
 from corral.policy import Policy
 from corral.tools.render import escaped
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import snapshot
 
 ON = {"delete_directory": "allow"}
 # relative, absolute, dangling, and a target a terminal would act on

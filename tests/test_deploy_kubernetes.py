@@ -21,8 +21,8 @@ import yaml
 
 from corral.faces.cli import build_parser
 from corral.faces.http_server import parse_address
-from tests.kustomize import render
-from tests.mcp_helpers import REPO
+from tests.helpers.kustomize import render
+from tests.helpers.mcp_helpers import REPO
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
 ROOTS = sorted(path.parent for path in KUBERNETES.rglob("kustomization.yaml"))

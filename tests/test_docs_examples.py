@@ -25,7 +25,7 @@ import pytest
 from corral import Sandbox
 from corral.config_keys import KEYS
 from corral.faces.cli import build_parser
-from tests.http_helpers import TOKENS, Server, post
+from tests.helpers.http_helpers import TOKENS, Server, post
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"

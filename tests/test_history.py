@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ok
-from history_helpers import snapshot
 
 from corral import AsyncSandbox, Sandbox
 from corral.policy import Policy, Rule
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import snapshot
 
 ENABLE_DELETE = Policy(tool_modes={"delete_file": "allow"})
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from history_helpers import promoted, work_store
 
 from corral import Sandbox
 from corral.config import HistoryOptions
@@ -21,6 +20,7 @@ from corral.fs import Root, content_version
 from corral.history import promote
 from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
+from tests.helpers.history_helpers import promoted, work_store
 
 
 class Local(NamedTuple):

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_helpers import (
+
+from corral.config import Limits, SandboxOptions
+from corral.fs import Root, Roots, content_version
+from corral.history import keeper as keeper_module
+from corral.history import restore
+from corral.history.keeper import Keeper
+from corral.history.store import Store, new_id
+from corral.policy import Policy, RootSpec
+from tests.helpers.history_helpers import (
     commit_done,
     die_after,
     left,
@@ -24,15 +32,7 @@ from history_helpers import (
     snapshot,
     work_store,
 )
-from scripts_loader import load_script
-
-from corral.config import Limits, SandboxOptions
-from corral.fs import Root, Roots, content_version
-from corral.history import keeper as keeper_module
-from corral.history import restore
-from corral.history.keeper import Keeper
-from corral.history.store import Store, new_id
-from corral.policy import Policy, RootSpec
+from tests.helpers.scripts_loader import load_script
 
 crash_history = load_script("crash_history")
 

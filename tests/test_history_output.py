@@ -9,10 +9,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import ok
-
 from corral import Sandbox
 from corral.tools.render import escaped
+from tests.helpers.calls import ok
 
 NAME = "a\x1b[2K\rfake.txt\u202egnp.txt"  # erases the line, returns, reverses the rest
 

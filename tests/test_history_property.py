@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from history_helpers import snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral import Sandbox
 from corral.config import HistoryOptions
 from corral.policy import Policy
+from tests.helpers.history_helpers import snapshot
 
 NAMES = ["a.txt", "b.sh", "d/c.txt", "d/e/f.txt", "g"]
 TEXT = st.text(alphabet="xyz\n", max_size=40)

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confined import run_confined
-from conftest import ok
 
 from corral import Sandbox
 from corral.calls.control import SandboxSetup
@@ -25,6 +23,8 @@ from corral.config import HistoryOptions, SandboxOptions
 from corral.history.store import work_name
 from corral.policy import RootSpec
 from corral.sandbox import worker
+from tests.helpers.calls import ok
+from tests.helpers.confined import run_confined
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ok
 
 from corral import Sandbox
 from corral.fs import Root, Roots
@@ -14,6 +13,7 @@ from corral.history import restore
 from corral.history.restore import Restorer
 from corral.history.store import Store
 from corral.policy import Policy, Rule
+from tests.helpers.calls import ok
 
 DEPLOY = Policy(rules=(Rule("no-deploy", "deny", ("*",), ("deploy/*.yml",)),))
 

@@ -13,9 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confined import run_confined
-from conftest import ok
-from history_helpers import promoted, snapshot, work_store
 
 from corral import Sandbox
 from corral.config import HistoryOptions, SandboxOptions, load_config
@@ -27,6 +24,9 @@ from corral.history.records import Entry, Record, State
 from corral.history.store import BOUND, Store, kept_name, new_id, workspace_key
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
+from tests.helpers.calls import ok
+from tests.helpers.confined import run_confined
+from tests.helpers.history_helpers import promoted, snapshot, work_store
 
 EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
 

@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confined import run_confined
-from conftest import ok
-from history_helpers import promoted, work_store
 
 from corral import Sandbox
 from corral.api import _start_executor
@@ -34,6 +31,9 @@ from corral.history.promote import CLOCK_SLACK_S
 from corral.history.store import Store, StoreError, new_id
 from corral.policy import Policy
 from corral.sandbox import worker
+from tests.helpers.calls import ok
+from tests.helpers.confined import run_confined
+from tests.helpers.history_helpers import promoted, work_store
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from corral.faces.health import Readiness
-from tests.http_helpers import (
+from tests.helpers.http_helpers import (
     STATELESS_META,
     TOKENS,
     Server,

@@ -25,8 +25,8 @@ import psutil
 import pytest
 
 from corral.faces import cli, http_server
-from tests.http_helpers import TOKENS, Server, call, mirrored_lines, post, sha256
-from tests.mcp_helpers import REPO
+from tests.helpers.http_helpers import TOKENS, Server, call, mirrored_lines, post, sha256
+from tests.helpers.mcp_helpers import REPO
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
 LORIS = 200  # half-sent requests, more than the strict server's file limit allows

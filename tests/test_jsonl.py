@@ -18,7 +18,7 @@ import pytest
 
 from corral.calls.waiting import WaitPolicy
 from corral.faces import stdio
-from tests.conftest import SECRET
+from tests.helpers.calls import SECRET
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.policy import RootSpec
+from tests.helpers.scripts_loader import load_script
 
 kill_soak = load_script("kill_soak")
 

@@ -17,8 +17,8 @@ from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters
 
-from tests.conftest import SECRET
-from tests.mcp_helpers import (
+from tests.helpers.calls import SECRET
+from tests.helpers.mcp_helpers import (
     PNG,
     REPO,
     SUPERVISED_DOCS,

@@ -9,7 +9,6 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.tools.edit import apply as edit_apply
@@ -21,6 +20,7 @@ from corral.tools.patch_format import (
     files_of,
     parse_patch,
 )
+from tests.helpers.scripts_loader import load_script
 
 drift_corpus = load_script("drift_corpus")
 bench_patch_match = load_script("bench_patch_match")

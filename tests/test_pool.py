@@ -16,7 +16,6 @@ from typing import Any
 
 import psutil
 import pytest
-from broker_helpers import MakeBroker, as_result, call, left_running, running, wait_gone
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
@@ -25,6 +24,14 @@ from corral.sandbox.broker import Broker
 from corral.sandbox.pool import RSS_CHECK_EVERY, SandboxError
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
+from tests.helpers.broker_helpers import (
+    MakeBroker,
+    as_result,
+    call,
+    left_running,
+    running,
+    wait_gone,
+)
 
 
 def all_pids(broker: Broker) -> list[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mcp_helpers import REPO
+from tests.helpers.mcp_helpers import REPO
 
 SANDBOXES = 100
 SOFT = 256  # below what SANDBOXES need

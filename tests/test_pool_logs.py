@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evil_zygote import REQUEST, EvilZygote, Private, honest
 
 from corral import Pool
 from corral.calls.messages import CallRequest
@@ -22,6 +21,7 @@ from corral.sandbox.broker import Broker
 from corral.sandbox.hub import MIN_LIFE_S
 from corral.sandbox.pool import SandboxError
 from corral.sandbox.protocol import EXIT_CONFINE_FAILED
+from tests.helpers.evil_zygote import REQUEST, EvilZygote, Private, honest
 
 LOGGER = "corral.workers"
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms

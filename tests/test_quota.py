@@ -24,8 +24,8 @@ from corral.faces.tenants import parse_tenants, tenant_config
 from corral.host.flow import Approve, Submit
 from corral.host.quota import FILES, QuotaUsage
 from corral.policy import Policy
-from tests.cli_helpers import run
-from tests.mcp_helpers import REPO, run_session, structured
+from tests.helpers.cli_helpers import run
+from tests.helpers.mcp_helpers import REPO, run_session, structured
 
 HEX = "ab" * 32
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_helpers import MakeBroker, call, kernel_view
 
 from corral.cli import main
 from corral.sandbox.worker_set import WorkerSet
+from tests.helpers.broker_helpers import MakeBroker, call, kernel_view
 
 REPO = Path(__file__).resolve().parents[1]
 

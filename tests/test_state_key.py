@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli_helpers import run
-from tests.http_helpers import STATELESS_META, Server, post, running_server, tenant
+from tests.helpers.cli_helpers import run
+from tests.helpers.http_helpers import STATELESS_META, Server, post, running_server, tenant
 
 ASKING_META = {**STATELESS_META, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
 WRITE = {"name": "write_file", "arguments": {"path": "approved.txt", "content": "yes\n"}}

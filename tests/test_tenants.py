@@ -17,7 +17,6 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import SECRET, err, ok
 
 from corral import Pool, Sandbox
 from corral.calls.control import SandboxSetup
@@ -27,6 +26,7 @@ from corral.history.store import kept_name
 from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import ZygoteHandle
 from corral.sandbox.protocol import read_frame, write_frame
+from tests.helpers.calls import SECRET, err, ok
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
 
@@ -184,7 +184,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
 class ProbeZygote(ZygoteHandle):
     """The real zygote, whose confined workers try opening paths instead of serving."""
 
-    ENTRY = "tenant_probe"
+    ENTRY = "tests.helpers.tenant_probe"
 
 
 def test_landlock_domain_of_a_tenants_worker_refuses_another_tenants_files(
