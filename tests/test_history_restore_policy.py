@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.fs import Root, Roots
 from corral.history import restore
 from corral.history.restore import Restorer
@@ -113,7 +113,7 @@ def test_the_guard_decides_even_where_the_check_did_not(
         ok(sb, "move_file", source="q", destination="r")
         ok(sb, "move_file", source="p", destination="q")
         monkeypatch.setattr(Restorer, "_spellings", staticmethod(lambda root, rel: [rel]))
-        history = sb._history  # the host's view of the store, as a worker reads it
+        history = testing.history(sb)  # the host's view of the store, as a worker reads it
         assert history is not None and history.work_path is not None
         store = Store.open(history.work_path)
         try:

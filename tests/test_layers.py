@@ -17,7 +17,7 @@ PACKAGE = Path(corral.__file__).parent
 # corral/__init__.py is the lazy door to the public names and sits above them all.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("faces", "cli", "mcp_server", "__main__"),
-    ("integrations",),
+    ("integrations", "testing"),
     ("pool", "api"),
     ("host", "trust"),
     ("sandbox",),

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from corral import testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
@@ -302,7 +303,7 @@ def test_worker_sockets_take_a_large_answer_in_one_write(make_broker: MakeBroker
     assert call(broker, "stat_file", path=".")["ok"]
     with open("/proc/sys/net/core/wmem_max") as limit:
         expected = 2 * min(SOCKET_SEND_BYTES, int(limit.read()))
-    workers = list(broker._supply._workers)
+    workers = list(testing.workers(broker))
     assert workers
     for worker in workers:
         assert worker.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == expected

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
@@ -56,20 +56,20 @@ def test_a_call_is_served_after_the_calls_queued_before_it(workspace: Path, work
 @pytest.mark.parametrize("stop", ["halt", "close"])
 def test_a_call_waiting_in_line_fails_when_the_pool_stops(workspace: Path, stop: str) -> None:
     broker = Broker([RootSpec(str(workspace), "rw")], Limits(), Policy(), SandboxOptions(workers=1))
-    pool = broker._supply
+    pool = testing.supply(broker)
     held = pool.take()  # the only worker: the next call waits in line
     answers: list[Any] = []
     waiting = threading.Thread(
         target=lambda: answers.append(broker.submit(CallRequest("stat_file", {"path": "."}))))
     try:
         waiting.start()
-        while not pool._waiting:
+        while not pool.stats()["queued_calls"]:
             threading.Event().wait(0.001)
         pool.halt("stopped by the test") if stop == "halt" else pool.close()
         waiting.join(30)
         assert not waiting.is_alive()
         assert answers[0].ok is False and answers[0].error["code"] == "worker_crashed"
         pool.give_back(held)  # handed to nobody: the pool has stopped
-        assert pool._idle == [] and not pool._waiting
+        assert pool.stats()["idle_workers"] == pool.stats()["queued_calls"] == 0
     finally:
         broker.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral import Pool
+from corral import Pool, testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
@@ -114,7 +114,7 @@ def test_an_idle_reap_is_logged_with_the_exit(
     with Pool(max_workers=1, idle_timeout_s=0.1) as pool, \
             caplog.at_level(logging.INFO, logger=LOGGER):
         sandbox = pool.sandbox(tmp_path)
-        sandbox._executor._sweep.result()  # its worker idle from now on
+        testing.sweep(testing.broker(sandbox)).result()  # its worker idle from now on
         (idle,) = sandbox.pids()["workers"]
         wait_for(lambda: lines(caplog, logging.INFO, f"worker {idle} reaped"), "the reap")
         assert lines(caplog, logging.INFO, f"worker {idle} reaped", "killed by SIGKILL")

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from corral import Pool, Sandbox
+from corral import Pool, Sandbox, testing
 from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
@@ -163,7 +163,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
                         held = held_directories(pid)
                     except FileNotFoundError:
                         continue  # evicted meanwhile
-                    history = sandboxes[index]._history
+                    history = testing.history(sandboxes[index])
                     kept = os.path.join(history.path, kept_name(str(workspaces[index])))
                     own = {str(workspaces[index]), kept, history.work_path}
                     if held - own:  # its root, and its own workspace's history directories
@@ -269,7 +269,7 @@ def test_300_sandboxes_stay_within_max_workers(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
         for sb in sandboxes:  # their start-up sweeps take workers too
-            sb._executor._sweep.result()
+            testing.sweep(testing.broker(sb)).result()
         stop.set()
         watcher.join()
         assert pool.stats()["workers"] <= max_workers
@@ -431,7 +431,7 @@ def test_cancelling_an_awaited_call_stops_it(tenants: tuple[Path, Path]) -> None
         slow = pool.async_sandbox(a, limits=Limits(timeout_s=60.0))
         other = pool.async_sandbox(a)
         for sandbox in (slow, other):  # their start-up sweeps take the worker too
-            await asyncio.wrap_future(sandbox._executor._sweep)
+            await asyncio.wrap_future(testing.sweep(testing.broker(sandbox)))
         running = asyncio.ensure_future(slow.call("grep", {"pattern": CATASTROPHIC}))
         await asyncio.to_thread(wait_for, lambda: slow.pids()["workers"], "the grep")
         pid = slow.pids()["workers"][0]
