@@ -1,4 +1,4 @@
-"""deploy/kubernetes, offline: every kustomization rendered (tests/kustomize.py;
+"""deploy/kubernetes, offline: every kustomization rendered (tests/helpers/kustomize.py;
 against `kubectl kustomize` where kubectl is installed), every resource against
 the Kubernetes schemas (kubernetes-validate, strict: no unknown field), the
 SandboxTemplate against the fields of agent-sandbox's SandboxTemplate CRD

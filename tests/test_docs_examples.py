@@ -16,7 +16,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +24,8 @@ import pytest
 from corral import Sandbox
 from corral.config_keys import KEYS
 from corral.faces.cli import build_parser
+from tests.helpers.doc_blocks import DOCS, REPO, block, python_blocks
 from tests.helpers.http_helpers import TOKENS, Server, post
-
-REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "docs"
-BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
-
-
-def python_blocks() -> Iterator[tuple[str, int, str]]:
-    for page in sorted(DOCS.glob("*.md")):
-        for index, code in enumerate(BLOCK.findall(page.read_text())):
-            yield page.name, index, code
-
-
-def block(page: str, needle: str) -> str:
-    (code,) = [code for name, _, code in python_blocks() if name == page and needle in code]
-    return code
 
 
 def run(code: str, cwd: Path, *, replace: dict[str, str]) -> subprocess.CompletedProcess[str]:

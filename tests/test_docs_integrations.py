@@ -16,7 +16,7 @@ pytest.importorskip("langchain")
 pytest.importorskip("agents")
 pytest.importorskip("pydantic_ai")
 
-from tests.test_docs_examples import REPO, block
+from tests.helpers.doc_blocks import REPO, block
 
 LANGCHAIN_MODEL = '''
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
