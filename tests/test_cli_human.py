@@ -16,7 +16,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import corral
 from corral import Sandbox
-from corral.config import TOOL_NAMES, load_config
+from corral.config import load_config
+from corral.config_keys import TOOL_NAMES
 from corral.faces.cli import verdict
 from corral.policy import Policy
 from tests.helpers.terminal import CORRAL, TIMEOUT, on_terminal_stdin, on_terminal_stdout
