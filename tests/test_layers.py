@@ -86,6 +86,7 @@ def test_no_module_imports_a_floor_above_its_own() -> None:
 
 @pytest.mark.xfail(strict=True, reason="fs.batch <-> fs.root and faces.drain <-> "
                    "faces.http_server are being taken apart")
+@pytest.mark.slow
 def test_no_modules_import_each_other_in_a_circle() -> None:
     graph = imports()
     circles = [sorted(component) for component in strongly_connected(graph)
