@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-# What a record says of each path a call touched (tools.base.Touched has these fields).
+# What a record says of each path a call touched (calls.messages.Touched has these fields).
 TOUCHED_FIELDS = ("path", "root", "resolved", "decision", "rule")
 # Order of the keys in a record; `record` refuses any other field. The writer adds
 # `torn` (when it found a half-written line) and `prev` last.

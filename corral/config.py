@@ -27,9 +27,6 @@ from corral.config_keys import (
     default,
     section_keys,
 )
-from corral.config_keys import DURABILITY as DURABILITY  # re-exported: corral.config names
-from corral.config_keys import LAYERS as LAYERS
-from corral.config_keys import RESOLVERS as RESOLVERS
 from corral.errors import did_you_mean
 from corral.policy import (
     ACCESS_KINDS,

@@ -109,9 +109,6 @@ def access_kinds(tool: str, *, write: bool) -> frozenset[str]:
     return (row.access if row is not None else _UNKNOWN_ACCESS)[write]
 
 
-# Decision, BuiltinRule and _Compiled are internal: NamedTuples, not frozen
-# dataclasses, ~10x cheaper to create at import, which every `corral call` and
-# zygote template pays.
 class Decision(NamedTuple):
     action: str  # "allow" | "deny" | "supervised"
     rule: str | None  # the rule's name, None for default_action / tool mode

@@ -30,6 +30,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from corral import testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.fs import Root, Roots
@@ -121,7 +122,7 @@ def bench_start(workspace: str, starts: int) -> list[float]:
 
 def bench_respawn(workspace: str, respawns: int) -> list[float]:
     broker = start_broker(workspace, workers=1)
-    workers = broker._supply  # the verbs themselves: kill, then time lost()
+    workers = testing.supply(broker)  # the verbs themselves: kill, then time lost()
     samples = []
     try:
         for _ in range(respawns):

@@ -39,7 +39,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corral import Pool, Sandbox
+from corral import Pool, Sandbox, testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits
 from corral.fs import Root, Roots
@@ -98,7 +98,7 @@ def bench_many(workspaces: list[str]) -> dict[str, Any]:
     with Pool(max_workers=64, idle_timeout_s=1.0) as pool:
         sandboxes = [pool.sandbox(path) for path in workspaces]
         for sb in sandboxes:
-            sb._executor._sweep.result()
+            testing.sweep(testing.broker(sb)).result()
         wait_reaped(pool)
         stats = pool.stats()
         zygote = pool._hub.zygote.pid

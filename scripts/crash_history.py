@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.config import HistoryOptions
 from corral.fs import content_version
 from corral.history.store import id_pid
@@ -68,7 +68,7 @@ def which(data: bytes) -> int:
 def unsettled(sb: Sandbox) -> list[str]:
     """The records left pending or done once the host committed what it could."""
     sb.history(limit=1)  # the host commits what the settle left done
-    work = Path(sb._history.work_path or "")
+    work = Path(testing.history(sb).work_path or "")
     return [p.name for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
 
 
@@ -105,7 +105,7 @@ def kill_workers(workspace: Path, store: Path, rounds: int, rng: random.Random) 
         sb.call("write_file", {"path": TARGET, "content": content(0).decode()})
         for round_ in range(1, rounds + 1):
             before = which((workspace / TARGET).read_bytes())
-            pid = sb._executor.pids()["workers"][0]
+            pid = sb.pids()["workers"][0]
             call = threading.Thread(target=sb.call, args=(
                 "write_file", {"path": TARGET, "content": content(round_).decode()}))
             call.start()
@@ -180,7 +180,7 @@ def kill_restores(workspace: Path, store: Path, rounds: int, rng: random.Random)
             sb.call("append_file", {"path": "f1.txt", "content": "tail\n" * 4096})
             sb.call("move_file", {"source": "d", "destination": "e"})
             sb.call("delete_file", {"path": "f2.txt"})
-            pid = sb._executor.pids()["workers"][0]
+            pid = sb.pids()["workers"][0]
             first: list[dict[str, Any]] = []
             call = threading.Thread(target=lambda cp=cp, first=first: first.append(sb.rewind(cp)))
             call.start()

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.config import HistoryOptions
 from corral.policy import Policy
 
@@ -134,7 +134,7 @@ def one_round(base: Path, files: int, rng: random.Random, delay_s: float) -> str
             assert links_of(workspace) == links, undone  # made again by the host
             outcome = "all"
         sb.history(limit=1)  # the host commits what the undo left done
-        work = Path(sb._history.work_path or "")  # a script may look at the store
+        work = Path(testing.history(sb).work_path or "")  # a script may look at the store
         assert not [p for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
     assert not list(workspace.rglob(".corral-tmp-*")), "temps left after the sweep"
     return outcome if killed else "clean"

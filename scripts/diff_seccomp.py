@@ -17,12 +17,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-import seccomp_diff
 
 from corral.seccomp.arches import ARCHES
 from corral.seccomp.profile import load_profile
+from tests.helpers import seccomp_diff
 
 
 def main() -> int:

@@ -156,7 +156,7 @@ def worker_kills(ws: Path, kills: int, seed: int = 0) -> Counter[str]:
             gen += 1
             op = OPS[gen % len(OPS)]
             tool, arguments = request(ws, op, gen)
-            pid = sb._executor.pids()["workers"][0]
+            pid = sb.pids()["workers"][0]
             # half the kills at a random instant of the call, half as its temp file appears
             delay = rng.uniform(0, 1.2 * durations[op]) if rng.random() < 0.5 else None
             done = threading.Event()
@@ -204,7 +204,7 @@ def _kill(pid: int) -> None:
 def host_main(ws: str) -> None:
     """A host running the calls back to back until it is killed; prints its pids."""
     with Sandbox(ws, workers=2, limits=limits()) as sb:
-        pids = sb._executor.pids()
+        pids = sb.pids()
         print(pids["zygote"], *pids["workers"], flush=True)
         gen = int(time.time() * 1000) % 10**8
         while True:

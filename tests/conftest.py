@@ -14,13 +14,11 @@ from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from tests.helpers.calls import SECRET
 
 if TYPE_CHECKING:
-    from broker_helpers import MakeBroker
-
-    from tests.http_helpers import Server
-
-SECRET = "TOP-SECRET-OUTSIDE-7f3a9c"
+    from tests.helpers.broker_helpers import MakeBroker
+    from tests.helpers.http_helpers import Server
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -92,26 +90,9 @@ def make_broker(workspace: Path) -> Iterator[MakeBroker]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # Imported here: the MCP client it needs loads only for tests that start a server.
-    from tests.http_helpers import serve_two_tenants
+    from tests.helpers.http_helpers import serve_two_tenants
 
     yield from serve_two_tenants(tmp_path_factory)
-
-
-def ok(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    """A call that must succeed, with exactly the contract's success shape."""
-    response = sb.call(tool, arguments)
-    assert response["ok"], response
-    assert set(response) == {"ok", "tool", "result", "text"}
-    assert response["tool"] == tool
-    return response
-
-
-def err(sb: Sandbox, tool: str, **arguments: Any) -> dict[str, Any]:
-    """A call that must fail, with exactly the contract's error shape; its error."""
-    response = sb.call(tool, arguments)
-    assert not response["ok"], response
-    assert set(response) == {"ok", "tool", "error"}
-    return response["error"]
 
 
 @pytest.fixture(scope="module", params=["openat2", "walk"])

@@ -27,7 +27,7 @@ sys.path.insert(0, sys.argv[1])
 from corral.config import Limits, SandboxOptions
 from corral.calls.messages import CallRequest
 from corral.sandbox.protocol import HEADER, send_bytes
-from tests.evil_zygote import EvilZygote, Private
+from tests.helpers.evil_zygote import EvilZygote, Private
 
 BOXES = int(sys.argv[2])
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from corral import AsyncSandbox, Sandbox
+from corral import AsyncSandbox, Sandbox, testing
 from corral.audit import Audit
 from corral.config import ConfigError, Limits
 from corral.fs import Root, Roots
 from corral.policy import Policy, Rule
 from corral.tools.base import Context
 from corral.tools.registry import TOOLS
-from tests.wire_calls import execute
+from tests.helpers.wire_calls import execute
 
 CONTRACT_KEYS_OK = {"ok", "tool", "result", "text"}
 CONTRACT_KEYS_ERROR = {"ok", "tool", "error"}
@@ -219,14 +219,14 @@ class TestLifecycle:
     def test_close_waits_for_a_running_tool(self, module_ws: Path) -> None:
         sandbox = Sandbox(module_ws)
         entered, release = threading.Event(), threading.Event()
-        submit = sandbox._executor.submit
+        submit = testing.broker(sandbox).submit
 
         def slow_submit(request: Any, *wait: Any) -> Any:
             entered.set()
             release.wait(5)
             return submit(request, *wait)
 
-        sandbox._executor.submit = slow_submit  # type: ignore[method-assign]
+        testing.broker(sandbox).submit = slow_submit  # type: ignore[method-assign]
         results: list[dict[str, Any]] = []
         caller = threading.Thread(
             target=lambda: results.append(sandbox.call("read_file", {"path": "a.txt"}))

@@ -10,7 +10,9 @@ import signal
 import threading
 from pathlib import Path
 
-from corral import Sandbox
+import pytest
+
+from corral import Sandbox, testing
 from corral.config import Limits
 
 RECORD = 8 << 20  # a write long enough that a kill lands inside it
@@ -34,6 +36,7 @@ def _kill_when_growing(path: Path, old: int, pid: int, done: threading.Event) ->
     return seen
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_append_leaves_it_whole_or_cut_back(workspace: Path) -> None:
     log = workspace / "log.txt"
     log.write_bytes(b"first\n")
@@ -54,7 +57,7 @@ def test_a_worker_killed_mid_append_leaves_it_whole_or_cut_back(workspace: Path)
                 assert answer["error"]["code"] == "worker_crashed", answer
                 landed_inside += bool(seen)
             last = sb.history("log.txt", limit=1)
-            work = Path(sb._history.work_path)  # where workers write their records
+            work = Path(testing.history(sb).work_path)  # where workers write their records
             assert not [p for p in work.iterdir() if p.name.endswith((".pending", ".done"))]
             if now != before:  # the append landed: its record says so
                 assert last and last[0]["after"]["size"] == len(now)

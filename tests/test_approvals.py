@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_helpers import Asker
 
 from corral import Approval, AsyncSandbox, Pool, Sandbox, Submit
 from corral.calls.messages import (
@@ -34,7 +33,8 @@ from corral.tools import preview
 from corral.tools.base import Context, Outcome, Tool
 from corral.tools.patch_format import files_of
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINES
-from tests.mcp_helpers import REPO
+from tests.helpers.approval_helpers import Asker
+from tests.helpers.mcp_helpers import REPO
 
 DOCS = Rule("ask-docs", "supervised", ("write_file", "edit_file"), ("docs/**",))
 CONF = Rule("ask-conf", "supervised", ("write_file",), ("conf/**",))

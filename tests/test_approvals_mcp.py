@@ -26,9 +26,9 @@ from corral.faces.mcp_core import McpSession
 from corral.faces.mcp_render import approval_choices, approval_message, approval_of
 from corral.faces.mcp_revisions import REVISIONS
 from corral.policy import Policy
-from tests.http_helpers import TOKENS, Server, running_server, sha256
-from tests.mcp_core_helpers import run_all
-from tests.mcp_helpers import REPO, SUPERVISED_DOCS, serve_argv, write_config
+from tests.helpers.http_helpers import TOKENS, Server, running_server, sha256
+from tests.helpers.mcp_core_helpers import run_all
+from tests.helpers.mcp_helpers import REPO, SUPERVISED_DOCS, serve_argv, write_config
 
 MODES = ["legacy", "2026-07-28"]
 Transport = Callable[[], contextlib.AbstractAsyncContextManager[Any]]

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from approval_helpers import Asker
 
 from corral import Approval, Sandbox
 from corral.calls.messages import CallRequest, GrantRef, GrantUse, Malformed, Meta, NeedsApproval
 from corral.host.grants import Grants
 from corral.policy import Policy, RootSpec, Rule
 from corral.tools.preview import PREVIEW_BYTES, PREVIEW_LINE_CHARS, PREVIEW_LINES, per_file
+from tests.helpers.approval_helpers import Asker
 
 BOTH = Policy(tool_modes={"apply_patch": "supervised", "delete_file": "supervised"})
 # apply_patch allowed, the default action supervising: an edit and a delete would both

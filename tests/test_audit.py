@@ -182,6 +182,6 @@ def test_hostile_paths_stay_on_one_line(tmp_path: Path) -> None:
 def test_the_audit_records_the_fields_a_tool_reports_of_each_path() -> None:
     """One list: what a worker reports of a touched path is what the log records."""
     from corral.audit import TOUCHED_FIELDS
-    from corral.tools.base import Touched
+    from corral.calls.messages import Touched
 
     assert Touched._fields == TOUCHED_FIELDS

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from audit_writers import write_in_threads
 
 from corral.audit import Audit, AuditError, Chain, read_key
 from corral.audit_verify import Verdict, log_set, verify
+from tests.helpers.audit_writers import write_in_threads
 
 KEY = b"k" * 32
 
@@ -245,7 +245,7 @@ WRITER = """
 import os, sys, time
 sys.path.insert(0, sys.argv[4])
 from pathlib import Path
-from tests.audit_writers import write_in_threads
+from tests.helpers.audit_writers import write_in_threads
 log = Path(sys.argv[1])
 (log.parent / f"ready{os.getpid()}").touch()
 while not (log.parent / "go").exists():  # every writer starts at once

@@ -1,5 +1,5 @@
 """The audit chain against a compromised worker, run in a really confined child
-(tests/confined.py): the key outside every root is out of its reach; a log the
+(tests/helpers/confined.py): the key outside every root is out of its reach; a log the
 operator left inside a root (the policy keeps tools off it, a compromised worker
 is not bound by the policy) can be changed, and the chain tells; an flock it
 holds forever makes the host report the log unusable instead of hanging."""
@@ -17,7 +17,7 @@ import pytest
 import corral.audit
 from corral.audit import Audit, AuditError
 from corral.audit_verify import log_set, verify
-from tests.confined import ConfinedChild, run_confined
+from tests.helpers.confined import ConfinedChild, run_confined
 
 KEY = b"k" * 32
 

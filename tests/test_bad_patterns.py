@@ -11,7 +11,7 @@ import pytest
 
 from corral import Sandbox
 from corral.policy import Policy, PolicyError, Rule
-from tests.conftest import err, ok
+from tests.helpers.calls import err, ok
 
 NESTED = 3000
 CASES: list[tuple[str, dict[str, Any], str]] = [

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
+
+from tests.helpers.scripts_loader import load_script
 
 bench = load_script("bench_regress")
 
@@ -30,6 +31,7 @@ def test_the_count_leaves_a_spin_out() -> None:
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.slow
 def test_a_short_row_reports_every_measure(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

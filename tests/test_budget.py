@@ -15,7 +15,7 @@ import pytest
 
 from corral import Sandbox
 from corral.config import Limits
-from tests.conftest import ok
+from tests.helpers.calls import ok
 
 BUDGET = 64 * 1024
 CONTROL_LINE = b"\x01\x1b\x7f" * 30 + b"\n"  # 91 bytes, 542 as JSON

@@ -13,13 +13,14 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from terminal import CORRAL, TIMEOUT, on_terminal_stdin, on_terminal_stdout
 
 import corral
 from corral import Sandbox
-from corral.config import TOOL_NAMES, load_config
+from corral.config import load_config
+from corral.config_keys import TOOL_NAMES
 from corral.faces.cli import verdict
 from corral.policy import Policy
+from tests.helpers.terminal import CORRAL, TIMEOUT, on_terminal_stdin, on_terminal_stdout
 
 
 def corral_cmd(*argv: str, cwd: Path | None = None, stdin: str = "") -> subprocess.CompletedProcess:

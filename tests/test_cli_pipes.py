@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import run
+
+from tests.helpers.cli_helpers import run
 
 REPO = Path(__file__).resolve().parent.parent
 

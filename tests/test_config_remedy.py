@@ -10,8 +10,8 @@ import pytest
 
 from corral import Sandbox
 from corral.config import ConfigError, Remedy
-from tests.cli_helpers import run
-from tests.http_helpers import Server, call, post, start_http, stop
+from tests.helpers.cli_helpers import run
+from tests.helpers.http_helpers import Server, call, post, start_http, stop
 
 WIDENING = '[tools]\ndelete_file = "allow"\n'
 

@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from confined import run_confined
 
 from corral.errors import CorralError
 from corral.fs import Root
 from corral.sandbox import probe
+from tests.helpers.confined import run_confined
 
 pytestmark = pytest.mark.skipif(probe.probe()["landlock_abi"] < 1, reason="no Landlock")
 MAX_FILE = 1 << 20

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from confined import run_confined as _run_confined
-from conftest import SECRET
 
 from corral.sandbox import probe
+from tests.helpers.calls import SECRET
+from tests.helpers.confined import run_confined as _run_confined
 
 pytestmark = pytest.mark.skipif(probe.probe()["landlock_abi"] < 1, reason="no Landlock")
 

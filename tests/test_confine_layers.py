@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from confined import ConfinedChild, run_confined
 
 from corral.config import Limits
 from corral.sandbox import probe
 from corral.sandbox.confine import MAX_OPEN_FILES, ConfinementError, confine, rlimits
+from tests.helpers.confined import ConfinedChild, run_confined
 
 KERNEL = probe.probe()
 pytestmark = pytest.mark.skipif(

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confined import run_confined
 
 from corral import seccomp
 from corral.fs import Root
 from corral.sandbox import _mountns, probe
 from corral.seccomp.arches import load_arch, native_arch
+from tests.helpers.confined import run_confined
 
 KERNEL = probe.probe()
 pytestmark = pytest.mark.skipif(

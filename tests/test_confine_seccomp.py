@@ -17,10 +17,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from confined import run_confined
 
 from corral import seccomp
 from corral.seccomp.arches import X32_SYSCALL_BIT, load_arch, native_arch
+from tests.helpers.confined import run_confined
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
 NR = load_arch(native_arch() or "x86_64").syscalls

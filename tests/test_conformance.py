@@ -8,7 +8,7 @@ import fnmatch
 import re
 from pathlib import Path
 
-from scripts_loader import load_script
+from tests.helpers.scripts_loader import load_script
 
 conformance = load_script("conformance")
 REPO = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from corral.fs import Root, Roots, _listing
 from corral.policy import Policy, Rule
 from corral.tools.base import Context
 from corral.tools.registry import TOOLS
-from tests.wire_calls import execute
+from tests.helpers.wire_calls import execute
 
 TEMP = ".corral-tmp-4242-deadbeef"  # how corral/fs names a write's temp file while in flight
 

@@ -15,17 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import err, ok
-from history_helpers import (
-    commit_done,
-    die_after,
-    left,
-    promoted,
-    renames_into_the_store_cross_mounts,
-    settled,
-    snapshot,
-    work_store,
-)
 
 from corral import Sandbox
 from corral.errors import CorralError
@@ -36,6 +25,17 @@ from corral.history.keeper import Keeper
 from corral.history.records import BadRecord
 from corral.history.store import Store
 from corral.policy import Policy, Rule
+from tests.helpers.calls import err, ok
+from tests.helpers.history_helpers import (
+    commit_done,
+    die_after,
+    left,
+    promoted,
+    renames_into_the_store_cross_mounts,
+    settled,
+    snapshot,
+    work_store,
+)
 
 ON = {"delete_directory": "allow"}
 
@@ -486,7 +486,7 @@ def test_without_a_keeper_the_tree_is_removed_through_fds(ws: Path) -> None:
 
 
 def test_through_the_mcp_sdk_client(ws: Path, tmp_path: Path) -> None:
-    from mcp_helpers import run_session, structured, write_config
+    from tests.helpers.mcp_helpers import run_session, structured, write_config
 
     _tree(ws)
     extra = write_config(tmp_path, '[tools]\ndelete_directory = "allow"\n')

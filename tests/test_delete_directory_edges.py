@@ -10,8 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import err, ok
-from history_helpers import promoted, work_store
 
 from corral import Sandbox
 from corral.fs import Root, Roots
@@ -19,6 +17,8 @@ from corral.fs._tree import MAX_TREE_DEPTH, remove
 from corral.history import restore
 from corral.history.keeper import Keeper
 from corral.policy import Policy
+from tests.helpers.calls import err, ok
+from tests.helpers.history_helpers import promoted, work_store
 
 
 def _nested(top: Path, depth: int) -> None:

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ok
-from history_helpers import commit_done, snapshot, work_store
 
 from corral import Sandbox
 from corral.config import HistoryOptions
@@ -25,6 +23,8 @@ from corral.fs import Root
 from corral.history.links import MAX_TARGET_BYTES, check_target, make_link
 from corral.history.store import id_time, new_id
 from corral.policy import Policy
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import commit_done, snapshot, work_store
 
 ON = {"delete_directory": "allow", "delete_file": "allow"}
 # relative (a node_modules/.bin link among them), absolute, dangling, and a target a

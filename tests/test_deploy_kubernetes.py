@@ -1,4 +1,4 @@
-"""deploy/kubernetes, offline: every kustomization rendered (tests/kustomize.py;
+"""deploy/kubernetes, offline: every kustomization rendered (tests/helpers/kustomize.py;
 against `kubectl kustomize` where kubectl is installed), every resource against
 the Kubernetes schemas (kubernetes-validate, strict: no unknown field), the
 SandboxTemplate against the fields of agent-sandbox's SandboxTemplate CRD
@@ -21,8 +21,8 @@ import yaml
 
 from corral.faces.cli import build_parser
 from corral.faces.http_server import parse_address
-from tests.kustomize import render
-from tests.mcp_helpers import REPO
+from tests.helpers.kustomize import render
+from tests.helpers.mcp_helpers import REPO
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
 ROOTS = sorted(path.parent for path in KUBERNETES.rglob("kustomization.yaml"))

@@ -16,8 +16,8 @@ from pathlib import Path
 import pyseccomp
 
 from corral.seccomp.profile import load_profile
-from tests.mcp_helpers import REPO
-from tests.scripts_loader import load_script
+from tests.helpers.mcp_helpers import REPO
+from tests.helpers.scripts_loader import load_script
 
 PROFILE = REPO / "deploy" / "seccomp.json"
 

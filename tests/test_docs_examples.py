@@ -16,7 +16,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +24,8 @@ import pytest
 from corral import Sandbox
 from corral.config_keys import KEYS
 from corral.faces.cli import build_parser
-from tests.http_helpers import TOKENS, Server, post
-
-REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "docs"
-BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
-
-
-def python_blocks() -> Iterator[tuple[str, int, str]]:
-    for page in sorted(DOCS.glob("*.md")):
-        for index, code in enumerate(BLOCK.findall(page.read_text())):
-            yield page.name, index, code
-
-
-def block(page: str, needle: str) -> str:
-    (code,) = [code for name, _, code in python_blocks() if name == page and needle in code]
-    return code
+from tests.helpers.doc_blocks import DOCS, REPO, block, python_blocks
+from tests.helpers.http_helpers import TOKENS, Server, post
 
 
 def run(code: str, cwd: Path, *, replace: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -66,6 +51,7 @@ def test_python_block_is_valid_as_written(page: str, index: int, code: str,
     assert done.returncode == 0, done.stdout
 
 
+@pytest.mark.slow
 def test_api_examples_run(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "src").mkdir(parents=True)
@@ -164,6 +150,7 @@ def test_pool_example_approval_callback_reads_a_real_request(
     assert asked == ["write_file b.txt: allow? [y/N] "]
 
 
+@pytest.mark.slow
 def test_http_example_runs_and_a_wrong_token_is_what_the_page_says(server: Server) -> None:
     (server.alice / "README.md").write_text("# alice\n")
     code = block("http.md", "streamable_http_client")

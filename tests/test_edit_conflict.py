@@ -19,7 +19,7 @@ from corral.fs import Root, Roots, content_version
 from corral.policy import Policy
 from corral.tools import edit
 from corral.tools.base import Context
-from tests.wire_calls import execute
+from tests.helpers.wire_calls import execute
 
 
 @pytest.fixture

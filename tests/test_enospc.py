@@ -9,10 +9,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.fs import Root
+from tests.helpers.scripts_loader import load_script
 
 enospc = load_script("enospc")
 

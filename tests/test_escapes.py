@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SECRET
 
 from corral.errors import CorralError
 from corral.fs import Expect, Root, Roots
+from tests.helpers.calls import SECRET
 
 RESOLVERS = ["openat2", "walk"]
 BIG = 1 << 20

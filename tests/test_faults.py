@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_helpers import MakeBroker, call, wait_gone
 
 from corral.config import Limits
+from tests.helpers.broker_helpers import MakeBroker, call, wait_gone
 
 BIG = 20 * 1024 * 1024  # the write the worker dies in the middle of
 TEMP_PREFIX = ".corral-tmp-"  # how corral/fs names its temp files: "<prefix><pid>-<random>"

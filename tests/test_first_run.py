@@ -20,10 +20,10 @@ from corral.config import ConfigError
 from corral.faces.mcp_actions import Reply, Run
 from corral.faces.mcp_core import McpSession
 from corral.policy import Policy
-from tests.cli_helpers import run
-from tests.conftest import SECRET
-from tests.http_helpers import Server, post, start_http, stop
-from tests.mcp_helpers import run_session, structured, write_config
+from tests.helpers.calls import SECRET
+from tests.helpers.cli_helpers import run
+from tests.helpers.http_helpers import Server, post, start_http, stop
+from tests.helpers.mcp_helpers import run_session, structured, write_config
 
 TIMEOUT = 60
 

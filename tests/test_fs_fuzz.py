@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
+
+from tests.helpers.scripts_loader import load_script
 
 TREES = 12  # fixed seeds: the same trees every run; the script explores new ones
 PATHS_PER_TREE = 60

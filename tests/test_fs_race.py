@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
+
+from tests.helpers.scripts_loader import load_script
 
 ROUNDS = 150  # each round runs every operation once; the soak in scripts/ runs for minutes
 

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confined import ConfinedChild, run_confined
 
 from corral import seccomp
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
+from tests.helpers.confined import ConfinedChild, run_confined
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral import AsyncSandbox
+from corral import AsyncSandbox, testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import Policy, RootSpec
@@ -41,7 +41,7 @@ def test_a_zygote_killed_under_a_call_fails_it_at_once_and_halts(workspace: Path
     slow = CallRequest(**SLOW)
     caller = threading.Thread(target=lambda: answers.append(broker.submit(slow).public()))
     caller.start()
-    busy(broker._supply._idle)
+    busy(testing.idle_workers(broker))
     os.kill(broker.pids()["zygote"], signal.SIGKILL)
     caller.join(SAFETY_NET_S)
     try:
@@ -61,10 +61,10 @@ def test_a_cancelled_async_call_does_not_leak_its_worker(workspace: Path) -> Non
     async def scenario() -> dict[str, Any]:
         sandbox = AsyncSandbox(workspace, workers=1, limits=Limits(timeout_s=0.5))
         try:
-            pool = sandbox._executor._supply
+            idle = testing.idle_workers(testing.broker(sandbox))
             slow = asyncio.create_task(sandbox.call("grep", SLOW["arguments"]))
-            await asyncio.to_thread(busy, pool._idle)
-            assert not pool._idle  # the slow call holds the only worker
+            await asyncio.to_thread(busy, idle)
+            assert not idle  # the slow call holds the only worker
             slow.cancel()
             await asyncio.gather(slow, return_exceptions=True)
             # the one worker comes back (replaced after its timeout), so this is served

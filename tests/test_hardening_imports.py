@@ -19,7 +19,7 @@ from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.policy import RootSpec
 from corral.sandbox.broker import Broker
-from tests.hardening_calls import CALLS, POLICY, code_of, make_tree
+from tests.helpers.hardening_calls import CALLS, POLICY, code_of, make_tree
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent("""
     from corral.config import Limits, SandboxOptions
     from corral.policy import RootSpec
     from corral.sandbox.protocol import encode
-    from tests.hardening_calls import CALLS, POLICY, code_of
+    from tests.helpers.hardening_calls import CALLS, POLICY, code_of
     sandbox = SandboxSetup.of([RootSpec({workspace!r}, "rw")], Limits(), POLICY, SandboxOptions())
     setup = Setup.open(sandbox, POLICY)
     confine.prepare()

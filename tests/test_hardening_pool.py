@@ -15,13 +15,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from evil_zygote import FRAME_LIMIT, REQUEST, Behaviour, EvilZygote, Private, honest, honest_answer
 
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
 from corral.sandbox.protocol import encode, read_frame, send_bytes
 from corral.sandbox.supplies import MAX_BOOT_KILLS
+from tests.helpers.evil_zygote import (
+    FRAME_LIMIT,
+    REQUEST,
+    Behaviour,
+    EvilZygote,
+    Private,
+    honest,
+    honest_answer,
+)
 
 
 @pytest.fixture

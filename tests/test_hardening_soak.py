@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
+
+from tests.helpers.scripts_loader import load_script
 
 CALLS = 400  # the script runs thousands
 THREADS = 4

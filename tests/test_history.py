@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ok
-from history_helpers import snapshot
 
-from corral import AsyncSandbox, Sandbox
+from corral import AsyncSandbox, Sandbox, testing
 from corral.policy import Policy, Rule
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import snapshot
 
 ENABLE_DELETE = Policy(tool_modes={"delete_file": "allow"})
 
@@ -199,14 +199,15 @@ def test_the_replaced_file_is_kept_not_copied(delete_sb: Sandbox, tree: Path) ->
     inode = (tree / "log.txt").stat().st_ino
     old = (tree / "log.txt").read_bytes()
     ok(delete_sb, "write_file", path="log.txt", content="new\n")
-    delete_sb._history.flush()  # committed: moved into the root's kept directory
-    kept = list(Path(delete_sb._history.path).glob("k-*/b-*"))
+    testing.history(delete_sb).flush()  # committed: moved into the root's kept directory
+    kept = list(Path(testing.history(delete_sb).path).glob("k-*/b-*"))
     if delete_sb.confinement["mount_namespace"]:
         assert [p.read_bytes() for p in kept] == [old]
     else:
         assert [p.stat().st_ino for p in kept] == [inode]
 
 
+@pytest.mark.slow
 def test_cli_history_checkpoint_undo_rewind(tree: Path) -> None:
     import subprocess
 

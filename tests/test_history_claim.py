@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from history_helpers import promoted, work_store
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.fs import Root, content_version
 from corral.history import promote
 from corral.history.keeper import Keeper
 from corral.history.store import Store, new_id
+from tests.helpers.history_helpers import promoted, work_store
 
 
 class Local(NamedTuple):
@@ -104,7 +104,7 @@ def history_sb(ws: Path, tmp_path: Path) -> Sandbox:
 
 def test_a_false_claim_is_caught_by_the_undo(history_sb: Sandbox, ws: Path) -> None:
     with history_sb as sb:
-        work = sb._history.work_path  # type: ignore[attr-defined]
+        work = testing.history(sb).work_path
         assert work is not None
         _forge(ws, work, content_version(b"GOOD\n"), b"EVIL\n")
         [entry] = sb.history()  # committed: the host did not read the blob
@@ -124,21 +124,21 @@ def test_a_claim_that_cannot_be_one_is_refused(
     history_sb: Sandbox, ws: Path, version: str, blob: bytes | None
 ) -> None:
     with history_sb as sb:
-        work = sb._history.work_path  # type: ignore[attr-defined]
+        work = testing.history(sb).work_path
         record_id = _forge(ws, work, version, blob or b"EVIL\n")
         if blob is None:
             os.unlink(f"{work}/b-{record_id}-0")
         assert sb.history() == []
-        assert f"r-{record_id}.done" in sb._history.refused  # type: ignore[attr-defined]
+        assert f"r-{record_id}.done" in testing.history(sb).refused
 
 
 def test_a_blob_of_another_size_than_claimed_is_refused(history_sb: Sandbox, ws: Path) -> None:
     with history_sb as sb:
-        work = sb._history.work_path  # type: ignore[attr-defined]
+        work = testing.history(sb).work_path
         record_id = _forge(ws, work, content_version(b"GOOD\n"), b"EVIL\n")
         Path(work, f"b-{record_id}-0").write_bytes(b"EVIL, and longer\n")
         assert sb.history() == []
-        assert f"r-{record_id}.done" in sb._history.refused  # type: ignore[attr-defined]
+        assert f"r-{record_id}.done" in testing.history(sb).refused
 
 
 def test_undo_restores_a_claimed_copy(history_sb: Sandbox, ws: Path) -> None:

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_helpers import (
+
+from corral.config import Limits, SandboxOptions
+from corral.fs import Root, Roots, content_version
+from corral.history import keeper as keeper_module
+from corral.history import recover, restore, revert
+from corral.history.keeper import Keeper
+from corral.history.store import Store, new_id
+from corral.policy import Policy, RootSpec
+from tests.helpers.history_helpers import (
     commit_done,
     die_after,
     left,
@@ -24,15 +32,7 @@ from history_helpers import (
     snapshot,
     work_store,
 )
-from scripts_loader import load_script
-
-from corral.config import Limits, SandboxOptions
-from corral.fs import Root, Roots, content_version
-from corral.history import keeper as keeper_module
-from corral.history import recover, restore, revert
-from corral.history.keeper import Keeper
-from corral.history.store import Store, new_id
-from corral.policy import Policy, RootSpec
+from tests.helpers.scripts_loader import load_script
 
 crash_history = load_script("crash_history")
 
@@ -133,7 +133,7 @@ def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point:
         assert content_version(OLD) == content_version((workspace / "f.txt").read_bytes())
 
 
-@pytest.mark.parametrize("who", ["worker", "host"])
+@pytest.mark.parametrize("who", ["worker", pytest.param("host", marks=pytest.mark.slow)])
 def test_kill_9_at_random_points_of_recorded_writes(tmp_path: Path, who: str) -> None:
     workspace, store = tmp_path / "ws", tmp_path / "store"
     workspace.mkdir()
@@ -321,6 +321,7 @@ def _restore_scene(base: Path) -> tuple[Root, Path, Store, str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("exdev", [False, True])
+@pytest.mark.slow
 def test_a_rewind_killed_at_any_step_then_run_again_gives_the_checkpoint(
     tmp_path: Path, exdev: bool
 ) -> None:

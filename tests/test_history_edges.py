@@ -8,8 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ok
-from history_helpers import promoted, work_store
 
 from corral import AsyncSandbox, CorralError, Sandbox
 from corral.config import HistoryOptions, Limits
@@ -17,6 +15,8 @@ from corral.fs import Root, Roots
 from corral.history import restore
 from corral.history.keeper import Keeper
 from corral.policy import Policy
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import promoted, work_store
 
 OFF = HistoryOptions(enabled=False)
 
@@ -79,6 +79,7 @@ def test_undo_after_a_rewind_takes_the_rewind_back(workspace: Path) -> None:
             assert target.read_text() == expected
 
 
+@pytest.mark.slow
 def test_cli_undo_after_a_forced_rewind(workspace: Path) -> None:
     target = workspace / "a.txt"
     target.write_text("v1")

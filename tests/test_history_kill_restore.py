@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ok
-from history_helpers import snapshot
 
 from corral import Sandbox
 from corral.fs import TEMP_PREFIX
 from corral.history.store import id_pid
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import snapshot
 
 SIZE = 256 * 1024  # each restoring write takes a while: a kill lands inside one
 

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ok
 
 from corral import Sandbox
+from tests.helpers.calls import ok
 
 PATCH = """*** Begin Patch
 *** Update File: src/app.py

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ok
-from history_helpers import snapshot
 
 from corral import Sandbox
 from corral.policy import Policy, RootSpec
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import snapshot
 
 
 @pytest.fixture

@@ -9,10 +9,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import ok
+import pytest
 
 from corral import Sandbox
 from corral.tools.render import escaped
+from tests.helpers.calls import ok
 
 NAME = "a\x1b[2K\rfake.txt\u202egnp.txt"  # erases the line, returns, reverses the rest
 
@@ -39,6 +40,7 @@ def corral(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, env=os.environ)
 
 
+@pytest.mark.slow
 def test_cli_history_undo_rewind_escape_names(workspace: Path) -> None:
     cp = corral(workspace, "checkpoint", "label\x1b[1A").stdout.strip()
     arguments = json.dumps({"path": NAME, "content": "x\n"})

@@ -8,13 +8,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from history_helpers import snapshot
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral import Sandbox
 from corral.config import HistoryOptions
 from corral.policy import Policy
+from tests.helpers.history_helpers import snapshot
 
 NAMES = ["a.txt", "b.sh", "d/c.txt", "d/e/f.txt", "g"]
 TEXT = st.text(alphabet="xyz\n", max_size=40)
@@ -47,6 +48,7 @@ def _seed(workspace: Path) -> None:
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(before=st.lists(CALL, max_size=6), after=st.lists(CALL, min_size=1, max_size=30))
+@pytest.mark.slow
 def test_rewind_gives_back_the_tree_at_the_checkpoint(
     tmp_path: Path, before: list[tuple[str, dict[str, Any]]],
     after: list[tuple[str, dict[str, Any]]],

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confined import run_confined
-from conftest import ok
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.calls.control import SandboxSetup
 from corral.config import HistoryOptions, SandboxOptions
 from corral.history.store import work_name
 from corral.policy import RootSpec
 from corral.sandbox import worker
+from tests.helpers.calls import ok
+from tests.helpers.confined import run_confined
 
 
 @pytest.fixture
@@ -45,9 +45,8 @@ def two(workspace: Path, tmp_path: Path) -> Iterator[tuple[Sandbox, Sandbox, Pat
 
 def _setup(sb: Sandbox) -> worker.Setup:
     """What a worker of `sb` serves with, as its zygote builds it."""
-    assert sb._history is not None
     return worker.Setup.open(SandboxSetup.of(
-        sb.roots, sb.limits, sb.policy, SandboxOptions(), sb._history.work_path), sb.policy)
+        sb.roots, sb.limits, sb.policy, SandboxOptions(), testing.history(sb).work_path), sb.policy)
 
 
 def _reads(paths: dict[str, str], root_fd: int) -> dict[str, Any]:
@@ -128,8 +127,8 @@ def test_a_store_written_before_kept_directories_is_moved_into_them(
         ok(sb, "write_file", path="hello.txt", content="two\n")
         cp = sb.checkpoint()
         ok(sb, "write_file", path="hello.txt", content="three\n")
-        assert sb._history is not None and sb._history.work_path is not None
-        home, work = Path(sb._history.path), Path(sb._history.work_path)
+        assert testing.history(sb).work_path is not None
+        home, work = Path(testing.history(sb).path), Path(testing.history(sb).work_path)
     for record in home.glob("r-*.json"):  # as the earlier version left it
         data = json.loads(record.read_text())
         for entry in data["entries"]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ok
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.fs import Root, Roots
 from corral.history import restore
 from corral.history.restore import Restorer
 from corral.history.store import Store
 from corral.policy import Policy, Rule
+from tests.helpers.calls import ok
 
 DEPLOY = Policy(rules=(Rule("no-deploy", "deny", ("*",), ("deploy/*.yml",)),))
 
@@ -113,7 +113,7 @@ def test_the_guard_decides_even_where_the_check_did_not(
         ok(sb, "move_file", source="q", destination="r")
         ok(sb, "move_file", source="p", destination="q")
         monkeypatch.setattr(Restorer, "_spellings", staticmethod(lambda root, rel: [rel]))
-        history = sb._history  # the host's view of the store, as a worker reads it
+        history = testing.history(sb)  # the host's view of the store, as a worker reads it
         assert history is not None and history.work_path is not None
         store = Store.open(history.work_path)
         try:

@@ -13,11 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confined import run_confined
-from conftest import ok
-from history_helpers import promoted, snapshot, work_store
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.config import HistoryOptions, SandboxOptions, load_config
 from corral.fs import Root
 from corral.history import bounds, host
@@ -29,6 +26,9 @@ from corral.history.records import Entry, Record, State
 from corral.history.store import Store, kept_name, new_id
 from corral.policy import Policy
 from corral.sandbox.worker import StoreDir
+from tests.helpers.calls import ok
+from tests.helpers.confined import run_confined
+from tests.helpers.history_helpers import promoted, snapshot, work_store
 
 EVERYTHING = Policy(tool_modes={"delete_file": "allow"})
 
@@ -79,7 +79,7 @@ def test_eviction_by_age_when_a_sandbox_opens(workspace: Path, tmp_path: Path) -
     options = HistoryOptions(path=str(tmp_path / "hist"), max_age_days=1)
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="a.txt", content="a")
-        store, work = Path(sb.history_path), Path(sb._history.work_path)
+        store, work = Path(sb.history_path), Path(testing.history(sb).work_path)
     old = f"{(1_000_000_000 * 10**9):016x}" + new_id()[16:]  # 2001
     (store / f"r-{old}.json").write_text(f'{{"id": "{old}", "entries": []}}')
     (work / f"b-{old}-0").write_text("old bytes")  # its kept copy, where its writer put it
@@ -105,7 +105,7 @@ def test_a_start_soon_after_a_bound_takes_its_note_and_reads_no_store(
     usage = bounds.usage_of
     monkeypatch.setattr(bounds, "usage_of", lambda store: scans.append(1) or usage(store))
     with Sandbox(workspace, history=options) as sb:
-        assert sb._history is not None and sb._history._usage == held
+        assert testing.history_usage(sb) == held
         ok(sb, "write_file", path="a.txt", content="b" * 4096)
     assert scans == []
     grown, same = map(int, store.joinpath(BOUND).read_text().split())
@@ -238,8 +238,8 @@ def test_each_workspace_has_its_own_store(tmp_path: Path) -> None:
 def test_no_tool_reaches_the_store(workspace: Path) -> None:
     with Sandbox(workspace, policy=EVERYTHING) as sb:
         ok(sb, "write_file", path="hello.txt", content="recorded")
-        sb._history.flush()
-        kept = next(Path(sb._history.path).glob("k-*/b-*"))
+        testing.history(sb).flush()
+        kept = next(Path(testing.history(sb).path).glob("k-*/b-*"))
         store, blob = str(kept.parent), kept.name
         relative = os.path.relpath(store, workspace)
         for path in (store, f"{store}/{blob}", f"{relative}/{blob}", relative):
@@ -351,8 +351,7 @@ def test_the_note_counts_each_commit_not_only_the_close(
         start = int(store.joinpath(BOUND).read_text().split()[0])
         for round_ in range(3):  # each keeps the last one's 8 KiB
             ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
-        assert sb._history is not None
-        sb._history.flush()
+        testing.history(sb).flush()
         noted = int(store.joinpath(BOUND).read_text().split()[0])
         assert noted >= start + 8192  # the second write's copy, before any close
 
@@ -368,8 +367,8 @@ def test_what_a_worker_leaves_in_its_work_directory_is_bounded(
     options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=256 * 1024)
     with Sandbox(workspace, history=options) as sb:
         ok(sb, "write_file", path="hello.txt", content="kept\n")
-        assert sb._history is not None and sb._history.work_path is not None
-        work = Path(sb._history.work_path)
+        assert testing.history(sb).work_path is not None
+        work = Path(testing.history(sb).work_path)
     for n in range(100):  # 800 KiB no record keeps
         (work / f"junk-{n}").write_bytes(b"x" * 8192)
     future = f"{time.time_ns() + 10**12:016x}{os.getpid() & 0xFFFFFF:06x}0000"
@@ -414,8 +413,8 @@ def test_a_writer_reuses_the_file_of_its_last_committed_record(
     reuses it; the sandbox's close removes it, and a record still commits whole."""
     options = HistoryOptions(path=str(tmp_path / "hist"))
     with Sandbox(workspace, history=options, options=SandboxOptions(workers=1)) as sb:
-        assert sb._history is not None and sb._history.work_path is not None
-        work = Path(sb._history.work_path)
+        assert testing.history(sb).work_path is not None
+        work = Path(testing.history(sb).work_path)
         ok(sb, "write_file", path="a.txt", content="one\n")
         [spare] = [p for p in work.iterdir() if p.name.startswith("s-")]
         inode = spare.stat().st_ino

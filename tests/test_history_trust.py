@@ -19,11 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confined import run_confined
-from conftest import ok
-from history_helpers import promoted, work_store
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.api import _start_executor
 from corral.calls.control import SandboxSetup
 from corral.config import HistoryOptions, Limits, SandboxOptions
@@ -34,6 +31,9 @@ from corral.history.promote import CLOCK_SLACK_S
 from corral.history.store import Store, StoreError, new_id
 from corral.policy import Policy
 from corral.sandbox import worker
+from tests.helpers.calls import ok
+from tests.helpers.confined import run_confined
+from tests.helpers.history_helpers import promoted, work_store
 
 
 @dataclasses.dataclass
@@ -200,12 +200,13 @@ def test_a_future_dated_record_from_a_worker_is_refused(
     with caplog.at_level(logging.WARNING, logger="corral"):
         assert sb.history() == []
     assert "dated in the future" in caplog.text
-    assert "future" in sb._history.refused[f"r-{forged}.done"]
+    assert "future" in testing.history(sb).refused[f"r-{forged}.done"]
     assert sb.undo("hello.txt")["error"]["code"] == "not_found"
     assert (workspace / "hello.txt").read_bytes() == now
     assert not list(Path(started.history).iterdir())  # dropped, its blob too
 
 
+@pytest.mark.slow
 def test_a_change_that_took_long_to_keep_its_old_file_is_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,7 +248,7 @@ def test_a_record_that_does_not_check_out_is_refused(
     record = _changed(workspace, record_id, change)
     _plant(started.history, record_id, json.dumps(record).encode())
     assert sb.history() == []
-    assert f"r-{record_id}.done" in sb._history.refused
+    assert f"r-{record_id}.done" in testing.history(sb).refused
     assert sb.undo("hello.txt")["error"]["code"] == "not_found"
 
 
@@ -266,14 +267,13 @@ def test_a_record_an_answer_carries_is_checked_as_one_in_the_store(
     record_id = new_id()
     record = _changed(workspace, record_id, change)
     Path(started.history, f"b-{record_id}-0").write_bytes(b"EVIL")  # no .done file at all
-    assert sb._history is not None
-    sb._history.promote([record_id], "write_file", None, [record])
+    testing.history(sb).promote([record_id], "write_file", None, [record])
     if not change:  # well-formed: committed from the answer alone
         [shown] = sb.history()
-        assert shown["id"] == record_id and sb._history.refused == {}
+        assert shown["id"] == record_id and testing.history(sb).refused == {}
         return
     assert sb.history() == []
-    assert f"r-{record_id}.done" in sb._history.refused
+    assert f"r-{record_id}.done" in testing.history(sb).refused
     assert not Path(started.history, f"b-{record_id}-0").exists()  # dropped with its blob
 
 
@@ -543,7 +543,7 @@ def test_the_sweep_refuses_a_record_of_a_tool_that_changes_nothing(
     record["tool"] = "read_file"
     _plant(started.history, record_id, json.dumps(record).encode())
     assert sb.history() == []
-    assert "changes nothing" in sb._history.refused[f"r-{record_id}.done"]
+    assert "changes nothing" in testing.history(sb).refused[f"r-{record_id}.done"]
 
 
 def test_the_sweep_refuses_a_record_older_than_the_history_keeps(
@@ -555,7 +555,7 @@ def test_the_sweep_refuses_a_record_older_than_the_history_keeps(
     record_id = _future_id(-2 * 86_400)
     _plant(started.history, record_id, _forged(str(workspace), record_id, b"EVIL", now))
     assert sb.history() == []
-    assert "older than" in sb._history.refused[f"r-{record_id}.done"]
+    assert "older than" in testing.history(sb).refused[f"r-{record_id}.done"]
 
 
 def test_the_sweep_leaves_a_call_in_flight_its_own_records(
@@ -565,20 +565,19 @@ def test_the_sweep_leaves_a_call_in_flight_its_own_records(
     start), not committed meanwhile by a sweep that another thread ran."""
     started = start()
     sb = started.sb
-    assert sb._history is not None
     now = (workspace / "hello.txt").read_bytes()
     call = object()
-    sb._history.calling(call)  # a write_file call begins ...
+    testing.history(sb).calling(call)  # a write_file call begins ...
     record_id = new_id()
     record = json.loads(_forged(str(workspace), record_id, b"EVIL", now))
     record["tool"] = "append_file"  # ... and its worker records another tool's change
     _plant(started.history, record_id, json.dumps(record).encode())
     assert sb.history() == []  # the sweep leaves it to the call's answer
     assert (Path(started.history) / f"r-{record_id}.done").exists()
-    sb._history.promote([record_id], "write_file", time.time() - 1)
-    sb._history.answered(call)
+    testing.history(sb).promote([record_id], "write_file", time.time() - 1)
+    testing.history(sb).answered(call)
     assert sb.history() == []
-    assert "from a 'write_file' call" in sb._history.refused[f"r-{record_id}.done"]
+    assert "from a 'write_file' call" in testing.history(sb).refused[f"r-{record_id}.done"]
 
 
 def test_a_commit_that_fails_leaves_the_answer_and_the_record_for_the_sweep(

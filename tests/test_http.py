@@ -20,9 +20,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import SECRET
-from tests.http_helpers import TOKENS, Server, call, mirrored_lines, post
-from tests.mcp_helpers import PNG, structured
+from tests.helpers.calls import SECRET
+from tests.helpers.http_helpers import TOKENS, Server, call, mirrored_lines, post
+from tests.helpers.mcp_helpers import PNG, structured
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
 

@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.http_helpers import STATELESS_META, TOKENS, Server, call, post
+from tests.helpers.http_helpers import STATELESS_META, TOKENS, Server, call, post
 
 WRITE = call("write_file", {"path": "gateway.txt", "content": "written\n"})
 

@@ -20,8 +20,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.http_helpers import TOKENS, Server, post, running_server, sha256
-from tests.mcp_helpers import structured
+from tests.helpers.http_helpers import TOKENS, Server, post, running_server, sha256
+from tests.helpers.mcp_helpers import structured
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import err, ok
-from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.config import SandboxOptions
 from corral.policy import Policy, Rule
+from tests.helpers.calls import err, ok
+from tests.helpers.scripts_loader import load_script
 
 ignore_agreement = load_script("ignore_agreement")
 

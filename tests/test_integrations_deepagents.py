@@ -24,8 +24,8 @@ from corral.errors import ERROR_CODES
 from corral.integrations import deepagents as adapter
 from corral.integrations.deepagents import CorralBackend
 from corral.integrations.langchain import CorralToolkit
-from tests.conftest import SECRET
-from tests.integration_helpers import ESCAPE_REFUSED, PATCH, assert_after_steps, build
+from tests.helpers.calls import SECRET
+from tests.helpers.integration_helpers import ESCAPE_REFUSED, PATCH, assert_after_steps, build
 
 
 class ScriptedChat(FakeMessagesListChatModel):

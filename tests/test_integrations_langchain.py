@@ -22,8 +22,8 @@ from pydantic import Field
 from corral import AsyncSandbox, Sandbox
 from corral.integrations.langchain import CorralToolkit
 from corral.policy import Policy
-from tests.conftest import SECRET
-from tests.integration_helpers import (
+from tests.helpers.calls import SECRET
+from tests.helpers.integration_helpers import (
     ESCAPE_REFUSED,
     READ_TEXT,
     STEPS,

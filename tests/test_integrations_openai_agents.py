@@ -25,8 +25,8 @@ from openai.types.responses import ResponseCustomToolCall
 from corral import AsyncSandbox, Sandbox
 from corral.integrations.openai_agents import CorralFilesystem, tools
 from corral.policy import Policy
-from tests.conftest import SECRET
-from tests.integration_helpers import (
+from tests.helpers.calls import SECRET
+from tests.helpers.integration_helpers import (
     ESCAPE_REFUSED,
     PATCH,
     READ_TEXT,

@@ -27,8 +27,8 @@ from pydantic_ai.models.test import TestModel
 from corral import AsyncSandbox, Pool, Sandbox
 from corral.integrations.pydantic_ai import CorralToolset
 from corral.policy import Policy
-from tests.conftest import SECRET
-from tests.integration_helpers import (
+from tests.helpers.calls import SECRET
+from tests.helpers.integration_helpers import (
     ESCAPE_REFUSED,
     READ_TEXT,
     STEPS,

@@ -18,7 +18,7 @@ import pytest
 
 from corral.calls.waiting import WaitPolicy
 from corral.faces import stdio
-from tests.conftest import SECRET
+from tests.helpers.calls import SECRET
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,6 +39,7 @@ def line(request_id: Any, tool: str, **arguments: Any) -> bytes:
     return json.dumps({"id": request_id, "tool": tool, "arguments": arguments}).encode()
 
 
+@pytest.mark.slow
 def test_thousand_pipelined_requests_come_back_matched_by_id(workspace: Path) -> None:
     for index in range(100):
         (workspace / f"f{index}.txt").write_text(f"file {index}\n")

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.policy import RootSpec
+from tests.helpers.scripts_loader import load_script
 
 kill_soak = load_script("kill_soak")
 
@@ -26,6 +26,7 @@ def test_worker_killed_mid_call_tears_nothing(tmp_path: Path):
     assert outcomes["worker_crashed"] == 8
 
 
+@pytest.mark.slow
 def test_host_killed_mid_call_tears_nothing(tmp_path: Path):
     outcomes = kill_soak.host_kills(tmp_path / "ws", kills=2, seed=3)  # raises as above
     assert outcomes["kills"] == 2

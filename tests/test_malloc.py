@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from broker_helpers import MakeBroker, call
+from tests.helpers.broker_helpers import MakeBroker, call
 
 # In a fresh interpreter: make and drop a 4 MiB message a few times, then count the
 # minor page faults of one more round.

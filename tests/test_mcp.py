@@ -17,8 +17,8 @@ from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters
 
-from tests.conftest import SECRET
-from tests.mcp_helpers import (
+from tests.helpers.calls import SECRET
+from tests.helpers.mcp_helpers import (
     PNG,
     REPO,
     SUPERVISED_DOCS,
@@ -281,6 +281,7 @@ def test_raw_protocol_errors(workspace: Path) -> None:
     assert set(responses) == {None, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, "s"}
 
 
+@pytest.mark.slow
 def test_version_negotiation(workspace: Path) -> None:
     old = dict(INIT, params=dict(INIT["params"], protocolVersion="2024-11-05"))
     future = dict(INIT, id=1, params=dict(INIT["params"], protocolVersion="2099-01-01"))

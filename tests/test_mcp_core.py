@@ -25,7 +25,7 @@ from corral.faces.mcp_revisions import (
 )
 from corral.faces.mcp_threads import SessionDriver
 from corral.policy import Policy
-from tests.mcp_core_helpers import run_all
+from tests.helpers.mcp_core_helpers import run_all
 
 WRITE = {"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}
 

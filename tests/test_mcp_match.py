@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mcp.client.session import ClientSession
 
-from tests.mcp_helpers import error_code, run_session, structured, write_config
+from tests.helpers.mcp_helpers import error_code, run_session, structured, write_config
 
 
 def test_drift_encodings_and_the_lesson_over_mcp(tmp_path: Path, workspace: Path) -> None:

@@ -19,8 +19,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from corral.faces.mcp_roots import client_roots
-from tests.conftest import SECRET
-from tests.mcp_helpers import PNG, REPO, error_code, serve_argv, structured, write_config
+from tests.helpers.calls import SECRET
+from tests.helpers.mcp_helpers import PNG, REPO, error_code, serve_argv, structured, write_config
 
 Body = Callable[[Client], Awaitable[None]]
 MODES = ["2026-07-28", "auto"]

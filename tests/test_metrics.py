@@ -22,7 +22,6 @@ from typing import Any
 
 import psutil
 import pytest
-from evil_zygote import FRAME_LIMIT, REQUEST, EvilZygote, honest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -35,9 +34,10 @@ from corral.sandbox import supplies, worker_set
 from corral.sandbox.call_path import CallPath
 from corral.sandbox.worker_set import WorkerSet
 from corral.seccomp.arches import load_arch, native_arch
-from tests.cli_helpers import run
-from tests.http_helpers import TOKENS, Server, call, post, running_server, sha256
-from tests.mcp_helpers import REPO
+from tests.helpers.cli_helpers import run
+from tests.helpers.evil_zygote import FRAME_LIMIT, REQUEST, EvilZygote, honest
+from tests.helpers.http_helpers import TOKENS, Server, call, post, running_server, sha256
+from tests.helpers.mcp_helpers import REPO
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 CAROL = "carol-token-5555555555"

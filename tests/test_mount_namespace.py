@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confined import run_confined
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
@@ -26,6 +25,7 @@ from corral.fs import Root
 from corral.policy import Policy, RootSpec
 from corral.sandbox import _mountns, probe
 from corral.sandbox.broker import Broker, check_required, summarise
+from tests.helpers.confined import run_confined
 
 KERNEL = probe.probe()
 pytestmark = pytest.mark.skipif(not KERNEL["mount_namespace"], reason="no mount namespaces")

@@ -7,10 +7,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from scripts_loader import load_script
-
 from corral.errors import CorralError
 from corral.fs import Expect, MoveGuard, Root
+from tests.helpers.scripts_loader import load_script
 
 race_move = load_script("race_move")
 

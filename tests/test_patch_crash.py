@@ -13,18 +13,6 @@ import random
 from pathlib import Path
 
 import pytest
-from history_helpers import settled, work_store
-from patch_helpers import (
-    AFTER,
-    BEFORE,
-    DELETES,
-    PATCH,
-    apply_in_child,
-    build,
-    files_of,
-    temps_of,
-)
-from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
@@ -36,6 +24,18 @@ from corral.history.keeper import Keeper
 from corral.history.store import Store, StoreError
 from corral.tools.base import Context
 from corral.tools.registry import execute
+from tests.helpers.history_helpers import settled, work_store
+from tests.helpers.patch_helpers import (
+    AFTER,
+    BEFORE,
+    DELETES,
+    PATCH,
+    apply_in_child,
+    build,
+    files_of,
+    temps_of,
+)
+from tests.helpers.scripts_loader import load_script
 
 crash_patch = load_script("crash_patch")
 

@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import err, ok
 
 from corral import Sandbox
 from corral.policy import Policy
+from tests.helpers.calls import err, ok
 
 
 def _patch(*sections: str) -> str:

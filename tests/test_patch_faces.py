@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from mcp.client.session import ClientSession
-from patch_helpers import AFTER, DELETES, PATCH, build, files_of
 
 from corral import CorralError, Sandbox
 from corral.tools.responses_patch import call_output, patch_arguments
-from tests.mcp_helpers import REPO, error_code, run_session, structured, write_config
+from tests.helpers.mcp_helpers import REPO, error_code, run_session, structured, write_config
+from tests.helpers.patch_helpers import AFTER, DELETES, PATCH, build, files_of
 
 # What a model writes: several files, @@ scopes, three lines of context, an added
 # function and a changed call site, a new test file.

@@ -9,7 +9,6 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripts_loader import load_script
 
 from corral.errors import CorralError
 from corral.tools.edit import apply as edit_apply
@@ -21,6 +20,7 @@ from corral.tools.patch_format import (
     files_of,
     parse_patch,
 )
+from tests.helpers.scripts_loader import load_script
 
 drift_corpus = load_script("drift_corpus")
 bench_patch_match = load_script("bench_patch_match")
@@ -632,6 +632,7 @@ def _headers(files: tuple[FilePatch, ...]) -> list[tuple[str, str, str | None]]:
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_HEADER, min_size=1, max_size=4), st.sampled_from(["\n", "\r\n"]),
        st.booleans(), st.sampled_from(["", "  "]))
+@pytest.mark.slow
 def test_files_of_reads_the_headers_parse_patch_reads(
     sections: list[tuple[str, str, str, str | None, list[str]]], ending: str,
     heredoc: bool, pad: str,

@@ -9,8 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import err, ok
-from patch_helpers import apply_in_child
 
 from corral import Sandbox
 from corral.calls.messages import CallRequest
@@ -22,6 +20,8 @@ from corral.history.store import Store
 from corral.policy import Policy, Rule
 from corral.tools.base import Context
 from corral.tools.registry import execute
+from tests.helpers.calls import err, ok
+from tests.helpers.patch_helpers import apply_in_child
 
 DELETES = Policy(tool_modes={"delete_file": "allow"})
 PATCH = ("*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+ONE\n"

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import err, ok
-from history_helpers import commit_done, work_store
-from patch_helpers import AFTER, BEFORE, DELETES, PATCH, build, files_of, temps_of
 
 from corral import Sandbox
 from corral.history.records import MAX_PATCH_ENTRIES
 from corral.history.store import new_id
 from corral.policy import Policy, RootSpec, Rule
+from tests.helpers.calls import err, ok
+from tests.helpers.history_helpers import commit_done, work_store
+from tests.helpers.patch_helpers import AFTER, BEFORE, DELETES, PATCH, build, files_of, temps_of
 
 
 @pytest.fixture

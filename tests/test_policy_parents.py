@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import err, ok
 
 from corral import Sandbox
 from corral.config import SandboxOptions
 from corral.policy import Policy, Rule
+from tests.helpers.calls import err, ok
 
 KEEP_DIST = Policy(rules=(
     Rule("keep", "allow", ("write_file",), ("dist/keep/**",)),

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
-from corral.config import TOOL_NAMES, ConfigError, Limits
+from corral.config import ConfigError, Limits
+from corral.config_keys import TOOL_NAMES
 from corral.policy import Policy, RootSpec, Rule
 from corral.tools.registry import TOOLS
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import psutil
 import pytest
-from broker_helpers import MakeBroker, as_result, call, left_running, running, wait_gone
 
+from corral import testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
@@ -26,6 +26,14 @@ from corral.sandbox.broker import Broker
 from corral.sandbox.call_path import RSS_CHECK_EVERY
 from corral.sandbox.probe import probe
 from corral.sandbox.protocol import SOCKET_SEND_BYTES
+from tests.helpers.broker_helpers import (
+    MakeBroker,
+    as_result,
+    call,
+    left_running,
+    running,
+    wait_gone,
+)
 
 
 def all_pids(broker: Broker) -> list[int]:
@@ -296,7 +304,7 @@ def test_worker_sockets_take_a_large_answer_in_one_write(make_broker: MakeBroker
     assert call(broker, "stat_file", path=".")["ok"]
     with open("/proc/sys/net/core/wmem_max") as limit:
         expected = 2 * min(SOCKET_SEND_BYTES, int(limit.read()))
-    workers = list(broker._supply._workers)
+    workers = list(testing.workers(broker))
     assert workers
     for worker in workers:
         assert worker.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == expected

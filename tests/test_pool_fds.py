@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mcp_helpers import REPO
+from tests.helpers.mcp_helpers import REPO
 
 SANDBOXES = 100
 SOFT = 256  # below what SANDBOXES need
@@ -54,6 +54,7 @@ with Pool() as pool:
 """
 
 
+@pytest.mark.slow
 def test_a_pool_opens_more_sandboxes_than_the_soft_limit_of_fds_allows(tmp_path: Path) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < SANDBOXES * FDS_PER_SANDBOX * 2:

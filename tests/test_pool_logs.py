@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evil_zygote import REQUEST, EvilZygote, Private, honest
 
-from corral import Pool
+from corral import Pool, testing
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
@@ -22,6 +21,7 @@ from corral.policy import Policy, RootSpec
 from corral.sandbox.broker import Broker
 from corral.sandbox.hub import MIN_LIFE_S
 from corral.sandbox.protocol import EXIT_CONFINE_FAILED
+from tests.helpers.evil_zygote import REQUEST, EvilZygote, Private, honest
 
 LOGGER = "corral.workers"
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
@@ -114,7 +114,7 @@ def test_an_idle_reap_is_logged_with_the_exit(
     with Pool(max_workers=1, idle_timeout_s=0.1) as pool, \
             caplog.at_level(logging.INFO, logger=LOGGER):
         sandbox = pool.sandbox(tmp_path)
-        sandbox._executor._sweep.result()  # its worker idle from now on
+        testing.sweep(testing.broker(sandbox)).result()  # its worker idle from now on
         (idle,) = sandbox.pids()["workers"]
         wait_for(lambda: lines(caplog, logging.INFO, f"worker {idle} reaped"), "the reap")
         assert lines(caplog, logging.INFO, f"worker {idle} reaped", "killed by SIGKILL")

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from corral import AsyncSandbox, Pool, Sandbox
+from corral import AsyncSandbox, Pool, Sandbox, testing
 from corral.calls.messages import Answer, CallRequest, Malformed, Meta
 from corral.config import ConfigError, QuotaOptions
 from corral.faces.tenants import parse_tenants, tenant_config
 from corral.host.flow import Approve, Submit
 from corral.host.quota import FILES, QuotaUsage
 from corral.policy import Policy
-from tests.cli_helpers import run
-from tests.mcp_helpers import REPO, run_session, structured
+from tests.helpers.cli_helpers import run
+from tests.helpers.mcp_helpers import REPO, run_session, structured
 
 HEX = "ab" * 32
 
@@ -41,13 +41,13 @@ class Submits:
 
     def __init__(self, sb: Sandbox) -> None:
         self.count = 0
-        submit = sb._executor.submit
+        submit = testing.broker(sb).submit
 
         def counted(request: Any, *args: Any) -> Any:
             self.count += 1
             return submit(request, *args)
 
-        sb._executor.submit = counted  # type: ignore[method-assign]
+        testing.broker(sb).submit = counted  # type: ignore[method-assign]
 
 
 @pytest.fixture

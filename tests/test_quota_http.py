@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.http_helpers import Server, call, post, running_server, tenant
+from tests.helpers.http_helpers import Server, call, post, running_server, tenant
 
 ALICE_CALLS = 10  # alice's calls_per_minute
 CONCURRENT = 100

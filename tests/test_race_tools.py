@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
+
+from tests.helpers.scripts_loader import load_script
 
 race_tools = load_script("race_tools")
 
@@ -15,7 +16,9 @@ ROUNDS = 13 * 20  # twenty calls of each tool; the script runs 20,000 rounds
 
 
 @pytest.mark.parametrize(
-    ("level", "resolver"), [("inproc", "openat2"), ("inproc", "walk"), ("sandbox", "auto")]
+    ("level", "resolver"),
+    [("inproc", "openat2"), ("inproc", "walk"),
+     pytest.param("sandbox", "auto", marks=pytest.mark.slow)],
 )
 def test_every_tool_holds_under_a_rename_race(tmp_path: Path, level: str, resolver: str):
     outcomes = race_tools.race(tmp_path, level, ROUNDS, resolver)  # raises on any leak

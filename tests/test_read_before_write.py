@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import err, ok
 
 from corral import Sandbox
 from corral.config import ConfigError, load_config
 from corral.policy import Policy
+from tests.helpers.calls import err, ok
 
 REQUIRE = Policy(read_before_write="require")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripts_loader import load_script
 
 from corral import Pool, Sandbox
 from corral.config import HistoryOptions
+from tests.helpers.scripts_loader import load_script
 
 enospc = load_script("enospc")
 

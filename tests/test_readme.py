@@ -19,7 +19,8 @@ import openai
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from terminal import on_terminal_stdout
+
+from tests.helpers.terminal import on_terminal_stdout
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import psutil
-from conftest import ok
 
 from corral import AsyncSandbox, Pool, Sandbox
 from corral.config import HistoryOptions
+from tests.helpers.calls import ok
 
 
 def children() -> set[int]:

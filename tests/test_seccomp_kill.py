@@ -12,12 +12,19 @@ import os
 from typing import Any
 
 import pytest
-from evil_zygote import FRAME_LIMIT, REQUEST, EvilZygote, Private, honest, honest_answer
 
 from corral import seccomp
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
 from corral.seccomp.arches import load_arch, native_arch
+from tests.helpers.evil_zygote import (
+    FRAME_LIMIT,
+    REQUEST,
+    EvilZygote,
+    Private,
+    honest,
+    honest_answer,
+)
 
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filters")
 NR = load_arch(native_arch() or "x86_64").syscalls

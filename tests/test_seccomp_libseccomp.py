@@ -8,11 +8,11 @@ from __future__ import annotations
 import random
 
 import pytest
-import seccomp_diff
 
 from corral.seccomp import MODE_CHANGES, bpf
 from corral.seccomp.arches import ARCHES, X32_SYSCALL_BIT, load_arch
 from corral.seccomp.profile import ProfileError, load_profile, parse_profile, refusing
+from tests.helpers import seccomp_diff
 
 
 @pytest.mark.parametrize("arch", ARCHES)

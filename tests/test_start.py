@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_helpers import MakeBroker, call, kernel_view
 
+from corral import testing
 from corral.cli import main
 from corral.sandbox.worker_set import WorkerSet
+from tests.helpers.broker_helpers import MakeBroker, call, kernel_view
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,13 +24,13 @@ def test_a_sandbox_starts_one_worker_and_another_when_calls_overlap(
 ) -> None:
     broker = make_broker(workers=2)
     (first,) = broker.pids()["workers"]
-    supply = broker._supply
+    supply = testing.supply(broker)
     assert isinstance(supply, WorkerSet)
     held = supply.take()  # the first worker, busy with a call
     try:
         assert call(broker, "read_file", path="hello.txt")["ok"]  # every worker busy: one more
         (second,) = set(broker.pids()["workers"]) - {first}
-        lazy = next(worker for worker in supply._workers if worker.pid == second)
+        lazy = next(worker for worker in testing.workers(broker) if worker.pid == second)
         assert lazy.layers == held.layers and lazy.roots == held.roots
         assert kernel_view(second) == kernel_view(first)
         assert kernel_view(second)["Seccomp"] == "2" and kernel_view(second)["NoNewPrivs"] == "1"
@@ -45,7 +46,7 @@ def test_a_sandbox_starts_one_worker_and_another_when_calls_overlap(
 
 def test_a_lost_worker_is_replaced_at_the_size_the_set_reached(make_broker: MakeBroker) -> None:
     broker = make_broker(workers=3)
-    supply = broker._supply
+    supply = testing.supply(broker)
     assert isinstance(supply, WorkerSet)
     held = supply.take()
     assert call(broker, "read_file", path="hello.txt")["ok"]
@@ -109,6 +110,7 @@ print("builtins compiled:", _builtin_matcher.cache_info().currsize)
 """
 
 
+@pytest.mark.slow
 def test_corral_call_compiles_no_built_in_rules_in_its_own_process(workspace: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", CALL_AND_COUNT, str(workspace)],

@@ -22,7 +22,7 @@ from corral import Sandbox
 from corral.policy import Policy
 from corral.tools.formats import FORMATS, STRICT_KEYWORDS, strict_schema
 from corral.tools.registry import TOOLS
-from tests.mcp_helpers import PNG
+from tests.helpers.mcp_helpers import PNG
 
 # The arguments a strict model means for each tool, in an order that works on one
 # workspace; every other property is sent as null.

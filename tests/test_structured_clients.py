@@ -22,8 +22,8 @@ from pydantic_ai.messages import ToolReturnPart
 
 from corral import Sandbox
 from corral.tools.formats import mcp_tool
-from tests.http_helpers import call, post, running_server, tenant
-from tests.mcp_helpers import REPO, run_session, serve_argv
+from tests.helpers.http_helpers import call, post, running_server, tenant
+from tests.helpers.mcp_helpers import REPO, run_session, serve_argv
 
 LONG = "".join(f"line {n}\n" for n in range(1, 101))
 

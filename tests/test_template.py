@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from broker_helpers import MakeBroker, call, kernel_view, wait_gone
 
 import corral
 from corral.calls.control import ForkZygote
@@ -27,6 +26,7 @@ from corral.sandbox import launcher
 from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote, template_pids, wait_for_exit
 from corral.sandbox.protocol import CONTROL_FRAME_BYTES, encode, read_frame
 from corral.seccomp import MODE_CHANGES, compile_native, load_profile, refusing
+from tests.helpers.broker_helpers import MakeBroker, call, kernel_view, wait_gone
 
 
 def fresh_template() -> None:
@@ -53,7 +53,7 @@ def test_a_zygote_forked_late_confines_its_workers_as_the_first_one(
 
 
 def test_the_filters_the_template_compiled_once_are_those_a_fresh_compile_gives() -> None:
-    _, sock, pidfd = launch_zygote("template_probe", b"")
+    _, sock, pidfd = launch_zygote("tests.helpers.template_probe", b"")
     try:
         sock.setblocking(True)
         report = read_frame(sock.fileno(), 1 << 20)
@@ -71,9 +71,9 @@ def test_the_filters_the_template_compiled_once_are_those_a_fresh_compile_gives(
 
 def test_a_template_that_cannot_prepare_says_why() -> None:
     with pytest.raises(SandboxError, match="could not start: the seccomp profile does not"):
-        launch_zygote("template_unprepared", b"")
+        launch_zygote("tests.helpers.template_unprepared", b"")
     with pytest.raises(SandboxError, match="could not start: the seccomp profile does not"):
-        launch_zygote("template_unprepared", b"")  # every time, from the same template
+        launch_zygote("tests.helpers.template_unprepared", b"")  # every time, the same template
 
 
 def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
@@ -81,6 +81,7 @@ def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
         launch_zygote("tests_no_such_entry_module", b"")
 
 
+@pytest.mark.slow
 def test_a_template_that_hangs_fails_the_start_saying_so_and_is_replaced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -90,7 +91,7 @@ def test_a_template_that_hangs_fails_the_start_saying_so_and_is_replaced(
     monkeypatch.setattr(launcher, "START_TIMEOUT_S", 1.0)
     for _ in range(2):
         with pytest.raises(SandboxError, match="template did not answer within 1 s"):
-            launch_zygote("template_hangs", b"")
+            launch_zygote("tests.helpers.template_hangs", b"")
     hung = [child.pid for child in psutil.Process().children()
             if "template_hangs" in " ".join(child.cmdline())]
     assert wait_gone(hung) == []
@@ -99,7 +100,7 @@ def test_a_template_that_hangs_fails_the_start_saying_so_and_is_replaced(
 def test_a_template_that_sends_garbage_fails_the_start_and_is_killed() -> None:
     for _ in range(2):
         with pytest.raises(SandboxError, match="template broke its channel"):
-            launch_zygote("template_garbage", b"")
+            launch_zygote("tests.helpers.template_garbage", b"")
     spoke = [child.pid for child in psutil.Process().children()
              if "template_garbage" in " ".join(child.cmdline())]
     assert wait_gone(spoke) == []

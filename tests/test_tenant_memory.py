@@ -13,12 +13,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from memory_helpers import markers_in_memory
 
 from corral import Pool
 from corral.faces.health import PROBE_PREFIX
 from corral.policy import Policy, Rule
-from tests.http_helpers import TOKENS, Server, call, post, running_server, sha256
+from tests.helpers.http_helpers import TOKENS, Server, call, post, running_server, sha256
+from tests.helpers.memory_helpers import markers_in_memory
 
 
 def markers(tenant: str) -> tuple[str, str]:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from broker_helpers import wait_gone
 
 from corral.faces.health import PROBE_PREFIX
 from corral.history.location import workspace_key
-from tests.http_helpers import Server, call, post, serve_two_tenants
+from tests.helpers.broker_helpers import wait_gone
+from tests.helpers.http_helpers import Server, call, post, serve_two_tenants
 
 # In the server's environment, as an API key would be: it must stay in the host.
 HOST_SECRET = "host-secret-7a1c9e"

@@ -17,9 +17,8 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import SECRET, err, ok
 
-from corral import Pool, Sandbox
+from corral import Pool, Sandbox, testing
 from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
 from corral.fs._resolve import DIR_FLAGS
@@ -27,6 +26,7 @@ from corral.history.store import kept_name
 from corral.policy import Policy, RootSpec
 from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.protocol import read_frame, write_frame
+from tests.helpers.calls import SECRET, err, ok
 
 SETTLE_S = 20.0  # only a safety net: what the tests wait for happens in ms
 
@@ -163,7 +163,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
                         held = held_directories(pid)
                     except FileNotFoundError:
                         continue  # evicted meanwhile
-                    history = sandboxes[index]._history
+                    history = testing.history(sandboxes[index])
                     kept = os.path.join(history.path, kept_name(str(workspaces[index])))
                     own = {str(workspaces[index]), kept, history.work_path}
                     if held - own:  # its root, and its own workspace's history directories
@@ -184,7 +184,7 @@ def test_worker_of_one_tenant_never_serves_another(tmp_path: Path) -> None:
 class ProbeZygote(ZygoteHandle):
     """The real zygote, whose confined workers try opening paths instead of serving."""
 
-    ENTRY = "tenant_probe"
+    ENTRY = "tests.helpers.tenant_probe"
 
 
 def test_landlock_domain_of_a_tenants_worker_refuses_another_tenants_files(
@@ -235,6 +235,7 @@ def test_idle_workers_exit_and_come_back(tenants: tuple[Path, Path]) -> None:
         assert worker_pids(sa) and set(worker_pids(sa)).isdisjoint(first)
 
 
+@pytest.mark.slow
 def test_300_sandboxes_stay_within_max_workers(tmp_path: Path) -> None:
     max_workers = 6
     peak = 0
@@ -269,7 +270,7 @@ def test_300_sandboxes_stay_within_max_workers(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
         for sb in sandboxes:  # their start-up sweeps take workers too
-            sb._executor._sweep.result()
+            testing.sweep(testing.broker(sb)).result()
         stop.set()
         watcher.join()
         assert pool.stats()["workers"] <= max_workers
@@ -431,7 +432,7 @@ def test_cancelling_an_awaited_call_stops_it(tenants: tuple[Path, Path]) -> None
         slow = pool.async_sandbox(a, limits=Limits(timeout_s=60.0))
         other = pool.async_sandbox(a)
         for sandbox in (slow, other):  # their start-up sweeps take the worker too
-            await asyncio.wrap_future(sandbox._executor._sweep)
+            await asyncio.wrap_future(testing.sweep(testing.broker(sandbox)))
         running = asyncio.ensure_future(slow.call("grep", {"pattern": CATASTROPHIC}))
         await asyncio.to_thread(wait_for, lambda: slow.pids()["workers"], "the grep")
         pid = slow.pids()["workers"][0]

@@ -13,7 +13,7 @@ from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from corral.policy import Policy
-from tests.conftest import SECRET, err, ok
+from tests.helpers.calls import SECRET, err, ok
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from corral.config import Limits
 from corral.errors import ERROR_CODES
 from corral.policy import Policy
 from corral.tools.registry import TOOLS
-from tests.conftest import SECRET
+from tests.helpers.calls import SECRET
 
 ROUNDS = 40  # per tool: enough to hit every argument with junk, quick enough for the suite
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripts_loader import load_script
 
 from corral import Sandbox
 from corral.config import ConfigError
 from corral.policy import Policy
 from corral.tools.matching import LESSON_LINE_CHARS, MAX_WINDOWS
-from tests.conftest import err, ok
+from tests.helpers.calls import err, ok
+from tests.helpers.scripts_loader import load_script
 
 drift_corpus = load_script("drift_corpus")
 

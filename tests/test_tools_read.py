@@ -12,7 +12,7 @@ import pytest
 from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
-from tests.conftest import SECRET, err, ok
+from tests.helpers.calls import SECRET, err, ok
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0\0\0\rIHDR" + bytes(range(40))
 MiB = 1024 * 1024

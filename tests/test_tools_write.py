@@ -15,7 +15,7 @@ from corral import Sandbox
 from corral.config import Limits, SandboxOptions
 from corral.fs import content_version
 from corral.policy import RootSpec
-from tests.conftest import SECRET, err, ok
+from tests.helpers.calls import SECRET, err, ok
 
 
 def temps(directory: Path) -> list[str]:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from attack_config import attack
-from cli_helpers import run
-from conftest import err, ok
 
 from corral import Sandbox
 from corral.config import ConfigError, SandboxOptions
 from corral.policy import Policy, RootSpec, Rule
+from tests.helpers.attack_config import attack
+from tests.helpers.calls import err, ok
+from tests.helpers.cli_helpers import run
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"
 

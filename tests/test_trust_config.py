@@ -9,7 +9,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from corral.config import Config, ConfigError, Limits, SandboxOptions
 from corral.policy import Decision, Policy, RootSpec, Rule
 from corral.trust import narrow, operator_config, user_config_path
-from tests.attack_config import attack
+from tests.helpers.attack_config import attack
 
 HOME = "/home/u"
 WS = f"{HOME}/proj"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral import Sandbox
+from corral import Sandbox, testing
 from corral.config import SandboxOptions
 from corral.faces.stdio import read_lines
 from corral.sandbox.handles import Worker
@@ -45,7 +45,7 @@ def _asleep(pid: int) -> int:
 def _idle_worker(sb: Sandbox) -> Worker:
     """The sandbox's idle worker, once it has one: right after its first call, that
     call's worker sweeps stale temps before it is idle again."""
-    idle: list[Worker] = sb._executor._supply._idle  # type: ignore[attr-defined]
+    idle = testing.idle_workers(testing.broker(sb))
     for _ in range(5000):
         if idle:
             return idle[-1]

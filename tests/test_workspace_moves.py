@@ -19,7 +19,7 @@ import pytest
 from corral import Pool, Sandbox
 from corral.config import HistoryOptions, SandboxOptions
 from corral.sandbox import _mountns
-from tests.http_helpers import call, post, running_server, tenant
+from tests.helpers.http_helpers import call, post, running_server, tenant
 
 # every call on a freshly forked worker: each builds its mount namespace anew
 FRESH = SandboxOptions(workers=1, max_calls_per_worker=1)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import err
 
 from corral import Sandbox
 from corral.config import HistoryOptions, Limits
+from tests.helpers.calls import err
 
 
 @pytest.mark.parametrize("history", [True, False])

@@ -29,8 +29,6 @@ ROOT_MODES = ("ro", "rw")
 _Fields = TypeVar("_Fields", Limits, SandboxOptions)
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class SandboxSetup(NamedTuple):
     """What a sandbox's workers serve with: its roots, limits, policy, options and
     history store. A private sandbox's zygote gets it in its start frame; a shared

@@ -1,6 +1,5 @@
 """The messages between host and worker: one immutable, typed value each (a
-NamedTuple: a frozen dataclass costs ~0.5 ms to create at import, and every
-sandbox's zygote imports these, ~5 ms of each sandbox start), with `to_wire()`
+NamedTuple, see docs/development.md "Records"), with `to_wire()`
 (the JSON object a frame carries) and `from_wire()`. A worker builds its answer
 as an Answer too (tools/registry.execute), never as a dict.
 

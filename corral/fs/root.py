@@ -33,8 +33,6 @@ from corral.fs.version import content_version
 Guard = Callable[[str], None] | None
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class MoveGuard(NamedTuple):
     """The checks of a move, each given a resolved root-relative path: `source` and
     `destination` on the two paths it names; for a directory, every entry beneath

@@ -54,8 +54,6 @@ from corral.history.trees import check_kept, check_listing
 CLOCK_SLACK_S = 1.0
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Expect(NamedTuple):
     """What a record may be: the roots its writer could write (those of the work
     directory it lies in), and for a call's own records the call's tool and the

@@ -73,8 +73,6 @@ def record_kind(tool: str) -> str:
     return PATCH if row is not None and row.record == "batch" else CHANGE
 
 
-# The records are NamedTuples, not frozen dataclasses: ~10x cheaper to create at
-# import, which every `corral call` and zygote template pays.
 class Kept(NamedTuple):
     """One entry beneath a deleted directory, as its record keeps it: the path below
     the directory, type, permission bits, and a file's size (with its content hash

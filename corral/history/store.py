@@ -139,8 +139,6 @@ def kept_name(root: str) -> str:
     return KEPT + content_version(os.fsencode(root))[:16]
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Listing(NamedTuple):
     """What the store holds, by name, each kind sorted oldest first."""
 

@@ -183,8 +183,6 @@ async def adrive(
     return flow.result
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which every
-# `corral call` pays.
 class CallPlan(NamedTuple):
     """What the steps of one call need to know of its sandbox."""
 

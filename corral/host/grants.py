@@ -231,8 +231,6 @@ class Grants:
         return self._policy.tool_mode(row.name, writes=row.writes) if row else None
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which every
-# `corral call` pays.
 class _ToolGrants(NamedTuple):
     """One tool's grants, as for_call looks them up: a call naming a path gets the
     path grants of that file and of every file beneath it (a directory it moves)."""

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from corral.calls.control import SandboxSetup
 from corral.calls.messages import Answer, CallRequest, HistoryRequest
 from corral.calls.waiting import PLAIN, Cancel, WaitPolicy
-from corral.config import LAYERS, Limits, SandboxOptions
+from corral.config import Limits, SandboxOptions
+from corral.config_keys import LAYERS
 from corral.errors import SandboxError
 from corral.observe import Observer
 from corral.policy import Policy, RootSpec

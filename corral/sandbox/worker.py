@@ -70,8 +70,6 @@ from corral.tools.registry import TOOLS, execute
 SWEEP_MAX_ENTRIES = 250_000
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Setup(NamedTuple):
     """What every worker serves with; built once in the zygote from its SandboxSetup."""
 

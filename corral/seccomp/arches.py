@@ -17,8 +17,6 @@ X32_SYSCALL_BIT = 0x4000_0000
 HERE = os.path.dirname(os.path.abspath(__file__))  # the tables ship beside this module
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Arch(NamedTuple):
     name: str  # "x86_64" | "aarch64"
     scmp_name: str  # the OCI profile's spelling, "SCMP_ARCH_X86_64"

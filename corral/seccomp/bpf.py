@@ -51,8 +51,6 @@ _LOW32 = 0xFFFF_FFFF
 _NR_LIMIT = 1 << 32  # seccomp_data.nr is read as an unsigned 32-bit word
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Insn(NamedTuple):
     code: int
     jt: int

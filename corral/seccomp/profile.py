@@ -25,8 +25,6 @@ class ProfileError(ValueError):
     """The profile is not something this compiler can enforce exactly as written."""
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class ArgCheck(NamedTuple):
     # the OCI name; it hides tuple.index, which nothing calls on a check
     index: int  # type: ignore[assignment]

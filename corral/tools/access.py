@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corral.calls.messages import GrantUse
+from corral.calls.messages import GrantUse, NeedsApproval, Touched
 from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
 from corral.policy import HARDLINKS_RULE, Decision, RootSpec
-from corral.tools.base import Context, NeedsApproval, Touched
+from corral.tools.base import Context
 
 
 def as_given(ctx: Context, error: CorralError) -> CorralError:

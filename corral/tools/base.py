@@ -8,9 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from corral.calls.messages import GrantRef, GrantUse
-from corral.calls.messages import NeedsApproval as NeedsApproval  # re-exported: the tools'
-from corral.calls.messages import Touched as Touched  # vocabulary, as the host's
+from corral.calls.messages import GrantRef, GrantUse, NeedsApproval, Touched
 from corral.config import Limits
 from corral.fs import NO_KEEP, Keep, Roots
 from corral.history.store import Store
@@ -57,8 +55,6 @@ class Context:
         )
 
 
-# NamedTuples, not frozen dataclasses: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Outcome(NamedTuple):
     result: dict[str, Any]
     text: str

@@ -28,8 +28,6 @@ from corral.tools.encodings import decode
 DIFF_TEXT_LINES = 400  # diff lines shown to a model; the full diff stays in result.diff
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every zygote template pays.
 class Edit(NamedTuple):
     old: str
     new: str

@@ -41,8 +41,6 @@ def preload(names: tuple[str, ...]) -> None:
         codecs.lookup(name)
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every zygote template pays.
 class Decoded(NamedTuple):
     """A file's text and how to write it back: `bom` + text encoded in `encoding`."""
 

@@ -55,9 +55,8 @@ _BARE_LF = re.compile(r"(?<!\r)\n")
 _INDENT = re.compile(r"[ \t]*")
 
 
-# Span and Shift: NamedTuples, not frozen dataclasses, ~10x cheaper to create at
-# import, which every zygote template pays. Lines stays a dataclass: its len() is
-# its line count, which a tuple's must not contradict (_make and _replace check it).
+# Lines stays a dataclass, not a NamedTuple: its len() is its line count, which a
+# tuple's must not contradict (_make and _replace check it).
 class Span(NamedTuple):
     """One place the old text was found: text[start:end] becomes `new`."""
 

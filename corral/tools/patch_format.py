@@ -49,8 +49,6 @@ SHOWN_PLACES = 5  # line numbers an ambiguous hunk's message lists
 _RANGE = re.compile(r"@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
 
 
-# NamedTuples, not frozen dataclasses: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Hunk(NamedTuple):
     anchors: tuple[str, ...]  # the @@ context lines, in order ('' entries dropped)
     lines: tuple[tuple[str, str], ...]  # (' ' | '-' | '+', text without prefix or newline)

@@ -21,11 +21,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from corral.calls.messages import NeedsApproval
 from corral.errors import CorralError
 from corral.fs import NO_KEEP
 from corral.policy import RootSpec
 from corral.tools.access import content, open_target
-from corral.tools.base import Context, NeedsApproval, Tool
+from corral.tools.base import Context, Tool
 from corral.tools.diff import header, unified_diff
 from corral.tools.encodings import decode
 from corral.tools.write import content_bytes

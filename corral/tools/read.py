@@ -65,8 +65,6 @@ def split_lines(data: bytes) -> list[bytes]:
     return io.BytesIO(data).readlines()
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every zygote template pays.
 class Page(NamedTuple):
     start: int  # 1-based line number of the first line returned
     lines: int  # lines returned (a cut line counts as one); not `count`: tuple.count

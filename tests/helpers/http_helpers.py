@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SECRET
-from tests.mcp_helpers import REPO
+from tests.helpers.calls import SECRET
+from tests.helpers.mcp_helpers import REPO
 
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210"}
 STATELESS_META_VERSION = "io.modelcontextprotocol/protocolVersion"

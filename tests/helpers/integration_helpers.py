@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import SECRET
+from tests.helpers.calls import SECRET
 
 PATCH = ("*** Begin Patch\n*** Update File: src/app.py\n@@\n-print('hi')\n+print('hello')\n"
          "*** Add File: src/new.py\n+x = 1\n*** End Patch\n")
