@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from corral.api import _BaseSandbox
     from corral.history.host import History
     from corral.sandbox.broker import Broker
-    from corral.sandbox.pool import Supply, Worker
+    from corral.sandbox.broker import SandboxSupply
+    from corral.sandbox.handles import Worker
 
 
 def history(sandbox: _BaseSandbox) -> History:
@@ -36,7 +37,7 @@ def broker(sandbox: _BaseSandbox) -> Broker:
     return sandbox._executor  # type: ignore[return-value]  # api types it as the Executor protocol
 
 
-def supply(of: Broker) -> Supply:
+def supply(of: Broker) -> SandboxSupply:
     """The broker's workers: a private sandbox's WorkerSet, or its lane of a shared
     pool."""
     return of._supply
