@@ -9,7 +9,6 @@ import ast
 from pathlib import Path
 
 import pytest
-from test_history_crash import OLD, _torn_append
 
 from corral.api import check_history_path
 from corral.config import ConfigError, HistoryOptions
@@ -19,6 +18,7 @@ from corral.history.location import StoreInsideRoot, check_location
 from corral.history.records import CHANGE, PATCH
 from corral.policy import Policy
 from tests.helpers.history_helpers import left, work_store
+from tests.test_history_crash import OLD, _torn_append
 
 HISTORY = Path(__file__).parent.parent / "corral" / "history"
 
