@@ -22,7 +22,7 @@ from conftest import SECRET, err, ok
 from corral import Pool, Sandbox
 from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
-from corral.fs._resolve import DIR_FLAGS
+from corral.fs.syscalls import DIR_FLAGS
 from corral.history.store import kept_name
 from corral.policy import Policy, RootSpec
 from corral.sandbox.pool import ZygoteHandle

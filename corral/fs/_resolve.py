@@ -29,13 +29,13 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.fs import _sys
+import corral.fs.syscalls as _sys
+from corral.fs.syscalls import DIR_FLAGS
 
 MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS: the same depth both resolvers allow
 OPENAT2_EAGAIN_RETRIES = 16  # EAGAIN = a rename raced the lookup; a few retries win, then report it
 WALK_RETRIES = 16  # the same for the walk: its path changed under it; walk again, then report it
 
-DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _RESOLVE = _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_MAGICLINKS
 _DELETED = " (deleted)"  # what the kernel appends to the recorded path of a removed directory
 

@@ -23,11 +23,30 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol
 
+import corral.fs._atomic as _atomic
+import corral.fs._listing as _listing
+import corral.fs._resolve as _resolve
+import corral.fs._treelock as _treelock
+import corral.fs.tree as _tree
 from corral.errors import CorralError
-from corral.fs import _atomic, _listing, _resolve, _sys, _tree, _treelock, batch
 from corral.fs._atomic import ANYTHING, Expect
-from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
-from corral.fs.batch import Staged
+from corral.fs._errors import (
+    CrossFilesystem,
+    check_path,
+    fail,
+    from_errno,
+    require_file,
+    translated,
+)
+from corral.fs.staged import Staged, set_aside
+from corral.fs.syscalls import (
+    RENAME_NOREPLACE,
+    SUBDIR_FLAGS,
+    Land,
+    fd_path,
+    rename_into_place,
+    renameat2,
+)
 from corral.fs.version import content_version
 
 Guard = Callable[[str], None] | None
@@ -82,7 +101,7 @@ class Keep(Protocol):
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,
         st: os.stat_result | None,
-    ) -> AbstractContextManager[_atomic.Land]: ...
+    ) -> AbstractContextManager[Land]: ...
 
     def appending(
         self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
@@ -109,7 +128,7 @@ class Keep(Protocol):
     def batch(self, staged: Sequence[Staged]) -> AbstractContextManager[None]:
         """Several changes landing as one (fs/batch.py): entered before the first
         lands, left with an error when they were all undone, or normally when all
-        landed, the old files still waiting under their temps (batch.set_aside)."""
+        landed, the old files still waiting under their temps (staged.set_aside)."""
         ...
 
 
@@ -121,8 +140,8 @@ class NoKeep:
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,
         st: os.stat_result | None,
-    ) -> AbstractContextManager[_atomic.Land]:
-        return contextlib.nullcontext(_atomic.rename_into_place)
+    ) -> AbstractContextManager[Land]:
+        return contextlib.nullcontext(rename_into_place)
 
     def appending(
         self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
@@ -145,7 +164,7 @@ class NoKeep:
         self, src: tuple[Root, str, int, str, os.stat_result],
         dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
     ) -> None:
-        _sys.renameat2(src[2], src[3], dst[2], dst[3], flags)
+        renameat2(src[2], src[3], dst[2], dst[3], flags)
 
     def together(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -154,7 +173,7 @@ class NoKeep:
     def batch(self, staged: Sequence[Staged]) -> Iterator[None]:
         yield
         for item in staged:  # nobody keeps the old files
-            if batch.set_aside(item):
+            if set_aside(item):
                 with contextlib.suppress(OSError):
                     os.unlink(item.temp, dir_fd=item.dir_fd)
 
@@ -199,24 +218,13 @@ def _kind(mode: int) -> str:
 _nothing = contextlib.nullcontext
 
 
-def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
 def _has_entries(dir_fd: int, name: str) -> bool:
-    fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+    fd = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as found:
             return next(found, None) is not None
     finally:
         os.close(fd)
-
-
-def _same_file(a: os.stat_result, b: os.stat_result | None) -> bool:
-    return b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _guard(guard: Guard, rel: str) -> None:
@@ -239,18 +247,6 @@ def _spelled_through(path: str, guard: Guard) -> None:
                 names.pop()
         elif name not in ("", ".", ".."):
             names.append(name)
-
-
-def _require_file(st: os.stat_result | None, trailing_slash: bool = False) -> None:
-    """Only regular files are read or written (ENXIO maps to not_a_regular_file)."""
-    if st is None:
-        raise OSError(errno.ENOENT, "missing")
-    if stat.S_ISDIR(st.st_mode):
-        raise OSError(errno.EISDIR, "directory")
-    if trailing_slash:
-        raise OSError(errno.ENOTDIR, "not a directory")
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.ENXIO, "not a regular file")
 
 
 def _entry(path: str, st: os.stat_result) -> Entry:
@@ -324,7 +320,7 @@ class Root:
             raise from_errno(exc.errno, "open root", path) from None
         try:
             try:
-                real = _sys.fd_path(fd)
+                real = fd_path(fd)
             except OSError:
                 real = os.path.realpath(path)
             self._adopt(fd, path, real, mode, resolver, durable)
@@ -432,11 +428,12 @@ class Root:
         for name in on_the_way:  # each decided with the path it leads to (the last)
             through(name, on_the_way[-1])
 
-    def _locked(
+    def locked(
         self, *others: Root, exclusive: bool = False
     ) -> contextlib.AbstractContextManager[int]:
-        """The tree lock (corral/fs/_treelock.py) on this root and `others`; yields
-        this root's lock fd."""
+        """The tree lock (corral/fs/_treelock.py) on this root and `others`: shared
+        by a change that adds or renames a name, exclusive by a directory move or a
+        removal of a tree; yields this root's lock fd."""
         roots = [(root._identity, root.fd) for root in (self, *others)]
         return _treelock.held(roots, exclusive=exclusive)
 
@@ -445,16 +442,22 @@ class Root:
             raise fail("read_only", op, rel, "the root is read-only")
 
     @contextlib.contextmanager
-    def _at(
+    def at(
         self, op: str, rel: str, *, follow: bool, guard: Guard, changes: bool = False,
         named: bool = False, make_parents: bool = False, made: list[str] | None = None,
     ) -> Iterator[_resolve.Target]:
-        """The prelude of every operation, in its security order: the path's text
-        checked; a change refused in a read-only root; the path resolved beneath the
-        root (missing parents guarded, then made or refused); with `named`, the
-        final name an acting syscall gets checked ("", ".", ".." refused); then the
-        resolved path guarded. OSError inside becomes a CorralError naming `op`
-        and the caller's `rel`."""
+        """The one resolution primitive (Go's doInRoot): every method here, and every
+        caller's own operation (fs/batch.py's staging, history's), acts inside it on
+        the Target it yields: `dir_fd`, the parent directory opened beneath the root,
+        and `leaf`, one plain name in it (`name()` for a syscall; None: the path
+        names `dir_fd` itself), with `rel` resolved and `st` its lstat (None:
+        missing). In its security order: the path's text checked; with `changes`, a
+        change refused in a read-only root; the path resolved beneath the root
+        (missing parents guarded, then made into `made` with `make_parents`, or
+        refused); with `named`, the final name checked ("", ".", ".." refused);
+        then the resolved path guarded. OSError inside becomes a CorralError naming
+        `op` and the caller's `rel`. The caller takes the tree lock (`locked`)
+        around it if it adds or renames a name."""
         path = check_path(op, rel)
         if changes:
             self._writable(op, rel)
@@ -539,12 +542,12 @@ class Root:
         not_a_regular_file (never blocks), size > max_file_bytes -> too_large naming
         both sizes; with `single_link` (a rule name), a file with more than one hard
         link -> path_denied naming that rule (another name of it may be denied)."""
-        with self._at("read", rel, follow=True, guard=guard) as t:
-            _require_file(t.st, t.trailing_slash)
+        with self.at("read", rel, follow=True, guard=guard) as t:
+            require_file(t.st, t.trailing_slash)
             fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
             try:  # os.read, not a file object: ~3 us less per read
                 st = os.fstat(fd)
-                _require_file(st)
+                require_file(st)
                 if single_link is not None and st.st_nlink > 1:
                     raise fail(
                         "path_denied", "read", rel, f"the file has {st.st_nlink} hard links and "
@@ -589,7 +592,7 @@ class Root:
         return (_entry(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
-        with self._at(op, rel, follow=True, guard=guard) as t:
+        with self.at(op, rel, follow=True, guard=guard) as t:
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
@@ -624,14 +627,14 @@ class Root:
         its own). On any failure the temp file is removed, the target untouched.
         keep: records the replaced file (or its absence) as the new one lands."""
         made: list[str] = []
-        with self._unmaking(made), self._locked() as lock, self._at(
+        with self._unmaking(made), self.locked() as lock, self.at(
             "write", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=make_parents, made=made,
         ) as t:
             name = t.name()
             st = t.st
             if st is not None or t.trailing_slash:
-                _require_file(st, t.trailing_slash)
+                require_file(st, t.trailing_slash)
             if exclusive and st is not None:
                 raise OSError(errno.EEXIST, "exists")
             if mode is None and st is not None:
@@ -658,68 +661,9 @@ class Root:
         try:
             yield
         except BaseException:
-            self.remove_made(made)
+            remove_made(self, made)
             raise
 
-    def remove_made(self, made: list[str]) -> None:
-        """Remove directories a failed change made on its way, deepest first and only
-        while empty. Under the tree lock exclusively, so no call of corral's is between
-        resolving a path through one of them and acting in it (the caller holds none)."""
-        if made:
-            with self._locked(exclusive=True):
-                for directory in reversed(made):
-                    try:
-                        with self._target(directory, follow=False) as t:
-                            os.rmdir(t.name(), dir_fd=t.dir_fd)
-                    except (OSError, CorralError):
-                        break  # not empty (or gone): the ones above it are not either
-
-    def stage(
-        self, rel: str, data: bytes, *, given: str, old: bytes | None, mode: int | None = None,
-        guard: Guard = None, made: list[str],
-    ) -> Staged:
-        """One add (`old` None: the target must be missing; parents are made, into
-        `made`) or update (`old`: the bytes read, which the target must still hold
-        when the batch lands) of a batch (fs/batch.py): the new file written and
-        fsynced beside the target. `mode`: a new file's permission bits (an update
-        keeps the old file's). The caller holds the tree lock (batch.tree_locked), so
-        this never takes it (a failure's directories are the caller's to remove)."""
-        op = "write"
-        with self._at(op, rel, follow=True, guard=guard, changes=True, named=True,
-                      make_parents=old is None, made=made) as t:
-            name = t.name()
-            if old is None and t.st is not None:
-                raise OSError(errno.EEXIST, "exists")
-            if old is not None:
-                _require_file(t.st, t.trailing_slash)
-                assert t.st is not None
-                mode = stat.S_IMODE(t.st.st_mode)
-            dir_fd = os.dup(t.dir_fd)
-            try:
-                temp = batch.write_temp(dir_fd, data, mode, sync=self.durable)
-            except BaseException:
-                os.close(dir_fd)
-                raise
-            return Staged(self, t.rel, given, "add" if old is None else "update", dir_fd, name,
-                          temp, old, mode, len(data), content_version(data), made,
-                          staged=True)
-
-    def stage_removal(
-        self, rel: str, *, given: str, old: bytes | None, link: str | None = None,
-        guard: Guard = None,
-    ) -> Staged:
-        """A removal in a batch of a regular file holding `old` (what the caller read),
-        or of the symlink (the link, not its target) to `link`: nothing changes until
-        the batch lands."""
-        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
-            name = t.name()
-            if link is None:
-                _require_file(t.st, t.trailing_slash)
-            elif t.st is None or not stat.S_ISLNK(t.st.st_mode):
-                raise fail("conflict", "patch", given, "it is no longer a symlink")
-            assert t.st is not None
-            return Staged(self, t.rel, given, "remove", os.dup(t.dir_fd), name,
-                          _atomic.temp_name(), old, stat.S_IMODE(t.st.st_mode), link=link)
 
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
@@ -729,13 +673,13 @@ class Root:
         nlink > 1 with path_denied; too_large if the result would pass
         max_file_bytes. Returns the new size. keep: records the size before."""
         made: list[str] = []
-        with self._unmaking(made), self._locked(), self._at(
+        with self._unmaking(made), self.locked(), self.at(
             "append", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=True, made=made,
         ) as t:
             name = t.name()
             if t.st is not None or t.trailing_slash:
-                _require_file(t.st, t.trailing_slash)
+                require_file(t.st, t.trailing_slash)
             elif len(data) > max_file_bytes:
                 raise self._too_large("append", rel, len(data), max_file_bytes)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
@@ -749,7 +693,7 @@ class Root:
                     # the size recorded before is the size this append starts at
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     st = os.fstat(fd)
-                    _require_file(st)
+                    require_file(st)
                     if st.st_nlink > 1:
                         raise fail(
                             "path_denied", "append", rel,
@@ -767,41 +711,13 @@ class Root:
                 finally:
                     os.close(fd)
 
-    def cut_back(self, rel: str, size: int | None, still: Callable[[], bool]) -> bool:
-        """Undo a torn append (its writer was killed inside it): the regular file
-        `rel` back to `size` bytes, or removed when the append created it (None).
-        Under the lock appends hold, and only if it is bigger than that and
-        `still()` (asked under the lock: no later change of it was recorded).
-        Returns whether it cut."""
-        with self._locked(), self._at(
-            "cut", rel, follow=False, guard=None, changes=True, named=True
-        ) as t:
-            name = t.name()
-            if t.st is None or not stat.S_ISREG(t.st.st_mode):
-                return False
-            fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=t.dir_fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                st = os.fstat(fd)
-                if st.st_nlink != 1 or st.st_size <= (size or 0) or not still():
-                    return False
-                os.ftruncate(fd, size or 0)
-                if size is None and _same_file(st, _lstat_at(t.dir_fd, name)):
-                    os.unlink(name, dir_fd=t.dir_fd)
-                if self.durable:
-                    os.fsync(fd)
-                return True
-            finally:
-                os.close(fd)
-
     def mkdir(
         self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep = NO_KEEP
     ) -> bool:
         """Returns False if it already existed as a directory; already_exists if a
         non-directory is there. keep: records the directories made."""
         made: list[str] = []
-        with self._locked(), self._at(
+        with self.locked(), self.at(
             "mkdir", rel, follow=False, guard=guard, changes=True, make_parents=parents,
             made=made,
         ) as t:
@@ -828,7 +744,7 @@ class Root:
     def unlink(self, rel: str, *, guard: Guard = None, keep: Keep = NO_KEEP) -> None:
         """Regular files and symlinks (the link, not its target) only; a directory
         -> is_a_directory. keep: takes the file away into the history store instead."""
-        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
+        with self.at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
             name = t.name()
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
@@ -843,7 +759,7 @@ class Root:
         fails io_error, anything else not_a_directory."""
         # exclusively: a keeper renames the directory away (into the store), and no
         # call of corral's may add a name in it between the check and that
-        with self._locked(exclusive=True), self._at(
+        with self.locked(exclusive=True), self.at(
             "rmdir", rel, follow=False, guard=guard, changes=True, named=True
         ) as t:
             name = t.name()
@@ -870,7 +786,7 @@ class Root:
         (path_denied), a FIFO, socket or device beneath (not_a_regular_file), more
         than _tree.MAX_TREE_ENTRIES entries (too_large). Under the tree lock held
         exclusively, as a directory move: no call of corral's adds a name meanwhile."""
-        with self._locked(exclusive=True), self._at(
+        with self.locked(exclusive=True), self.at(
             "delete", rel, follow=False, guard=guard, changes=True
         ) as t:
             if t.leaf is None:
@@ -902,40 +818,6 @@ class Root:
             keep.remove_tree(self, t.rel, t.dir_fd, name, t.st, tree)
             return len(tree)
 
-    def restore_tree(
-        self, rel: str, src_fd: int, src_name: str, *,
-        copy: Callable[[int, str], None], guard: Guard = None, keep: Keep = NO_KEEP,
-    ) -> None:
-        """Put a directory kept outside the roots (`src_name` of `src_fd`: a history
-        store's) at `rel`, which must not exist (already_exists), its missing parents
-        made: renamed in whole, or, where a rename cannot reach (another file
-        system, a directory this process may not change), `copy(dir_fd, name)`
-        makes it under a temp name beside `rel`, renamed in whole. `guard` gets the
-        resolved path it lands at (to decide what the tree holds beneath it too).
-        keep: records it as a directory made (one record)."""
-        made: list[str] = []
-        with self._locked(exclusive=True), self._at(
-            "restore", rel, follow=False, guard=guard, changes=True, named=True,
-            make_parents=True, made=made,
-        ) as t:
-            name = t.name()
-            if t.st is not None:
-                raise OSError(errno.EEXIST, "exists")
-            with keep.making_dir(self, t.rel, made):
-                try:
-                    _sys.renameat2(src_fd, src_name, t.dir_fd, name, _sys.RENAME_NOREPLACE)
-                    return
-                except OSError as exc:
-                    if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
-                        raise
-                temp = _atomic.temp_name()
-                copy(t.dir_fd, temp)
-                try:
-                    _sys.renameat2(t.dir_fd, temp, t.dir_fd, name, _sys.RENAME_NOREPLACE)
-                except BaseException:
-                    _tree.remove(t.dir_fd, temp)
-                    raise
-
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
         guard: MoveGuard = UNGUARDED, keep: Keep = NO_KEEP,
@@ -953,7 +835,7 @@ class Root:
         dst_root._writable("move", dst)
         exclusive = False
         while True:
-            with self._locked(dst_root, exclusive=exclusive):
+            with self.locked(dst_root, exclusive=exclusive):
                 try:
                     return self._rename(src, dst_root, dst, overwrite, exclusive, guard, keep)
                 except _DirectoryMove:
@@ -963,13 +845,13 @@ class Root:
         self, src: str, dst_root: Root, dst: str, overwrite: bool, exclusive: bool,
         guard: MoveGuard, keep: Keep,
     ) -> None:
-        with self._at("move", src, follow=False, guard=guard.source, named=True) as s:
+        with self.at("move", src, follow=False, guard=guard.source, named=True) as s:
             src_name = s.name()
             if s.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if stat.S_ISDIR(s.st.st_mode) and not exclusive:
                 raise _DirectoryMove
-            with dst_root._at("move", dst, follow=False, guard=guard.destination, named=True) as d:
+            with dst_root.at("move", dst, follow=False, guard=guard.destination, named=True) as d:
                 dst_name = d.name()
                 slash = s.trailing_slash or d.trailing_slash
                 if (slash and not stat.S_ISDIR(s.st.st_mode)) or (
@@ -982,7 +864,7 @@ class Root:
                     raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
                 if stat.S_ISDIR(s.st.st_mode) and guard.checks:
                     self._guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
-                flags = 0 if overwrite else _sys.RENAME_NOREPLACE
+                flags = 0 if overwrite else RENAME_NOREPLACE
                 try:
                     keep.move(
                         (self, s.rel, s.dir_fd, src_name, s.st),
@@ -997,7 +879,7 @@ class Root:
     def _guard_beneath(
         dir_fd: int, name: str, src: str, old: str, new: str, guard: MoveGuard
     ) -> None:
-        fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+        fd = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
         walker = _listing.Walk(fd, strict=True)
         try:
             for count, (path, _) in enumerate(walker, 1):
@@ -1035,3 +917,18 @@ class Root:
                 self.unlink(_resolve.join(rel, entry.path))
                 removed += 1
         return removed
+
+
+def remove_made(root: Root, made: list[str]) -> None:
+    """Remove directories a failed change made on its way (Root's write and append,
+    a batch's staging), deepest first and only while empty. Under the tree lock
+    exclusively, so no call of corral's is between resolving a path through one of
+    them and acting in it (the caller holds none)."""
+    if made:
+        with root.locked(exclusive=True):
+            for directory in reversed(made):
+                try:
+                    with root.at("rmdir", directory, follow=False, guard=None) as t:
+                        os.rmdir(t.name(), dir_fd=t.dir_fd)
+                except CorralError:
+                    break  # not empty (or gone): the ones above it are not either

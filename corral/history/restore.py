@@ -21,6 +21,7 @@ from corral.errors import CorralError, shown_path
 from corral.fs import NO_KEEP, TEMP_PREFIX, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
 from corral.history.records import PATCH_TOOL, BadRecord, Entry, Kept, Record, State
+from corral.history.root_changes import cut_back, restore_tree
 from corral.history.store import Store, blob_name, id_pid, is_id, new_id
 from corral.history.trees import check_kept, copy_tree
 from corral.policy import Policy, RootSpec
@@ -115,7 +116,7 @@ class Restorer:
         writing `rel` (supervised is allowed: undo is the host's, not the model's)."""
         decision = self.policy.decide(tool, RootSpec(root.path, root.mode), rel, write=True)
         if decision.action == "deny":
-            path = shown(self.keeper.workspace, root, rel)
+            path = shown(self.keeper.workspace, root.path, rel)
             raise CorralError(
                 "path_denied", f"{path} is denied by the policy (rule {decision.rule}).",
                 rule=decision.rule,
@@ -215,8 +216,8 @@ class Restorer:
                 copy_tree(work, name, dir_fd, temp, tree)
 
             root = self.root(entry.root)
-            root.restore_tree(entry.rel, work, name, copy=copy, keep=self.keeper,
-                              guard=lambda rel: self._tree_allowed(tool, root, rel, tree))
+            restore_tree(root, entry.rel, work, name, copy=copy, keep=self.keeper,
+                         guard=lambda rel: self._tree_allowed(tool, root, rel, tree))
         finally:
             os.close(work)
         links = [kept for kept in tree if kept.type == "symlink"] if copied else unkept
@@ -257,7 +258,7 @@ class Restorer:
                 for record in self._records_after(record_id) for e in record.entries
             )
 
-        if root.cut_back(rel, size, untouched_since) and size is None:
+        if cut_back(root, rel, size, untouched_since) and size is None:
             self._unmake(entry, recorded=False)
 
     def _records_after(self, record_id: str) -> Iterator[Record]:

@@ -47,7 +47,7 @@ from corral.calls.waiting import (
 )
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
-from corral.fs._errors import READ_ONLY_FS
+from corral.fs import READ_ONLY_FS
 from corral.observe import Observer
 from corral.sandbox.answers import answer_limits, decode_answer
 from corral.sandbox.launcher import ZYGOTE_ENTRY, launch_zygote
