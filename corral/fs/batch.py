@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from corral.errors import CorralError
 from corral.fs._atomic import holding
 from corral.fs._errors import fail, from_errno, require_file
-from corral.fs.root import Guard, Keep, Root
+from corral.fs.root import Keep, Root
 from corral.fs.staged import Staged
 from corral.fs.syscalls import (
     RENAME_EXCHANGE,
@@ -38,6 +38,7 @@ from corral.fs.syscalls import (
     temp_name,
     write_new,
 )
+from corral.fs.types import Guard
 from corral.fs.version import content_version
 
 

@@ -21,7 +21,7 @@ import os
 import stat
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import corral.fs._atomic as _atomic
 import corral.fs._listing as _listing
@@ -38,6 +38,7 @@ from corral.fs._errors import (
     require_file,
     translated,
 )
+from corral.fs._guarded import guard_at, pick_resolver, target
 from corral.fs.staged import Staged, set_aside
 from corral.fs.syscalls import (
     RENAME_NOREPLACE,
@@ -47,36 +48,17 @@ from corral.fs.syscalls import (
     rename_into_place,
     renameat2,
 )
+from corral.fs.types import (
+    UNGUARDED,
+    Entry,
+    FileInfo,
+    Guard,
+    MoveGuard,
+    WriteOutcome,
+    entry_of,
+    kind,
+)
 from corral.fs.version import content_version
-
-Guard = Callable[[str], None] | None
-
-
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
-class MoveGuard(NamedTuple):
-    """The checks of a move, each given a resolved root-relative path: `source` and
-    `destination` on the two paths it names; for a directory, every entry beneath
-    it too, old and new path: `moved(old, new)` if given (one decision per entry),
-    else `source(old)` and `destination(new)`."""
-
-    source: Guard = None
-    destination: Guard = None
-    moved: Callable[[str, str], None] | None = None
-
-    @property
-    def checks(self) -> bool:
-        return not (self.source is None and self.destination is None and self.moved is None)
-
-    def entry(self, old: str, new: str) -> None:
-        if self.moved is not None:
-            self.moved(old, new)
-        else:
-            _guard(self.source, old)
-            _guard(self.destination, new)
-
-
-UNGUARDED = MoveGuard()
 
 _READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_bytes
 # A directory move guards every entry beneath it (each is renamed too); past this
@@ -181,40 +163,6 @@ class NoKeep:
 NO_KEEP = NoKeep()
 
 
-class FileInfo(NamedTuple):
-    type: str  # "file" | "dir" | "symlink" | "other"
-    size: int
-    modified: float  # st_mtime
-    mode: int  # permission bits only (st_mode & 0o7777)
-    nlink: int
-    symlink_target: str | None = None  # readlink text when type == "symlink"
-    version: str | None = None  # content_version, when info() was asked for it
-    ino: int = 0  # st_ino: which file it is (history tells a moved file by it)
-
-
-class Entry(NamedTuple):
-    """A NamedTuple, not a frozen dataclass: a listing makes one per entry, and a
-    frozen dataclass's __init__ (four object.__setattr__) cost a tenth of a listing."""
-
-    path: str  # relative to the directory listed/walked ("a/b.txt")
-    type: str  # "file" | "dir" | "symlink" | "other" (never follows symlinks)
-    size: int
-    modified: float
-
-
-class WriteOutcome(NamedTuple):
-    created: bool
-    version: str  # content_version of the bytes now in the file
-
-
-# One lookup by file type: a listing asks once per entry.
-_KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}
-
-
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "other")
-
-
 _nothing = contextlib.nullcontext
 
 
@@ -225,51 +173,6 @@ def _has_entries(dir_fd: int, name: str) -> bool:
             return next(found, None) is not None
     finally:
         os.close(fd)
-
-
-def _guard(guard: Guard, rel: str) -> None:
-    if guard is not None:
-        guard(rel)
-
-
-def _spelled_through(path: str, guard: Guard) -> None:
-    """guard.through for each directory the path as spelled steps into and back out
-    of, or names with a "." (`.ssh/.`, `.ssh/x/..`): whether it exists or not, the
-    answer is the policy's."""
-    through = getattr(guard, "through", None)
-    if through is None or ("/." not in path and not path.startswith(".")):
-        return
-    names: list[str] = []
-    for name in path.split("/"):
-        if name in (".", "..") and names:
-            through("/".join(names))
-            if name == "..":
-                names.pop()
-        elif name not in ("", ".", ".."):
-            names.append(name)
-
-
-def _entry(path: str, st: os.stat_result) -> Entry:
-    return Entry(path, _kind(st.st_mode), st.st_size, st.st_mtime)
-
-
-def _pick_resolver(choice: str, fd: int) -> _resolve.Resolver:
-    if choice not in ("auto", "openat2", "walk"):
-        raise ValueError(f"resolver must be auto, openat2 or walk, not {choice!r}")
-    if choice == "walk":
-        return _resolve.WalkResolver(fd)
-    resolver = _resolve.Openat2Resolver(fd)
-    try:
-        os.close(resolver.open_dir(".")[0])  # needs openat2 and /proc/self/fd
-    except OSError as exc:
-        if exc.errno == errno.ENOENT and os.fstat(fd).st_nlink == 0:
-            # openat2 answered; the root is a removed directory (its calls fail
-            # not_found either way), and a pool's workers must all resolve alike
-            return resolver
-        if choice == "openat2":
-            raise CorralError("io_error", f"openat2 resolver unavailable: {exc.strerror}") from None
-        return _resolve.WalkResolver(fd)
-    return resolver
 
 
 class Root:
@@ -348,7 +251,7 @@ class Root:
         self._identity = (st.st_dev, st.st_ino)
         self.path = real
         self.given_path = os.path.abspath(path)
-        self._resolver = _pick_resolver(resolver, fd)
+        self._resolver = pick_resolver(resolver, fd)
         self.resolver = self._resolver.name
 
     def close(self) -> None:
@@ -366,67 +269,6 @@ class Root:
         return f"Root({self.path!r}, mode={self.mode!r}, resolver={self.resolver!r})"
 
     # -- resolution -----------------------------------------------------------
-
-    def _target(
-        self, path: str, *, follow: bool, make_parents: bool = False, guard: Guard = None,
-        made: list[str] | None = None,
-    ) -> _resolve.Target:
-        """Resolve `path`. A missing parent directory is first guarded at the path
-        the target would resolve to ("missing" must not say more than "denied"),
-        then created (make_parents; their resolved paths go into `made`) or
-        reported (not_found). Directories the path
-        passes through by "." or "..", or that are missing or not directories on
-        its way, go to the guard's `through` first, for the same reason."""
-        if guard is not None:
-            _spelled_through(path, guard)
-
-        def missing(head: str, leaf: str) -> None:
-            self._missing_through(_resolve.join(head, leaf), guard)
-            if not make_parents:
-                _guard(guard, _resolve.predict(self._resolver, head, leaf))
-                raise FileNotFoundError(errno.ENOENT, "missing")
-            created = _resolve.make_dirs(
-                self._resolver, head, lambda deepest: _guard(guard, _resolve.join(deepest, leaf))
-            )
-            if made is not None:
-                made.extend(created)
-
-        hook = missing if make_parents or guard is not None else None
-        try:
-            return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
-        except (FileNotFoundError, NotADirectoryError):
-            self._missing_through(path, guard)
-            raise
-
-    def _missing_through(self, path: str, guard: Guard) -> None:
-        """guard.through for each name of `path` below its deepest existing directory
-        (a missing name, or one that is not a directory), as it would resolve."""
-        through = getattr(guard, "through", None)
-        if through is None:
-            return
-        parts = [part for part in path.split("/") if part not in ("", ".")]
-        for depth in range(len(parts), -1, -1):
-            try:
-                fd, base = self._resolver.open_dir("/".join(parts[:depth]) or ".")
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError:
-                return  # outside the roots, a loop: the caller's own error says so
-            os.close(fd)
-            break
-        else:
-            return
-        names = [] if base == "." else base.split("/")
-        on_the_way = []
-        for name in parts[depth:]:
-            if name == "..":
-                if names:
-                    names.pop()
-                continue
-            names.append(name)
-            on_the_way.append("/".join(names))
-        for name in on_the_way:  # each decided with the path it leads to (the last)
-            through(name, on_the_way[-1])
 
     def locked(
         self, *others: Root, exclusive: bool = False
@@ -461,12 +303,13 @@ class Root:
         path = check_path(op, rel)
         if changes:
             self._writable(op, rel)
-        with translated(op, rel), self._target(
-            path, follow=follow, make_parents=make_parents, guard=guard, made=made
+        with translated(op, rel), target(
+            self._resolver, path, follow=follow, make_parents=make_parents, guard=guard,
+            made=made,
         ) as t:
             if named:
                 t.name()
-            _guard(guard, t.rel)
+            guard_at(guard, t.rel)
             yield t
 
     def resolve(self, rel: str, *, follow: bool = True) -> str:
@@ -474,7 +317,7 @@ class Root:
         resolved parent + leaf). Raises outside_workspace, symlink_loop, not_found
         (missing parent), not_a_directory."""
         path = check_path("resolve", rel)
-        with translated("resolve", rel), self._target(path, follow=follow) as t:
+        with translated("resolve", rel), target(self._resolver, path, follow=follow) as t:
             return t.rel
 
     # -- reading --------------------------------------------------------------
@@ -490,11 +333,11 @@ class Root:
         path = check_path("stat", rel)
         with translated("stat", rel):
             try:  # a trailing slash resolves the final link, as lstat("link/") does
-                t = self._target(path, follow=follow or path.endswith("/"), guard=guard)
+                t = target(self._resolver, path, follow=follow or path.endswith("/"), guard=guard)
             except FileNotFoundError:
                 return None
             with t:
-                _guard(guard, t.rel)
+                guard_at(guard, t.rel)
                 st = t.st
                 if st is None:
                     return None
@@ -508,7 +351,7 @@ class Root:
                 if version_limit is not None and stat.S_ISREG(st.st_mode):
                     version = self._version(t, rel, version_limit)
                 return FileInfo(
-                    _kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
+                    kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
                     st.st_nlink, link, version, st.st_ino,
                 )
 
@@ -574,7 +417,7 @@ class Root:
         with translated("list", rel):
             fd = self._open_listing("list", rel, guard)
             try:
-                return [_entry(name, st) for name, st in _listing.entries(fd)]
+                return [entry_of(name, st) for name, st in _listing.entries(fd)]
             finally:
                 os.close(fd)
 
@@ -589,7 +432,7 @@ class Root:
         with translated("walk", rel):
             walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune,
                                    entered=entered)
-        return (_entry(path, st) for path, st in walker)
+        return (entry_of(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
         with self.at(op, rel, follow=True, guard=guard) as t:
