@@ -25,6 +25,7 @@ from typing import Protocol
 
 import corral.fs._atomic as _atomic
 import corral.fs._listing as _listing
+import corral.fs._ops as _ops
 import corral.fs._resolve as _resolve
 import corral.fs._treelock as _treelock
 import corral.fs.tree as _tree
@@ -42,7 +43,6 @@ from corral.fs._guarded import guard_at, pick_resolver, target
 from corral.fs.staged import Staged, set_aside
 from corral.fs.syscalls import (
     RENAME_NOREPLACE,
-    SUBDIR_FLAGS,
     Land,
     fd_path,
     rename_into_place,
@@ -59,11 +59,6 @@ from corral.fs.types import (
     kind,
 )
 from corral.fs.version import content_version
-
-_READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_bytes
-# A directory move guards every entry beneath it (each is renamed too); past this
-# many the move is refused rather than stall the worker on one huge tree.
-MAX_MOVED_ENTRIES = 100_000
 
 
 class _DirectoryMove(Exception):
@@ -164,15 +159,6 @@ NO_KEEP = NoKeep()
 
 
 _nothing = contextlib.nullcontext
-
-
-def _has_entries(dir_fd: int, name: str) -> bool:
-    fd = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
-    try:
-        with os.scandir(fd) as found:
-            return next(found, None) is not None
-    finally:
-        os.close(fd)
 
 
 class Root:
@@ -349,33 +335,12 @@ class Root:
                         link = os.readlink(t.name(), dir_fd=t.dir_fd)
                 version = None
                 if version_limit is not None and stat.S_ISREG(st.st_mode):
-                    version = self._version(t, rel, version_limit)
+                    with translated("read", rel):
+                        version = _ops.version_of(t, version_limit)
                 return FileInfo(
                     kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
                     st.st_nlink, link, version, st.st_ino,
                 )
-
-    def _version(self, t: _resolve.Target, rel: str, limit: int) -> str | None:
-        """content_version of the regular file `t` names, opened without following;
-        None past `limit` or when it is no longer a regular file (as read_bytes decides)."""
-        with translated("read", rel):
-            try:
-                fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
-                    return None  # removed, or now a link or a socket: not this file any more
-                raise
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-                    return None
-                chunks, size = [], 0
-                while size <= limit and (chunk := os.read(fd, _READ_CHUNK)):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                return content_version(b"".join(chunks)) if size <= limit else None
-            finally:
-                os.close(fd)
 
     def read_bytes(
         self, rel: str, *, max_file_bytes: int, guard: Guard = None, single_link: str | None = None
@@ -397,20 +362,13 @@ class Root:
                         "the policy refuses reading a file with more than one", rule=single_link,
                     )
                 if st.st_size > max_file_bytes:
-                    raise self._too_large("read", rel, st.st_size, max_file_bytes)
-                chunks, size = [], 0
-                while size <= max_file_bytes and (chunk := os.read(fd, _READ_CHUNK)):
-                    chunks.append(chunk)
-                    size += len(chunk)
+                    raise _ops.too_large("read", rel, st.st_size, max_file_bytes)
+                data, size = _ops.read_upto(fd, max_file_bytes)
                 if size > max_file_bytes:  # it grew while we read
-                    raise self._too_large("read", rel, size, max_file_bytes)
-                return b"".join(chunks)
+                    raise _ops.too_large("read", rel, size, max_file_bytes)
+                return data
             finally:
                 os.close(fd)
-
-    @staticmethod
-    def _too_large(op: str, rel: str, size: int, limit: int) -> CorralError:
-        return fail("too_large", op, rel, f"{size} bytes is over the {limit} byte limit")
 
     def scandir(self, rel: str, *, guard: Guard = None) -> list[Entry]:
         """One directory's entries (names only in Entry.path), never following symlinks."""
@@ -524,7 +482,7 @@ class Root:
             if t.st is not None or t.trailing_slash:
                 require_file(t.st, t.trailing_slash)
             elif len(data) > max_file_bytes:
-                raise self._too_large("append", rel, len(data), max_file_bytes)
+                raise _ops.too_large("append", rel, len(data), max_file_bytes)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
             # a file this call creates is recorded before the create, an existing one's
             # size once it is open
@@ -543,7 +501,7 @@ class Root:
                             "the file has other hard links, which may lie outside the roots",
                         )
                     if st.st_size + len(data) > max_file_bytes:
-                        raise self._too_large(
+                        raise _ops.too_large(
                             "append", rel, st.st_size + len(data), max_file_bytes
                         )
                     with _nothing() if creating else keep.appending(
@@ -573,14 +531,7 @@ class Root:
                     return True
                 except FileExistsError:
                     pass  # lost a race: judge what is there now
-            st = os.stat(t.leaf, dir_fd=t.dir_fd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):  # a link to a directory beneath the root counts
-                try:
-                    os.close(self._resolver.open_dir(t.rel)[0])
-                except (NotADirectoryError, FileNotFoundError):
-                    raise OSError(errno.EEXIST, "exists") from None
-                return False
-            if stat.S_ISDIR(st.st_mode):
+            if _ops.is_dir_there(self._resolver, t):
                 return False
             raise OSError(errno.EEXIST, "exists")
 
@@ -610,7 +561,7 @@ class Root:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a directory")
-            if _has_entries(t.dir_fd, name):  # a rename would take them along
+            if _ops.has_entries(t.dir_fd, name):  # a rename would take them along
                 raise OSError(errno.ENOTEMPTY, "not empty")
             keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
@@ -643,15 +594,7 @@ class Root:
                            "it is a symlink (delete_file removes the link)")
             if not stat.S_ISDIR(t.st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a directory")
-            try:
-                tree = _tree.survey(t.dir_fd, name, t.st)
-            except _tree.TreeRefused as refused:
-                where = _resolve.join(rel.rstrip("/"), refused.path) if refused.path else rel
-                raise fail(refused.code, "delete", where, refused.why) from None
-            if tree and not recursive:
-                raise fail("invalid_arguments", "delete", rel,
-                           f"the directory is not empty ({len(tree)} entries beneath it); "
-                           "pass recursive: true to delete it with everything in it")
+            tree = _ops.survey(t, rel, recursive)
             if beneath is not None:
                 for entry in tree:
                     beneath(_resolve.join(t.rel, entry.path))
@@ -668,7 +611,7 @@ class Root:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
         (already_exists); a directory into itself -> invalid_arguments. `guard`
         checks both paths and, for a directory, every entry beneath it (MoveGuard);
-        more than MAX_MOVED_ENTRIES -> too_large. An entry another process adds
+        more than _ops.MAX_MOVED_ENTRIES -> too_large. An entry another process adds
         between that walk and the rename is not seen; corral's own calls that add
         names wait for the tree lock, which a directory move holds exclusively
         from its walk to its rename."""
@@ -706,7 +649,7 @@ class Root:
                 ):
                     raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
                 if stat.S_ISDIR(s.st.st_mode) and guard.checks:
-                    self._guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
+                    _ops.guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
                 flags = 0 if overwrite else RENAME_NOREPLACE
                 try:
                     keep.move(
@@ -717,21 +660,6 @@ class Root:
                     if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
                         raise CrossFilesystem("move", src) from None
                     raise
-
-    @staticmethod
-    def _guard_beneath(
-        dir_fd: int, name: str, src: str, old: str, new: str, guard: MoveGuard
-    ) -> None:
-        fd = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
-        walker = _listing.Walk(fd, strict=True)
-        try:
-            for count, (path, _) in enumerate(walker, 1):
-                if count > MAX_MOVED_ENTRIES:
-                    why = f"it holds over {MAX_MOVED_ENTRIES} entries, each of which a move checks"
-                    raise fail("too_large", "move", src, why)
-                guard.entry(_resolve.join(old, path), _resolve.join(new, path))
-        finally:
-            walker.close()
 
     def _same_root(self, other: Root) -> bool:
         if other is self:
