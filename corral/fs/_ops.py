@@ -5,6 +5,7 @@ Root. Failures are OSError or CorralError naming the caller's path."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 
@@ -12,7 +13,7 @@ import corral.fs._listing as _listing
 import corral.fs._resolve as _resolve
 import corral.fs.tree as _tree
 from corral.errors import CorralError
-from corral.fs._errors import fail
+from corral.fs._errors import fail, require_file
 from corral.fs.syscalls import SUBDIR_FLAGS
 from corral.fs.types import MoveGuard
 from corral.fs.version import content_version
@@ -25,6 +26,22 @@ MAX_MOVED_ENTRIES = 100_000
 
 def too_large(op: str, rel: str, size: int, limit: int) -> CorralError:
     return fail("too_large", op, rel, f"{size} bytes is over the {limit} byte limit")
+
+
+def appendable(fd: int, rel: str, adding: int, limit: int) -> os.stat_result:
+    """The file an append opened (`fd`), locked for it, and its fstat; refused when
+    it is not a regular file, has other hard links, or would pass `limit`."""
+    # appends of one file, and cutting a torn one back, go one at a time: the size
+    # recorded before is the size this append starts at
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    st = os.fstat(fd)
+    require_file(st)
+    if st.st_nlink > 1:
+        raise fail("path_denied", "append", rel,
+                   "the file has other hard links, which may lie outside the roots")
+    if st.st_size + adding > limit:
+        raise too_large("append", rel, st.st_size + adding, limit)
+    return st
 
 
 def read_upto(fd: int, limit: int) -> tuple[bytes, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -490,20 +489,7 @@ class Root:
             with keep.appending(self, t.rel, made, None, data) if creating else _nothing():
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
                 try:
-                    # appends of one file, and cutting a torn one back, go one at a time:
-                    # the size recorded before is the size this append starts at
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    st = os.fstat(fd)
-                    require_file(st)
-                    if st.st_nlink > 1:
-                        raise fail(
-                            "path_denied", "append", rel,
-                            "the file has other hard links, which may lie outside the roots",
-                        )
-                    if st.st_size + len(data) > max_file_bytes:
-                        raise _ops.too_large(
-                            "append", rel, st.st_size + len(data), max_file_bytes
-                        )
+                    st = _ops.appendable(fd, rel, len(data), max_file_bytes)
                     with _nothing() if creating else keep.appending(
                         self, t.rel, made, st.st_size, data
                     ):
@@ -644,7 +630,7 @@ class Root:
                     d.trailing_slash and d.st is not None and not stat.S_ISDIR(d.st.st_mode)
                 ):  # "x/" names a directory; rename does not follow a link for it
                     raise OSError(errno.ENOTDIR, "not a directory")
-                if stat.S_ISDIR(s.st.st_mode) and self._same_root(dst_root) and (
+                if stat.S_ISDIR(s.st.st_mode) and self._identity == dst_root._identity and (
                     d.rel == s.rel or d.rel.startswith(s.rel + "/")
                 ):
                     raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
@@ -660,12 +646,6 @@ class Root:
                     if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
                         raise CrossFilesystem("move", src) from None
                     raise
-
-    def _same_root(self, other: Root) -> bool:
-        if other is self:
-            return True
-        a, b = os.fstat(self.fd), os.fstat(other.fd)
-        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     def remove_stale_temps(
         self, rel: str = ".", *, dead_pids: Collection[int] = (),
