@@ -1,9 +1,12 @@
 """Root: a directory handle beneath which every path is resolved (hazmat layer).
 
 Every method raises CorralError (never OSError) with the path *as the caller
-gave it* in the message. Each is a short wrapper: resolve with
-corral/fs/_resolve.py (a parent directory fd beneath the root plus one final
-name), call `guard`, then act through that fd.
+gave it* in the message. Each is a short wrapper, as Go's os.Root methods are:
+resolve with `Root.at`, the one resolution primitive (a parent directory fd
+beneath the root plus one final name; corral/fs/_guarded.py and _resolve.py
+beneath it), call `guard`, then act through that fd (corral/fs/_ops.py). A
+feature's own operation (fs/batch.py's staging, history's) is built the same way
+in its own module, on `Root.at` and `Root.locked`.
 
 `guard` on every operation: called with the root-relative resolved path
 (posix, "." for the root itself, no leading "./") of the object the operation is
@@ -40,13 +43,7 @@ from corral.fs._errors import (
 )
 from corral.fs._guarded import guard_at, pick_resolver, target
 from corral.fs.staged import Staged, set_aside
-from corral.fs.syscalls import (
-    RENAME_NOREPLACE,
-    Land,
-    fd_path,
-    rename_into_place,
-    renameat2,
-)
+from corral.fs.syscalls import RENAME_NOREPLACE, Land, fd_path, rename_into_place, renameat2
 from corral.fs.types import (
     UNGUARDED,
     Entry,
