@@ -113,6 +113,22 @@ def survey(t: _resolve.Target, rel: str, recursive: bool) -> list[_tree.Tree]:
     return tree
 
 
+def check_move(
+    s: _resolve.Target, d: _resolve.Target, same_root: bool, src: str, dst: str
+) -> None:
+    """A move of what `s` names to `d` refused before it is tried: "x/" naming a
+    non-directory (rename does not follow a link for it), or a directory moved
+    into itself."""
+    assert s.st is not None
+    is_dir = stat.S_ISDIR(s.st.st_mode)
+    if ((s.trailing_slash or d.trailing_slash) and not is_dir) or (
+        d.trailing_slash and d.st is not None and not stat.S_ISDIR(d.st.st_mode)
+    ):
+        raise OSError(errno.ENOTDIR, "not a directory")
+    if is_dir and same_root and (d.rel == s.rel or d.rel.startswith(s.rel + "/")):
+        raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
+
+
 def guard_beneath(
     dir_fd: int, name: str, src: str, old: str, new: str, guard: MoveGuard
 ) -> None:

@@ -622,15 +622,7 @@ class Root:
                 raise _DirectoryMove
             with dst_root.at("move", dst, follow=False, guard=guard.destination, named=True) as d:
                 dst_name = d.name()
-                slash = s.trailing_slash or d.trailing_slash
-                if (slash and not stat.S_ISDIR(s.st.st_mode)) or (
-                    d.trailing_slash and d.st is not None and not stat.S_ISDIR(d.st.st_mode)
-                ):  # "x/" names a directory; rename does not follow a link for it
-                    raise OSError(errno.ENOTDIR, "not a directory")
-                if stat.S_ISDIR(s.st.st_mode) and self._identity == dst_root._identity and (
-                    d.rel == s.rel or d.rel.startswith(s.rel + "/")
-                ):
-                    raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
+                _ops.check_move(s, d, self._identity == dst_root._identity, src, dst)
                 if stat.S_ISDIR(s.st.st_mode) and guard.checks:
                     _ops.guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
                 flags = 0 if overwrite else RENAME_NOREPLACE
