@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from corral.api import _BaseSandbox
     from corral.history.host import History
-    from corral.sandbox.broker import Broker
-    from corral.sandbox.broker import SandboxSupply
+    from corral.sandbox.broker import Broker, SandboxSupply
     from corral.sandbox.handles import Worker
 
 

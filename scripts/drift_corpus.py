@@ -129,6 +129,8 @@ def make(rng: random.Random, name: str, lines: list[str], kind: str) -> Case | N
             shift = 4  # a dedent past column 0 would lose the block's shape
         model_old = [_shifted(line, shift) for line in block]
         model_new = [_shifted(line, shift) for line in changed]
+        if "\n".join(model_old) in "\n".join(file_lines):
+            return None  # the shifted block is also in the file as is: that match is exact
     intended: str | None = ending.join(file_lines[:start] + file_new + file_lines[end:])
     if kind == "stale":  # the model remembers a word the file never had
         words = [m for m in re.finditer(r"[A-Za-z_]{4,}", "\n".join(block))]

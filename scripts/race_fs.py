@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corral.errors import CorralError
-from corral.fs import Root, _sys
+from corral.fs import Root, syscalls
 
 RENAME_EXCHANGE = 0x02  # swap two names atomically: the classic TOCTOU window, maximally hot
 SECRET = b"RACE-SECRET-OUTSIDE-9c1e"
@@ -53,10 +53,10 @@ def start_swapper(ws: Path) -> int:
     if pid == 0:
         try:
             fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
-            _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
+            syscalls.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
             os.write(ready_w, b"!")
             while True:
-                _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
+                syscalls.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
         finally:
             os._exit(0)
     os.close(ready_w)

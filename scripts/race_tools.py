@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from corral import Sandbox
 from corral.calls.messages import CallRequest
 from corral.config import Limits, SandboxOptions
-from corral.fs import Root, Roots, _sys
+from corral.fs import Root, Roots, syscalls
 from corral.fs.version import content_version
 from corral.policy import Policy
 from corral.tools.base import Context
@@ -129,7 +129,7 @@ def stop_swapper(pid: int, ws: Path) -> None:
     if (ws / "d").is_symlink():
         fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
         try:
-            _sys.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
+            syscalls.renameat2(fd, "d", fd, "swap", RENAME_EXCHANGE)
         finally:
             os.close(fd)
 

@@ -13,7 +13,7 @@ import pytest
 
 from corral import Sandbox
 from corral.fs import Root, Roots
-from corral.fs._tree import MAX_TREE_DEPTH, remove
+from corral.fs.tree import MAX_TREE_DEPTH, remove
 from corral.history import restore
 from corral.history.keeper import Keeper
 from corral.policy import Policy

@@ -16,7 +16,7 @@ import landlock
 import pytest
 
 from corral.errors import CorralError
-from corral.fs import Expect, MoveGuard, Root, Roots, _resolve, _sys, content_version
+from corral.fs import Expect, MoveGuard, Root, Roots, _resolve, content_version, syscalls
 from corral.fs._atomic import STALE_TEMP_AGE, TEMP_PREFIX
 
 BIG = 1 << 20
@@ -432,7 +432,7 @@ def test_auto_picks_openat2_and_falls_back(workspace: Path, monkeypatch: pytest.
     def no_openat2(*_: object) -> int:
         raise OSError(errno.ENOSYS, "no openat2")
 
-    monkeypatch.setattr(_sys, "openat2", no_openat2)
+    monkeypatch.setattr(syscalls, "openat2", no_openat2)
     with Root(str(workspace)) as r:
         assert r.resolver == "walk"
         assert r.read_bytes("hello.txt", max_file_bytes=BIG) == b"hello\nworld\n"
@@ -450,7 +450,7 @@ def test_eagain_is_retried_then_reported(workspace: Path, monkeypatch: pytest.Mo
             calls.append(1)
             raise OSError(errno.EAGAIN, "busy")
 
-        monkeypatch.setattr(_sys, "openat2", busy)
+        monkeypatch.setattr(syscalls, "openat2", busy)
         assert code(lambda: r.read_bytes("sub/hello.txt", max_file_bytes=BIG)) == "io_error"
         assert len(calls) == _resolve.OPENAT2_EAGAIN_RETRIES
 

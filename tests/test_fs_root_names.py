@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from corral.errors import CorralError
-from corral.fs import Root, _sys
+from corral.fs import Root, syscalls
 
 BIG = 1 << 20
 
@@ -20,7 +20,7 @@ def test_a_root_name_needs_no_openat2(workspace: Path, monkeypatch: pytest.Monke
         def refused(*_: object) -> int:
             raise OSError(13, "openat2 called")
 
-        monkeypatch.setattr(_sys, "openat2", refused)
+        monkeypatch.setattr(syscalls, "openat2", refused)
         seen: list[str] = []
         assert r.read_bytes("hello.txt", max_file_bytes=BIG, guard=seen.append) == (
             b"hello\nworld\n"

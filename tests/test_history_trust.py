@@ -495,14 +495,14 @@ def test_a_pending_record_under_a_live_pid_but_no_lock_is_settled(
 
 def _commit_and_die(workspace: str, path: str) -> None:  # pragma: no cover - the child
     """A host committing a done record, killed half-way through writing it."""
-    from corral.fs import _atomic
+    from corral.fs import syscalls
     from corral.history import host
 
     def half(fd: int, data: bytes) -> None:
         os.write(fd, data[: len(data) // 2])
         os._exit(9)
 
-    _atomic.write_all = half  # every write of the store's goes through it
+    syscalls.write_all = half  # every write of the store's goes through it
     history = host.History(HistoryOptions(path=path), workspace, [workspace],
                            writable=[workspace])
     history.sweep()

@@ -15,7 +15,7 @@ from corral.calls.control import Reply, SandboxSetup, ZygoteStart
 from corral.calls.messages import Malformed
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
-from corral.fs._resolve import DIR_FLAGS
+from corral.fs.syscalls import DIR_FLAGS
 from corral.policy import Policy, RootSpec, Rule
 from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.protocol import EXIT_CONFINE_FAILED, read_frame

@@ -21,7 +21,7 @@ import pytest
 from corral import Pool, Sandbox, testing
 from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
-from corral.fs._resolve import DIR_FLAGS
+from corral.fs.syscalls import DIR_FLAGS
 from corral.history.store import kept_name
 from corral.policy import Policy, RootSpec
 from corral.sandbox.handles import ZygoteHandle

@@ -15,7 +15,7 @@ import pytest
 
 from corral.calls.control import SandboxSetup
 from corral.config import Limits, SandboxOptions
-from corral.fs._resolve import DIR_FLAGS
+from corral.fs.syscalls import DIR_FLAGS
 from corral.policy import Policy, RootSpec
 from corral.sandbox.handles import ZygoteHandle
 from corral.sandbox.protocol import (

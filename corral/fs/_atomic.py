@@ -16,26 +16,23 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-from corral.fs import _sys
+from corral.fs.syscalls import (
+    RENAME_NOREPLACE,
+    SETID,
+    TEMP_PREFIX,
+    Land,
+    rename_into_place,
+    temp_name,
+    write_all,
+)
 from corral.fs.version import chunked_version
 
-TEMP_PREFIX = ".corral-tmp-"
 STALE_TEMP_AGE = 3600.0  # seconds; a live write takes milliseconds: an hour-old temp is orphaned
-SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
 _READ_CHUNK = 1 << 20  # reading the current content for expected_version, a MiB at a time
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9]{1,10})-[0-9a-f]{16}")
-
-
-# Puts the finished temp file in place: (dir_fd, temp name, target name, rename flags).
-# The default renames; a history keeper records what it replaces and renames itself.
-Land = Callable[[int, str, str, int], None]
-
-
-def rename_into_place(dir_fd: int, tmp: str, name: str, flags: int) -> None:
-    _sys.renameat2(dir_fd, tmp, dir_fd, name, flags)
 
 
 @dataclass(frozen=True)
@@ -59,10 +56,6 @@ ANYTHING = Expect()
 
 class VersionMismatch(Exception):
     """The current content is not the expected version (or the file is missing)."""
-
-
-def temp_name() -> str:
-    return f"{TEMP_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
 
 
 def temp_owner(name: str) -> int | None:
@@ -138,36 +131,6 @@ def holding(dir_fd: int, name: str, expected: bytes) -> int | None:
         return stat.S_IMODE(st.st_mode) if b"".join(chunks) == expected else None
 
 
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def write_new(
-    dir_fd: int, name: str, data: bytes, *, perms: int = 0o666, mode: int | None = None,
-    sync: bool = False,
-) -> None:
-    """A new file `name` in `dir_fd` holding `data`, created with `perms` (umask
-    applies), then given `mode` (set-id bits dropped) if one is given. O_EXCL and
-    O_NOFOLLOW: an existing name (a symlink planted there included) is never opened,
-    and never removed: it may be another's. Removed again if writing fails."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 perms, dir_fd=dir_fd)
-    try:
-        write_all(fd, data)
-        if mode is not None:
-            os.fchmod(fd, mode & ~SETID)
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    os.close(fd)
-
-
 def append_whole(fd: int, data: bytes) -> None:
     """write_all for an O_APPEND fd, all or nothing: when a write fails part-way (disk
     full, a size limit), the part already written is cut off again, so the file never
@@ -240,7 +203,7 @@ def replace(
                     os.fsync(fd)  # (fdatasync measured no cheaper on ext4: a new file)
             finally:
                 os.close(fd)
-            flags = _sys.RENAME_NOREPLACE if exclusive else 0
+            flags = RENAME_NOREPLACE if exclusive else 0
             land(dir_fd, tmp, name, flags)
         except BaseException:
             with contextlib.suppress(OSError):

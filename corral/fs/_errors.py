@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -82,3 +83,15 @@ def check_path(op: str, path: object, *, absolute: bool = False) -> str:
     if path.startswith("/") and not absolute:
         raise from_errno(errno.EXDEV, op, path)
     return path
+
+
+def require_file(st: os.stat_result | None, trailing_slash: bool = False) -> None:
+    """Only regular files are read or written (ENXIO maps to not_a_regular_file)."""
+    if st is None:
+        raise OSError(errno.ENOENT, "missing")
+    if stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EISDIR, "directory")
+    if trailing_slash:
+        raise OSError(errno.ENOTDIR, "not a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.ENXIO, "not a regular file")

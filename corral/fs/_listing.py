@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 
-SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+from corral.fs.syscalls import SUBDIR_FLAGS
 
 
 def entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:

@@ -29,14 +29,14 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.fs import _sys
+import corral.fs.syscalls as syscalls
+from corral.fs.syscalls import DIR_FLAGS
 
 MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS: the same depth both resolvers allow
 OPENAT2_EAGAIN_RETRIES = 16  # EAGAIN = a rename raced the lookup; a few retries win, then report it
 WALK_RETRIES = 16  # the same for the walk: its path changed under it; walk again, then report it
 
-DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-_RESOLVE = _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_MAGICLINKS
+_RESOLVE = syscalls.RESOLVE_BENEATH | syscalls.RESOLVE_NO_MAGICLINKS
 _DELETED = " (deleted)"  # what the kernel appends to the recorded path of a removed directory
 
 
@@ -63,7 +63,7 @@ class Openat2Resolver:
     def open_dir(self, rel: str) -> tuple[int, str]:
         for _ in range(OPENAT2_EAGAIN_RETRIES):
             try:
-                fd = _sys.openat2(self.root_fd, rel, DIR_FLAGS, 0, _RESOLVE)
+                fd = syscalls.openat2(self.root_fd, rel, DIR_FLAGS, 0, _RESOLVE)
             except OSError as exc:
                 if exc.errno == errno.EAGAIN:
                     continue
@@ -90,7 +90,7 @@ class Openat2Resolver:
 
     def _relative(self, fd: int) -> str:
         """Root-relative path of an fd opened beneath the root, from the kernel's record."""
-        root, here = _sys.fd_path(self.root_fd), _sys.fd_path(fd)
+        root, here = syscalls.fd_path(self.root_fd), syscalls.fd_path(fd)
         if here.endswith(_DELETED) and os.fstat(fd).st_nlink == 0:
             raise _oserror(errno.ENOENT)  # removed meanwhile: its recorded path is not a path
         if here == root:

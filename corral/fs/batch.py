@@ -1,8 +1,8 @@
 """Several files changed as one (apply_patch), all or nothing.
 
-1. stage (Root.stage / Root.stage_removal): each new file is written and fsynced
-   beside its target under a temp name (as the atomic writer names them); a
-   removal only picks the name its file will be set aside under.
+1. stage (stage / stage_removal): each new file is written and fsynced beside its
+   target under a temp name (as the atomic writer names them); a removal only
+   picks the name its file will be set aside under.
 2. land: every target is checked to still hold what the caller read (or to be
    missing, for a new file); the Keep is entered
    (a history keeper writes one record naming every entry and its temp), then
@@ -14,7 +14,7 @@
    unlinks them).
 
 What a kill part-way leaves is the record and the temps; corral/history/
-restore.py finishes or undoes it. Without a history store nothing says which
+recover.py finishes or undoes it. Without a history store nothing says which
 temps belong together: see docs/history.md.
 """
 
@@ -23,50 +23,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import posixpath
+import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from corral.errors import CorralError
-from corral.fs import _atomic, _treelock
-from corral.fs._errors import fail, from_errno
-from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
-
-if TYPE_CHECKING:
-    from corral.fs.root import Keep, Root
-
-ACTIONS = ("add", "update", "remove")
-
-
-@dataclass
-class Staged:
-    """One change of a batch, staged: `temp` (a name in `dir_fd`, beside `name`)
-    holds the new file of an add or update; a removal's file is set aside there."""
-
-    root: Root
-    rel: str  # the target, resolved, root-relative
-    given: str  # the path as the caller named it (messages)
-    action: str  # "add" | "update" | "remove"
-    dir_fd: int  # O_PATH fd of the target's directory, owned until discard()
-    name: str
-    temp: str
-    old: bytes | None  # what an update or removal read: the target must still hold it
-    mode: int | None  # the old file's permission bits (None: a new file)
-    size: int = 0  # of the new file
-    version: str | None = None  # of the new file
-    made: list[str] = field(default_factory=list)  # directories made on the way
-    staged: bool = False  # the temp exists (an add's or update's)
-    landed: bool = False
-    link: str | None = None  # a removed symlink's target (old is None): unlinked, last
-    # a move's other end: the removal of its source, or the add at its destination
-    partner: Staged | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def temp_rel(self) -> str:
-        """The temp's path beneath the root, as a record names it."""
-        parent = posixpath.dirname(self.rel)
-        return posixpath.join(parent, self.temp) if parent else self.temp
+from corral.fs._atomic import holding
+from corral.fs._errors import fail, from_errno, require_file
+from corral.fs.root import Keep, Root
+from corral.fs.staged import Staged
+from corral.fs.syscalls import (
+    RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+    renameat2,
+    temp_name,
+    write_new,
+)
+from corral.fs.types import Guard
+from corral.fs.version import content_version
 
 
 @contextlib.contextmanager
@@ -78,9 +51,56 @@ def tree_locked(roots: Sequence[Root]) -> Iterator[None]:
     directory's version lock as the atomic writer takes one: a batch would then
     hold several of those and convert a root's shared lock to exclusive, and two
     batches, or a batch and a write, could each wait for the other."""
-    pairs = [(root._identity, root.fd) for root in roots]  # as Root._locked: known at open
-    with _treelock.held(pairs, exclusive=True):
+    with roots[0].locked(*roots[1:], exclusive=True):
         yield
+
+
+def stage(
+    root: Root, rel: str, data: bytes, *, given: str, old: bytes | None,
+    mode: int | None = None, guard: Guard = None, made: list[str],
+) -> Staged:
+    """One add (`old` None: the target must be missing; parents are made, into
+    `made`) or update (`old`: the bytes read, which the target must still hold
+    when the batch lands) of a batch: the new file written and fsynced beside the
+    target. `mode`: a new file's permission bits (an update keeps the old file's).
+    The caller holds tree_locked, so this never takes the tree lock (a failure's
+    directories are the caller's to remove, with remove_made)."""
+    with root.at("write", rel, follow=True, guard=guard, changes=True, named=True,
+                 make_parents=old is None, made=made) as t:
+        name = t.name()
+        if old is None and t.st is not None:
+            raise OSError(errno.EEXIST, "exists")
+        if old is not None:
+            require_file(t.st, t.trailing_slash)
+            assert t.st is not None
+            mode = stat.S_IMODE(t.st.st_mode)
+        dir_fd = os.dup(t.dir_fd)
+        try:
+            temp = write_temp(dir_fd, data, mode, sync=root.durable)
+        except BaseException:
+            os.close(dir_fd)
+            raise
+        return Staged(root.path, t.rel, given, "add" if old is None else "update", dir_fd,
+                      name, temp, old, mode, len(data), content_version(data), made,
+                      staged=True)
+
+
+def stage_removal(
+    root: Root, rel: str, *, given: str, old: bytes | None, link: str | None = None,
+    guard: Guard = None,
+) -> Staged:
+    """A removal in a batch of a regular file holding `old` (what the caller read),
+    or of the symlink (the link, not its target) to `link`: nothing changes until
+    the batch lands."""
+    with root.at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
+        name = t.name()
+        if link is None:
+            require_file(t.st, t.trailing_slash)
+        elif t.st is None or not stat.S_ISLNK(t.st.st_mode):
+            raise fail("conflict", "patch", given, "it is no longer a symlink")
+        assert t.st is not None
+        return Staged(root.path, t.rel, given, "remove", os.dup(t.dir_fd), name, temp_name(),
+                      old, stat.S_IMODE(t.st.st_mode), link=link)
 
 
 def land(staged: Sequence[Staged], keep: Keep, *, durable: bool) -> None:
@@ -125,16 +145,10 @@ def discard(staged: Sequence[Staged]) -> None:
             os.close(item.dir_fd)
 
 
-def set_aside(item: Staged) -> bool:
-    """Whether the old file of a landed change waits under its temp (an update's or a
-    removal's), for the Keep to put away."""
-    return item.landed and item.action != "add" and item.link is None
-
-
 def write_temp(dir_fd: int, data: bytes, mode: int | None, *, sync: bool) -> str:
     """A new temp file beside the target holding `data`; its name."""
-    name = _atomic.temp_name()
-    _atomic.write_new(dir_fd, name, data, mode=mode, sync=sync)
+    name = temp_name()
+    write_new(dir_fd, name, data, mode=mode, sync=sync)
     return name
 
 
@@ -166,7 +180,7 @@ def _check_current(item: Staged) -> None:
         current = _link_at(item.dir_fd, item.name) == item.link
     else:
         assert item.old is not None
-        current = _atomic.holding(item.dir_fd, item.name, item.old) is not None
+        current = holding(item.dir_fd, item.name, item.old) is not None
     if not current:
         raise CorralError(
             "conflict", f"{item.given} changed while the patch was being applied; read it "

@@ -1,9 +1,12 @@
 """Root: a directory handle beneath which every path is resolved (hazmat layer).
 
 Every method raises CorralError (never OSError) with the path *as the caller
-gave it* in the message. Each is a short wrapper: resolve with
-corral/fs/_resolve.py (a parent directory fd beneath the root plus one final
-name), call `guard`, then act through that fd.
+gave it* in the message. Each is a short wrapper, as Go's os.Root methods are:
+resolve with `Root.at`, the one resolution primitive (a parent directory fd
+beneath the root plus one final name; corral/fs/_guarded.py and _resolve.py
+beneath it), call `guard`, then act through that fd (corral/fs/_ops.py). A
+feature's own operation (fs/batch.py's staging, history's) is built the same way
+in its own module, on `Root.at` and `Root.locked`.
 
 `guard` on every operation: called with the root-relative resolved path
 (posix, "." for the root itself, no leading "./") of the object the operation is
@@ -16,51 +19,42 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
+import corral.fs._atomic as _atomic
+import corral.fs._listing as _listing
+import corral.fs._ops as _ops
+import corral.fs._resolve as _resolve
+import corral.fs._treelock as _treelock
+import corral.fs.tree as _tree
 from corral.errors import CorralError
-from corral.fs import _atomic, _listing, _resolve, _sys, _tree, _treelock, batch
 from corral.fs._atomic import ANYTHING, Expect
-from corral.fs._errors import CrossFilesystem, check_path, fail, from_errno, translated
-from corral.fs.batch import Staged
+from corral.fs._errors import (
+    CrossFilesystem,
+    check_path,
+    fail,
+    from_errno,
+    require_file,
+    translated,
+)
+from corral.fs._guarded import guard_at, pick_resolver, target
+from corral.fs.staged import Staged, set_aside
+from corral.fs.syscalls import RENAME_NOREPLACE, Land, fd_path, rename_into_place, renameat2
+from corral.fs.types import (
+    UNGUARDED,
+    Entry,
+    FileInfo,
+    Guard,
+    MoveGuard,
+    WriteOutcome,
+    entry_of,
+    kind,
+)
 from corral.fs.version import content_version
-
-Guard = Callable[[str], None] | None
-
-
-class MoveGuard(NamedTuple):
-    """The checks of a move, each given a resolved root-relative path: `source` and
-    `destination` on the two paths it names; for a directory, every entry beneath
-    it too, old and new path: `moved(old, new)` if given (one decision per entry),
-    else `source(old)` and `destination(new)`."""
-
-    source: Guard = None
-    destination: Guard = None
-    moved: Callable[[str, str], None] | None = None
-
-    @property
-    def checks(self) -> bool:
-        return not (self.source is None and self.destination is None and self.moved is None)
-
-    def entry(self, old: str, new: str) -> None:
-        if self.moved is not None:
-            self.moved(old, new)
-        else:
-            _guard(self.source, old)
-            _guard(self.destination, new)
-
-
-UNGUARDED = MoveGuard()
-
-_READ_CHUNK = 1 << 20  # reads go a MiB at a time up to the caller's max_file_bytes
-# A directory move guards every entry beneath it (each is renamed too); past this
-# many the move is refused rather than stall the worker on one huge tree.
-MAX_MOVED_ENTRIES = 100_000
 
 
 class _DirectoryMove(Exception):
@@ -76,7 +70,7 @@ class Keep(Protocol):
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,
         st: os.stat_result | None,
-    ) -> AbstractContextManager[_atomic.Land]: ...
+    ) -> AbstractContextManager[Land]: ...
 
     def appending(
         self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
@@ -103,7 +97,7 @@ class Keep(Protocol):
     def batch(self, staged: Sequence[Staged]) -> AbstractContextManager[None]:
         """Several changes landing as one (fs/batch.py): entered before the first
         lands, left with an error when they were all undone, or normally when all
-        landed, the old files still waiting under their temps (batch.set_aside)."""
+        landed, the old files still waiting under their temps (staged.set_aside)."""
         ...
 
 
@@ -113,8 +107,8 @@ class NoKeep:
     def writing(
         self, root: Root, rel: str, made: list[str], version: str, size: int,
         st: os.stat_result | None,
-    ) -> AbstractContextManager[_atomic.Land]:
-        return contextlib.nullcontext(_atomic.rename_into_place)
+    ) -> AbstractContextManager[Land]:
+        return contextlib.nullcontext(rename_into_place)
 
     def appending(
         self, root: Root, rel: str, made: list[str], size: int | None, data: bytes
@@ -137,7 +131,7 @@ class NoKeep:
         self, src: tuple[Root, str, int, str, os.stat_result],
         dst: tuple[Root, str, int, str, os.stat_result | None], flags: int,
     ) -> None:
-        _sys.renameat2(src[2], src[3], dst[2], dst[3], flags)
+        renameat2(src[2], src[3], dst[2], dst[3], flags)
 
     def together(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -146,7 +140,7 @@ class NoKeep:
     def batch(self, staged: Sequence[Staged]) -> Iterator[None]:
         yield
         for item in staged:  # nobody keeps the old files
-            if batch.set_aside(item):
+            if set_aside(item):
                 with contextlib.suppress(OSError):
                     os.unlink(item.temp, dir_fd=item.dir_fd)
 
@@ -154,118 +148,7 @@ class NoKeep:
 NO_KEEP = NoKeep()
 
 
-class FileInfo(NamedTuple):
-    type: str  # "file" | "dir" | "symlink" | "other"
-    size: int
-    modified: float  # st_mtime
-    mode: int  # permission bits only (st_mode & 0o7777)
-    nlink: int
-    symlink_target: str | None = None  # readlink text when type == "symlink"
-    version: str | None = None  # content_version, when info() was asked for it
-    ino: int = 0  # st_ino: which file it is (history tells a moved file by it)
-
-
-class Entry(NamedTuple):
-    """A NamedTuple, not a frozen dataclass: a listing makes one per entry, and a
-    frozen dataclass's __init__ (four object.__setattr__) cost a tenth of a listing."""
-
-    path: str  # relative to the directory listed/walked ("a/b.txt")
-    type: str  # "file" | "dir" | "symlink" | "other" (never follows symlinks)
-    size: int
-    modified: float
-
-
-class WriteOutcome(NamedTuple):
-    created: bool
-    version: str  # content_version of the bytes now in the file
-
-
-# One lookup by file type: a listing asks once per entry.
-_KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}
-
-
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "other")
-
-
 _nothing = contextlib.nullcontext
-
-
-def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
-def _has_entries(dir_fd: int, name: str) -> bool:
-    fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
-    try:
-        with os.scandir(fd) as found:
-            return next(found, None) is not None
-    finally:
-        os.close(fd)
-
-
-def _same_file(a: os.stat_result, b: os.stat_result | None) -> bool:
-    return b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _guard(guard: Guard, rel: str) -> None:
-    if guard is not None:
-        guard(rel)
-
-
-def _spelled_through(path: str, guard: Guard) -> None:
-    """guard.through for each directory the path as spelled steps into and back out
-    of, or names with a "." (`.ssh/.`, `.ssh/x/..`): whether it exists or not, the
-    answer is the policy's."""
-    through = getattr(guard, "through", None)
-    if through is None or ("/." not in path and not path.startswith(".")):
-        return
-    names: list[str] = []
-    for name in path.split("/"):
-        if name in (".", "..") and names:
-            through("/".join(names))
-            if name == "..":
-                names.pop()
-        elif name not in ("", ".", ".."):
-            names.append(name)
-
-
-def _require_file(st: os.stat_result | None, trailing_slash: bool = False) -> None:
-    """Only regular files are read or written (ENXIO maps to not_a_regular_file)."""
-    if st is None:
-        raise OSError(errno.ENOENT, "missing")
-    if stat.S_ISDIR(st.st_mode):
-        raise OSError(errno.EISDIR, "directory")
-    if trailing_slash:
-        raise OSError(errno.ENOTDIR, "not a directory")
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.ENXIO, "not a regular file")
-
-
-def _entry(path: str, st: os.stat_result) -> Entry:
-    return Entry(path, _kind(st.st_mode), st.st_size, st.st_mtime)
-
-
-def _pick_resolver(choice: str, fd: int) -> _resolve.Resolver:
-    if choice not in ("auto", "openat2", "walk"):
-        raise ValueError(f"resolver must be auto, openat2 or walk, not {choice!r}")
-    if choice == "walk":
-        return _resolve.WalkResolver(fd)
-    resolver = _resolve.Openat2Resolver(fd)
-    try:
-        os.close(resolver.open_dir(".")[0])  # needs openat2 and /proc/self/fd
-    except OSError as exc:
-        if exc.errno == errno.ENOENT and os.fstat(fd).st_nlink == 0:
-            # openat2 answered; the root is a removed directory (its calls fail
-            # not_found either way), and a pool's workers must all resolve alike
-            return resolver
-        if choice == "openat2":
-            raise CorralError("io_error", f"openat2 resolver unavailable: {exc.strerror}") from None
-        return _resolve.WalkResolver(fd)
-    return resolver
 
 
 class Root:
@@ -316,7 +199,7 @@ class Root:
             raise from_errno(exc.errno, "open root", path) from None
         try:
             try:
-                real = _sys.fd_path(fd)
+                real = fd_path(fd)
             except OSError:
                 real = os.path.realpath(path)
             self._adopt(fd, path, real, mode, resolver, durable)
@@ -344,7 +227,7 @@ class Root:
         self._identity = (st.st_dev, st.st_ino)
         self.path = real
         self.given_path = os.path.abspath(path)
-        self._resolver = _pick_resolver(resolver, fd)
+        self._resolver = pick_resolver(resolver, fd)
         self.resolver = self._resolver.name
 
     def close(self) -> None:
@@ -363,72 +246,12 @@ class Root:
 
     # -- resolution -----------------------------------------------------------
 
-    def _target(
-        self, path: str, *, follow: bool, make_parents: bool = False, guard: Guard = None,
-        made: list[str] | None = None,
-    ) -> _resolve.Target:
-        """Resolve `path`. A missing parent directory is first guarded at the path
-        the target would resolve to ("missing" must not say more than "denied"),
-        then created (make_parents; their resolved paths go into `made`) or
-        reported (not_found). Directories the path
-        passes through by "." or "..", or that are missing or not directories on
-        its way, go to the guard's `through` first, for the same reason."""
-        if guard is not None:
-            _spelled_through(path, guard)
-
-        def missing(head: str, leaf: str) -> None:
-            self._missing_through(_resolve.join(head, leaf), guard)
-            if not make_parents:
-                _guard(guard, _resolve.predict(self._resolver, head, leaf))
-                raise FileNotFoundError(errno.ENOENT, "missing")
-            created = _resolve.make_dirs(
-                self._resolver, head, lambda deepest: _guard(guard, _resolve.join(deepest, leaf))
-            )
-            if made is not None:
-                made.extend(created)
-
-        hook = missing if make_parents or guard is not None else None
-        try:
-            return _resolve.lookup(self._resolver, path, follow=follow, missing_parent=hook)
-        except (FileNotFoundError, NotADirectoryError):
-            self._missing_through(path, guard)
-            raise
-
-    def _missing_through(self, path: str, guard: Guard) -> None:
-        """guard.through for each name of `path` below its deepest existing directory
-        (a missing name, or one that is not a directory), as it would resolve."""
-        through = getattr(guard, "through", None)
-        if through is None:
-            return
-        parts = [part for part in path.split("/") if part not in ("", ".")]
-        for depth in range(len(parts), -1, -1):
-            try:
-                fd, base = self._resolver.open_dir("/".join(parts[:depth]) or ".")
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError:
-                return  # outside the roots, a loop: the caller's own error says so
-            os.close(fd)
-            break
-        else:
-            return
-        names = [] if base == "." else base.split("/")
-        on_the_way = []
-        for name in parts[depth:]:
-            if name == "..":
-                if names:
-                    names.pop()
-                continue
-            names.append(name)
-            on_the_way.append("/".join(names))
-        for name in on_the_way:  # each decided with the path it leads to (the last)
-            through(name, on_the_way[-1])
-
-    def _locked(
+    def locked(
         self, *others: Root, exclusive: bool = False
     ) -> contextlib.AbstractContextManager[int]:
-        """The tree lock (corral/fs/_treelock.py) on this root and `others`; yields
-        this root's lock fd."""
+        """The tree lock (corral/fs/_treelock.py) on this root and `others`: shared
+        by a change that adds or renames a name, exclusive by a directory move or a
+        removal of a tree; yields this root's lock fd."""
         roots = [(root._identity, root.fd) for root in (self, *others)]
         return _treelock.held(roots, exclusive=exclusive)
 
@@ -437,25 +260,32 @@ class Root:
             raise fail("read_only", op, rel, "the root is read-only")
 
     @contextlib.contextmanager
-    def _at(
+    def at(
         self, op: str, rel: str, *, follow: bool, guard: Guard, changes: bool = False,
         named: bool = False, make_parents: bool = False, made: list[str] | None = None,
     ) -> Iterator[_resolve.Target]:
-        """The prelude of every operation, in its security order: the path's text
-        checked; a change refused in a read-only root; the path resolved beneath the
-        root (missing parents guarded, then made or refused); with `named`, the
-        final name an acting syscall gets checked ("", ".", ".." refused); then the
-        resolved path guarded. OSError inside becomes a CorralError naming `op`
-        and the caller's `rel`."""
+        """The one resolution primitive (Go's doInRoot): every method here, and every
+        caller's own operation (fs/batch.py's staging, history's), acts inside it on
+        the Target it yields: `dir_fd`, the parent directory opened beneath the root,
+        and `leaf`, one plain name in it (`name()` for a syscall; None: the path
+        names `dir_fd` itself), with `rel` resolved and `st` its lstat (None:
+        missing). In its security order: the path's text checked; with `changes`, a
+        change refused in a read-only root; the path resolved beneath the root
+        (missing parents guarded, then made into `made` with `make_parents`, or
+        refused); with `named`, the final name checked ("", ".", ".." refused);
+        then the resolved path guarded. OSError inside becomes a CorralError naming
+        `op` and the caller's `rel`. The caller takes the tree lock (`locked`)
+        around it if it adds or renames a name."""
         path = check_path(op, rel)
         if changes:
             self._writable(op, rel)
-        with translated(op, rel), self._target(
-            path, follow=follow, make_parents=make_parents, guard=guard, made=made
+        with translated(op, rel), target(
+            self._resolver, path, follow=follow, make_parents=make_parents, guard=guard,
+            made=made,
         ) as t:
             if named:
                 t.name()
-            _guard(guard, t.rel)
+            guard_at(guard, t.rel)
             yield t
 
     def resolve(self, rel: str, *, follow: bool = True) -> str:
@@ -463,7 +293,7 @@ class Root:
         resolved parent + leaf). Raises outside_workspace, symlink_loop, not_found
         (missing parent), not_a_directory."""
         path = check_path("resolve", rel)
-        with translated("resolve", rel), self._target(path, follow=follow) as t:
+        with translated("resolve", rel), target(self._resolver, path, follow=follow) as t:
             return t.rel
 
     # -- reading --------------------------------------------------------------
@@ -479,11 +309,11 @@ class Root:
         path = check_path("stat", rel)
         with translated("stat", rel):
             try:  # a trailing slash resolves the final link, as lstat("link/") does
-                t = self._target(path, follow=follow or path.endswith("/"), guard=guard)
+                t = target(self._resolver, path, follow=follow or path.endswith("/"), guard=guard)
             except FileNotFoundError:
                 return None
             with t:
-                _guard(guard, t.rel)
+                guard_at(guard, t.rel)
                 st = t.st
                 if st is None:
                     return None
@@ -495,33 +325,12 @@ class Root:
                         link = os.readlink(t.name(), dir_fd=t.dir_fd)
                 version = None
                 if version_limit is not None and stat.S_ISREG(st.st_mode):
-                    version = self._version(t, rel, version_limit)
+                    with translated("read", rel):
+                        version = _ops.version_of(t, version_limit)
                 return FileInfo(
-                    _kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
+                    kind(st.st_mode), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode),
                     st.st_nlink, link, version, st.st_ino,
                 )
-
-    def _version(self, t: _resolve.Target, rel: str, limit: int) -> str | None:
-        """content_version of the regular file `t` names, opened without following;
-        None past `limit` or when it is no longer a regular file (as read_bytes decides)."""
-        with translated("read", rel):
-            try:
-                fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
-                    return None  # removed, or now a link or a socket: not this file any more
-                raise
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-                    return None
-                chunks, size = [], 0
-                while size <= limit and (chunk := os.read(fd, _READ_CHUNK)):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                return content_version(b"".join(chunks)) if size <= limit else None
-            finally:
-                os.close(fd)
 
     def read_bytes(
         self, rel: str, *, max_file_bytes: int, guard: Guard = None, single_link: str | None = None
@@ -531,39 +340,32 @@ class Root:
         not_a_regular_file (never blocks), size > max_file_bytes -> too_large naming
         both sizes; with `single_link` (a rule name), a file with more than one hard
         link -> path_denied naming that rule (another name of it may be denied)."""
-        with self._at("read", rel, follow=True, guard=guard) as t:
-            _require_file(t.st, t.trailing_slash)
+        with self.at("read", rel, follow=True, guard=guard) as t:
+            require_file(t.st, t.trailing_slash)
             fd = t.open(os.O_RDONLY | os.O_NONBLOCK)
             try:  # os.read, not a file object: ~3 us less per read
                 st = os.fstat(fd)
-                _require_file(st)
+                require_file(st)
                 if single_link is not None and st.st_nlink > 1:
                     raise fail(
                         "path_denied", "read", rel, f"the file has {st.st_nlink} hard links and "
                         "the policy refuses reading a file with more than one", rule=single_link,
                     )
                 if st.st_size > max_file_bytes:
-                    raise self._too_large("read", rel, st.st_size, max_file_bytes)
-                chunks, size = [], 0
-                while size <= max_file_bytes and (chunk := os.read(fd, _READ_CHUNK)):
-                    chunks.append(chunk)
-                    size += len(chunk)
+                    raise _ops.too_large("read", rel, st.st_size, max_file_bytes)
+                data, size = _ops.read_upto(fd, max_file_bytes)
                 if size > max_file_bytes:  # it grew while we read
-                    raise self._too_large("read", rel, size, max_file_bytes)
-                return b"".join(chunks)
+                    raise _ops.too_large("read", rel, size, max_file_bytes)
+                return data
             finally:
                 os.close(fd)
-
-    @staticmethod
-    def _too_large(op: str, rel: str, size: int, limit: int) -> CorralError:
-        return fail("too_large", op, rel, f"{size} bytes is over the {limit} byte limit")
 
     def scandir(self, rel: str, *, guard: Guard = None) -> list[Entry]:
         """One directory's entries (names only in Entry.path), never following symlinks."""
         with translated("list", rel):
             fd = self._open_listing("list", rel, guard)
             try:
-                return [_entry(name, st) for name, st in _listing.entries(fd)]
+                return [entry_of(name, st) for name, st in _listing.entries(fd)]
             finally:
                 os.close(fd)
 
@@ -578,10 +380,10 @@ class Root:
         with translated("walk", rel):
             walker = _listing.Walk(self._open_listing("walk", rel, guard), prune=prune,
                                    entered=entered)
-        return (_entry(path, st) for path, st in walker)
+        return (entry_of(path, st) for path, st in walker)
 
     def _open_listing(self, op: str, rel: str, guard: Guard) -> int:
-        with self._at(op, rel, follow=True, guard=guard) as t:
+        with self.at(op, rel, follow=True, guard=guard) as t:
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
@@ -616,14 +418,14 @@ class Root:
         its own). On any failure the temp file is removed, the target untouched.
         keep: records the replaced file (or its absence) as the new one lands."""
         made: list[str] = []
-        with self._unmaking(made), self._locked() as lock, self._at(
+        with self._unmaking(made), self.locked() as lock, self.at(
             "write", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=make_parents, made=made,
         ) as t:
             name = t.name()
             st = t.st
             if st is not None or t.trailing_slash:
-                _require_file(st, t.trailing_slash)
+                require_file(st, t.trailing_slash)
             if exclusive and st is not None:
                 raise OSError(errno.EEXIST, "exists")
             if mode is None and st is not None:
@@ -650,68 +452,9 @@ class Root:
         try:
             yield
         except BaseException:
-            self.remove_made(made)
+            remove_made(self, made)
             raise
 
-    def remove_made(self, made: list[str]) -> None:
-        """Remove directories a failed change made on its way, deepest first and only
-        while empty. Under the tree lock exclusively, so no call of corral's is between
-        resolving a path through one of them and acting in it (the caller holds none)."""
-        if made:
-            with self._locked(exclusive=True):
-                for directory in reversed(made):
-                    try:
-                        with self._target(directory, follow=False) as t:
-                            os.rmdir(t.name(), dir_fd=t.dir_fd)
-                    except (OSError, CorralError):
-                        break  # not empty (or gone): the ones above it are not either
-
-    def stage(
-        self, rel: str, data: bytes, *, given: str, old: bytes | None, mode: int | None = None,
-        guard: Guard = None, made: list[str],
-    ) -> Staged:
-        """One add (`old` None: the target must be missing; parents are made, into
-        `made`) or update (`old`: the bytes read, which the target must still hold
-        when the batch lands) of a batch (fs/batch.py): the new file written and
-        fsynced beside the target. `mode`: a new file's permission bits (an update
-        keeps the old file's). The caller holds the tree lock (batch.tree_locked), so
-        this never takes it (a failure's directories are the caller's to remove)."""
-        op = "write"
-        with self._at(op, rel, follow=True, guard=guard, changes=True, named=True,
-                      make_parents=old is None, made=made) as t:
-            name = t.name()
-            if old is None and t.st is not None:
-                raise OSError(errno.EEXIST, "exists")
-            if old is not None:
-                _require_file(t.st, t.trailing_slash)
-                assert t.st is not None
-                mode = stat.S_IMODE(t.st.st_mode)
-            dir_fd = os.dup(t.dir_fd)
-            try:
-                temp = batch.write_temp(dir_fd, data, mode, sync=self.durable)
-            except BaseException:
-                os.close(dir_fd)
-                raise
-            return Staged(self, t.rel, given, "add" if old is None else "update", dir_fd, name,
-                          temp, old, mode, len(data), content_version(data), made,
-                          staged=True)
-
-    def stage_removal(
-        self, rel: str, *, given: str, old: bytes | None, link: str | None = None,
-        guard: Guard = None,
-    ) -> Staged:
-        """A removal in a batch of a regular file holding `old` (what the caller read),
-        or of the symlink (the link, not its target) to `link`: nothing changes until
-        the batch lands."""
-        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
-            name = t.name()
-            if link is None:
-                _require_file(t.st, t.trailing_slash)
-            elif t.st is None or not stat.S_ISLNK(t.st.st_mode):
-                raise fail("conflict", "patch", given, "it is no longer a symlink")
-            assert t.st is not None
-            return Staged(self, t.rel, given, "remove", os.dup(t.dir_fd), name,
-                          _atomic.temp_name(), old, stat.S_IMODE(t.st.st_mode), link=link)
 
     def append(
         self, rel: str, data: bytes, *, max_file_bytes: int, guard: Guard = None,
@@ -721,15 +464,15 @@ class Root:
         nlink > 1 with path_denied; too_large if the result would pass
         max_file_bytes. Returns the new size. keep: records the size before."""
         made: list[str] = []
-        with self._unmaking(made), self._locked(), self._at(
+        with self._unmaking(made), self.locked(), self.at(
             "append", rel, follow=True, guard=guard, changes=True, named=True,
             make_parents=True, made=made,
         ) as t:
             name = t.name()
             if t.st is not None or t.trailing_slash:
-                _require_file(t.st, t.trailing_slash)
+                require_file(t.st, t.trailing_slash)
             elif len(data) > max_file_bytes:
-                raise self._too_large("append", rel, len(data), max_file_bytes)
+                raise _ops.too_large("append", rel, len(data), max_file_bytes)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
             # a file this call creates is recorded before the create, an existing one's
             # size once it is open
@@ -737,20 +480,7 @@ class Root:
             with keep.appending(self, t.rel, made, None, data) if creating else _nothing():
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=t.dir_fd)
                 try:
-                    # appends of one file, and cutting a torn one back, go one at a time:
-                    # the size recorded before is the size this append starts at
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    st = os.fstat(fd)
-                    _require_file(st)
-                    if st.st_nlink > 1:
-                        raise fail(
-                            "path_denied", "append", rel,
-                            "the file has other hard links, which may lie outside the roots",
-                        )
-                    if st.st_size + len(data) > max_file_bytes:
-                        raise self._too_large(
-                            "append", rel, st.st_size + len(data), max_file_bytes
-                        )
+                    st = _ops.appendable(fd, rel, len(data), max_file_bytes)
                     with _nothing() if creating else keep.appending(
                         self, t.rel, made, st.st_size, data
                     ):
@@ -759,41 +489,13 @@ class Root:
                 finally:
                     os.close(fd)
 
-    def cut_back(self, rel: str, size: int | None, still: Callable[[], bool]) -> bool:
-        """Undo a torn append (its writer was killed inside it): the regular file
-        `rel` back to `size` bytes, or removed when the append created it (None).
-        Under the lock appends hold, and only if it is bigger than that and
-        `still()` (asked under the lock: no later change of it was recorded).
-        Returns whether it cut."""
-        with self._locked(), self._at(
-            "cut", rel, follow=False, guard=None, changes=True, named=True
-        ) as t:
-            name = t.name()
-            if t.st is None or not stat.S_ISREG(t.st.st_mode):
-                return False
-            fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=t.dir_fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                st = os.fstat(fd)
-                if st.st_nlink != 1 or st.st_size <= (size or 0) or not still():
-                    return False
-                os.ftruncate(fd, size or 0)
-                if size is None and _same_file(st, _lstat_at(t.dir_fd, name)):
-                    os.unlink(name, dir_fd=t.dir_fd)
-                if self.durable:
-                    os.fsync(fd)
-                return True
-            finally:
-                os.close(fd)
-
     def mkdir(
         self, rel: str, *, parents: bool = True, guard: Guard = None, keep: Keep = NO_KEEP
     ) -> bool:
         """Returns False if it already existed as a directory; already_exists if a
         non-directory is there. keep: records the directories made."""
         made: list[str] = []
-        with self._locked(), self._at(
+        with self.locked(), self.at(
             "mkdir", rel, follow=False, guard=guard, changes=True, make_parents=parents,
             made=made,
         ) as t:
@@ -806,21 +508,14 @@ class Root:
                     return True
                 except FileExistsError:
                     pass  # lost a race: judge what is there now
-            st = os.stat(t.leaf, dir_fd=t.dir_fd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):  # a link to a directory beneath the root counts
-                try:
-                    os.close(self._resolver.open_dir(t.rel)[0])
-                except (NotADirectoryError, FileNotFoundError):
-                    raise OSError(errno.EEXIST, "exists") from None
-                return False
-            if stat.S_ISDIR(st.st_mode):
+            if _ops.is_dir_there(self._resolver, t):
                 return False
             raise OSError(errno.EEXIST, "exists")
 
     def unlink(self, rel: str, *, guard: Guard = None, keep: Keep = NO_KEEP) -> None:
         """Regular files and symlinks (the link, not its target) only; a directory
         -> is_a_directory. keep: takes the file away into the history store instead."""
-        with self._at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
+        with self.at("delete", rel, follow=False, guard=guard, changes=True, named=True) as t:
             name = t.name()
             if t.st is None:
                 raise OSError(errno.ENOENT, "missing")
@@ -835,7 +530,7 @@ class Root:
         fails io_error, anything else not_a_directory."""
         # exclusively: a keeper renames the directory away (into the store), and no
         # call of corral's may add a name in it between the check and that
-        with self._locked(exclusive=True), self._at(
+        with self.locked(exclusive=True), self.at(
             "rmdir", rel, follow=False, guard=guard, changes=True, named=True
         ) as t:
             name = t.name()
@@ -843,7 +538,7 @@ class Root:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a directory")
-            if _has_entries(t.dir_fd, name):  # a rename would take them along
+            if _ops.has_entries(t.dir_fd, name):  # a rename would take them along
                 raise OSError(errno.ENOTEMPTY, "not empty")
             keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
@@ -862,7 +557,7 @@ class Root:
         (path_denied), a FIFO, socket or device beneath (not_a_regular_file), more
         than _tree.MAX_TREE_ENTRIES entries (too_large). Under the tree lock held
         exclusively, as a directory move: no call of corral's adds a name meanwhile."""
-        with self._locked(exclusive=True), self._at(
+        with self.locked(exclusive=True), self.at(
             "delete", rel, follow=False, guard=guard, changes=True
         ) as t:
             if t.leaf is None:
@@ -876,15 +571,7 @@ class Root:
                            "it is a symlink (delete_file removes the link)")
             if not stat.S_ISDIR(t.st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a directory")
-            try:
-                tree = _tree.survey(t.dir_fd, name, t.st)
-            except _tree.TreeRefused as refused:
-                where = _resolve.join(rel.rstrip("/"), refused.path) if refused.path else rel
-                raise fail(refused.code, "delete", where, refused.why) from None
-            if tree and not recursive:
-                raise fail("invalid_arguments", "delete", rel,
-                           f"the directory is not empty ({len(tree)} entries beneath it); "
-                           "pass recursive: true to delete it with everything in it")
+            tree = _ops.survey(t, rel, recursive)
             if beneath is not None:
                 for entry in tree:
                     beneath(_resolve.join(t.rel, entry.path))
@@ -894,40 +581,6 @@ class Root:
             keep.remove_tree(self, t.rel, t.dir_fd, name, t.st, tree)
             return len(tree)
 
-    def restore_tree(
-        self, rel: str, src_fd: int, src_name: str, *,
-        copy: Callable[[int, str], None], guard: Guard = None, keep: Keep = NO_KEEP,
-    ) -> None:
-        """Put a directory kept outside the roots (`src_name` of `src_fd`: a history
-        store's) at `rel`, which must not exist (already_exists), its missing parents
-        made: renamed in whole, or, where a rename cannot reach (another file
-        system, a directory this process may not change), `copy(dir_fd, name)`
-        makes it under a temp name beside `rel`, renamed in whole. `guard` gets the
-        resolved path it lands at (to decide what the tree holds beneath it too).
-        keep: records it as a directory made (one record)."""
-        made: list[str] = []
-        with self._locked(exclusive=True), self._at(
-            "restore", rel, follow=False, guard=guard, changes=True, named=True,
-            make_parents=True, made=made,
-        ) as t:
-            name = t.name()
-            if t.st is not None:
-                raise OSError(errno.EEXIST, "exists")
-            with keep.making_dir(self, t.rel, made):
-                try:
-                    _sys.renameat2(src_fd, src_name, t.dir_fd, name, _sys.RENAME_NOREPLACE)
-                    return
-                except OSError as exc:
-                    if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
-                        raise
-                temp = _atomic.temp_name()
-                copy(t.dir_fd, temp)
-                try:
-                    _sys.renameat2(t.dir_fd, temp, t.dir_fd, name, _sys.RENAME_NOREPLACE)
-                except BaseException:
-                    _tree.remove(t.dir_fd, temp)
-                    raise
-
     def rename(
         self, src: str, dst_root: Root, dst: str, *, overwrite: bool = False,
         guard: MoveGuard = UNGUARDED, keep: Keep = NO_KEEP,
@@ -935,7 +588,7 @@ class Root:
         """renameat2 between two parent fds; RENAME_NOREPLACE unless overwrite
         (already_exists); a directory into itself -> invalid_arguments. `guard`
         checks both paths and, for a directory, every entry beneath it (MoveGuard);
-        more than MAX_MOVED_ENTRIES -> too_large. An entry another process adds
+        more than _ops.MAX_MOVED_ENTRIES -> too_large. An entry another process adds
         between that walk and the rename is not seen; corral's own calls that add
         names wait for the tree lock, which a directory move holds exclusively
         from its walk to its rename."""
@@ -945,7 +598,7 @@ class Root:
         dst_root._writable("move", dst)
         exclusive = False
         while True:
-            with self._locked(dst_root, exclusive=exclusive):
+            with self.locked(dst_root, exclusive=exclusive):
                 try:
                     return self._rename(src, dst_root, dst, overwrite, exclusive, guard, keep)
                 except _DirectoryMove:
@@ -955,26 +608,18 @@ class Root:
         self, src: str, dst_root: Root, dst: str, overwrite: bool, exclusive: bool,
         guard: MoveGuard, keep: Keep,
     ) -> None:
-        with self._at("move", src, follow=False, guard=guard.source, named=True) as s:
+        with self.at("move", src, follow=False, guard=guard.source, named=True) as s:
             src_name = s.name()
             if s.st is None:
                 raise OSError(errno.ENOENT, "missing")
             if stat.S_ISDIR(s.st.st_mode) and not exclusive:
                 raise _DirectoryMove
-            with dst_root._at("move", dst, follow=False, guard=guard.destination, named=True) as d:
+            with dst_root.at("move", dst, follow=False, guard=guard.destination, named=True) as d:
                 dst_name = d.name()
-                slash = s.trailing_slash or d.trailing_slash
-                if (slash and not stat.S_ISDIR(s.st.st_mode)) or (
-                    d.trailing_slash and d.st is not None and not stat.S_ISDIR(d.st.st_mode)
-                ):  # "x/" names a directory; rename does not follow a link for it
-                    raise OSError(errno.ENOTDIR, "not a directory")
-                if stat.S_ISDIR(s.st.st_mode) and self._same_root(dst_root) and (
-                    d.rel == s.rel or d.rel.startswith(s.rel + "/")
-                ):
-                    raise fail("invalid_arguments", "move", src, f"cannot move into itself ({dst})")
+                _ops.check_move(s, d, self._identity == dst_root._identity, src, dst)
                 if stat.S_ISDIR(s.st.st_mode) and guard.checks:
-                    self._guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
-                flags = 0 if overwrite else _sys.RENAME_NOREPLACE
+                    _ops.guard_beneath(s.dir_fd, src_name, src, s.rel, d.rel, guard)
+                flags = 0 if overwrite else RENAME_NOREPLACE
                 try:
                     keep.move(
                         (self, s.rel, s.dir_fd, src_name, s.st),
@@ -984,27 +629,6 @@ class Root:
                     if exc.errno == errno.EXDEV:  # here: another filesystem, not an escape
                         raise CrossFilesystem("move", src) from None
                     raise
-
-    @staticmethod
-    def _guard_beneath(
-        dir_fd: int, name: str, src: str, old: str, new: str, guard: MoveGuard
-    ) -> None:
-        fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
-        walker = _listing.Walk(fd, strict=True)
-        try:
-            for count, (path, _) in enumerate(walker, 1):
-                if count > MAX_MOVED_ENTRIES:
-                    why = f"it holds over {MAX_MOVED_ENTRIES} entries, each of which a move checks"
-                    raise fail("too_large", "move", src, why)
-                guard.entry(_resolve.join(old, path), _resolve.join(new, path))
-        finally:
-            walker.close()
-
-    def _same_root(self, other: Root) -> bool:
-        if other is self:
-            return True
-        a, b = os.fstat(self.fd), os.fstat(other.fd)
-        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     def remove_stale_temps(
         self, rel: str = ".", *, dead_pids: Collection[int] = (),
@@ -1027,3 +651,18 @@ class Root:
                 self.unlink(_resolve.join(rel, entry.path))
                 removed += 1
         return removed
+
+
+def remove_made(root: Root, made: list[str]) -> None:
+    """Remove directories a failed change made on its way (Root's write and append,
+    a batch's staging), deepest first and only while empty. Under the tree lock
+    exclusively, so no call of corral's is between resolving a path through one of
+    them and acting in it (the caller holds none)."""
+    if made:
+        with root.locked(exclusive=True):
+            for directory in reversed(made):
+                try:
+                    with root.at("rmdir", directory, follow=False, guard=None) as t:
+                        os.rmdir(t.name(), dir_fd=t.dir_fd)
+                except CorralError:
+                    break  # not empty (or gone): the ones above it are not either

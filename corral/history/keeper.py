@@ -37,10 +37,9 @@ from typing import Any
 
 from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
-from corral.fs._atomic import Land, temp_name
-from corral.fs._sys import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
-from corral.fs._tree import Tree, remove, survey
-from corral.fs.batch import Staged, set_aside
+from corral.fs.staged import Staged, set_aside
+from corral.fs.syscalls import RENAME_EXCHANGE, RENAME_NOREPLACE, Land, renameat2, temp_name
+from corral.fs.tree import Tree, remove, survey
 from corral.fs.version import chunked_version
 from corral.history.records import BadRecord, Entry, Record, State
 from corral.history.store import Store, StoreError, blob_name, id_time, new_id
@@ -82,11 +81,11 @@ def _known_version(st: os.stat_result) -> str | None:
     return known[1] if known is not None and known[0] == _stamp(st) else None
 
 
-def shown(workspace: str, root: Root, rel: str) -> str:
+def shown(workspace: str, root_path: str, rel: str) -> str:
     """The path as a user names it: relative in the workspace, absolute elsewhere."""
-    if root.path == workspace:
+    if root_path == workspace:
         return rel
-    return root.path if rel == "." else f"{root.path}/{rel}"
+    return root_path if rel == "." else f"{root_path}/{rel}"
 
 
 @dataclass
@@ -120,7 +119,7 @@ class Keeper:
         after: State | None, made: Sequence[str] = (), to: str | None = None,
         source: str | None = None,
     ) -> Entry:
-        return Entry(root.path, rel, shown(self.workspace, root, rel), kind, action, before,
+        return Entry(root.path, rel, shown(self.workspace, root.path, rel), kind, action, before,
                      after, tuple(made), to, source)
 
     def _next_id(self) -> str:
@@ -302,7 +301,8 @@ class Keeper:
             except OSError as exc:
                 if exc.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
                     raise
-                self._copy_tree(dir_fd, name, blob, before, st, shown(self.workspace, root, rel))
+                self._copy_tree(dir_fd, name, blob, before, st,
+                                shown(self.workspace, root.path, rel))
                 return
             self.stored += sum(kept.size for kept in before.tree or ())
             try:  # renamed in: its links too, every one
@@ -311,7 +311,7 @@ class Keeper:
             except BadRecord:
                 whole = False
             if not whole:
-                self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root, rel))
+                self._changed_meanwhile(record, dir_fd, name, shown(self.workspace, root.path, rel))
                 return
             unshare(self.store.fd, blob, zip(tree, before.tree or (), strict=True))
 
@@ -404,11 +404,11 @@ class Keeper:
                 target = os.readlink(dst_name, dir_fd=dst_fd)
             replaced = State(kind_of(dst_st.st_mode), stat.S_IMODE(dst_st.st_mode),
                              dst_st.st_size, blob=blob, target=target)
-        to = shown(self.workspace, dst_root, dst_rel)
+        to = shown(self.workspace, dst_root.path, dst_rel)
         record = self._pending(
             self._entry(src_root, src_rel, "move_from", "move", moved, None, to=to),
             self._entry(dst_root, dst_rel, "move_to", "move", replaced, moved,
-                        source=shown(self.workspace, src_root, src_rel)),
+                        source=shown(self.workspace, src_root.path, src_rel)),
         )
         with self._landing(record):
             renameat2(src_fd, src_name, dst_fd, dst_name, flags)
@@ -452,11 +452,12 @@ class Keeper:
         action = {"add": "create", "update": "modify", "remove": "delete"}[item.action]
         if other is not None:
             action = "move"
-            shown_other = shown(self.workspace, other.root, other.rel)
+            shown_other = shown(self.workspace, other.root_path, other.rel)
             to, source = (shown_other, None) if item.action == "remove" else (None, shown_other)
         kind = "remove" if item.action == "remove" else "replace"
-        return Entry(item.root.path, item.rel, shown(self.workspace, item.root, item.rel), kind,
-                     action, before, after, tuple(item.made), to, source, item.temp_rel)
+        path = shown(self.workspace, item.root_path, item.rel)
+        return Entry(item.root_path, item.rel, path, kind, action, before, after,
+                     tuple(item.made), to, source, item.temp_rel)
 
     # -- moving bytes into the store ------------------------------------------
 

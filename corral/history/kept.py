@@ -22,8 +22,7 @@ import errno
 import os
 from collections.abc import Iterable, Iterator
 
-from corral.fs._atomic import write_new
-from corral.fs._sys import RENAME_NOREPLACE, renameat2
+from corral.fs.syscalls import RENAME_NOREPLACE, renameat2, write_new
 from corral.history.records import BadRecord, Record, dump, record_from_bytes
 from corral.history.store import (
     CHECKPOINT,

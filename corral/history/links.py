@@ -59,7 +59,7 @@ def make_link(root: Root, rel: str, target: str, *, guard: Callable[[str], None]
     # Root's resolution prelude (the path's text, the root's mode, the parent
     # resolved beneath, one final name), which its own verbs use: a link is made by
     # this step only.
-    with root._at(op, rel, follow=False, guard=guard, changes=True, named=True) as at:
+    with root.at(op, rel, follow=False, guard=guard, changes=True, named=True) as at:
         # EEXIST (the name taken, even by a link made meanwhile: nothing is replaced)
         # comes out as already_exists
         os.symlink(target, at.name(), dir_fd=at.dir_fd)

@@ -26,7 +26,7 @@ import posixpath
 from typing import Any, NamedTuple
 
 from corral.fs import temp_owner
-from corral.fs._tree import MAX_TREE_ENTRIES
+from corral.fs.tree import MAX_TREE_ENTRIES
 from corral.tool_table import TABLE
 
 VERSION = 1

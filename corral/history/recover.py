@@ -29,12 +29,11 @@ from corral.errors import CorralError
 from corral.fs import TEMP_PREFIX, Root, Roots, content_version, temp_owner
 from corral.history.records import CHANGE, PATCH, Entry, Record, record_kind
 from corral.history.revert import Restorer
+from corral.history.root_changes import cut_back
 from corral.history.store import Store, blob_name, id_pid
 from corral.policy import Policy
 
 
-# NamedTuple, not a frozen dataclass: ~10x cheaper to create at import, which
-# every `corral call` and zygote template pays.
 class Recovered(NamedTuple):
     settled: int  # pending records committed or dropped
     removed: int  # temp files removed
@@ -167,7 +166,7 @@ def _cut_back(restorer: Restorer, entry: Entry, record_id: str) -> None:
             for record in _records_after(restorer.store, record_id) for e in record.entries
         )
 
-    if root.cut_back(rel, size, untouched_since) and size is None:
+    if cut_back(root, rel, size, untouched_since) and size is None:
         restorer.unmake(entry, recorded=False)
 
 

@@ -20,6 +20,7 @@ from corral.errors import CorralError
 from corral.fs import NO_KEEP, MoveGuard, Root, Roots, content_version
 from corral.history.keeper import Keeper, shown
 from corral.history.records import BadRecord, Entry, Kept, Record, State
+from corral.history.root_changes import restore_tree
 from corral.history.store import Store
 from corral.history.trees import check_kept, copy_tree
 from corral.policy import Policy, RootSpec
@@ -115,7 +116,7 @@ class Restorer:
         writing `rel` (supervised is allowed: undo is the host's, not the model's)."""
         decision = self.policy.decide(tool, RootSpec(root.path, root.mode), rel, write=True)
         if decision.action == "deny":
-            path = shown(self.keeper.workspace, root, rel)
+            path = shown(self.keeper.workspace, root.path, rel)
             raise CorralError(
                 "path_denied", f"{path} is denied by the policy (rule {decision.rule}).",
                 rule=decision.rule,
@@ -215,8 +216,8 @@ class Restorer:
                 copy_tree(work, name, dir_fd, temp, tree)
 
             root = self.root(entry.root)
-            root.restore_tree(entry.rel, work, name, copy=copy, keep=self.keeper,
-                              guard=lambda rel: self._tree_allowed(tool, root, rel, tree))
+            restore_tree(root, entry.rel, work, name, copy=copy, keep=self.keeper,
+                         guard=lambda rel: self._tree_allowed(tool, root, rel, tree))
         finally:
             os.close(work)
         links = [kept for kept in tree if kept.type == "symlink"] if copied else unkept

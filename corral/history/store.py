@@ -53,8 +53,8 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from corral.errors import CorralError
-from corral.fs import _atomic
-from corral.fs._sys import RENAME_NOREPLACE, renameat2
+from corral.fs import syscalls
+from corral.fs.syscalls import RENAME_NOREPLACE, renameat2
 from corral.fs.version import chunked_version, content_version
 from corral.history.records import (
     ID_WIDTH,
@@ -239,7 +239,7 @@ class Store:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_nlink == 0:  # a settler took it for a dead writer's first
                 raise StoreError("a record was removed as it was being written")
-            _atomic.write_all(fd, data)
+            syscalls.write_all(fd, data)
         except BaseException as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -296,7 +296,7 @@ class Store:
         try:
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
-            _atomic.write_all(fd, data)
+            syscalls.write_all(fd, data)
         except OSError as exc:
             raise StoreError(exc) from None
 
@@ -340,7 +340,7 @@ class Store:
                 offset = 0
                 while chunk := os.pread(src_fd, _COPY_CHUNK, offset):
                     offset += len(chunk)
-                    _atomic.write_all(fd, chunk)
+                    syscalls.write_all(fd, chunk)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -568,7 +568,7 @@ class Store:
 
 def write_new(dir_fd: int, name: str, data: bytes) -> None:
     """A new file `name` holding `data`, for its owner only (as every file of the store)."""
-    _atomic.write_new(dir_fd, name, data, perms=0o600)
+    syscalls.write_new(dir_fd, name, data, perms=0o600)
 
 
 def publish(dir_fd: int, name: str, data: bytes) -> bool:

@@ -17,9 +17,8 @@ import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from corral.fs._atomic import temp_name, write_all
-from corral.fs._listing import SUBDIR_FLAGS
-from corral.fs._tree import Tree, walk
+from corral.fs.syscalls import SUBDIR_FLAGS, temp_name, write_all
+from corral.fs.tree import Tree, walk
 from corral.fs.version import chunked_version
 from corral.history.links import check_target
 from corral.history.records import BadRecord, Kept

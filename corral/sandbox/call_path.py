@@ -24,7 +24,7 @@ from corral.calls.messages import (
 from corral.calls.waiting import PLAIN, Cancel, WaitPolicy
 from corral.config import Limits, SandboxOptions
 from corral.errors import SandboxError
-from corral.fs._errors import READ_ONLY_FS
+from corral.fs import READ_ONLY_FS
 from corral.sandbox.answers import answer_limits
 from corral.sandbox.handles import Worker, WorkerLost, WorkerMisbehaved, describe_exit
 from corral.sandbox.protocol import FrameTooLarge, ProtocolError, encode

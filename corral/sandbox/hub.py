@@ -35,7 +35,7 @@ from typing import Any
 from corral.calls.control import SandboxSetup
 from corral.calls.waiting import Cancel
 from corral.errors import SandboxError
-from corral.fs._resolve import DIR_FLAGS
+from corral.fs.syscalls import DIR_FLAGS
 from corral.observe import Observer
 from corral.sandbox.handles import Worker, ZygoteHandle, describe_exit
 from corral.sandbox.protocol import MAX_ROOTS

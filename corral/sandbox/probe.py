@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from corral import _prctl, seccomp
-from corral.fs import _sys as fs_sys
+from corral.fs import syscalls as fs_sys
 from corral.sandbox import _landlock
 
 # the directory holding this `corral` package: the child imports the same one

@@ -10,8 +10,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from corral.fs import Keep, Root
-from corral.fs._tree import Tree
-from corral.fs.batch import Staged
+from corral.fs.staged import Staged
+from corral.fs.tree import Tree
 
 
 class CountingKeep:

@@ -18,7 +18,8 @@ from typing import Any
 from corral.errors import CorralError
 from corral.fs import Root
 from corral.fs import batch as fs_batch
-from corral.fs.batch import Staged
+from corral.fs.root import remove_made
+from corral.fs.staged import Staged
 from corral.tools import matching
 from corral.tools.access import PathCheck, content, open_target, require_read
 from corral.tools.base import (
@@ -248,7 +249,7 @@ def _land(ctx: Context, plans: list[Plan]) -> None:
     except BaseException:
         fs_batch.discard(staged)
         for root, directories in made:  # once the tree lock is released: it takes it
-            root.remove_made(directories)
+            remove_made(root, directories)
         raise
     fs_batch.discard(staged)
 
@@ -267,20 +268,21 @@ def _staged(plan: Plan, made: list[tuple[Root, list[str]]]) -> list[Staged]:
     if file.action == "add":
         assert plan.new is not None
         made.append((root, []))
-        return [root.stage(rel, plan.new, given=file.path, old=None, guard=check,
-                           made=made[-1][1])]
+        return [fs_batch.stage(root, rel, plan.new, given=file.path, old=None, guard=check,
+                               made=made[-1][1])]
     if file.action == "delete":
-        return [root.stage_removal(rel, given=file.path, old=plan.old, link=plan.link,
-                                   guard=check)]
+        return [fs_batch.stage_removal(root, rel, given=file.path, old=plan.old,
+                                       link=plan.link, guard=check)]
     assert plan.old is not None and plan.new is not None
     if plan.dest is None:
-        return [root.stage(rel, plan.new, given=file.path, old=plan.old, guard=check, made=[])]
-    source = root.stage_removal(rel, given=file.path, old=plan.old, guard=check)
+        return [fs_batch.stage(root, rel, plan.new, given=file.path, old=plan.old,
+                               guard=check, made=[])]
+    source = fs_batch.stage_removal(root, rel, given=file.path, old=plan.old, guard=check)
     dest_root, dest_rel, dest_check = plan.dest
     made.append((dest_root, []))
     try:
-        added = dest_root.stage(dest_rel, plan.new, given=file.move_to or "", old=None,
-                                mode=source.mode, guard=dest_check, made=made[-1][1])
+        added = fs_batch.stage(dest_root, dest_rel, plan.new, given=file.move_to or "",
+                               old=None, mode=source.mode, guard=dest_check, made=made[-1][1])
     except BaseException:
         fs_batch.discard([source])
         raise

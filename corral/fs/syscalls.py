@@ -1,15 +1,21 @@
-"""Syscall leaves for corral/fs: openat2 and renameat2 through ctypes (hazmat).
+"""The bottom of corral/fs (hazmat): calls through a directory fd and a name, with
+no Root and no guard. Root acts through them beneath its roots; the history store,
+a directory outside every root, uses them as they are.
 
-Everything else the fs layer needs is in `os`; only these two have no Python
-wrapper. Both raise OSError like the `os` functions do and retry EINTR.
+openat2 and renameat2 go through ctypes: they have no Python wrapper (both raise
+OSError as the `os` functions do, and retry EINTR). The rest is `os` calls in
+the order corral needs them: the open flags, a fresh temp name, a new file
+written whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
 import platform
+import stat
 from collections.abc import Callable
 
 from corral._syscall import LIBC
@@ -25,6 +31,16 @@ RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
 RENAME_NOREPLACE = 0x01
 RENAME_EXCHANGE = 0x02  # swap two names atomically (history keeps the replaced inode)
+
+DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # a root, a resolved directory
+SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a listed one
+
+TEMP_PREFIX = ".corral-tmp-"
+SETID = stat.S_ISUID | stat.S_ISGID  # not copied: new content is not what was made set-id
+
+# Puts a finished temp file in place: (dir_fd, temp name, target name, rename flags).
+# The default renames; a history keeper records what it replaces and renames itself.
+Land = Callable[[int, str, str, int], None]
 
 
 class _OpenHow(ctypes.Structure):
@@ -77,3 +93,43 @@ def renameat2(src_dirfd: int, src: str, dst_dirfd: int, dst: str, flags: int) ->
 def fd_path(fd: int) -> str:
     """The path the kernel records for an open fd (readlink, not a Landlock-covered access)."""
     return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def rename_into_place(dir_fd: int, tmp: str, name: str, flags: int) -> None:
+    renameat2(dir_fd, tmp, dir_fd, name, flags)
+
+
+def temp_name() -> str:
+    """A name no other writer picks: TEMP_PREFIX + "<pid>-<random>" (the pid tells a
+    cleanup whose it is)."""
+    return f"{TEMP_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_new(
+    dir_fd: int, name: str, data: bytes, *, perms: int = 0o666, mode: int | None = None,
+    sync: bool = False,
+) -> None:
+    """A new file `name` in `dir_fd` holding `data`, created with `perms` (umask
+    applies), then given `mode` (set-id bits dropped) if one is given. O_EXCL and
+    O_NOFOLLOW: an existing name (a symlink planted there included) is never opened,
+    and never removed: it may be another's. Removed again if writing fails."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 perms, dir_fd=dir_fd)
+    try:
+        write_all(fd, data)
+        if mode is not None:
+            os.fchmod(fd, mode & ~SETID)
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    os.close(fd)

@@ -11,7 +11,8 @@ import stat
 from collections.abc import Generator, Iterator
 from typing import NamedTuple
 
-from corral.fs import _listing
+import corral.fs._listing as _listing
+from corral.fs.syscalls import SUBDIR_FLAGS
 
 # delete_directory checks and records every entry beneath the directory (its history
 # record lists them all); past this many it is refused rather than make a record
@@ -64,7 +65,7 @@ def walk(fd: int) -> Generator[Tree, None, None]:
                 continue
             yield Tree(prefix + name, st, None, dir_fd)
             if stat.S_ISDIR(st.st_mode):
-                child = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+                child = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
                 try:
                     stack.append((child, f"{prefix}{name}/", iter(_listing.entries(child))))
                 except BaseException:
@@ -82,7 +83,7 @@ def survey(dir_fd: int, name: str, top: os.stat_result) -> list[Tree]:
     Root's docstring says of mounts), a FIFO, socket or device, more than
     MAX_TREE_ENTRIES, or directories nested over MAX_TREE_DEPTH deep; OSError if
     the directory is no longer `top`."""
-    fd = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+    fd = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
     entries = walk(fd)
     try:
         if not _same(os.fstat(fd), top):
@@ -114,7 +115,7 @@ def remove(dir_fd: int, name: str, top_st: os.stat_result | None = None) -> None
     that directory: ENOENT otherwise): each entry by its name in its own parent's
     fd (opened O_NOFOLLOW), deepest first; a symlink is unlinked, never entered.
     A stack, not recursion, as `walk`."""
-    top = os.open(name, _listing.SUBDIR_FLAGS, dir_fd=dir_fd)
+    top = os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
     if top_st is not None and not _same(os.fstat(top), top_st):
         os.close(top)
         raise OSError(errno.ENOENT, "replaced")
@@ -131,7 +132,7 @@ def remove(dir_fd: int, name: str, top_st: os.stat_result | None = None) -> None
             try:
                 os.unlink(child, dir_fd=fd)
             except IsADirectoryError:
-                sub = os.open(child, _listing.SUBDIR_FLAGS, dir_fd=fd)
+                sub = os.open(child, SUBDIR_FLAGS, dir_fd=fd)
                 stack.append((fd, child, sub, _names(sub)))
     finally:
         for _, _, fd, _ in stack:
