@@ -1,8 +1,11 @@
-"""The messages between host and worker: one immutable, typed value each (a
-NamedTuple: a frozen dataclass costs ~0.5 ms to create at import, and every
-sandbox's zygote imports these, ~5 ms of each sandbox start), with `to_wire()`
-(the JSON object a frame carries) and `from_wire()`. A worker builds its answer
-as an Answer too (tools/registry.execute), never as a dict.
+"""The messages between host and worker: one immutable, typed value each, with
+`to_wire()` (the JSON object a frame carries) and `from_wire()`. A worker builds
+its answer as an Answer too (tools/registry.execute), never as a dict. What a
+worker reports beside a result (Meta and its parts) are msgspec Structs, which
+msgspec checks against their types; the others are NamedTuples (a frozen
+dataclass costs ~0.5 ms to create at import, and every sandbox's zygote imports
+these), checked by hand where a type cannot say it: an answer against its
+request, ok or error, a request's malformed entry dropped rather than refused.
 
 A worker is confined because the code in it may be made to misbehave, so what it
 sends is untrusted: `Answer.from_wire` and `BootReport.from_wire` check every
@@ -21,8 +24,9 @@ Wire shapes (one JSON object per frame):
              {"id", "find_temps": true} -> {"id", "temps": [[root index, path, pid], ...]}
                (TempList)
     answer   {"id", "ok", "tool", "result"+"text" | "error", "meta"}
-             meta {"touched", "bytes", "needs_approval", "history_bytes"?, "seen"?,
-                   "history_ids"?, "grants"? [[id, root, resolved], ...], "diff"?, "dirs_made"?}
+             meta {"touched"?, "bytes"?, "needs_approval"?, "history_bytes"?, "seen"?,
+                   "history_ids"?, "grants"? [[id, root, resolved], ...], "diff"?,
+                   "dirs_made"?, "history_done"?}   (what is zero or empty left out)
     boot     {"confinement", "pid", "roots"} | {"confine_error"}
 (The zygote's control channel: control.py.)
 """
@@ -98,7 +102,7 @@ class NeedsApproval(msgspec.Struct, frozen=True, omit_defaults=True):
     mode: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = msgspec.to_builtins(self)
+        wire: dict[str, Any] = msgspec.to_builtins(self)  # size and mode only when set
         return wire
 
 
