@@ -121,3 +121,22 @@ def test_what_the_host_writes_reads_back_equal() -> None:
                    {"v": 1, "id": ID, "time": 1, "label": 3}):
         with pytest.raises(BadRecord):
             checkpoint_from_bytes(json.dumps(forged).encode())
+
+
+def test_a_store_written_before_reads_back() -> None:
+    """Files as the NamedTuple records wrote them ("v" first, every non-ASCII
+    character escaped) are read as they were."""
+    old = (b'{"v":1,"id":"' + ID.encode() + b'","time":1700000000.5,"tool":"delete_directory",'
+           b'"pid":9,"entries":[{"root":"/w","rel":"d\\u00e9","path":"d\\udce9","kind":'
+           b'"remove_tree","action":"delete","before":{"type":"dir","mode":493,"blob":"b",'
+           b'"tree":[["f","file",420,3,"' + b"b" * 24 + b'"],["l","symlink",511,"t"],'
+           b'["s","dir",448]]},"after":null}]}')
+    record = record_from_bytes(old)
+    [entry] = record.entries
+    assert (entry.rel, entry.path) == ("d\u00e9", "d\udce9")
+    assert entry.before is not None and entry.before.tree == (
+        Kept("f", "file", 420, 3, hash="b" * 24), Kept("l", "symlink", 511, target="t"),
+        Kept("s", "dir", 448))
+    assert record_from_bytes(dump(record)) == record
+    label = b'{"v":1,"id":"' + ID.encode() + b'","time":5,"label":"caf\\u00e9"}'
+    assert checkpoint_from_bytes(label) == Checkpoint(ID, 5.0, "caf\u00e9")
