@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from msgspec.structs import replace
+
 from corral.audit import Audit
 from corral.calls.messages import Answer, CallRequest, HistoryRequest, error_answer
 from corral.calls.waiting import PLAIN, WaitPolicy
@@ -394,7 +396,7 @@ class _BaseSandbox:
         result = dict(answer.result)
         made = remake_links(self._history.work_path, result, answer.tool, self._roots,
                             self._policy)
-        meta = answer.meta._replace(history_ids=(*answer.meta.history_ids, *made))
+        meta = replace(answer.meta, history_ids=(*answer.meta.history_ids, *made))
         return answer._replace(result=result, meta=meta)
 
     def _checkpoint(self, label: str | None) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from corral import Approval, AsyncSandbox, Pool, Sandbox, Submit
 from corral.calls.messages import (
@@ -202,7 +203,7 @@ def _forged(sb: Sandbox, path: str, uses: tuple[GrantUse, ...]) -> dict[str, Any
         while step is not None:
             assert isinstance(step, Submit)
             answer = sb.submit(step.request)
-            step = flow.step(answer._replace(meta=answer.meta._replace(grants=uses)))
+            step = flow.step(answer._replace(meta=replace(answer.meta, grants=uses)))
     assert flow.result is not None
     return flow.result
 

@@ -184,4 +184,4 @@ def test_the_audit_records_the_fields_a_tool_reports_of_each_path() -> None:
     from corral.audit import TOUCHED_FIELDS
     from corral.calls.messages import Touched
 
-    assert Touched._fields == TOUCHED_FIELDS
+    assert Touched.__struct_fields__ == TOUCHED_FIELDS

@@ -35,6 +35,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec.structs import replace
+
 from corral.errors import CorralError, shown_path
 from corral.fs import Root, content_version
 from corral.fs.staged import Staged, set_aside
@@ -328,9 +330,9 @@ class Keeper:
             st = os.stat(blob, dir_fd=self.store.fd, follow_symlinks=False)
             entry = record.entries[0]
             assert entry.before is not None  # a remove_tree entry's: made just before
-            before = entry.before._replace(mode=stat.S_IMODE(st.st_mode),
+            before = replace(entry.before, mode=stat.S_IMODE(st.st_mode),
                                            tree=kept_of(survey(self.store.fd, blob, st)))
-            self.store.rewrite_pending(record._replace(entries=(entry._replace(before=before),)))
+            self.store.rewrite_pending(replace(record, entries=(replace(entry, before=before),)))
             return
         raise CorralError("conflict", f"{path} changed while it was being deleted; nothing "
                           "was deleted.")

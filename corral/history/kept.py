@@ -22,6 +22,8 @@ import errno
 import os
 from collections.abc import Iterable, Iterator
 
+from msgspec.structs import replace
+
 from corral.fs.syscalls import RENAME_NOREPLACE, renameat2, write_new
 from corral.history.records import BadRecord, Record, dump, record_from_bytes
 from corral.history.store import (
@@ -176,7 +178,7 @@ def _moved_into_kept(home_fd: int, record: Record) -> Record:
                         pass
                 finally:
                     os.close(work)
-                entry = entry._replace(before=before._replace(
+                entry = replace(entry, before=replace(before,
                     blob=f"{kept_name(entry.root)}/{blob}"))
         entries.append(entry)
-    return record._replace(entries=tuple(entries))
+    return replace(record, entries=tuple(entries))

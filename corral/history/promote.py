@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from msgspec.structs import replace
+
 from corral.history import kept
 from corral.history.links import check_target
 from corral.history.records import (
@@ -163,7 +165,7 @@ def _checked(store: Store, work: str, record_id: str, record: Record, expect: Ex
     if patch:
         keys = [(entry.root, entry.rel) for entry in entries]
         _check(len(set(keys)) == len(keys), "a patch record that names a path twice")
-    return record._replace(entries=entries)
+    return replace(record, entries=entries)
 
 
 def _check_time(item: str, made: float, expect: Expect) -> None:
@@ -203,7 +205,7 @@ def _entry(
     blob = blob_name(record_id, index)
     _check(before.blob == blob, "a blob of another record")
     if before.type == "dir":  # what an undo needs of it is that it was a directory
-        return entry._replace(before=before._replace(blob=f"{work}/{blob}"))
+        return replace(entry, before=replace(before, blob=f"{work}/{blob}"))
     _check(before.type == "file", "a blob of something that is not a file")
     with kept.taken(store.home, store.fd, blob, entry.root) as where:  # then checked there
         if before.version is not None:
@@ -217,7 +219,7 @@ def _entry(
         else:
             digest = hash_blob(where, blob, before.size)
     _check(digest is not None, "a blob that is missing, not a file or cut short")
-    return entry._replace(before=State(**{
+    return replace(entry, before=State(**{
         **before.to_wire(), "blob": f"{kept_name(entry.root)}/{blob}", "hash": digest}))
 
 
@@ -253,7 +255,7 @@ def _tree_entry(store: Store, record_id: str, entry: Entry) -> Entry:
     check_listing(before.tree)
     with kept.taken(store.home, store.fd, blob, entry.root) as where:
         tree = check_kept(where, blob, before.mode, before.tree, hashed=False).tree
-    return entry._replace(before=before._replace(blob=f"{kept_name(entry.root)}/{blob}",
+    return replace(entry, before=replace(before, blob=f"{kept_name(entry.root)}/{blob}",
                                                  tree=tree))
 
 

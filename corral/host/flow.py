@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from msgspec.structs import replace
+
 from corral.calls.messages import (
     Answer,
     CallRequest,
@@ -271,7 +273,7 @@ class CallPlan(NamedTuple):
                 unasked)
             if refusal is not None:  # nothing went through, by a grant or otherwise
                 return Answer(False, refusal.tool, error=refusal.error,
-                              meta=answer.meta._replace(grants=()))
+                              meta=replace(answer.meta, grants=()))
             if rounds == MAX_APPROVAL_ROUNDS:
                 return answer
             approved += [need.key for need in needed]
@@ -280,7 +282,7 @@ class CallPlan(NamedTuple):
         """The answer with only the grant uses that hold (grants.Grants.checked)."""
         kept = self.grants.checked(tool, sent, answer.meta.grants) if self.grants else ()
         return answer if kept == answer.meta.grants else answer._replace(
-            meta=answer.meta._replace(grants=kept))
+            meta=replace(answer.meta, grants=kept))
 
     def _request(
         self, tool: str, args: dict[str, Any], needed: list[NeedsApproval], diff: str | None

@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from msgspec.structs import replace
+
 from corral.calls.messages import NeedsApproval
 from corral.errors import CorralError
 from corral.fs import NO_KEEP
@@ -54,7 +56,7 @@ def previewed(
     """The stopped paths with their sizes, and the change's bounded diff (None: not a
     change, or none could be made)."""
     roots = {root.path: root for root in ctx.roots.all()}
-    sized = [need._replace(size=_size(roots, need)) for need in needs]
+    sized = [replace(need, size=_size(roots, need)) for need in needs]
     readable = all(
         ctx.policy.decide(
             "read_file", RootSpec(need.root, roots[need.root].mode), need.resolved, write=False

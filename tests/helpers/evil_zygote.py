@@ -111,5 +111,5 @@ class Private:
 def honest_answer(request_id: int) -> dict[str, Any]:
     return {
         "id": request_id, "ok": True, "tool": "read_file", "result": {}, "text": "fine",
-        "meta": {"touched": [], "bytes": 0, "needs_approval": []},
+        "meta": {},  # as the host writes it: what is empty left out
     }
