@@ -35,9 +35,10 @@ _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtrac
 
 
 # A large read_file answer, as the host passes it on (decode_answer): its members, the
-# result's exact shape (tools/read.py, tools/read_window.py), and the two strings that stay JSON text. The
-# result is decoded in the same pass as the answer: its megabyte of content is
-# skipped once.
+# result's exact shape (tools/read.py; a window of a file over max_file_bytes,
+# tools/read_window.py, has start_byte, no version, and may have null line numbers),
+# and the two strings that stay JSON text. The result is decoded in the same pass as
+# the answer: its megabyte of content is skipped once.
 _READ_RESULT = (
     ("path", str), ("content", jsonfast.RAW), ("encoding", str), ("total_lines", int | None),
     ("start_line", int | None), ("lines_read", int), ("truncated", bool),

@@ -254,22 +254,25 @@ _READ_RESULT = {
     # "base64", "utf-8", or the file's own encoding when it is not UTF-8 (the content
     # is text all the same): "utf-16-le", "cp1252", ...
     "encoding": STRING,
-    "total_lines": INTEGER,
-    "start_line": INTEGER,
+    # null in a window of a file over max_file_bytes where they are not counted;
+    # start_line is negative in a window counted from the end
+    "total_lines": nullable(INTEGER),
+    "start_line": nullable(INTEGER),
     "lines_read": INTEGER,
     "truncated": BOOLEAN,
     "next_offset": nullable(INTEGER),
     "next_byte_offset": INTEGER,
     "size": INTEGER,
     "version": STRING,
+    "start_byte": INTEGER,  # only in a window of a file over max_file_bytes (no version then)
     "image": shape({"media_type": STRING, "data": STRING}),
 }
 # An image comes back as path, size, version and image; text as every other key.
-_READ_ALWAYS = ("path", "size", "version")
+_READ_ALWAYS = ("path", "size")
 _READ_SOMETIMES = tuple(key for key in _READ_RESULT if key not in _READ_ALWAYS)
 READ_RESULT = shape(_READ_RESULT, optional=_READ_SOMETIMES)
 ONE_OF_MANY = shape({"ok": BOOLEAN, **_READ_RESULT, "error": ERROR},
-                    optional=(*_READ_SOMETIMES, "size", "version", "error"))
+                    optional=(*_READ_SOMETIMES, "size", "error"))
 
 READ_TOOLS = [
     Tool(
@@ -285,7 +288,11 @@ READ_TOOLS = [
             "back as an image; UTF-16/UTF-32 files and the workspace's legacy encodings come "
             "back as text, result.encoding naming the file's encoding; other binary files "
             "fail unless encoding is 'base64'. The result "
-            "carries a version you can pass to write_file or edit_file as expected_version."
+            "carries a version you can pass to write_file or edit_file as expected_version. "
+            "A file too large to read whole (a big log or dump) is read one window at a "
+            "time: offset=N counts lines from its start (slower the further in), a negative "
+            "offset reads its end at once, byte_offset alone jumps to that byte; its result "
+            "has start_byte and no version."
         ),
         input_schema=obj(
             {
@@ -295,7 +302,9 @@ READ_TOOLS = [
                              "description": "'base64' returns raw bytes, for binary files."},
                 "byte_offset": {"type": "integer", "minimum": 0, "default": 0,
                                 "description": "Bytes to skip in line `offset`: pass the "
-                                "next_byte_offset of a read that cut that line."},
+                                "next_byte_offset of a read that cut that line. In a file "
+                                "too large to read whole, with offset 1: the byte to start "
+                                "at."},
             },
             ("path",),
         ),

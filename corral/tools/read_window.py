@@ -15,7 +15,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.tools import render
 from corral.tools.base import Outcome
-from corral.tools.encodings import BINARY_SNIFF, BOMS
+from corral.tools.encodings import BINARY_SNIFF, not_utf8
 from corral.tools.paging import page, split_lines
 from corral.tools.windows import char_start, line_start, newline_within, tail_start
 
@@ -78,20 +78,18 @@ def read_window(path: str, fd: int, size: int, args: dict[str, Any], budget: int
 
 
 def _check_text(path: str, fd: int, size: int) -> None:
-    """binary_file unless the file's start reads as UTF-8 text would: no NUL in its
-    first 8 KiB, no UTF-16/UTF-32 byte order mark (such a file is served only as
-    base64 once over max_file_bytes: its line and byte offsets count its UTF-8 form,
-    which would take a decode of everything before the window)."""
-    head = os.pread(fd, min(BINARY_SNIFF, size), 0)
-    for bom, encoding in BOMS:
-        if head.startswith(bom):
-            raise CorralError(
-                "binary_file", f"{path} is {encoding} text over max_file_bytes: windows of "
-                "it come back only as bytes; read it with encoding='base64'.",
-            )
-    if b"\0" in head:
+    """binary_file unless the file's start reads as UTF-8 text would. A UTF-16 or
+    UTF-32 file is served only as base64 once over max_file_bytes: its line and byte
+    offsets count its UTF-8 form, which would take a decode of all before the window."""
+    why = not_utf8(os.pread(fd, min(BINARY_SNIFF, size), 0))
+    if why == "binary":
         raise CorralError(
             "binary_file", f"{path} is a binary file; read it with encoding='base64'."
+        )
+    if why is not None:
+        raise CorralError(
+            "binary_file", f"{path} is {why} text over max_file_bytes: windows of it come "
+            "back only as bytes; read it with encoding='base64'.",
         )
 
 
