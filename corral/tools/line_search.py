@@ -59,44 +59,46 @@ class LineMatcher:
         else:
             self.on_text = re.compile(source, flags)
 
-    def lines(self, block: bytes) -> Iterator[tuple[int, str]]:
-        """(index in the block, text without its end) of each matching line; a line
+    def lines(self, block: bytes, end: int) -> Iterator[tuple[int, str]]:
+        """(index in block[:end], text without its end) of each matching line; a line
         that is not UTF-8 is passed by."""
         if self.on_bytes is not None:
-            yield from self._filtered(block, self.on_bytes, b"\n", self._decoded)
+            yield from self._filtered(block, end, self.on_bytes, b"\n", self._decoded)
             return
         if self.on_text is not None:
             try:
-                decoded = block.decode("utf-8")
+                decoded = block[:end].decode("utf-8")
             except UnicodeDecodeError:
                 pass  # some line is not UTF-8: the lines one by one pass it by
             else:
-                yield from self._filtered(decoded, self.on_text, "\n", str)
+                yield from self._filtered(decoded, len(decoded), self.on_text, "\n", str)
                 return
-        for index, line in enumerate(split_lines(block)):
+        for index, line in enumerate(split_lines(block[:end])):
             text = self._decoded(line)
             if text is not None and self.regex.search(text):
                 yield index, text
 
     def _filtered(
-        self, block: Any, finder: Any, newline: Any, decoded: Callable[[Any], str | None]
+        self, block: Any, stop: int, finder: Any, newline: Any,
+        decoded: Callable[[Any], str | None],
     ) -> Iterator[tuple[int, str]]:
-        """The block search: the line around each match, searched again on its own
-        (on bytes or on str alike: typed as Any, which re's own AnyStr does not spare)."""
+        """The block search in block[:stop]: the line around each match, searched again
+        on its own (on bytes or on str alike: typed as Any, which re's own AnyStr does
+        not spare)."""
         pos = last = index = 0
         regex = self.regex
-        while (match := finder.search(block, pos)) is not None:
+        while (match := finder.search(block, pos, stop)) is not None:
             at = match.start()
             start = block.rfind(newline, 0, at) + 1
-            end = block.find(newline, at)
-            end = len(block) if end < 0 else end
+            end = block.find(newline, at, stop)
+            end = stop if end < 0 else end
             index += block.count(newline, last, start)
             last = start
             text = decoded(block[start:end])
             if text is not None and regex.search(text := text.rstrip("\r\n")):
                 yield index, text
             pos = end + 1
-            if pos > len(block):
+            if pos > stop:
                 return
 
     @staticmethod

@@ -176,7 +176,7 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
 
 def _text_blocks(
     ctx: Context, root: Root, rel: str, fd: int, size: int
-) -> Iterable[bytes] | None:
+) -> Iterable[tuple[bytes, int]] | None:
     """The open file's lines for grep: a file within max_file_bytes read whole, a
     larger one in blocks (windows.blocks, in bounded memory); None when it is not
     text (a file within the limit must be UTF-8 throughout; a larger one is judged
@@ -185,7 +185,7 @@ def _text_blocks(
         head = os.pread(fd, BINARY_SNIFF, 0)
         return None if not_utf8(head) is not None else blocks(fd, size)
     data = root.read_whole(fd, rel, ctx.limits.max_file_bytes)
-    return None if is_binary(data) else (data,)
+    return None if is_binary(data) else ((data, len(data)),)
 
 
 # grep stops, with what it found, once it has run this share of the call's
@@ -208,13 +208,13 @@ class Found:
         self.truncated = False
         self.timed_out = False
 
-    def search(self, shown_as: str, blocks: Iterable[bytes]) -> bool:
-        """Search one text file, given as blocks of whole lines; True once the cap
-        or the deadline is passed (stop searching)."""
+    def search(self, shown_as: str, blocks: Iterable[tuple[bytes, int]]) -> bool:
+        """Search one text file, given as blocks of whole lines (windows.blocks);
+        True once the cap or the deadline is passed (stop searching)."""
         self.files += 1
         number = 1  # of the block's first line
-        for block in blocks:
-            for index, text in self.matcher.lines(block):
+        for block, end in blocks:
+            for index, text in self.matcher.lines(block, end):
                 shown = render.cut_line(text, GREP_LINE_CUT)
                 match = f"{shown_as}:{number + index}:{shown}"  # as the text shows it
                 size = render.text_size(match)
@@ -223,7 +223,7 @@ class Found:
                     return True
                 self.budget -= size
                 self.matches.append({"path": shown_as, "line": number + index, "text": shown})
-            number += block.count(b"\n")
+            number += block.count(b"\n", 0, end)
             if time.monotonic() > self.deadline:
                 self.truncated = self.timed_out = True
                 return True

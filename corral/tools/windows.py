@@ -70,10 +70,12 @@ def newline_within(fd: int, start: int, end: int) -> bool:
     return False
 
 
-def blocks(fd: int, size: int) -> Iterator[bytes]:
-    """The file's bytes in blocks of whole lines, about a MiB each: a block ends
-    after a \\n or at the end of the file, or, in a line longer than LONGEST_BLOCK,
-    on a character start within it (the line then comes in pieces)."""
+def blocks(fd: int, size: int) -> Iterator[tuple[bytes, int]]:
+    """The file's bytes in blocks of whole lines, about a MiB each, as (bytes read,
+    where the block ends in them: the rest is read again with the next block, which
+    costs less than a copy of the block without it). A block ends after a \n or at
+    the end of the file, or, in a line longer than LONGEST_BLOCK, on a character
+    start within it (the line then comes in pieces)."""
     pos, want = 0, SCAN_CHUNK
     while pos < size:
         data = os.pread(fd, min(want, size - pos), pos)
@@ -87,7 +89,7 @@ def blocks(fd: int, size: int) -> Iterator[bytes]:
             cut = char_start(data, len(data) - 1) or len(data)
         elif not cut:
             cut = len(data)
-        yield data if cut == len(data) else data[:cut]
+        yield data, cut
         pos, want = pos + cut, SCAN_CHUNK
 
 
