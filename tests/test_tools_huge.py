@@ -20,7 +20,7 @@ from corral.config import Limits
 from corral.tools.line_search import FOLD_OUTSIDE_ASCII, LineMatcher
 from corral.tools.paging import split_lines
 from corral.tools.search import Found
-from corral.tools.windows import blocks
+from corral.tools.windows import Marks, blocks, line_start, marks_of
 from tests.conftest import err, ok
 from tests.mcp_helpers import run_session, structured, write_config
 
@@ -176,6 +176,25 @@ class TestWindows:
         files = ok(sb, "read_multiple_files", paths=["big.log", "one-line.txt"],
                    limit=2)["result"]["files"]
         assert files[0]["ok"] and files[0]["content"] == "line 1 é\nline 2 é\n"
+
+
+def test_line_starts_from_remembered_marks_are_exact(huge_ws: Path) -> None:
+    """Every line found from the marks earlier scans left, in an order that starts
+    scans at each mark, as the file's own line starts."""
+    data = (huge_ws / "big.log").read_bytes()
+    starts = [0, *(at + 1 for at in range(len(data)) if data[at] == 10)][:-1]
+    with (huge_ws / "big.log").open("rb") as file:
+        st = os.fstat(file.fileno())
+        marks = Marks()
+        assert line_start(file.fileno(), st.st_size, LINES, marks) == (starts[-1], LINES - 1)
+        assert len(marks.marks) > 2
+        numbers = [n for _, before in marks.marks for n in (before - 1, before, before + 1,
+                                                              before + 2) if n > 0]
+        for number in [*numbers, 1, 2, LINES // 2, LINES, 7]:
+            found, _ = line_start(file.fileno(), st.st_size, number, marks)
+            assert found == starts[number - 1], number
+        assert line_start(file.fileno(), st.st_size, LINES + 1, marks) == (None, LINES)
+        assert marks_of(st) is marks_of(st)
 
 
 class TestGrep:

@@ -15,6 +15,7 @@ to characters outside ASCII, and no class). Any other pattern runs line by line.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,6 +38,7 @@ _UNSAFE_ON_BYTES = re.compile(r"\\[wdsbSB\\]|(?<!\\)\.(?![*+])|\[\^|[^\x00-\x7f]
 # U+0131, U+017F, U+212A);
 # tests/test_tools_grep_huge.py checks the list against re itself.
 FOLD_OUTSIDE_ASCII = "iksIKS"
+_META = re.compile(r"[.^$*+?{}\[\]\\|()]")  # a pattern without these is plain text
 
 
 class LineMatcher:
@@ -48,16 +50,22 @@ class LineMatcher:
         ignore_case = bool(regex.flags & re.IGNORECASE)
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
         source = regex.pattern
-        self.on_bytes: re.Pattern[bytes] | None = None
-        self.on_text: re.Pattern[str] | None = None
+        # the block search: where the first match at or past `pos` starts, or -1
+        self.on_bytes: Callable[[bytes, int, int], int] | None = None
+        self.on_text: Callable[[str, int, int], int] | None = None
         if _UNSAFE.search(source):
             return
         if not _UNSAFE_ON_BYTES.search(source) and not (
             ignore_case and ("[" in source or any(c in source for c in FOLD_OUTSIDE_ASCII))
         ):
-            self.on_bytes = re.compile(source.encode("ascii"), flags)
+            if not ignore_case and not _META.search(source):
+                # plain text: bytes.find skips ahead as grep does, where re tries at
+                # each place its first letter occurs (~3x slower on a log)
+                self.on_bytes = functools.partial(_found, source.encode("ascii"))
+            else:
+                self.on_bytes = _first(re.compile(source.encode("ascii"), flags))
         else:
-            self.on_text = re.compile(source, flags)
+            self.on_text = _first(re.compile(source, flags))
 
     def lines(self, block: bytes, end: int) -> Iterator[tuple[int, str]]:
         """(index in block[:end], text without its end) of each matching line; a line
@@ -79,7 +87,7 @@ class LineMatcher:
                 yield index, text
 
     def _filtered(
-        self, block: Any, stop: int, finder: Any, newline: Any,
+        self, block: Any, stop: int, finder: Callable[[Any, int, int], int], newline: Any,
         decoded: Callable[[Any], str | None],
     ) -> Iterator[tuple[int, str]]:
         """The block search in block[:stop]: the line around each match, searched again
@@ -87,8 +95,7 @@ class LineMatcher:
         not spare)."""
         pos = last = index = 0
         regex = self.regex
-        while (match := finder.search(block, pos, stop)) is not None:
-            at = match.start()
+        while (at := finder(block, pos, stop)) >= 0:
             start = block.rfind(newline, 0, at) + 1
             end = block.find(newline, at, stop)
             end = stop if end < 0 else end
@@ -107,3 +114,18 @@ class LineMatcher:
             return line.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError:
             return None
+
+
+def _found(text: bytes, block: bytes, pos: int, stop: int) -> int:
+    return block.find(text, pos, stop)
+
+
+def _first(regex: re.Pattern[Any]) -> Callable[[Any, int, int], int]:
+    """The block search by `regex`: where its first match at or past `pos` starts."""
+    search = regex.search
+
+    def first(block: Any, pos: int, stop: int) -> int:
+        match = search(block, pos, stop)
+        return -1 if match is None else match.start()
+
+    return first

@@ -94,7 +94,7 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
     root, rel, check = open_target(ctx, path, write=False)
     with opened(ctx, root, rel, check) as (fd, st):
         if st.st_size > ctx.limits.max_file_bytes:  # read in a window, never whole
-            return read_window(path, fd, st.st_size, args, budget)
+            return read_window(path, fd, st, args, budget)
         data = file = root.read_whole(fd, rel, ctx.limits.max_file_bytes)
     version = content_version(data)
     whole_text = None

@@ -17,11 +17,14 @@ from corral.tools import render
 from corral.tools.base import Outcome
 from corral.tools.encodings import BINARY_SNIFF, not_utf8
 from corral.tools.paging import page, split_lines
-from corral.tools.windows import char_start, line_start, newline_within, tail_start
+from corral.tools.windows import char_start, line_start, marks_of, newline_within, tail_start
 
 
-def read_window(path: str, fd: int, size: int, args: dict[str, Any], budget: int) -> Outcome:
-    """The window of the open file `fd` (`size` bytes) that `args` ask for."""
+def read_window(
+    path: str, fd: int, st: os.stat_result, args: dict[str, Any], budget: int
+) -> Outcome:
+    """The window of the open file `fd` (its fstat `st`) that `args` ask for."""
+    size = st.st_size
     text = args["encoding"] == "utf-8"
     if text:
         _check_text(path, fd, size)
@@ -38,7 +41,7 @@ def read_window(path: str, fd: int, size: int, args: dict[str, Any], budget: int
         pos, start_line = _char_at(fd, skip) if text else skip, None
     else:
         if offset > 0:
-            found, counted = line_start(fd, size, offset)
+            found, counted = line_start(fd, size, offset, marks_of(st))
             if found is None:
                 return _past_end(path, size, offset, counted, args["encoding"])
             line, start_line = found, offset

@@ -5,7 +5,9 @@ windows and searched without being held whole."""
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
 
 # A MiB per pread: counting its newlines (bytes.count) takes ~0.4 ms on a 2-core VM,
@@ -15,12 +17,57 @@ TAIL_CHUNK = 64 * 1024  # the first read back from the end: the last 100 lines f
 LONGEST_BLOCK = 4 * 1024 * 1024  # a line longer than this comes in pieces of it
 
 
-def line_start(fd: int, size: int, number: int) -> tuple[int | None, int]:
+class Marks:
+    """How many lines come before some byte positions of one file, noted by the
+    scans that passed them, so that a later read at a line past them (the next page
+    of a huge file, by next_offset) scans on from the nearest one instead of from
+    the start. One mark per `step` bytes, at most MAX_MARKS: past that, every other
+    one goes and the step doubles."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[int, int]] = [(0, 0)]  # (byte, lines before it)
+        self.step = SCAN_CHUNK
+
+    def nearest(self, wanted: int) -> tuple[int, int]:
+        """The last mark with fewer than `wanted` lines before it (the wanted-th
+        newline lies at or past it), or the file's start."""
+        index = bisect.bisect_left(self.marks, wanted, key=lambda mark: mark[1]) - 1
+        return self.marks[max(0, index)]
+
+    def note(self, pos: int, counted: int) -> None:
+        if pos >= self.marks[-1][0] + self.step:
+            self.marks.append((pos, counted))
+            if len(self.marks) > MAX_MARKS:
+                del self.marks[1::2]
+                self.step *= 2
+
+
+MAX_MARKS = 4096  # 2 GiB at one a MiB; ~300 KiB of tuples
+MARKED_FILES = 16
+_marked: OrderedDict[tuple[int, ...], Marks] = OrderedDict()
+
+
+def marks_of(st: os.stat_result) -> Marks:
+    """The marks of the file whose fstat is `st`, known by its identity (device,
+    inode, size, mtime and ctime, to the nanosecond): a file changed since has
+    other marks. The last MARKED_FILES files read are remembered."""
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    marks = _marked.pop(identity, None) or Marks()
+    _marked[identity] = marks
+    while len(_marked) > MARKED_FILES:
+        _marked.popitem(last=False)
+    return marks
+
+
+def line_start(fd: int, size: int, number: int, marks: Marks) -> tuple[int | None, int]:
     """(byte where line `number` (1-based) starts, or None when the file has fewer
     lines; the lines counted meanwhile: the file's line count when None). Lines end
-    after each \\n; a last line without one counts (as read_file splits them)."""
-    wanted, counted, pos = number - 1, 0, 0
+    after each \n; a last line without one counts (as read_file splits them). The
+    scan starts at the nearest of `marks` and notes new ones."""
+    wanted = number - 1
+    pos, counted = marks.nearest(wanted)
     while pos < size:
+        marks.note(pos, counted)
         chunk = os.pread(fd, min(SCAN_CHUNK, size - pos), pos)
         if not chunk:  # the file shrank meanwhile
             break
