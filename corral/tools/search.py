@@ -237,7 +237,7 @@ def _search_quietly(
     by policy, or gone meanwhile. True once grep should stop (found.search)."""
     try:
         with opened(
-            ctx, root, resolved, lambda opened: _searchable(ctx, root, opened, approved_dir)
+            ctx, root, resolved, lambda found_at: _searchable(ctx, root, found_at, approved_dir)
         ) as (fd, st):
             lines = _text_blocks(ctx, root, resolved, fd, st.st_size)
             return lines is not None and found.search(shown_path(ctx, root, resolved), lines)
