@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from corral import Sandbox
+from corral import Sandbox, jsonfast
 from corral.config import Limits
+from corral.sandbox.answers import decode_answer
 from corral.tools.line_search import FOLD_OUTSIDE_ASCII, LineMatcher
 from corral.tools.paging import split_lines
 from corral.tools.search import Found
@@ -312,3 +313,18 @@ def test_windows_and_grep_through_the_mcp_client(tmp_path: Path) -> None:
     assert seen["bytes"]["start_line"] is None and seen["bytes"]["start_byte"] == 1_000_001
     assert json.dumps(seen["grep"]["matches"]) == json.dumps(
         [{"path": "big.log", "line": 12345, "text": "line 12345 é"}])
+
+
+def test_the_host_passes_a_large_window_on_undecoded() -> None:
+    """A window's result (start_byte, no version, null line numbers) has the exact
+    shape the host passes on as JSON text, as it does a large read of any file."""
+    content = "line é\n" * 50_000
+    result = {"path": "big.log", "content": content, "encoding": "utf-8",
+              "total_lines": None, "start_line": None, "lines_read": 50_000,
+              "truncated": True, "next_offset": None, "size": 10**10, "start_byte": 4096,
+              "next_byte_offset": 4096 + len(content.encode())}
+    payload = json.dumps({"id": 1, "ok": True, "tool": "read_file", "result": result,
+                          "text": content, "meta": {"touched": []}}).encode()
+    wire = decode_answer(payload, 10_000, raw=True)
+    assert jsonfast.is_raw(wire["result"]["content"])
+    assert (wire["result"]["start_byte"], wire["result"]["start_line"]) == (4096, None)
