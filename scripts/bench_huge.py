@@ -120,19 +120,19 @@ def main() -> None:
             ours = timed(cold, options.runs)
             floor = timed(shell(f"tail -n +{LINE} {path} | head -n 101"), options.runs)
             rows.append((f"lines {LINE:,}-{LINE + 100:,}, counted", ours, floor,
-                         "tail -n +N | head", "<= 2x"))
+                         "tail -n +N \\| head", "<= 2x"))
             for _ in range(8):  # every worker has scanned it once
                 call("read_file", path="big.log", offset=LINE, limit=101)
             ours = timed(lambda: call("read_file", path="big.log", offset=LINE + 101,
                                       limit=101), options.runs)
-            rows.append(("the next page, from marks", ours, floor, "tail -n +N | head", ""))
+            rows.append(("the next page, from marks", ours, floor, "tail -n +N \\| head", ""))
 
             middle = call("read_file", path="big.log", byte_offset=size // 2, limit=100)
             assert middle["result"]["start_line"] is None  # type: ignore[index]
             ours = timed(lambda: call("read_file", path="big.log", byte_offset=size // 2,
                                       limit=100), options.runs)
             floor = timed(shell(f"tail -c +{size // 2} {path} | head -n 100"), options.runs)
-            rows.append(("100 lines at byte size/2", ours, floor, "tail -c +B | head", ""))
+            rows.append(("100 lines at byte size/2", ours, floor, "tail -c +B \\| head", ""))
 
             found = call("grep", pattern=NEEDLE, path="big.log")["result"]
             assert len(found["matches"]) == lines // 2_000_000, found  # type: ignore[arg-type]
