@@ -139,7 +139,9 @@ class TestMessages:
 
     def test_too_large_names_both_sizes(self, module_ws: Path) -> None:
         with Sandbox(module_ws, limits=Limits(max_file_bytes=5)) as small:
-            message = error_of(small, "read_file", path="a.txt")["message"]
+            message = error_of(
+                small, "edit_file", path="a.txt", old_string="beta", new_string="gamma"
+            )["message"]
         assert "a.txt" in message and "11" in message and "5" in message
         assert message.endswith(".")
 

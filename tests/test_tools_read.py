@@ -209,12 +209,17 @@ class TestReadFile:
     def test_invalid_utf8_is_binary(self, tree_sb: Sandbox) -> None:
         assert err(tree_sb, "read_file", path="latin1.txt")["code"] == "binary_file"
 
-    def test_too_large_names_both_sizes(self, tree_sb: Sandbox, tree_ws: Path) -> None:
+    def test_over_max_file_bytes_comes_back_as_a_window(
+        self, tree_sb: Sandbox, tree_ws: Path
+    ) -> None:
+        """No too_large for a read: a default read of a file over max_file_bytes is
+        its first window (tests/test_tools_huge.py reads such files every way)."""
         (tree_ws / "huge.txt").write_bytes(b"a" * 100_001)
-        error = err(tree_sb, "read_file", path="huge.txt")
-        assert error["code"] == "too_large"
-        assert "100001" in error["message"] and "100000" in error["message"]
-        assert "huge.txt" in error["message"]
+        response = ok(tree_sb, "read_file", path="huge.txt", max_bytes=1000)
+        result = response["result"]
+        assert result["content"] == "a" * 1000 and result["start_byte"] == 0
+        assert (result["next_byte_offset"], result["size"]) == (1000, 100_001)
+        assert "version" not in result
 
     @pytest.mark.parametrize(
         ("path", "code"),

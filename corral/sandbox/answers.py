@@ -35,14 +35,15 @@ _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')  # possessive: no backtrac
 
 
 # A large read_file answer, as the host passes it on (decode_answer): its members, the
-# result's exact shape (tools/read.py), and the two strings that stay JSON text. The
-# result is decoded in the same pass as the answer: its megabyte of content is
-# skipped once.
+# result's exact shape (tools/read.py; a window of a file over max_file_bytes,
+# tools/read_window.py, has start_byte, no version, and may have null line numbers),
+# and the two strings that stay JSON text. The result is decoded in the same pass as
+# the answer: its megabyte of content is skipped once.
 _READ_RESULT = (
-    ("path", str), ("content", jsonfast.RAW), ("encoding", str), ("total_lines", int),
-    ("start_line", int), ("lines_read", int), ("truncated", bool),
-    ("next_offset", int | None), ("size", int), ("version", str),
-    ("next_byte_offset", int, jsonfast.OPTIONAL),
+    ("path", str), ("content", jsonfast.RAW), ("encoding", str), ("total_lines", int | None),
+    ("start_line", int | None), ("lines_read", int), ("truncated", bool),
+    ("next_offset", int | None), ("size", int), ("version", str, jsonfast.OPTIONAL),
+    ("next_byte_offset", int, jsonfast.OPTIONAL), ("start_byte", int, jsonfast.OPTIONAL),
 )
 _ANSWER = tuple(
     (name, _READ_RESULT if name == "result" else jsonfast.RAW, jsonfast.OPTIONAL)

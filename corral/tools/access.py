@@ -8,7 +8,9 @@ there, whatever races happen meanwhile.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from corral.calls.messages import GrantUse, NeedsApproval, Touched
 from corral.errors import CorralError, shown_path
@@ -304,7 +306,19 @@ def content(ctx: Context, root: Root, rel: str, check: Callable[[str], None]) ->
     """The bytes of a file whose content a tool returns (or shows in a diff): under
     [policy] hardlinks = "deny" a file with more than one link is refused, decided
     on the opened fd, since another name of the same inode may be a denied one."""
-    single = HARDLINKS_RULE if ctx.policy.hardlinks == "deny" else None
     return root.read_bytes(
-        rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check, single_link=single
+        rel, max_file_bytes=ctx.limits.max_file_bytes, guard=check, single_link=_single(ctx)
     )
+
+
+def opened(
+    ctx: Context, root: Root, rel: str, check: Callable[[str], None]
+) -> AbstractContextManager[tuple[int, os.stat_result]]:
+    """The file `content` would read, open (fd, fstat) for a tool that reads a file
+    of any size in windows, checked as `content` checks it."""
+    return root.opened(rel, guard=check, single_link=_single(ctx))
+
+
+def _single(ctx: Context) -> str | None:
+    """The rule that refuses a file with other hard links, when the policy does."""
+    return HARDLINKS_RULE if ctx.policy.hardlinks == "deny" else None

@@ -62,6 +62,16 @@ class Decoded(NamedTuple):
             ) from None
 
 
+def not_utf8(head: bytes) -> str | None:
+    """Why a file that starts with `head` (its first BINARY_SNIFF bytes) is not
+    UTF-8 text, as far as its start tells: the encoding its byte order mark names,
+    or "binary" for a NUL; None when its start says nothing against it."""
+    for bom, encoding in BOMS:
+        if head.startswith(bom):
+            return encoding
+    return "binary" if b"\0" in head[:BINARY_SNIFF] else None
+
+
 def utf8_text(data: bytes) -> str | None:
     """The text of `data` as UTF-8, or None when it has NUL bytes near the start or
     is not valid UTF-8 (~0.5 ms a MiB)."""

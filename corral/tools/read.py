@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import base64
-import io
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from corral.errors import CorralError
 from corral.fs import content_version
 from corral.tools import render
-from corral.tools.access import as_given, content, open_target
+from corral.tools.access import as_given, open_target, opened
 from corral.tools.base import (
     BOOLEAN,
     ERROR,
@@ -27,6 +25,9 @@ from corral.tools.base import (
     shape,
 )
 from corral.tools.encodings import decode, utf8_text
+from corral.tools.paging import Page, page, split_lines, whole_file_lines
+from corral.tools.read_window import read_window
+from corral.tools.windows import char_start
 
 HARD_READ_CEILING = 4 * 1024 * 1024  # content per call, whatever the config says: frames stay small
 MAX_FILES = 50  # read_multiple_files: paths per call
@@ -60,111 +61,6 @@ def is_binary(data: bytes) -> bool:
     return utf8_text(data) is None
 
 
-def split_lines(data: bytes) -> list[bytes]:
-    """Lines split on \\n only, each keeping its end (so \\r\\n files round-trip)."""
-    return io.BytesIO(data).readlines()
-
-
-class Page(NamedTuple):
-    start: int  # 1-based line number of the first line returned
-    lines: int  # lines returned (a cut line counts as one); not `count`: tuple.count
-    next_offset: int | None  # the next whole line, None when the end was reached
-    cut_from: int | None = None  # bytes in the one line cut to the budget
-
-
-# What numbering adds to each line of a read's text as JSON: the number, a tab (cat -n),
-# which JSON escapes to two bytes.
-LINE_PREFIX = render.NUMBER_WIDTH + 2
-
-
-def page(
-    lines: list[bytes], offset: int, limit: int, budget: int, *, text: bool = True,
-    skip: int = 0,
-) -> tuple[Page, bytes]:
-    """The page, and its bytes, of lines from `offset` (negative: from the end) until
-    `limit` lines or the budget. text=True: the budget counts the lines as JSON encodes them
-    (render.encoded_size), and their numbered text, which adds LINE_PREFIX bytes a
-    line, may take twice it (a file of empty lines must not return 8x its budget);
-    text=False (base64): raw bytes. The first line starts `skip` bytes in; if it is
-    longer than the budget it is cut to it."""
-    total = len(lines)
-    start = max(1, total + offset + 1) if offset < 0 else offset
-    chosen = lines[start - 1 : start - 1 + limit]
-    if skip:
-        chosen[0] = chosen[0][skip:]
-    measure = render.encoded_size if text else len
-    prefix = LINE_PREFIX if text else 0
-    cut_from = None
-    joined = b"".join(chosen)
-    if not _fits(measure(joined), len(chosen), budget, prefix):
-        used = numbered = 0  # rare: walk to the last whole line that fits
-        for count, line in enumerate(chosen):
-            size = measure(line)
-            used, numbered = used + size, numbered + size + prefix
-            if used > budget or (count and numbered > 2 * budget):
-                if count:
-                    chosen = chosen[:count]
-                else:
-                    part = _cut(line, budget, measure, text)
-                    chosen = [part]
-                    cut_from = len(line) if len(part) < len(line) else None
-                break
-        joined = b"".join(chosen)
-    end = start - 1 + len(chosen)
-    return Page(start, len(chosen), end + 1 if end < total else None, cut_from), joined
-
-
-def whole_file_lines(data: bytes, args: dict[str, Any], budget: int) -> int | None:
-    """The file's line count when a text read returns all of it, as page() would
-    (from line 1, within the limit and the budget), found without splitting the
-    file into lines; None when page() must choose."""
-    if args["offset"] != 1 or args.get("byte_offset", 0):
-        return None
-    total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    if total > args["limit"]:
-        return None
-    return total if _fits(render.encoded_size(data), total, budget, LINE_PREFIX) else None
-
-
-def _fits(size: int, count: int, budget: int, prefix: int) -> bool:
-    """Whether `count` whole lines of `size` bytes fit a read's budget: the content
-    within it, and its numbered text (`prefix` bytes more a line) within twice it."""
-    return size <= budget and size + prefix * count <= 2 * budget
-
-
-def _cut(line: bytes, budget: int, measure: Callable[[bytes], int], text: bool) -> bytes:
-    """The longest start of `line` that measures within the budget (a binary search:
-    the measure only grows with length); text ends on a whole UTF-8 character, so the
-    rest starts on one. At least one byte (text: one character) even over a tiny
-    budget, so paging through the line always moves on."""
-    low, high = 0, min(len(line), budget)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if measure(line[:middle]) <= budget:
-            low = middle
-        else:
-            high = middle - 1
-    low = max(low, 1)
-    if text:
-        low = _char_start(line, low) or _char_end(line, 0)
-    return line[:low]
-
-
-def _char_start(line: bytes, at: int) -> int:
-    """`at`, moved back to the start of the UTF-8 character it falls in."""
-    while 0 < at < len(line) and line[at] & 0xC0 == 0x80:  # a continuation byte
-        at -= 1
-    return at
-
-
-def _char_end(line: bytes, at: int) -> int:
-    """The end of the UTF-8 character starting at `at`."""
-    at += 1
-    while at < len(line) and line[at] & 0xC0 == 0x80:
-        at += 1
-    return at
-
-
 def _byte_offset(args: dict[str, Any], lines: list[bytes]) -> int:
     """The checked byte_offset: inside line `offset`, text: on a character start."""
     skip = args.get("byte_offset", 0)  # read_multiple_files has no byte_offset
@@ -179,7 +75,7 @@ def _byte_offset(args: dict[str, Any], lines: list[bytes]) -> int:
             f"argument 'byte_offset' ({skip}) must be less than the {len(line)} bytes "
             f"of line {number}.",
         )
-    if args["encoding"] == "utf-8" and _char_start(line, skip) != skip:
+    if args["encoding"] == "utf-8" and char_start(line, skip) != skip:
         raise CorralError(
             "invalid_arguments",
             f"argument 'byte_offset' ({skip}) falls inside a character of line {number}; "
@@ -196,7 +92,10 @@ def read_one(ctx: Context, args: dict[str, Any], budget: int) -> Outcome:
             "invalid_arguments", "argument 'offset' must not be 0 (lines start at 1)."
         )
     root, rel, check = open_target(ctx, path, write=False)
-    data = file = content(ctx, root, rel, check)
+    with opened(ctx, root, rel, check) as (fd, st):
+        if st.st_size > ctx.limits.max_file_bytes:  # read in a window, never whole
+            return read_window(path, fd, st, args, budget)
+        data = file = root.read_whole(fd, rel, ctx.limits.max_file_bytes)
     version = content_version(data)
     whole_text = None
     shown_encoding = args["encoding"]
@@ -355,22 +254,25 @@ _READ_RESULT = {
     # "base64", "utf-8", or the file's own encoding when it is not UTF-8 (the content
     # is text all the same): "utf-16-le", "cp1252", ...
     "encoding": STRING,
-    "total_lines": INTEGER,
-    "start_line": INTEGER,
+    # null in a window of a file over max_file_bytes where they are not counted;
+    # start_line is negative in a window counted from the end
+    "total_lines": nullable(INTEGER),
+    "start_line": nullable(INTEGER),
     "lines_read": INTEGER,
     "truncated": BOOLEAN,
     "next_offset": nullable(INTEGER),
     "next_byte_offset": INTEGER,
     "size": INTEGER,
     "version": STRING,
+    "start_byte": INTEGER,  # only in a window of a file over max_file_bytes (no version then)
     "image": shape({"media_type": STRING, "data": STRING}),
 }
 # An image comes back as path, size, version and image; text as every other key.
-_READ_ALWAYS = ("path", "size", "version")
+_READ_ALWAYS = ("path", "size")
 _READ_SOMETIMES = tuple(key for key in _READ_RESULT if key not in _READ_ALWAYS)
 READ_RESULT = shape(_READ_RESULT, optional=_READ_SOMETIMES)
 ONE_OF_MANY = shape({"ok": BOOLEAN, **_READ_RESULT, "error": ERROR},
-                    optional=(*_READ_SOMETIMES, "size", "version", "error"))
+                    optional=(*_READ_SOMETIMES, "size", "error"))
 
 READ_TOOLS = [
     Tool(
@@ -386,7 +288,11 @@ READ_TOOLS = [
             "back as an image; UTF-16/UTF-32 files and the workspace's legacy encodings come "
             "back as text, result.encoding naming the file's encoding; other binary files "
             "fail unless encoding is 'base64'. The result "
-            "carries a version you can pass to write_file or edit_file as expected_version."
+            "carries a version you can pass to write_file or edit_file as expected_version. "
+            "A file too large to read whole (a big log or dump) is read one window at a "
+            "time: offset=N counts lines from its start (slower the further in), a negative "
+            "offset reads its end at once, byte_offset alone jumps to that byte; its result "
+            "has start_byte and no version."
         ),
         input_schema=obj(
             {
@@ -396,7 +302,9 @@ READ_TOOLS = [
                              "description": "'base64' returns raw bytes, for binary files."},
                 "byte_offset": {"type": "integer", "minimum": 0, "default": 0,
                                 "description": "Bytes to skip in line `offset`: pass the "
-                                "next_byte_offset of a read that cut that line."},
+                                "next_byte_offset of a read that cut that line. In a file "
+                                "too large to read whole, with offset 1: the byte to start "
+                                "at."},
             },
             ("path",),
         ),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from corral.errors import CorralError
@@ -11,7 +13,7 @@ from corral.fs import Root
 from corral.globs import glob_to_regex
 from corral.policy import PolicyError, RootSpec
 from corral.tools import render
-from corral.tools.access import approval_key, content, joined, open_target
+from corral.tools.access import approval_key, joined, open_target, opened
 from corral.tools.base import (
     BOOLEAN,
     INTEGER,
@@ -25,6 +27,8 @@ from corral.tools.base import (
     path_prop,
     shape,
 )
+from corral.tools.encodings import BINARY_SNIFF, not_utf8
+from corral.tools.line_search import LineMatcher
 from corral.tools.listing import (
     IGNORED,
     INCLUDE_IGNORED,
@@ -35,7 +39,8 @@ from corral.tools.listing import (
     shown,
     walked,
 )
-from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget, split_lines
+from corral.tools.read import HARD_READ_CEILING, is_binary, read_budget
+from corral.tools.windows import blocks
 
 DEFAULT_MAX_FILES = 500
 DEFAULT_MAX_MATCHES = 200
@@ -138,15 +143,17 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
     if info is None:
         raise CorralError("not_found", f"{path} does not exist.")
     found = Found(
-        regex, min(args["max_results"], MAX_MATCHES), read_budget(ctx, HARD_READ_CEILING)
+        regex, min(args["max_results"], MAX_MATCHES), read_budget(ctx, HARD_READ_CEILING),
+        time.monotonic() + GREP_TIME_SHARE * ctx.limits.timeout_s,
     )
     ignores = None
     if info.type != "dir":
         # A file named explicitly: its errors are the caller's to see.
-        data = content(ctx, root, rel, check)
-        if is_binary(data):
-            raise CorralError("binary_file", f"{path} is a binary file; grep searches text.")
-        found.search(shown_path(ctx, root, seen.path), data)
+        with opened(ctx, root, rel, check) as (fd, st):
+            lines = _text_blocks(ctx, root, rel, fd, st.st_size)
+            if lines is None:
+                raise CorralError("binary_file", f"{path} is a binary file; grep searches text.")
+            found.search(shown_path(ctx, root, seen.path), lines)
     else:
         approved_dir = approval_key(root.path, seen.path) in ctx.approved
         ignores = ignoring(ctx, root, args)
@@ -154,57 +161,88 @@ def grep(ctx: Context, args: dict[str, Any]) -> Outcome:
         for entry in shown(ctx, root, seen, tree, include_hidden=True, ignores=ignores):
             if entry.type != "file" or not wanted(entry.path):
                 continue
-            resolved = joined(seen.path, entry.path)
-            text = _read_quietly(ctx, root, resolved, approved_dir)
-            if text is not None and found.search(shown_path(ctx, root, resolved), text):
+            if _search_quietly(ctx, root, joined(seen.path, entry.path), approved_dir, found):
                 break
     skipped = 0 if ignores is None else ignores.skipped
-    result = {"pattern": args["pattern"], "path": path, "matches": found.matches,
-              "files_searched": found.files, "truncated": found.truncated, "ignored": skipped}
+    result: dict[str, Any] = {
+        "pattern": args["pattern"], "path": path, "matches": found.matches,
+        "files_searched": found.files, "truncated": found.truncated, "ignored": skipped,
+    }
+    if found.timed_out:
+        result["timed_out"] = True
     note = ignored_note(skipped, " " if not found.matches else "\n")
     return Outcome(result, _grep_text(result) + note)
 
 
-class Found:
-    """Matching lines collected across files, up to a cap."""
+def _text_blocks(
+    ctx: Context, root: Root, rel: str, fd: int, size: int
+) -> Iterable[tuple[bytes, int]] | None:
+    """The open file's lines for grep: a file within max_file_bytes read whole, a
+    larger one in blocks (windows.blocks, in bounded memory); None when it is not
+    text (a file within the limit must be UTF-8 throughout; a larger one is judged
+    by its start, and those of its lines that are not UTF-8 are passed by)."""
+    if size > ctx.limits.max_file_bytes:
+        head = os.pread(fd, BINARY_SNIFF, 0)
+        return None if not_utf8(head) is not None else blocks(fd, size)
+    data = root.read_whole(fd, rel, ctx.limits.max_file_bytes)
+    return None if is_binary(data) else ((data, len(data)),)
 
-    def __init__(self, regex: re.Pattern[str], cap: int, budget: int) -> None:
-        self.regex = regex
+
+# grep stops, with what it found, once it has run this share of the call's
+# timeout_s: its answer still comes back, where the host would kill the worker.
+GREP_TIME_SHARE = 0.8
+
+
+class Found:
+    """Matching lines collected across files, up to a cap and a deadline."""
+
+    def __init__(self, regex: re.Pattern[str], cap: int, budget: int, deadline: float) -> None:
+        self.matcher = LineMatcher(regex)
         self.cap = cap
         # bytes of matches as JSON carries them (path and line, escapes counted):
         # grep returns contents, as a read does
         self.budget = budget
+        self.deadline = deadline  # time.monotonic()
         self.matches: list[dict[str, Any]] = []
         self.files = 0
         self.truncated = False
+        self.timed_out = False
 
-    def search(self, shown_as: str, data: bytes) -> bool:
-        """Search one text file; True once the cap is passed (stop searching)."""
+    def search(self, shown_as: str, blocks: Iterable[tuple[bytes, int]]) -> bool:
+        """Search one text file, given as blocks of whole lines (windows.blocks);
+        True once the cap or the deadline is passed (stop searching)."""
         self.files += 1
-        for number, line in enumerate(split_lines(data), 1):
-            text = line.decode("utf-8").rstrip("\r\n")
-            if self.regex.search(text):
+        number = 1  # of the block's first line
+        for block, end in blocks:
+            for index, text in self.matcher.lines(block, end):
                 shown = render.cut_line(text, GREP_LINE_CUT)
-                match = f"{shown_as}:{number}:{shown}"  # as the text shows it
+                match = f"{shown_as}:{number + index}:{shown}"  # as the text shows it
                 size = render.text_size(match)
                 if len(self.matches) == self.cap or size > self.budget:
                     self.truncated = True
                     return True
                 self.budget -= size
-                self.matches.append({"path": shown_as, "line": number, "text": shown})
+                self.matches.append({"path": shown_as, "line": number + index, "text": shown})
+            number += block.count(b"\n", 0, end)
+            if time.monotonic() > self.deadline:
+                self.truncated = self.timed_out = True
+                return True
         return False
 
 
-def _read_quietly(ctx: Context, root: Root, resolved: str, approved_dir: bool) -> bytes | None:
-    """A walked file's text, or None when grep should pass it by: unreadable, too
-    large, binary, denied or supervised by policy, or gone meanwhile."""
+def _search_quietly(
+    ctx: Context, root: Root, resolved: str, approved_dir: bool, found: Found
+) -> bool:
+    """Search a walked file, or pass it by: unreadable, binary, denied or supervised
+    by policy, or gone meanwhile. True once grep should stop (found.search)."""
     try:
-        data = content(
-            ctx, root, resolved, lambda opened: _searchable(ctx, root, opened, approved_dir)
-        )
+        with opened(
+            ctx, root, resolved, lambda found_at: _searchable(ctx, root, found_at, approved_dir)
+        ) as (fd, st):
+            lines = _text_blocks(ctx, root, resolved, fd, st.st_size)
+            return lines is not None and found.search(shown_path(ctx, root, resolved), lines)
     except CorralError:
-        return None
-    return None if is_binary(data) else data
+        return False
 
 
 def _name_filter(glob: str | None) -> Callable[[str], bool]:
@@ -221,9 +259,15 @@ def _name_filter(glob: str | None) -> Callable[[str], bool]:
 def _grep_text(result: dict[str, Any]) -> str:
     matches = result["matches"]
     if not matches:
-        return f"No matches for {result['pattern']} in {result['files_searched']} files."
+        text = f"No matches for {result['pattern']} in {result['files_searched']} files."
+        if result.get("timed_out"):
+            text += " The search ran out of its time before the end; narrow the path or glob."
+        return text
     lines = [f"{m['path']}:{m['line']}:{m['text']}" for m in matches]
-    if result["truncated"]:
+    if result.get("timed_out"):
+        lines.append(f"[stopped at {len(matches)} matches: the search ran out of its time; "
+                     "narrow the path or glob]")
+    elif result["truncated"]:
         lines.append(f"[cut at {len(matches)} matches; narrow the pattern, path or glob]")
     return "\n".join(lines)
 
@@ -289,7 +333,8 @@ SEARCH_TOOLS = [
             "pattern": STRING, "path": STRING,
             "matches": list_of(shape({"path": STRING, "line": INTEGER, "text": STRING})),
             "files_searched": INTEGER, "truncated": BOOLEAN, "ignored": IGNORED,
-        }),
+            "timed_out": BOOLEAN,
+        }, optional=("timed_out",)),
         annotations=mcp_hints(read_only=True, destructive=False, idempotent=True),
         writes=False,
         run=grep,
