@@ -22,8 +22,8 @@ from corral.tools.line_search import FOLD_OUTSIDE_ASCII, LineMatcher
 from corral.tools.paging import split_lines
 from corral.tools.search import Found
 from corral.tools.windows import Marks, blocks, line_start, marks_of
-from tests.conftest import err, ok
-from tests.mcp_helpers import run_session, structured, write_config
+from tests.helpers.calls import err, ok
+from tests.helpers.mcp_helpers import run_session, structured, write_config
 
 LIMIT = 256 * 1024  # max_file_bytes here: every file below is over it
 LINES = 200_000
