@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # The arguments of a writing call that name where it puts its temp file: the
 # cleanup after a crash gets only these.
 CLEANUP_ARGUMENTS = ("path", "destination")
-HISTORY_OPS = ("undo", "rewind", "settle")
+HISTORY_OPS = ("undo", "rewind", "settle", "snapshot_walk", "snapshot_restore")
 
 
 _NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
@@ -339,7 +339,7 @@ class HistoryRequest(NamedTuple):
         wire: dict[str, Any] = {"id": self.id, "history": self.op, "tool": self.tool}
         if self.op == "undo":
             wire.update(path=self.path, force=self.force)
-        elif self.op == "rewind":
+        elif self.op == "rewind" or self.op.startswith("snapshot_"):
             wire.update(to=self.to, force=self.force)
         else:
             wire["pids"] = list(self.pids)

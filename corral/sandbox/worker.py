@@ -42,7 +42,7 @@ from corral.calls.waiting import NEXT_REQUEST_SPIN_S
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots, temp_owner
-from corral.history import restore
+from corral.history import restore, snapshot_walk
 from corral.history.store import Store
 from corral.policy import Policy
 from corral.sandbox.confine import confine
@@ -380,6 +380,9 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
         elif op == "rewind" and request.to is not None:
             result = restore.rewind(setup.roots, setup.store, setup.policy, setup.limits,
                                     request.to, request.force)
+        elif op in snapshot_walk.OPS:
+            result = snapshot_walk.run(op, request.to, setup.roots, setup.store, setup.policy,
+                                       setup.limits.max_file_bytes)
         else:
             raise CorralError("invalid_arguments", f"unknown history operation {op!r}.")
     except CorralError as error:

@@ -1,0 +1,261 @@
+"""Workspace checkpoints, the host's side: a checkpoint that snapshots the whole
+workspace root (snapshots.py), the diff against one, and a rewind that, after
+taking back corral's own changes (restore.rewind), brings back from the snapshot
+what something else changed. Every walk and every change of the tree runs in a
+confined worker (snapshot_walk.py), handed its instructions as a plan file in the
+root's kept directory; what it answers is checked here before it is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from corral.calls.messages import Answer, HistoryRequest, Meta
+from corral.errors import CorralError
+from corral.history.host import History
+from corral.history.snapshots import (
+    OBJECT,
+    REASONS,
+    Item,
+    Manifest,
+    Snapshots,
+    check_tree,
+    item_from_wire,
+    plain_path,
+)
+from corral.history.store import kept_name, new_id
+
+Submit = Callable[[HistoryRequest], Answer]
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class Checkpoints:
+    """The snapshots of one sandbox's workspace root (a writable one, history on)."""
+
+    def __init__(self, history: History, root: str, ignore: tuple[str, ...]) -> None:
+        self.history, self.ignore = history, ignore
+        store = history.store
+        kept = os.open(kept_name(root), _DIR_FLAGS, dir_fd=store.home)
+        self.snaps = Snapshots(store.home, kept, store.fd)
+        self.last_read = 0  # file bytes the last walk read (the benchmark counts them)
+
+    def close(self) -> None:
+        if self.snaps.kept >= 0:
+            os.close(self.snaps.kept)
+            self.snaps.kept = -1
+
+    def has(self, checkpoint_id: str) -> bool:
+        return self.snaps.has(checkpoint_id)
+
+    # -- checkpoint ------------------------------------------------------------
+
+    def checkpoint(self, submit: Submit, label: str | None) -> str:
+        """Snapshot the root, then the checkpoint that names it: a checkpoint that
+        exists has its whole snapshot (a kill before leaves only what the next
+        checkpoint sweeps)."""
+        checkpoint_id = new_id()
+        with self.history.locked():
+            self.snaps.sweep_staged()
+            base = self.snaps.newest()
+        result = self._walk(submit, checkpoint_id, {
+            "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
+            "token": checkpoint_id})
+        items = dict(base.items) if base else {}
+        staged: list[tuple[Item, str]] = []
+        try:
+            changed, removed, skipped = _changes(result, checkpoint_id)
+            for path in removed:
+                items.pop(path, None)
+            for item, name in changed:
+                if item.type == "file":
+                    if name is None:
+                        raise ValueError(f"no copy of the changed file {item.path!r}")
+                    staged.append((item, name))
+                else:
+                    items[item.path] = item
+        except ValueError as exc:
+            _drop(self.snaps, [name for _, name in staged] + _names(result))
+            raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
+                              "nothing was stored.") from None
+        with self.history.locked():
+            keep = {i.hash for i in items.values() if i.hash}
+            need = sum(item.size for item, _ in staged)
+            if self._room() < need:
+                self.snaps.collect(keep)
+                while self._room() < need and self.snaps.drop_oldest():
+                    self.snaps.collect(keep)
+            self.snaps.take(staged, self._room())
+            for item, _ in staged:
+                items.pop(item.path, None)
+            for item, _ in staged:
+                items[item.path] = item
+            try:
+                check_tree(items)
+            except ValueError as exc:
+                raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
+                                  "nothing was stored.") from None
+            self.snaps.publish(Manifest(checkpoint_id, items, skipped))
+        return self.history.checkpoint(label, checkpoint_id)
+
+    def _room(self) -> int:
+        return self.history.options.max_bytes - self.history.held - self.snaps.held()
+
+    def _walk(self, submit: Submit, token: str, plan: dict[str, Any]) -> dict[str, Any]:
+        with self.history.locked():
+            name = self.snaps.write_plan(token, plan)
+        try:
+            answer = submit(HistoryRequest("snapshot_walk", to=name))
+        finally:
+            with self.history.locked():
+                self.snaps.drop_plan(name)
+        if not answer.ok or not isinstance(answer.result, dict):
+            error = answer.error or {}
+            raise CorralError(str(error.get("code", "io_error")),
+                              f"the snapshot failed: {error.get('message', 'no answer')}")
+        self.last_read = answer.result.get("read_bytes", 0)
+        return answer.result
+
+    # -- diff -------------------------------------------------------------------
+
+    def diff(self, submit: Submit, checkpoint_id: str) -> dict[str, list[dict[str, str]]]:
+        manifest = self._snapshot(checkpoint_id)
+        result = self._walk(submit, new_id(), {
+            "base": checkpoint_id, "stage": False, "ignore": list(self.ignore),
+            "since": checkpoint_id})
+        try:
+            changed, removed, _ = _changes(result, None)
+        except ValueError as exc:
+            raise CorralError("io_error", f"the worker's diff was refused ({exc}).") from None
+        told = result.get("by")
+        by: dict[str, Any] = told if isinstance(told, dict) else {}
+
+        def shown(path: str) -> dict[str, str]:
+            return {"path": path, "by": "corral" if by.get(path) == "corral" else "other"}
+
+        return {"changed": [shown(i.path) for i, _ in changed if i.path in manifest.items],
+                "added": [shown(i.path) for i, _ in changed if i.path not in manifest.items],
+                "removed": [shown(path) for path in removed if path in manifest.items]}
+
+    def _snapshot(self, checkpoint_id: str) -> Manifest:
+        manifest = self.snaps.load(checkpoint_id)
+        if manifest is None:
+            raise CorralError("not_found", f"there is no snapshot of {checkpoint_id!r} in the "
+                              "history (a checkpoint made with [history] snapshots = true).")
+        return manifest
+
+    # -- rewind -----------------------------------------------------------------
+
+    def rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
+        """corral's changes since the checkpoint taken back (restore.rewind), then every
+        other difference from its snapshot: a conflict, or with `force` brought back.
+        A snapshot of the tree as it is comes first (its id is the result's
+        `checkpoint`), and every blob the rewind may write is hashed before anything
+        changes."""
+        target = self._snapshot(checkpoint_id)
+        for item in target.items.values():
+            if item.type == "file":
+                self.snaps.verify(item)
+        before = self._snapshot(self.checkpoint(submit, f"before rewind to {checkpoint_id}"))
+        plan = _plan(before, target)
+        first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
+        if not first.ok or not isinstance(first.result, dict):
+            return first
+        token = new_id()
+        with self.history.locked():
+            name = self.snaps.write_plan(token, {"force": force, "items": plan})
+        try:
+            second = submit(HistoryRequest("snapshot_restore", to=name))
+        finally:
+            with self.history.locked():
+                self.snaps.drop_plan(name)
+        ids = tuple(first.meta.history_ids)
+        if not second.ok or not isinstance(second.result, dict):
+            error = second.error or {}
+            return Answer(False, "rewind", None, None, {
+                "code": error.get("code", "io_error"),
+                "message": f"corral's changes were taken back; the rest failed: "
+                           f"{error.get('message', 'no answer')}"}, Meta(history_ids=ids))
+        result = _merged(first.result, second.result, target, before.id)
+        ids += tuple(r for r in second.result.get("records", ()) if isinstance(r, str))
+        return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
+
+
+def _plan(now: Manifest, then: Manifest) -> list[list[Any]]:
+    """What differs: paths to remove (deepest first), then what comes back (parents
+    first), as [path, the snapshot's item or None]."""
+    gone = sorted((p for p in now.items if p not in then.items), reverse=True)
+    back = sorted(p for p, item in then.items.items()
+                  if p not in now.items or not now.items[p].same_as(item))
+    return [[p, None] for p in gone] + [[p, then.items[p].wire()] for p in back]
+
+
+def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
+            before: str) -> dict[str, Any]:
+    def strings(result: dict[str, Any], key: str) -> list[str]:
+        value = result.get(key)
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    removed = list(dict.fromkeys(strings(first, "removed") + strings(second, "removed")))
+    restored = list(dict.fromkeys(strings(first, "restored") + strings(second, "restored")
+                                  + strings(second, "removed")))
+    conflicts = list(dict.fromkeys(strings(first, "conflicts") + strings(second, "conflicts")))
+    reasons = {**{k: v for k, v in (second.get("reasons") or {}).items()
+                  if isinstance(k, str) and isinstance(v, str)},
+               **(first.get("reasons") or {})}
+    links = list(first.get("links_not_restored") or [])
+    skipped: list[dict[str, str]] = []
+    for shown in second.get("skipped") or []:
+        if isinstance(shown, dict) and isinstance(shown.get("path"), str):
+            links.append({"path": shown["path"], "target": str(shown.get("target", ""))})
+            skipped.append({"path": shown["path"], "reason": "link"})
+    skipped += [{"path": path, "reason": reason} for path, reason in target.skipped]
+    return {"restored": [p for p in restored if p not in conflicts], "conflicts": conflicts,
+            "checkpoint": before, "removed": [p for p in removed if p not in conflicts],
+            "reasons": {p: reasons[p] for p in conflicts if p in reasons},
+            "links_not_restored": links, "skipped": skipped,
+            "records": strings(first, "records") + strings(second, "records")}
+
+
+def _changes(result: dict[str, Any], token: str | None) -> tuple[
+        list[tuple[Item, str | None]], list[str], list[tuple[str, str]]]:
+    """A walk's answer, checked: its changed items (a file's copy named as this walk
+    names them), removed paths and skipped ones. ValueError if it is not one."""
+    items, removed, skipped = result.get("items"), result.get("removed"), result.get("skipped")
+    if type(items) is not list or type(removed) is not list or type(skipped) is not list:
+        raise ValueError("not a walk's answer")
+    pattern = None if token is None else re.compile(rf"{OBJECT}{token}-[0-9]+\Z")
+    changed: list[tuple[Item, str | None]] = []
+    seen: set[str] = set()
+    for entry in items:
+        if type(entry) is not list or len(entry) != 2:
+            raise ValueError("an item is [item, copy]")
+        item, name = item_from_wire(entry[0], hashed=False), entry[1]
+        if item.path in seen:
+            raise ValueError(f"{item.path!r} twice")
+        seen.add(item.path)
+        if name is not None and (pattern is None or type(name) is not str
+                                 or not pattern.match(name) or item.type != "file"):
+            raise ValueError(f"a copy named {str(name)[:80]!r}")
+        changed.append((item, name))
+    if not all(plain_path(p) for p in removed):
+        raise ValueError("a removed path that is not plain")
+    shown = [(s[0], s[1]) for s in skipped if type(s) is list and len(s) == 2
+             and plain_path(s[0]) and s[1] in REASONS]
+    return changed, removed, shown
+
+
+def _names(result: dict[str, Any]) -> list[str]:
+    """The copies a refused walk may have left in the work directory."""
+    items = result.get("items")
+    return [e[1] for e in items if type(e) is list and len(e) == 2 and type(e[1]) is str
+            and re.fullmatch(rf"{OBJECT}[0-9a-f]+-[0-9]+", e[1])] if type(items) is list else []
+
+
+def _drop(snaps: Snapshots, names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=snaps.work)
