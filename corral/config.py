@@ -144,7 +144,7 @@ class HistoryOptions:
     max_bytes: int = default("history", "max_bytes")
     max_age_days: float = default("history", "max_age_days")
     snapshots: bool = default("history", "snapshots")
-    snapshot_ignore: tuple[str, ...] = tuple(default("history", "snapshot_ignore"))
+    snapshot_ignore: tuple[str, ...] = default("history", "snapshot_ignore")
 
     def __post_init__(self) -> None:
         _check_fields(self, "history")

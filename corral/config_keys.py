@@ -167,7 +167,7 @@ KEYS: tuple[Key, ...] = (
     Key("history", "snapshots", "bool", True, "operator",
         "each checkpoint snapshots the whole workspace, so rewind brings back what "
         "others changed too"),
-    Key("history", "snapshot_ignore", "globs", [], "union",
+    Key("history", "snapshot_ignore", "globs", (), "operator",
         "gitignore patterns snapshots leave out, beside the ignore rules"),
 )
 
