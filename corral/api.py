@@ -412,6 +412,13 @@ class _BaseSandbox:
         return self._history_off
 
     @property
+    def last_snapshot(self) -> dict[str, Any] | None:
+        """What this sandbox's last checkpoint snapshot held and cost: {"checkpoint",
+        "entries", "walked", "read_bytes" (file bytes its worker read), "stored_bytes"
+        (new in the store)}; None before one (or without snapshots)."""
+        return None if self._checkpoints is None else self._checkpoints.last
+
+    @property
     def history_path(self) -> str | None:
         """The directory of the workspace's history store; None while history is off."""
         return None if self._history is None else self._history.path

@@ -41,7 +41,7 @@ class Checkpoints:
         store = history.store
         kept = os.open(kept_name(root), _DIR_FLAGS, dir_fd=store.home)
         self.snaps = Snapshots(store.home, kept, store.fd)
-        self.last_read = 0  # file bytes the last walk read (the benchmark counts them)
+        self.last: dict[str, Any] | None = None  # what the last checkpoint's snapshot cost
 
     def close(self) -> None:
         if self.snaps.kept >= 0:
@@ -77,8 +77,11 @@ class Checkpoints:
                     staged.append((item, name))
                 else:
                     items[item.path] = item
+            for item, _ in staged:
+                items[item.path] = item
+            check_tree(items)
         except ValueError as exc:
-            _drop(self.snaps, [name for _, name in staged] + _names(result))
+            _drop(self.snaps, checkpoint_id)
             raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
                               "nothing was stored.") from None
         with self.history.locked():
@@ -88,18 +91,14 @@ class Checkpoints:
                 self.snaps.collect(keep)
                 while self._room() < need and self.snaps.drop_oldest():
                     self.snaps.collect(keep)
-            self.snaps.take(staged, self._room())
-            for item, _ in staged:
-                items.pop(item.path, None)
-            for item, _ in staged:
+            stored = self.snaps.take(staged, self._room())
+            for item, _ in staged:  # now with the hashes the host took
                 items[item.path] = item
-            try:
-                check_tree(items)
-            except ValueError as exc:
-                raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
-                                  "nothing was stored.") from None
             self.snaps.publish(Manifest(checkpoint_id, items, skipped))
-        return self.history.checkpoint(label, checkpoint_id)
+        made = self.history.checkpoint(label, checkpoint_id)
+        self.last = {"checkpoint": made, "entries": len(items), "walked": result.get("walked"),
+                     "read_bytes": result.get("read_bytes"), "stored_bytes": stored}
+        return made
 
     def _room(self) -> int:
         return self.history.options.max_bytes - self.history.held - self.snaps.held()
@@ -116,7 +115,6 @@ class Checkpoints:
             error = answer.error or {}
             raise CorralError(str(error.get("code", "io_error")),
                               f"the snapshot failed: {error.get('message', 'no answer')}")
-        self.last_read = answer.result.get("read_bytes", 0)
         return answer.result
 
     # -- diff -------------------------------------------------------------------
@@ -210,7 +208,9 @@ def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
     skipped: list[dict[str, str]] = []
     for shown in second.get("skipped") or []:
         if isinstance(shown, dict) and isinstance(shown.get("path"), str):
-            links.append({"path": shown["path"], "target": str(shown.get("target", ""))})
+            if not any(isinstance(link, dict) and link.get("path") == shown["path"]
+                       for link in links):  # the record pass may have listed it
+                links.append({"path": shown["path"], "target": str(shown.get("target", ""))})
             skipped.append({"path": shown["path"], "reason": "link"})
     skipped += [{"path": path, "reason": reason} for path, reason in target.skipped]
     return {"restored": [p for p in restored if p not in conflicts], "conflicts": conflicts,
@@ -248,14 +248,11 @@ def _changes(result: dict[str, Any], token: str | None) -> tuple[
     return changed, removed, shown
 
 
-def _names(result: dict[str, Any]) -> list[str]:
-    """The copies a refused walk may have left in the work directory."""
-    items = result.get("items")
-    return [e[1] for e in items if type(e) is list and len(e) == 2 and type(e[1]) is str
-            and re.fullmatch(rf"{OBJECT}[0-9a-f]+-[0-9]+", e[1])] if type(items) is list else []
-
-
-def _drop(snaps: Snapshots, names: list[str]) -> None:
+def _drop(snaps: Snapshots, token: str) -> None:
+    """Every copy a refused walk made (whatever it says it made)."""
+    prefix = f"{OBJECT}{token}-"
+    with os.scandir(snaps.work) as entries:
+        names = [entry.name for entry in entries if entry.name.startswith(prefix)]
     for name in names:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=snaps.work)

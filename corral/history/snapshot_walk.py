@@ -278,12 +278,14 @@ def _who(roots: Roots, store: Store, policy: Policy, max_file_bytes: int, since:
     `since` left it as it is now (or it went with a directory corral deleted), else
     "other"."""
     newest: dict[str, Entry] = {}
+    made: set[str] = set()  # directories a change made on its way
     for record in store.records():
         if record.id <= since:
             break
         for entry in record.entries:
             if entry.root == root:
                 newest.setdefault(entry.rel, entry)
+                made.update(entry.made)
     restorer = Restorer(roots, store, policy, max_file_bytes, "rewind")
     by: dict[str, str] = {}
     for path in paths:
@@ -291,6 +293,8 @@ def _who(roots: Roots, store: Store, policy: Policy, max_file_bytes: int, since:
         try:
             if found is not None:
                 ours = restorer.matches(found, found.after)
+            elif path in made:
+                ours = root_dir_is(roots.workspace, path)
             else:  # beneath a directory a change of corral's removed?
                 gone = next((newest[up] for up in _ancestors(path) if up in newest), None)
                 ours = gone is not None and gone.after is None and restorer.matches(gone, None)
@@ -298,6 +302,11 @@ def _who(roots: Roots, store: Store, policy: Policy, max_file_bytes: int, since:
             ours = False
         by[path] = "corral" if ours else "other"
     return by
+
+
+def root_dir_is(root: Root, path: str) -> bool:
+    info = root.info(path)
+    return info is not None and info.type == "dir"
 
 
 def _ancestors(path: str) -> Iterator[str]:

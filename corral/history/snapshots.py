@@ -179,6 +179,7 @@ class Snapshots:
         self.home, self.kept, self.work = home, kept, work
         self._held: int | None = None  # bytes of the blobs, counted once, then kept up
         self._last: Manifest | None = None  # the newest manifest read or written
+        self._seen: tuple[int, int, int, int] | None = None  # its file's identity
 
     # -- reading -----------------------------------------------------------
 
@@ -197,8 +198,6 @@ class Snapshots:
         checkpoint); CorralError io_error if it is not a valid one."""
         if not is_id(checkpoint_id):
             return None
-        if self._last is not None and self._last.id == checkpoint_id and self.has(checkpoint_id):
-            return self._last
         try:
             fd = os.open(f"{MANIFEST}{checkpoint_id}{COMMITTED}", _READ_FLAGS, dir_fd=self.home)
         except FileNotFoundError:
@@ -207,8 +206,12 @@ class Snapshots:
             raise CorralError("io_error", f"the snapshot of {checkpoint_id} cannot be read "
                               f"({exc.strerror}).") from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise ValueError("not a regular file")
+            seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if self._last is not None and (self._last.id, self._seen) == (checkpoint_id, seen):
+                return self._last  # the same file as read (or written) last
             with os.fdopen(os.dup(fd), "rb") as file:
                 manifest = manifest_from_bytes(file.read(), checkpoint_id)
         except ValueError as exc:
@@ -218,14 +221,12 @@ class Snapshots:
         finally:
             os.close(fd)
         if self._checkpointed(checkpoint_id):
-            self._last = manifest
+            self._last, self._seen = manifest, seen
         return manifest
 
     def newest(self) -> Manifest | None:
         """The newest manifest whose checkpoint still exists: the base of the next
         walk (a file it lists unchanged is not read again). A damaged one: none."""
-        if self._last is not None and self._checkpointed(self._last.id):
-            return self._last
         for checkpoint_id in sorted(self._ids(), reverse=True):
             if self._checkpointed(checkpoint_id):
                 with contextlib.suppress(CorralError):
@@ -354,10 +355,12 @@ class Snapshots:
             with contextlib.suppress(FileExistsError):
                 os.link(name, name, src_dir_fd=self.home, dst_dir_fd=self.kept,
                         follow_symlinks=False)
+            st = os.stat(name, dir_fd=self.home, follow_symlinks=False)
         except OSError as exc:
             raise CorralError("io_error", "the history store cannot be written "
                               f"({exc.strerror}); nothing was stored.") from None
         self._last = manifest
+        self._seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def sweep_staged(self, now: float | None = None) -> None:
         """Copies no host took (its host was killed mid-checkpoint), once stale."""
