@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any
 
 from corral.calls.messages import Answer, HistoryRequest, Meta
@@ -154,17 +154,16 @@ class Checkpoints:
         `checkpoint`), and every blob the rewind may write is hashed before anything
         changes."""
         target = self._snapshot(checkpoint_id)
-        for item in target.items.values():
-            if item.type == "file":
-                self.snaps.verify(item)
         before = self._snapshot(self.checkpoint(submit, f"before rewind to {checkpoint_id}"))
-        plan = _plan(before, target)
+        for item in _differing(before, target):  # what it will write, checked first
+            self.snaps.verify(item)
         first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
         if not first.ok or not isinstance(first.result, dict):
             return first
         token = new_id()
         with self.history.locked():
-            name = self.snaps.write_plan(token, {"force": force, "items": plan})
+            name = self.snaps.write_plan(token, {"force": force, "target": checkpoint_id,
+                                                 "ignore": list(self.ignore)})
         try:
             second = submit(HistoryRequest("snapshot_restore", to=name))
         finally:
@@ -177,22 +176,23 @@ class Checkpoints:
                 "code": error.get("code", "io_error"),
                 "message": f"corral's changes were taken back; the rest failed: "
                            f"{error.get('message', 'no answer')}"}, Meta(history_ids=ids))
-        result = _merged(first.result, second.result, target, before.id)
+        domain = target.items.keys() | before.items.keys()
+        result = _merged(first.result, second.result, target, before.id, domain)
         ids += tuple(r for r in second.result.get("records", ()) if isinstance(r, str))
         return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
 
 
-def _plan(now: Manifest, then: Manifest) -> list[list[Any]]:
-    """What differs: paths to remove (deepest first), then what comes back (parents
-    first), as [path, the snapshot's item or None]."""
-    gone = sorted((p for p in now.items if p not in then.items), reverse=True)
-    back = sorted(p for p, item in then.items.items()
-                  if p not in now.items or not now.items[p].same_as(item))
-    return [[p, None] for p in gone] + [[p, then.items[p].wire()] for p in back]
+def _differing(now: Manifest, then: Manifest) -> list[Item]:
+    """The files of `then` that `now` does not hold as they were."""
+    return [item for path, item in then.items.items() if item.type == "file" and (
+        path not in now.items or not now.items[path].same_as(item))]
 
 
 def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
-            before: str) -> dict[str, Any]:
+            before: str, domain: Set[str]) -> dict[str, Any]:
+    """One result of the two passes. A path of the snapshot that the record pass left
+    alone is the snapshot pass's to decide (it may have brought it back, or found it
+    as it was); one outside it (ignored, another root) stays a conflict."""
     def strings(result: dict[str, Any], key: str) -> list[str]:
         value = result.get(key)
         return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
@@ -200,7 +200,9 @@ def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
     removed = list(dict.fromkeys(strings(first, "removed") + strings(second, "removed")))
     restored = list(dict.fromkeys(strings(first, "restored") + strings(second, "restored")
                                   + strings(second, "removed")))
-    conflicts = list(dict.fromkeys(strings(first, "conflicts") + strings(second, "conflicts")))
+    conflicts = list(dict.fromkeys(
+        [p for p in strings(first, "conflicts") if p not in domain]
+        + strings(second, "conflicts")))
     reasons = {**{k: v for k, v in (second.get("reasons") or {}).items()
                   if isinstance(k, str) and isinstance(v, str)},
                **(first.get("reasons") or {})}

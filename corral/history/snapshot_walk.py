@@ -28,7 +28,6 @@ from corral.history.snapshots import (
     Item,
     digest_bytes,
     digest_file,
-    item_from_wire,
     manifest_from_bytes,
 )
 from corral.history.store import COMMITTED, Store, kept_name
@@ -236,14 +235,19 @@ def _item(path: str, kind: str, st: os.stat_result, target: str | None = None) -
                 None, target, _ident(st))
 
 
-def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
-          plan: dict[str, Any], max_file_bytes: int) -> dict[str, Any]:
+def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
+            base_id: Any, max_file_bytes: int, *, strict: bool = False) -> _Walk:
+    """A walk against the manifest `base_id` (none, or a damaged one: every file is
+    new to it, unless `strict`: then the manifest must be whole)."""
     base: dict[str, Item] = {}
-    base_id = plan.get("base")
     if isinstance(base_id, str):
-        with contextlib.suppress(OSError, ValueError):  # none, or damaged: read all again
+        try:
             base = manifest_from_bytes(_whole(kept, f"{MANIFEST}{base_id}{COMMITTED}"),
                                        base_id).items
+        except (OSError, ValueError) as exc:
+            if strict:
+                raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
+                                  f"({exc}); nothing was written.") from None
     spec = RootSpec(root.path, root.mode)
 
     def readable(resolved: str) -> bool:
@@ -252,7 +256,13 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
     extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
     walk = _Walk(root, store, base, plan, Ignores(root, readable, extra), max_file_bytes)
     walk.run()
-    removed = [path for path in base if path not in walk.seen]
+    return walk
+
+
+def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
+          plan: dict[str, Any], max_file_bytes: int) -> dict[str, Any]:
+    walk = _walked(root, store, kept, policy, plan, plan.get("base"), max_file_bytes)
+    removed = [path for path in walk.base if path not in walk.seen]
     result: dict[str, Any] = {"items": walk.changed, "removed": removed,
                               "skipped": walk.skipped, "read_bytes": walk.read,
                               "walked": walk.walked}
@@ -319,21 +329,26 @@ def _ancestors(path: str) -> Iterator[str]:
 
 def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
              max_file_bytes: int) -> dict[str, Any]:
-    """Each path of the plan (removals deepest first, then what comes back, parents
-    first) to its state in the snapshot, through the Root calls a tool uses and a
-    Keeper, so each change is recorded (and can be rewound) and a kill leaves each
-    old or new. Without `force`, a path not as the snapshot has it is a conflict."""
+    """Every path that differs from the snapshot `target` now (a walk against it:
+    after the record pass, which may have changed any of them) back to its state
+    there: removals deepest first, then what comes back, parents first; through the
+    Root calls a tool uses and a Keeper, so each change is recorded (and can be
+    rewound) and a kill leaves each old or new. Without `force`, a conflict."""
     force = bool(plan.get("force"))
     root = roots.workspace
+    walk = _walked(root, store, kept, policy, {"ignore": plan.get("ignore", ())},
+                   plan.get("target"), max_file_bytes, strict=True)
+    target = walk.base
+    added = sorted((wire[0] for wire, _ in walk.changed if wire[0] not in target), reverse=True)
+    back = sorted([wire[0] for wire, _ in walk.changed if wire[0] in target]
+                  + [path for path in target if path not in walk.seen])
     restorer = Restorer(roots, store, policy, max_file_bytes, "rewind")
     restored: list[str] = []
     removed: list[str] = []
     conflicts: list[str] = []
     reasons: dict[str, str] = {}
     skipped: list[dict[str, str]] = []
-    for wire in plan.get("items", ()):
-        path, want_wire = wire[0], wire[1]
-        want = None if want_wire is None else item_from_wire(want_wire)
+    for path, want in [(p, None) for p in added] + [(p, target[p]) for p in back]:
         try:
             if _holds(root, path, want, max_file_bytes):
                 continue
