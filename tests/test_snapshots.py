@@ -192,7 +192,7 @@ def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
 
 
 @pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
-                                   "a file beneath a file"])
+                                   "a file beneath a file", "a result it did not write"])
 def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> None:
     """What a worker answers is input: each forgery leaves no checkpoint and no blob."""
     history, checkpoints = _checkpoints(tree, tmp_path)
@@ -214,7 +214,11 @@ def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> Non
         items = [[item, name]]
         if forge == "a file beneath a file":
             items.append([["a.txt/b", "dir", 0o755, 0, None, None, 1, 3, 0, 3, 4], None])
-        return Answer(True, "history", {"items": items, "removed": [], "skipped": []})
+        answer = f"o-{token}.answer"
+        (work / answer).write_text(json.dumps({"items": items, "removed": [], "skipped": []}))
+        if forge == "a result it did not write":
+            answer = "o-0000.answer"
+        return Answer(True, "history", {"answer": answer})
 
     try:
         with pytest.raises(CorralError) as caught:
@@ -296,4 +300,4 @@ def test_corral_diff_on_the_command_line(tree: Path) -> None:
     as_json = json.loads(corral("diff", cp, "--json").stdout)
     assert as_json["added"] == [{"path": "notes.txt", "by": "other"}]
     unknown = corral("diff", "0" * 26)
-    assert unknown.returncode != 0 and "no snapshot" in unknown.stderr
+    assert unknown.returncode == 2 and "no snapshot" in unknown.stderr

@@ -103,27 +103,38 @@ class Checkpoints:
     def _room(self) -> int:
         return self.history.options.max_bytes - self.history.held - self.snaps.held()
 
-    def _walk(self, submit: Submit, token: str, plan: dict[str, Any]) -> dict[str, Any]:
+    def _restore(self, submit: Submit, token: str, plan: dict[str, Any]) -> dict[str, Any]:
+        return self._walk(submit, token, plan, "snapshot_restore")
+
+    def _walk(self, submit: Submit, token: str, plan: dict[str, Any],
+              op: str = "snapshot_walk") -> dict[str, Any]:
         with self.history.locked():
             name = self.snaps.write_plan(token, plan)
         try:
-            answer = submit(HistoryRequest("snapshot_walk", to=name))
+            answer = submit(HistoryRequest(op, to=name))
         finally:
             with self.history.locked():
                 self.snaps.drop_plan(name)
         if not answer.ok or not isinstance(answer.result, dict):
+            _drop(self.snaps, token)
             error = answer.error or {}
             raise CorralError(str(error.get("code", "io_error")),
                               f"the snapshot failed: {error.get('message', 'no answer')}")
-        return answer.result
+        try:
+            return self.snaps.answer(token, answer.result)
+        except ValueError as exc:
+            _drop(self.snaps, token)
+            raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
+                              "nothing was stored.") from None
 
     # -- diff -------------------------------------------------------------------
 
     def diff(self, submit: Submit, checkpoint_id: str) -> dict[str, list[dict[str, str]]]:
         manifest = self._snapshot(checkpoint_id)
-        result = self._walk(submit, new_id(), {
+        token = new_id()
+        result = self._walk(submit, token, {
             "base": checkpoint_id, "stage": False, "ignore": list(self.ignore),
-            "since": checkpoint_id})
+            "since": checkpoint_id, "token": token})
         try:
             changed, removed, _ = _changes(result, None)
         except ValueError as exc:
@@ -161,24 +172,18 @@ class Checkpoints:
         if not first.ok or not isinstance(first.result, dict):
             return first
         token = new_id()
-        with self.history.locked():
-            name = self.snaps.write_plan(token, {"force": force, "target": checkpoint_id,
-                                                 "ignore": list(self.ignore)})
-        try:
-            second = submit(HistoryRequest("snapshot_restore", to=name))
-        finally:
-            with self.history.locked():
-                self.snaps.drop_plan(name)
         ids = tuple(first.meta.history_ids)
-        if not second.ok or not isinstance(second.result, dict):
-            error = second.error or {}
+        try:
+            second = self._restore(submit, token, {
+                "force": force, "target": checkpoint_id, "ignore": list(self.ignore),
+                "token": token})
+        except CorralError as error:
             return Answer(False, "rewind", None, None, {
-                "code": error.get("code", "io_error"),
-                "message": f"corral's changes were taken back; the rest failed: "
-                           f"{error.get('message', 'no answer')}"}, Meta(history_ids=ids))
+                "code": error.code, "message": "corral's changes were taken back; the rest "
+                f"failed: {error.message}"}, Meta(history_ids=ids))
         domain = target.items.keys() | before.items.keys()
-        result = _merged(first.result, second.result, target, before.id, domain)
-        ids += tuple(r for r in second.result.get("records", ()) if isinstance(r, str))
+        result = _merged(first.result, second, target, before.id, domain)
+        ids += tuple(r for r in second.get("records", ()) if isinstance(r, str))
         return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
 
 
@@ -251,8 +256,8 @@ def _changes(result: dict[str, Any], token: str | None) -> tuple[
 
 
 def _drop(snaps: Snapshots, token: str) -> None:
-    """Every copy a refused walk made (whatever it says it made)."""
-    prefix = f"{OBJECT}{token}-"
+    """Every copy a refused walk made (whatever it says it made), and its result."""
+    prefix = f"{OBJECT}{token}"
     with os.scandir(snaps.work) as entries:
         names = [entry.name for entry in entries if entry.name.startswith(prefix)]
     for name in names:

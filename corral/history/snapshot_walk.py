@@ -22,6 +22,7 @@ from corral.fs import Root, Roots
 from corral.history.records import Entry
 from corral.history.restore import Restorer
 from corral.history.snapshots import (
+    ANSWER,
     MANIFEST,
     OBJECT,
     PLAN,
@@ -53,8 +54,22 @@ def run(op: str, plan_name: str | None, roots: Roots, store: Store, policy: Poli
         raise CorralError("invalid_arguments", "no snapshot plan named.")
     plan = _read(kept, plan_name)
     if op == "snapshot_walk":
-        return _walk(root, roots, store, kept, policy, plan, max_file_bytes)
-    return _restore(roots, store, kept, policy, plan, max_file_bytes)
+        result = _walk(root, roots, store, kept, policy, plan, max_file_bytes)
+    else:
+        result = _restore(roots, store, kept, policy, plan, max_file_bytes)
+    # A whole tree's listing is more than an answer may hold (the pool bounds its JSON
+    # values by what a tool's answer needs): it goes to the host as a file of the work
+    # directory, which the host reads as it reads every answer, as input.
+    name = f"{OBJECT}{plan.get('token', '')}{ANSWER}"
+    fd = os.open(name, _NEW, 0o600, dir_fd=store.fd)
+    try:
+        data = msgspec.json.encode(result)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return {"answer": name}
 
 
 def _read(dir_fd: int, name: str) -> Any:
