@@ -33,9 +33,9 @@ from corral.config import (
     resolve_roots,
 )
 from corral.errors import CorralError
-from corral.history.checkpoints import Checkpoints
 from corral.history.host import History
 from corral.history.store import check_location, default_base
+from corral.host.checkpoints import Checkpoints
 from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.host.grants import Grants
 from corral.host.ledger import FORCE_HINT, Ledger

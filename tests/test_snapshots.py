@@ -22,8 +22,8 @@ from corral import Sandbox
 from corral.calls.messages import Answer, HistoryRequest
 from corral.config import HistoryOptions
 from corral.errors import CorralError
-from corral.history.checkpoints import Checkpoints
 from corral.history.host import History
+from corral.host.checkpoints import Checkpoints
 
 
 @pytest.fixture

@@ -29,12 +29,16 @@ import re
 import stat
 import time
 from collections.abc import Iterator
-from hashlib import blake2b
 from typing import Any, NamedTuple
 
 import msgspec
 
 from corral.errors import CorralError
+
+try:  # hashlib's own blake2b, without hashlib loading OpenSSL into the zygote
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b
 from corral.history.records import is_id
 from corral.history.store import CHECKPOINT, COMMITTED, publish
 

@@ -42,9 +42,10 @@ from corral.calls.waiting import NEXT_REQUEST_SPIN_S
 from corral.config import Limits, SandboxOptions
 from corral.errors import CorralError
 from corral.fs import Root, Roots, temp_owner
-from corral.history import restore, snapshot_walk
+from corral.history import restore
 from corral.history.store import Store
 from corral.policy import Policy
+from corral.sandbox import snapshot_walk
 from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,

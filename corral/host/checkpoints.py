@@ -2,7 +2,7 @@
 workspace root (snapshots.py), the diff against one, and a rewind that, after
 taking back corral's own changes (restore.rewind), brings back from the snapshot
 what something else changed. Every walk and every change of the tree runs in a
-confined worker (snapshot_walk.py), handed its instructions as a plan file in the
+confined worker (sandbox/snapshot_walk.py), handed its instructions as a plan file in the
 root's kept directory; what it answers is checked here before it is stored.
 """
 
