@@ -13,6 +13,7 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterator
+from stat import S_IMODE, S_ISREG
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ from corral.history.snapshots import (
     OBJECT,
     PLAN,
     Item,
+    base_items,
     digest_bytes,
     digest_file,
     manifest_from_bytes,
@@ -117,18 +119,30 @@ class _Walk:
         with os.scandir(dir_fd) as listing:
             found = list(listing)
         self.ignores.entered(prefix.rstrip("/"), [entry.name for entry in found])
+        base, seen, ignored = self.base, self.seen, self.ignores.ignored
         for entry in found:
             path = prefix + entry.name
-            try:
-                path.encode()
-            except UnicodeEncodeError:  # not UTF-8: a manifest (JSON) cannot name it
-                self.skipped.append([path.encode("utf-8", "replace").decode(), "name"])
-                continue
+            if not entry.name.isascii():
+                try:
+                    path.encode()
+                except UnicodeEncodeError:  # not UTF-8: a manifest (JSON) cannot name it
+                    self.skipped.append([path.encode("utf-8", "replace").decode(), "name"])
+                    continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue  # gone since the listing
-            is_dir = stat.S_ISDIR(st.st_mode)
+            mode = st.st_mode
+            if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
+                old = base.get(path)
+                if old is not None and old.ident == (
+                        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+                ) and old.mode == S_IMODE(mode) and old.type == "file" and not ignored(
+                        path, False):
+                    self.walked += 1
+                    seen.add(path)  # the same file, unchanged: not read again
+                    continue
+            is_dir = stat.S_ISDIR(mode)
             if self.ignores.ignored(path, is_dir):
                 self.skipped.append([path, "ignored"])
                 continue
@@ -257,8 +271,9 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     base: dict[str, Item] = {}
     if isinstance(base_id, str):
         try:
-            base = manifest_from_bytes(_whole(kept, f"{MANIFEST}{base_id}{COMMITTED}"),
-                                       base_id).items
+            data = _whole(kept, f"{MANIFEST}{base_id}{COMMITTED}")
+            base = (manifest_from_bytes(data, base_id).items if strict
+                    else base_items(data, base_id))
         except (OSError, ValueError) as exc:
             if strict:
                 raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
