@@ -222,7 +222,8 @@ class _BaseSandbox:
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
-        self._checkpoints = _checkpoints(history, self._history, self._roots, self._policy)
+        self._checkpoints = _checkpoints(history, self._history, self._roots, self._policy,
+                                         self._limits.timeout_s)
         self._grants = Grants(self._policy, self._roots)
         self._ledger = Ledger(self._policy, self._audit, self._history, self._grants)
         # What a call's steps need of the sandbox is fixed from here on, so the plans
@@ -667,13 +668,15 @@ class AsyncSandbox(_BaseSandbox):
 
 
 def _checkpoints(options: HistoryOptions, history: History | None,
-                 roots: Sequence[RootSpec], policy: Policy) -> Checkpoints | None:
+                 roots: Sequence[RootSpec], policy: Policy,
+                 timeout_s: float) -> Checkpoints | None:
     """Whole-workspace snapshots, where checkpoints take them: history on and
     `snapshots`, and a workspace root this sandbox may write."""
     if history is None or not options.snapshots or history.work_path is None or (
             roots[0].mode != "rw" or policy.read_only):
         return None
-    return Checkpoints(history, roots[0].path, (*policy.ignore, *options.snapshot_ignore))
+    return Checkpoints(history, roots[0].path, (*policy.ignore, *options.snapshot_ignore),
+                       budget_s=timeout_s / 3)  # the walk's stat of the tree comes on top
 
 
 def _config_arguments(

@@ -188,7 +188,7 @@ def test_a_forged_blob_is_refused_before_anything_is_written(tree: Path) -> None
 def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
     history = History(HistoryOptions(path=str(tmp_path / "hist")), str(tree), [str(tree)],
                       writable=[str(tree)])
-    return history, Checkpoints(history, str(tree), ())
+    return history, Checkpoints(history, str(tree), (), budget_s=5.0)
 
 
 @pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
@@ -301,3 +301,23 @@ def test_corral_diff_on_the_command_line(tree: Path) -> None:
     assert as_json["added"] == [{"path": "notes.txt", "by": "other"}]
     unknown = corral("diff", "0" * 26)
     assert unknown.returncode == 2 and "no snapshot" in unknown.stderr
+
+
+def test_a_walk_out_of_time_leaves_the_rest_to_the_next_request(tree: Path) -> None:
+    """Each request must end within the call timeout: a walk past its budget lists
+    the changed files it did not copy, and the host asks for them until none is
+    left (here the budget is nil: one file a request)."""
+    for index in range(12):
+        (tree / "src" / f"m{index}.py").write_bytes(bytes([index]) * 5000)
+    with Sandbox(tree) as sb:
+        assert sb._checkpoints is not None  # (no public knob: the budget is timeout_s / 3)
+        sb._checkpoints.budget_s = 0.0
+        cp = sb.checkpoint()
+        snap = sb.last_snapshot
+        assert snap is not None and snap["read_bytes"] >= 12 * 5000
+        for index in range(12):
+            (tree / "src" / f"m{index}.py").write_bytes(b"other")
+        forced = sb.rewind(cp, force=True)
+        assert forced["ok"] and forced["result"]["conflicts"] == [], forced
+    for index in range(12):
+        assert (tree / "src" / f"m{index}.py").read_bytes() == bytes([index]) * 5000

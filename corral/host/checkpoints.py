@@ -36,8 +36,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 class Checkpoints:
     """The snapshots of one sandbox's workspace root (a writable one, history on)."""
 
-    def __init__(self, history: History, root: str, ignore: tuple[str, ...]) -> None:
-        self.history, self.ignore = history, ignore
+    def __init__(self, history: History, root: str, ignore: tuple[str, ...],
+                 budget_s: float) -> None:
+        """`budget_s`: how long one walk may copy before it leaves the rest to the next
+        request (each must end within the call timeout)."""
+        self.history, self.ignore, self.budget_s = history, ignore, budget_s
         store = history.store
         kept = os.open(kept_name(root), _DIR_FLAGS, dir_fd=store.home)
         self.snaps = Snapshots(store.home, kept, store.fd)
@@ -63,11 +66,25 @@ class Checkpoints:
             base = self.snaps.newest()
         result = self._walk(submit, checkpoint_id, {
             "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
-            "token": checkpoint_id})
+            "token": checkpoint_id, "budget_s": self.budget_s})
         items = dict(base.items) if base else {}
         staged: list[tuple[Item, str]] = []
         try:
             changed, removed, skipped = _changes(result, checkpoint_id)
+            read = result.get("read_bytes", 0)
+            pending = _pending(result, None)
+            while pending:  # what the walk listed but had no time to copy
+                more = self._walk(submit, checkpoint_id, {
+                    "copy": pending, "token": checkpoint_id, "offset": len(changed),
+                    "budget_s": self.budget_s})
+                got, gone, left = _changes(more, checkpoint_id)
+                asked = set(pending)
+                if not {i.path for i, _ in got} | set(gone) <= asked:
+                    raise ValueError("a copy of a file that was not asked for")
+                changed, removed, skipped = changed + got, removed + gone, skipped + left
+                read += more.get("read_bytes", 0)
+                pending = _pending(more, asked)
+            result["read_bytes"] = read
             for path in removed:
                 items.pop(path, None)
             for item, name in changed:
@@ -253,6 +270,17 @@ def _changes(result: dict[str, Any], token: str | None) -> tuple[
     shown = [(s[0], s[1]) for s in skipped if type(s) is list and len(s) == 2
              and plain_path(s[0]) and s[1] in REASONS]
     return changed, removed, shown
+
+
+def _pending(result: dict[str, Any], asked: set[str] | None) -> list[str]:
+    """The files a walk left for the next request: plain paths, and (of a request
+    for pending files) fewer than it was asked for, so the rounds end."""
+    pending = result.get("pending", [])
+    if type(pending) is not list or not all(plain_path(p) for p in pending):
+        raise ValueError("pending paths that are not plain")
+    if asked is not None and (not set(pending) <= asked or len(set(pending)) >= len(asked)):
+        raise ValueError("pending files that were not asked for, or no progress")
+    return list(dict.fromkeys(pending))
 
 
 def _drop(snaps: Snapshots, token: str) -> None:

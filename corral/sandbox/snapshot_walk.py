@@ -12,6 +12,7 @@ import contextlib
 import os
 import posixpath
 import stat
+import time
 from collections.abc import Iterator
 from stat import S_IMODE, S_ISREG
 from typing import Any
@@ -94,6 +95,14 @@ class _Walk:
         self.root, self.store, self.base, self.ignores = root, store, base, ignores
         self.stage: bool = bool(plan.get("stage"))
         self.token = str(plan.get("token", ""))
+        offset, budget = plan.get("offset", 0), plan.get("budget_s")
+        self.offset = offset if type(offset) is int else 0  # the copies' numbers start here
+        # past this, changed files are listed, not copied: the host asks for them again
+        # (a request must end within the call timeout; a first snapshot copies the tree)
+        self.deadline = time.monotonic() + (
+            budget if isinstance(budget, int | float) else float("inf"))
+        self.pending: list[str] = []
+        self.copied = 0
         self.max_file_bytes = max_file_bytes
         self.changed: list[list[Any]] = []  # [item wire, staged name or None]
         self.seen: set[str] = set()
@@ -189,13 +198,37 @@ class _Walk:
             self.seen.add(path)
             self.changed.append([item.wire(), None])
             return
+        self.seen.add(path)
+        if self.copied and time.monotonic() > self.deadline:
+            self.pending.append(path)
+            return
         for _ in range(_TRIES):
             staged = self._copy(dir_fd, name, path)
             if staged is not None:
-                self.seen.add(path)
+                self.copied += 1
                 self.changed.append([staged[0].wire(), staged[1]])
                 return
         self.skipped.append([path, "changing"])
+
+    def copy(self, path: str) -> bool:
+        """A file the last request left pending, copied (False: it is gone)."""
+        parent, _, name = path.rpartition("/")
+        try:
+            dir_fd = _open_dir(self.root.fd, parent)
+        except OSError:
+            return False
+        try:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                return False
+            if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_file_bytes:
+                self.skipped.append([path, "changing"])
+                return True
+            self._file(dir_fd, name, path, st)
+            return True
+        finally:
+            os.close(dir_fd)
 
     def _digest(self, dir_fd: int, name: str) -> str | None:
         try:
@@ -216,7 +249,7 @@ class _Walk:
             src = os.open(name, _READ, dir_fd=dir_fd)
         except OSError:
             return None
-        staged = f"{OBJECT}{self.token}-{len(self.changed)}"
+        staged = f"{OBJECT}{self.token}-{self.offset + len(self.changed)}"
         try:
             before = os.fstat(src)
             if not stat.S_ISREG(before.st_mode) or before.st_size > self.max_file_bytes:
@@ -234,6 +267,20 @@ class _Walk:
             return _item(path, "file", after), staged
         finally:
             os.close(src)
+
+
+def _open_dir(root_fd: int, path: str) -> int:
+    """The directory `path` beneath the root, each part opened without following."""
+    fd = os.open(".", _SUBDIR, dir_fd=root_fd)
+    for part in path.split("/") if path else ():
+        try:
+            child = os.open(part, _SUBDIR, dir_fd=fd) if part not in ("", ".", "..") else -1
+        finally:
+            os.close(fd)
+        if child < 0:
+            raise FileNotFoundError(path)
+        fd = child
+    return fd
 
 
 def _copy_fd(src: int, dst: int) -> int:
@@ -291,11 +338,18 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
 
 def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
           plan: dict[str, Any], max_file_bytes: int) -> dict[str, Any]:
+    copy = plan.get("copy")
+    if isinstance(copy, list):  # the files a walk left pending
+        walk = _Walk(root, store, {}, {**plan, "stage": True}, Ignores(root, bool, ()),
+                     max_file_bytes)
+        gone = [p for p in copy if isinstance(p, str) and not walk.copy(p)]
+        return {"items": walk.changed, "removed": gone, "skipped": walk.skipped,
+                "read_bytes": walk.read, "walked": 0, "pending": walk.pending}
     walk = _walked(root, store, kept, policy, plan, plan.get("base"), max_file_bytes)
     removed = [path for path in walk.base if path not in walk.seen]
     result: dict[str, Any] = {"items": walk.changed, "removed": removed,
                               "skipped": walk.skipped, "read_bytes": walk.read,
-                              "walked": walk.walked}
+                              "walked": walk.walked, "pending": walk.pending}
     since = plan.get("since")
     if isinstance(since, str):
         paths = [wire[0] for wire, _ in walk.changed] + removed
