@@ -260,6 +260,13 @@ class Snapshots:
             self._last, self._seen = manifest, seen
         return manifest
 
+    def identity(self, checkpoint_id: str) -> list[int]:
+        """(inode, size, mtime_ns, ctime_ns) of a manifest's file: a worker that finds
+        its kept link so reads what the host checked, and need not check it again."""
+        st = os.stat(f"{MANIFEST}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
+                     follow_symlinks=False)
+        return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
     def newest(self) -> Manifest | None:
         """The newest manifest whose checkpoint still exists: the base of the next
         walk (a file it lists unchanged is not read again). A damaged one: none."""

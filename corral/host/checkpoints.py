@@ -193,11 +193,13 @@ class Checkpoints:
         try:
             second = self._restore(submit, token, {
                 "force": force, "target": checkpoint_id, "ignore": list(self.ignore),
-                "token": token})
-        except CorralError as error:
+                "token": token, "checked": self.snaps.identity(checkpoint_id)})
+        except (CorralError, OSError) as error:
+            code, message = (error.code, error.message) if isinstance(error, CorralError) else (
+                "io_error", f"the snapshot is gone ({error.strerror})")
             return Answer(False, "rewind", None, None, {
-                "code": error.code, "message": "corral's changes were taken back; the rest "
-                f"failed: {error.message}"}, Meta(history_ids=ids))
+                "code": code, "message": "corral's changes were taken back; the rest "
+                f"failed: {message}"}, Meta(history_ids=ids))
         domain = target.items.keys() | before.items.keys()
         result = _merged(first.result, second, target, before.id, domain)
         ids += tuple(r for r in second.get("records", ()) if isinstance(r, str))

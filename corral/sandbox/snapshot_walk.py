@@ -32,7 +32,6 @@ from corral.history.snapshots import (
     base_items,
     digest_bytes,
     digest_file,
-    manifest_from_bytes,
 )
 from corral.history.store import COMMITTED, Store, kept_name
 from corral.policy import Policy, RootSpec
@@ -312,17 +311,17 @@ def _item(path: str, kind: str, st: os.stat_result, target: str | None = None) -
 
 
 def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
-            base_id: Any, max_file_bytes: int, *, strict: bool = False) -> _Walk:
+            base_id: Any, max_file_bytes: int, *, checked: Any = None) -> _Walk:
     """A walk against the manifest `base_id` (none, or a damaged one: every file is
-    new to it, unless `strict`: then the manifest must be whole)."""
+    new to it), or, with `checked` (the identity of the file the host checked), one
+    that must be that file, whole."""
     base: dict[str, Item] = {}
     if isinstance(base_id, str):
         try:
-            data = _whole(kept, f"{MANIFEST}{base_id}{COMMITTED}")
-            base = (manifest_from_bytes(data, base_id).items if strict
-                    else base_items(data, base_id))
+            data = _whole(kept, f"{MANIFEST}{base_id}{COMMITTED}", checked)
+            base = base_items(data, base_id)
         except (OSError, ValueError) as exc:
-            if strict:
+            if checked is not None:
                 raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
                                   f"({exc}); nothing was written.") from None
     spec = RootSpec(root.path, root.mode)
@@ -357,9 +356,13 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
     return result
 
 
-def _whole(dir_fd: int, name: str) -> bytes:
+def _whole(dir_fd: int, name: str, checked: Any = None) -> bytes:
     fd = os.open(name, _READ, dir_fd=dir_fd)
     try:
+        if checked is not None:
+            st = os.fstat(fd)
+            if checked != [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]:
+                raise ValueError("not the file the host checked")
         with os.fdopen(os.dup(fd), "rb") as file:
             return file.read()
     finally:
@@ -421,7 +424,7 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
     force = bool(plan.get("force"))
     root = roots.workspace
     walk = _walked(root, store, kept, policy, {"ignore": plan.get("ignore", ())},
-                   plan.get("target"), max_file_bytes, strict=True)
+                   plan.get("target"), max_file_bytes, checked=plan.get("checked") or [])
     target = walk.base
     added = sorted((wire[0] for wire, _ in walk.changed if wire[0] not in target), reverse=True)
     back = sorted([wire[0] for wire, _ in walk.changed if wire[0] in target]
