@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterator, Set
 from typing import Any
 
 from corral.calls.messages import Answer, HistoryRequest, Meta
@@ -41,13 +41,23 @@ class Checkpoints:
         """`budget_s`: how long one walk may copy before it leaves the rest to the next
         request (each must end within the call timeout)."""
         self.history, self.ignore, self.budget_s = history, ignore, budget_s
-        store = history.store
-        kept = os.open(kept_name(root), _DIR_FLAGS, dir_fd=store.home)
-        self.snaps = Snapshots(store.home, kept, store.fd)
+        self._kept_name = kept_name(root)
+        self.snaps = Snapshots(history.store.home, -1, history.store.fd)
         self.last: dict[str, Any] | None = None  # what the last checkpoint's snapshot cost
 
     def close(self) -> None:
+        """Nothing is held between calls (a sandbox's fds are counted)."""
+
+    @contextlib.contextmanager
+    def _kept(self) -> Iterator[None]:
+        """The root's kept directory, open for one call (and the calls it makes)."""
         if self.snaps.kept >= 0:
+            yield
+            return
+        self.snaps.kept = os.open(self._kept_name, _DIR_FLAGS, dir_fd=self.history.store.home)
+        try:
+            yield
+        finally:
             os.close(self.snaps.kept)
             self.snaps.kept = -1
 
@@ -57,6 +67,10 @@ class Checkpoints:
     # -- checkpoint ------------------------------------------------------------
 
     def checkpoint(self, submit: Submit, label: str | None) -> str:
+        with self._kept():
+            return self._checkpoint(submit, label)
+
+    def _checkpoint(self, submit: Submit, label: str | None) -> str:
         """Snapshot the root, then the checkpoint that names it: a checkpoint that
         exists has its whole snapshot (a kill before leaves only what the next
         checkpoint sweeps)."""
@@ -147,6 +161,10 @@ class Checkpoints:
     # -- diff -------------------------------------------------------------------
 
     def diff(self, submit: Submit, checkpoint_id: str) -> dict[str, list[dict[str, str]]]:
+        with self._kept():
+            return self._diff(submit, checkpoint_id)
+
+    def _diff(self, submit: Submit, checkpoint_id: str) -> dict[str, list[dict[str, str]]]:
         manifest = self._snapshot(checkpoint_id)
         token = new_id()
         result = self._walk(submit, token, {
@@ -176,13 +194,17 @@ class Checkpoints:
     # -- rewind -----------------------------------------------------------------
 
     def rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
+        with self._kept():
+            return self._rewind(submit, checkpoint_id, force)
+
+    def _rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
         """corral's changes since the checkpoint taken back (restore.rewind), then every
         other difference from its snapshot: a conflict, or with `force` brought back.
         A snapshot of the tree as it is comes first (its id is the result's
         `checkpoint`), and every blob the rewind may write is hashed before anything
         changes."""
         target = self._snapshot(checkpoint_id)
-        before = self._snapshot(self.checkpoint(submit, f"before rewind to {checkpoint_id}"))
+        before = self._snapshot(self._checkpoint(submit, f"before rewind to {checkpoint_id}"))
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
         first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
