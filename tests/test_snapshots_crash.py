@@ -88,7 +88,7 @@ def _checkpoints(sb: Sandbox) -> list[dict[str, Any]]:
     return [e for e in sb.history(limit=1000) if e["action"] == "checkpoint"]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_a_worker_killed_during_a_checkpoint_leaves_a_whole_one_or_none(
     workspace: Path, seed: int
 ) -> None:
@@ -117,7 +117,7 @@ def test_a_worker_killed_during_a_checkpoint_leaves_a_whole_one_or_none(
     assert snapshot(workspace) == before
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_worker_killed_during_a_rewind_all_before_or_all_after(
     workspace: Path, seed: int
 ) -> None:
@@ -181,7 +181,7 @@ def _host(workspace: Path, store: Path, op: str, cp: str, delay: float) -> None:
     host.wait()
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])
 def test_a_host_killed_during_checkpoints_and_a_rewind(
     workspace: Path, tmp_path: Path, seed: int
 ) -> None:
