@@ -39,6 +39,7 @@ from corral.errors import CorralError
 from corral.history.host import History
 from corral.history.location import StoreInsideRoot, check_location, default_base
 from corral.history.relink import remake_links
+from corral.host.checkpoints import Checkpoints
 from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.host.grants import Grants
 from corral.host.ledger import FORCE_HINT, Ledger
@@ -249,6 +250,8 @@ class _BaseSandbox:
         except CorralError as error:  # the history store cannot be used
             self._close_logs()
             raise ValueError(error.message) from None
+        self._checkpoints = _checkpoints(history, self._history, self._roots, self._policy,
+                                         self._limits.timeout_s)
         self._grants = Grants(self._policy, self._roots)
         self._ledger = Ledger(self._policy, self._audit, self._history, self._grants)
         # What a call's steps need of the sandbox is fixed from here on, so the plans
@@ -401,7 +404,32 @@ class _BaseSandbox:
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
-            return self._history_store().checkpoint(label)
+            store = self._history_store()
+            if self._checkpoints is None:
+                return store.checkpoint(label)
+            return self._checkpoints.checkpoint(self._executor.submit, label)
+
+    def _diff(self, checkpoint: str) -> dict[str, list[dict[str, str]]]:
+        with self._lifecycle.active():
+            self._history_store()
+            if self._checkpoints is None:
+                raise CorralError("tool_disabled", "diff needs snapshots of a writable "
+                                  "workspace ([history] snapshots = true).")
+            self._settle()
+            return self._checkpoints.diff(self._executor.submit, checkpoint)
+
+    def _snapshot_rewind(self, checkpoint: str, force: bool) -> dict[str, Any] | None:
+        """A rewind to a checkpoint that has a snapshot (None: it has none)."""
+        if self._checkpoints is None or not self._checkpoints.has(checkpoint):
+            return None
+        with self._lifecycle.active():
+            self._settle()
+            since = time.time()
+            try:
+                answer = self._checkpoints.rewind(self._executor.submit, checkpoint, force)
+            except CorralError as error:
+                answer = error_answer("rewind", error)
+            return self._ledger.history_result(answer, checkpoint, since)
 
     def _entries(self, path: str | None, limit: int) -> list[dict[str, Any]]:
         with self._lifecycle.active():
@@ -422,6 +450,13 @@ class _BaseSandbox:
     def history_off(self) -> str | None:
         """None while changes are recorded; else why history is off."""
         return self._history_off
+
+    @property
+    def last_snapshot(self) -> dict[str, Any] | None:
+        """What this sandbox's last checkpoint snapshot held and cost: {"checkpoint",
+        "entries", "walked", "read_bytes" (file bytes its worker read), "stored_bytes"
+        (new in the store)}; None before one (or without snapshots)."""
+        return None if self._checkpoints is None else self._checkpoints.last
 
     @property
     def history_path(self) -> str | None:
@@ -483,6 +518,9 @@ class _BaseSandbox:
     def _close_logs(self) -> None:
         if self._owns_audit and self._audit is not None:
             self._audit.close()
+        checkpoints: Checkpoints | None = getattr(self, "_checkpoints", None)
+        if checkpoints is not None:
+            checkpoints.close()
         history: History | None = getattr(self, "_history", None)  # unset if it failed
         if history is not None:
             history.close()
@@ -564,8 +602,17 @@ class Sandbox(_BaseSandbox):
         return self._restore(self._restoring("undo", path=path, force=force), path)
 
     def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
-        """Every path changed since `checkpoint` back to its state then."""
+        """Every path changed since `checkpoint` back to its state then; with a
+        snapshot, changes by others too (a conflict unless `force`)."""
+        whole = self._snapshot_rewind(checkpoint, force)
+        if whole is not None:
+            return whole
         return self._restore(self._restoring("rewind", to=checkpoint, force=force), checkpoint)
+
+    def diff(self, checkpoint: str) -> dict[str, list[dict[str, str]]]:
+        """What changed since the snapshot `checkpoint`: {"changed", "added",
+        "removed"}, each [{"path", "by": "corral" | "other"}]."""
+        return self._diff(checkpoint)
 
     def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
@@ -632,8 +679,14 @@ class AsyncSandbox(_BaseSandbox):
         return await self._restore(self._restoring("undo", path=path, force=force), path)
 
     async def rewind(self, checkpoint: str, *, force: bool = False) -> dict[str, Any]:
+        whole = await _to_thread(self._snapshot_rewind, checkpoint, force)
+        if whole is not None:
+            return whole
         return await self._restore(
             self._restoring("rewind", to=checkpoint, force=force), checkpoint)
+
+    async def diff(self, checkpoint: str) -> dict[str, list[dict[str, str]]]:
+        return await _to_thread(self._diff, checkpoint)
 
     async def _restore(self, request: HistoryRequest | Answer, target: str) -> dict[str, Any]:
         with self._lifecycle.active():
@@ -652,6 +705,18 @@ class AsyncSandbox(_BaseSandbox):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _checkpoints(options: HistoryOptions, history: History | None,
+                 roots: Sequence[RootSpec], policy: Policy,
+                 timeout_s: float) -> Checkpoints | None:
+    """Whole-workspace snapshots, where checkpoints take them: history on and
+    `snapshots`, and a workspace root this sandbox may write."""
+    if history is None or not options.snapshots or history.work_path is None or (
+            roots[0].mode != "rw" or policy.read_only):
+        return None
+    return Checkpoints(history, roots[0].path, (*policy.ignore, *options.snapshot_ignore),
+                       budget_s=timeout_s / 3)  # the walk's stat of the tree comes on top
 
 
 def _config_arguments(

@@ -140,6 +140,8 @@ class HistoryOptions:
     path: str | None = default("history", "path")
     max_bytes: int = default("history", "max_bytes")
     max_age_days: float = default("history", "max_age_days")
+    snapshots: bool = default("history", "snapshots")
+    snapshot_ignore: tuple[str, ...] = default("history", "snapshot_ignore")
 
     def __post_init__(self) -> None:
         _check_fields(self, "history")

@@ -159,6 +159,11 @@ KEYS: tuple[Key, ...] = (
         "the store's size; the oldest records go first"),
     Key("history", "max_age_days", "number", 14.0, "operator",
         "records older than this go"),
+    Key("history", "snapshots", "bool", True, "operator",
+        "each checkpoint snapshots the whole workspace, so rewind brings back what "
+        "others changed too"),
+    Key("history", "snapshot_ignore", "globs", (), "operator",
+        "gitignore patterns snapshots leave out, beside the ignore rules"),
 )
 
 BY_PLACE = {(key.section, key.name): key for key in KEYS}

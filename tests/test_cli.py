@@ -231,7 +231,7 @@ def test_a_command_builds_only_its_own_parser() -> None:
 
     assert commands(build_parser()) == list(COMMANDS) == commands(build_parser("--help"))
     assert commands(build_parser("call")) == ["call"]
-    assert commands(build_parser("undo")) == ["history", "checkpoint", "undo", "rewind"]
+    assert commands(build_parser("undo")) == ["history", "checkpoint", "diff", "undo", "rewind"]
 
 
 @pytest.mark.parametrize("columns", [None, "50", "0", "wide"])

@@ -53,7 +53,8 @@ def corral(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_history_off_says_so_in_one_line(workspace: Path, tmp_path: Path) -> None:
     config = tmp_path / "off.toml"
     config.write_text("[history]\nenabled = false\n")
-    for args in (("history",), ("checkpoint",), ("undo", "a.txt"), ("rewind", "x")):
+    for args in (("history",), ("checkpoint",), ("diff", "x"), ("undo", "a.txt"),
+                 ("rewind", "x")):
         done = corral(workspace, *args, "--config", str(config))
         assert done.returncode != 0, args
         lines = done.stderr.strip().splitlines()

@@ -62,9 +62,9 @@ def test_undo_and_rewind_say_removed_for_a_path_that_did_not_exist(ws: Path, sb:
     """Taking back a change that made a file removes it: the text says so, and the
     result lists it in `removed` as well as in `restored` (the contract's list of
     every path put back as it was)."""
+    (ws / "kept.txt").write_text("old")  # before the checkpoint: its snapshot holds it
     checkpoint = sb.checkpoint("before")
     ok(sb, "write_file", path="made.txt", content="new")
-    (ws / "kept.txt").write_text("old")
     ok(sb, "edit_file", path="kept.txt", old_string="old", new_string="changed")
     undone = sb.undo("made.txt")
     assert undone["result"]["removed"] == ["made.txt"] and not (ws / "made.txt").exists()

@@ -47,7 +47,7 @@ from corral.tool_table import TABLE
 if TYPE_CHECKING:
     from msgspec import Raw
 
-HISTORY_OPS = ("undo", "rewind", "settle")
+HISTORY_OPS = ("undo", "rewind", "settle", "snapshot_walk", "snapshot_restore")
 
 
 _NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
@@ -266,7 +266,7 @@ class HistoryRequest(NamedTuple):
         wire: dict[str, Any] = {"id": self.id, "history": self.op, "tool": self.tool}
         if self.op == "undo":
             wire.update(path=self.path, force=self.force)
-        elif self.op == "rewind":
+        elif self.op == "rewind" or self.op.startswith("snapshot_"):
             wire.update(to=self.to, force=self.force)
         else:
             wire["pids"] = list(self.pids)

@@ -734,7 +734,7 @@ def add_audit(commands: Commands, common: list[argparse.ArgumentParser]) -> None
 
 
 def add_history(commands: Commands, common: list[argparse.ArgumentParser]) -> None:
-    """corral history | checkpoint | undo | rewind (corral/faces/cli_history.py)."""
+    """corral history | checkpoint | diff | undo | rewind (corral/faces/cli_history.py)."""
     cli_history.add_commands(commands, common, open_history_sandbox)
 
 

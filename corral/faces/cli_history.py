@@ -1,4 +1,4 @@
-"""corral history | checkpoint | undo | rewind: the command-line face of history."""
+"""corral history | checkpoint | diff | undo | rewind: the command-line face of history."""
 
 from __future__ import annotations
 
@@ -71,13 +71,14 @@ def _json_escape(char: str) -> str:
 
 
 # The commands add_commands adds, in `corral --help` order.
-NAMES = ("history", "checkpoint", "undo", "rewind")
+NAMES = ("history", "checkpoint", "diff", "undo", "rewind")
+DIFF_MARKS = (("changed", "M"), ("added", "A"), ("removed", "D"))
 
 
 def add_commands(
     commands: argparse._SubParsersAction, common: list[argparse.ArgumentParser], opener: Opener
 ) -> None:
-    """The four history commands; `opener` starts the sandbox the options describe."""
+    """The history commands; `opener` starts the sandbox the options describe."""
 
     def cmd_history(args: argparse.Namespace) -> int:
         with opener(args) as sandbox:
@@ -95,6 +96,20 @@ def add_commands(
     def cmd_checkpoint(args: argparse.Namespace) -> int:
         with opener(args) as sandbox:
             print(sandbox.checkpoint(args.label))
+        return EXIT_OK
+
+    def cmd_diff(args: argparse.Namespace) -> int:
+        with opener(args) as sandbox:
+            changes = sandbox.diff(args.checkpoint)
+        if args.json:
+            print(shown_json(changes))
+            return EXIT_OK
+        lines = [(change["path"], mark, change["by"]) for key, mark in DIFF_MARKS
+                 for change in changes[key]]
+        for path, mark, by in sorted(lines):
+            print(f"{mark} {escaped(path)}  ({by})")
+        if not lines:
+            print(f"No changes since {escaped(args.checkpoint)}.")
         return EXIT_OK
 
     def restoring(name: str) -> Callable[[argparse.Namespace], int]:
@@ -129,6 +144,16 @@ def add_commands(
     )
     checkpoint.add_argument("label", metavar="LABEL", nargs="?", help="a note to find it by")
     checkpoint.set_defaults(run=cmd_checkpoint)
+
+    diff = commands.add_parser(
+        "diff", parents=common, help="list what changed since checkpoint ID, and by whom",
+        description="List every path changed (M), added (A) or removed (D) since the "
+        "checkpoint's snapshot of the workspace, each with who changed it: corral (a "
+        "recorded change) or other (a shell, an editor). Unchanged files are not read.",
+    )
+    diff.add_argument("checkpoint", metavar="ID")
+    diff.add_argument("--json", action="store_true", help="print the lists as JSON")
+    diff.set_defaults(run=cmd_diff)
 
     for name, target, what in (
         ("undo", "PATH", "revert the last recorded change of PATH"),

@@ -284,8 +284,9 @@ class History:
         with contextlib.suppress(OSError):  # without the note, the next start bounds
             write_bound(self.store.home, self._usage, int(time.time()))
 
-    def checkpoint(self, label: str | None) -> str:
-        checkpoint = Checkpoint(new_id(), time.time(), label)
+    def checkpoint(self, label: str | None, checkpoint_id: str | None = None) -> str:
+        """A checkpoint now (`checkpoint_id`: one a snapshot's manifest already names)."""
+        checkpoint = Checkpoint(checkpoint_id or new_id(), time.time(), label)
         with self._locked():
             try:
                 name = f"{CHECKPOINT}{checkpoint.id}{COMMITTED}"
@@ -294,6 +295,17 @@ class History:
             except OSError as exc:
                 raise StoreError(exc) from None
         return checkpoint.id
+
+    @property
+    def held(self) -> int:
+        """The bytes the records and their copies hold, as last counted."""
+        return self._usage
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """The store's lock, for the snapshots written beside its records."""
+        with self._locked():
+            yield
 
     # -- what it shows --------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from corral.fs import Root, Roots, temp_owner
 from corral.history import recover, restore
 from corral.history.store import Store
 from corral.policy import Policy
+from corral.sandbox import snapshot_walk
 from corral.sandbox.confine import confine
 from corral.sandbox.protocol import (
     CONTROL_FRAME_BYTES,
@@ -347,6 +348,9 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
         elif op == "rewind" and request.to is not None:
             result = restore.rewind(setup.roots, setup.store, setup.policy, setup.limits,
                                     request.to, request.force)
+        elif op in snapshot_walk.OPS:
+            result = snapshot_walk.run(op, request.to, setup.roots, setup.store, setup.policy,
+                                       setup.limits.max_file_bytes)
         else:
             raise CorralError("invalid_arguments", f"unknown history operation {op!r}.")
     except CorralError as error:

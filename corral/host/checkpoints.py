@@ -1,0 +1,317 @@
+"""Workspace checkpoints, the host's side: a checkpoint that snapshots the whole
+workspace root (snapshots.py), the diff against one, and a rewind that, after
+taking back corral's own changes (restore.rewind), brings back from the snapshot
+what something else changed. Every walk and every change of the tree runs in a
+confined worker (sandbox/snapshot_walk.py), handed its instructions as a plan file in the
+root's kept directory; what it answers is checked here before it is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator, Set
+from typing import Any
+
+from corral.calls.messages import Answer, HistoryRequest, Meta
+from corral.errors import CorralError
+from corral.history.host import History
+from corral.history.snapshots import (
+    OBJECT,
+    REASONS,
+    Item,
+    Manifest,
+    Snapshots,
+    check_tree,
+    item_from_wire,
+    plain_path,
+)
+from corral.history.store import kept_name, new_id
+
+Submit = Callable[[HistoryRequest], Answer]
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class Checkpoints:
+    """The snapshots of one sandbox's workspace root (a writable one, history on)."""
+
+    def __init__(self, history: History, root: str, ignore: tuple[str, ...],
+                 budget_s: float) -> None:
+        """`budget_s`: how long one walk may copy before it leaves the rest to the next
+        request (each must end within the call timeout)."""
+        self.history, self.ignore, self.budget_s = history, ignore, budget_s
+        self._kept_name = kept_name(root)
+        self.snaps = Snapshots(history.store.home, -1, history.store.fd)
+        self.last: dict[str, Any] | None = None  # what the last checkpoint's snapshot cost
+
+    def close(self) -> None:
+        """Nothing is held between calls (a sandbox's fds are counted)."""
+
+    @contextlib.contextmanager
+    def _kept(self) -> Iterator[None]:
+        """The root's kept directory, open for one call (and the calls it makes)."""
+        if self.snaps.kept >= 0:
+            yield
+            return
+        self.snaps.kept = os.open(self._kept_name, _DIR_FLAGS, dir_fd=self.history.store.home)
+        try:
+            yield
+        finally:
+            os.close(self.snaps.kept)
+            self.snaps.kept = -1
+
+    def has(self, checkpoint_id: str) -> bool:
+        return self.snaps.has(checkpoint_id)
+
+    # -- checkpoint ------------------------------------------------------------
+
+    def checkpoint(self, submit: Submit, label: str | None) -> str:
+        with self._kept():
+            return self._checkpoint(submit, label)
+
+    def _checkpoint(self, submit: Submit, label: str | None) -> str:
+        """Snapshot the root, then the checkpoint that names it: a checkpoint that
+        exists has its whole snapshot (a kill before leaves only what the next
+        checkpoint sweeps)."""
+        checkpoint_id = new_id()
+        with self.history.locked():
+            self.snaps.sweep_staged()
+            base = self.snaps.newest()
+        result = self._walk(submit, checkpoint_id, {
+            "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
+            "token": checkpoint_id, "budget_s": self.budget_s})
+        items = dict(base.items) if base else {}
+        staged: list[tuple[Item, str]] = []
+        try:
+            changed, removed, skipped = _changes(result, checkpoint_id)
+            read = result.get("read_bytes", 0)
+            pending = _pending(result, None)
+            while pending:  # what the walk listed but had no time to copy
+                more = self._walk(submit, checkpoint_id, {
+                    "copy": pending, "token": checkpoint_id, "offset": len(changed),
+                    "budget_s": self.budget_s})
+                got, gone, left = _changes(more, checkpoint_id)
+                asked = set(pending)
+                if not {i.path for i, _ in got} | set(gone) <= asked:
+                    raise ValueError("a copy of a file that was not asked for")
+                changed, removed, skipped = changed + got, removed + gone, skipped + left
+                read += more.get("read_bytes", 0)
+                pending = _pending(more, asked)
+            result["read_bytes"] = read
+            for path in removed:
+                items.pop(path, None)
+            for item, name in changed:
+                if item.type == "file":
+                    if name is None:
+                        raise ValueError(f"no copy of the changed file {item.path!r}")
+                    staged.append((item, name))
+                else:
+                    items[item.path] = item
+            for item, _ in staged:
+                items[item.path] = item
+            check_tree(items)
+        except ValueError as exc:
+            _drop(self.snaps, checkpoint_id)
+            raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
+                              "nothing was stored.") from None
+        with self.history.locked():
+            keep = {i.hash for i in items.values() if i.hash}
+            need = sum(item.size for item, _ in staged)
+            if self._room() < need:
+                self.snaps.collect(keep)
+                while self._room() < need and self.snaps.drop_oldest():
+                    self.snaps.collect(keep)
+            stored = self.snaps.take(staged, self._room())
+            for item, _ in staged:  # now with the hashes the host took
+                items[item.path] = item
+            self.snaps.publish(Manifest(checkpoint_id, items, skipped))
+        made = self.history.checkpoint(label, checkpoint_id)
+        self.last = {"checkpoint": made, "entries": len(items), "walked": result.get("walked"),
+                     "read_bytes": result.get("read_bytes"), "stored_bytes": stored}
+        return made
+
+    def _room(self) -> int:
+        return self.history.options.max_bytes - self.history.held - self.snaps.held()
+
+    def _restore(self, submit: Submit, token: str, plan: dict[str, Any]) -> dict[str, Any]:
+        return self._walk(submit, token, plan, "snapshot_restore")
+
+    def _walk(self, submit: Submit, token: str, plan: dict[str, Any],
+              op: str = "snapshot_walk") -> dict[str, Any]:
+        with self.history.locked():
+            name = self.snaps.write_plan(token, plan)
+        try:
+            answer = submit(HistoryRequest(op, to=name))
+        finally:
+            with self.history.locked():
+                self.snaps.drop_plan(name)
+        if not answer.ok or not isinstance(answer.result, dict):
+            _drop(self.snaps, token)
+            error = answer.error or {}
+            raise CorralError(str(error.get("code", "io_error")),
+                              f"the snapshot failed: {error.get('message', 'no answer')}")
+        try:
+            return self.snaps.answer(token, answer.result)
+        except ValueError as exc:
+            _drop(self.snaps, token)
+            raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
+                              "nothing was stored.") from None
+
+    # -- diff -------------------------------------------------------------------
+
+    def diff(self, submit: Submit, checkpoint_id: str) -> dict[str, list[dict[str, str]]]:
+        with self._kept():
+            return self._diff(submit, checkpoint_id)
+
+    def _diff(self, submit: Submit, checkpoint_id: str) -> dict[str, list[dict[str, str]]]:
+        manifest = self._snapshot(checkpoint_id)
+        token = new_id()
+        result = self._walk(submit, token, {
+            "base": checkpoint_id, "stage": False, "ignore": list(self.ignore),
+            "since": checkpoint_id, "token": token})
+        try:
+            changed, removed, _ = _changes(result, None)
+        except ValueError as exc:
+            raise CorralError("io_error", f"the worker's diff was refused ({exc}).") from None
+        told = result.get("by")
+        by: dict[str, Any] = told if isinstance(told, dict) else {}
+
+        def shown(path: str) -> dict[str, str]:
+            return {"path": path, "by": "corral" if by.get(path) == "corral" else "other"}
+
+        return {"changed": [shown(i.path) for i, _ in changed if i.path in manifest.items],
+                "added": [shown(i.path) for i, _ in changed if i.path not in manifest.items],
+                "removed": [shown(path) for path in removed if path in manifest.items]}
+
+    def _snapshot(self, checkpoint_id: str) -> Manifest:
+        manifest = self.snaps.load(checkpoint_id)
+        if manifest is None:
+            raise CorralError("not_found", f"there is no snapshot of {checkpoint_id!r} in the "
+                              "history (a checkpoint made with [history] snapshots = true).")
+        return manifest
+
+    # -- rewind -----------------------------------------------------------------
+
+    def rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
+        with self._kept():
+            return self._rewind(submit, checkpoint_id, force)
+
+    def _rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
+        """corral's changes since the checkpoint taken back (restore.rewind), then every
+        other difference from its snapshot: a conflict, or with `force` brought back.
+        A snapshot of the tree as it is comes first (its id is the result's
+        `checkpoint`), and every blob the rewind may write is hashed before anything
+        changes."""
+        target = self._snapshot(checkpoint_id)
+        before = self._snapshot(self._checkpoint(submit, f"before rewind to {checkpoint_id}"))
+        for item in _differing(before, target):  # what it will write, checked first
+            self.snaps.verify(item)
+        first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
+        if not first.ok or not isinstance(first.result, dict):
+            return first
+        token = new_id()
+        ids = tuple(first.meta.history_ids)
+        try:
+            second = self._restore(submit, token, {
+                "force": force, "target": checkpoint_id, "ignore": list(self.ignore),
+                "token": token, "checked": self.snaps.identity(checkpoint_id)})
+        except (CorralError, OSError) as error:
+            code, message = (error.code, error.message) if isinstance(error, CorralError) else (
+                "io_error", f"the snapshot is gone ({error.strerror})")
+            return Answer(False, "rewind", None, None, {
+                "code": code, "message": "corral's changes were taken back; the rest "
+                f"failed: {message}"}, Meta(history_ids=ids))
+        domain = target.items.keys() | before.items.keys()
+        result = _merged(first.result, second, target, before.id, domain)
+        ids += tuple(r for r in second.get("records", ()) if isinstance(r, str))
+        return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
+
+
+def _differing(now: Manifest, then: Manifest) -> list[Item]:
+    """The files of `then` that `now` does not hold as they were."""
+    return [item for path, item in then.items.items() if item.type == "file" and (
+        path not in now.items or not now.items[path].same_as(item))]
+
+
+def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
+            before: str, domain: Set[str]) -> dict[str, Any]:
+    """One result of the two passes. A path of the snapshot that the record pass left
+    alone is the snapshot pass's to decide (it may have brought it back, or found it
+    as it was); one outside it (ignored, another root) stays a conflict."""
+    def strings(result: dict[str, Any], key: str) -> list[str]:
+        value = result.get(key)
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    removed = list(dict.fromkeys(strings(first, "removed") + strings(second, "removed")))
+    restored = list(dict.fromkeys(strings(first, "restored") + strings(second, "restored")
+                                  + strings(second, "removed")))
+    conflicts = list(dict.fromkeys(
+        [p for p in strings(first, "conflicts") if p not in domain]
+        + strings(second, "conflicts")))
+    reasons = {**{k: v for k, v in (second.get("reasons") or {}).items()
+                  if isinstance(k, str) and isinstance(v, str)},
+               **(first.get("reasons") or {})}
+    links = list(first.get("links_not_restored") or [])
+    skipped: list[dict[str, str]] = []
+    for shown in second.get("skipped") or []:
+        if isinstance(shown, dict) and isinstance(shown.get("path"), str):
+            if not any(isinstance(link, dict) and link.get("path") == shown["path"]
+                       for link in links):  # the record pass may have listed it
+                links.append({"path": shown["path"], "target": str(shown.get("target", ""))})
+            skipped.append({"path": shown["path"], "reason": "link"})
+    skipped += [{"path": path, "reason": reason} for path, reason in target.skipped]
+    return {"restored": [p for p in restored if p not in conflicts], "conflicts": conflicts,
+            "checkpoint": before, "removed": [p for p in removed if p not in conflicts],
+            "reasons": {p: reasons[p] for p in conflicts if p in reasons},
+            "links_not_restored": links, "skipped": skipped,
+            "records": strings(first, "records") + strings(second, "records")}
+
+
+def _changes(result: dict[str, Any], token: str | None) -> tuple[
+        list[tuple[Item, str | None]], list[str], list[tuple[str, str]]]:
+    """A walk's answer, checked: its changed items (a file's copy named as this walk
+    names them), removed paths and skipped ones. ValueError if it is not one."""
+    items, removed, skipped = result.get("items"), result.get("removed"), result.get("skipped")
+    if type(items) is not list or type(removed) is not list or type(skipped) is not list:
+        raise ValueError("not a walk's answer")
+    pattern = None if token is None else re.compile(rf"{OBJECT}{token}-[0-9]+\Z")
+    changed: list[tuple[Item, str | None]] = []
+    seen: set[str] = set()
+    for entry in items:
+        if type(entry) is not list or len(entry) != 2:
+            raise ValueError("an item is [item, copy]")
+        item, name = item_from_wire(entry[0], hashed=False), entry[1]
+        if item.path in seen:
+            raise ValueError(f"{item.path!r} twice")
+        seen.add(item.path)
+        if name is not None and (pattern is None or type(name) is not str
+                                 or not pattern.match(name) or item.type != "file"):
+            raise ValueError(f"a copy named {str(name)[:80]!r}")
+        changed.append((item, name))
+    if not all(plain_path(p) for p in removed):
+        raise ValueError("a removed path that is not plain")
+    shown = [(s[0], s[1]) for s in skipped if type(s) is list and len(s) == 2
+             and plain_path(s[0]) and s[1] in REASONS]
+    return changed, removed, shown
+
+
+def _pending(result: dict[str, Any], asked: set[str] | None) -> list[str]:
+    """The files a walk left for the next request: plain paths, and (of a request
+    for pending files) fewer than it was asked for, so the rounds end."""
+    pending = result.get("pending", [])
+    if type(pending) is not list or not all(plain_path(p) for p in pending):
+        raise ValueError("pending paths that are not plain")
+    if asked is not None and (not set(pending) <= asked or len(set(pending)) >= len(asked)):
+        raise ValueError("pending files that were not asked for, or no progress")
+    return list(dict.fromkeys(pending))
+
+
+def _drop(snaps: Snapshots, token: str) -> None:
+    """Every copy a refused walk made (whatever it says it made), and its result."""
+    prefix = f"{OBJECT}{token}"
+    with os.scandir(snaps.work) as entries:
+        names = [entry.name for entry in entries if entry.name.startswith(prefix)]
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=snaps.work)

@@ -1,0 +1,518 @@
+"""The worker's part of whole-workspace snapshots (snapshots.py): walk the
+workspace root as a checkpoint or a diff sees it, and restore what a rewind's
+plan names. Runs in a confined worker, over its Root and its Store (which holds
+the root's kept directory, read-only, and its work directory). Instructions come
+as a plan file the host wrote into the kept directory; what this hands back is
+input to the host, which hashes every copy itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import stat
+import time
+from collections.abc import Iterator
+from stat import S_IMODE, S_ISREG
+from typing import Any
+
+import msgspec
+
+from corral.errors import CorralError
+from corral.fs import Root, Roots
+from corral.history.records import Entry
+from corral.history.restore import Restorer
+from corral.history.snapshots import (
+    ANSWER,
+    MANIFEST,
+    OBJECT,
+    PLAN,
+    Item,
+    base_items,
+    digest_bytes,
+    digest_file,
+)
+from corral.history.store import COMMITTED, Store, kept_name
+from corral.policy import Policy, RootSpec
+from corral.tools.ignore import Ignores
+
+OPS = ("snapshot_walk", "snapshot_restore")
+_SUBDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+_CHUNK = 1 << 20
+_TRIES = 3  # a file that keeps changing while it is copied is skipped after this many
+
+
+def run(op: str, plan_name: str | None, roots: Roots, store: Store, policy: Policy,
+        max_file_bytes: int) -> dict[str, Any]:
+    root = roots.workspace
+    kept = (store.kept or {}).get(kept_name(root.path))
+    if kept is None or root.mode != "rw":
+        raise CorralError("invalid_arguments", "snapshots need a writable workspace root.")
+    if plan_name is None or not (plan_name.startswith(PLAN) and plan_name.endswith(COMMITTED)
+                                 and "/" not in plan_name):
+        raise CorralError("invalid_arguments", "no snapshot plan named.")
+    plan = _read(kept, plan_name)
+    if op == "snapshot_walk":
+        result = _walk(root, roots, store, kept, policy, plan, max_file_bytes)
+    else:
+        result = _restore(roots, store, kept, policy, plan, max_file_bytes)
+    # A whole tree's listing is more than an answer may hold (the pool bounds its JSON
+    # values by what a tool's answer needs): it goes to the host as a file of the work
+    # directory, which the host reads as it reads every answer, as input.
+    name = f"{OBJECT}{plan.get('token', '')}{ANSWER}"
+    fd = os.open(name, _NEW, 0o600, dir_fd=store.fd)
+    try:
+        data = msgspec.json.encode(result)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return {"answer": name}
+
+
+def _read(dir_fd: int, name: str) -> Any:
+    fd = os.open(name, _READ, dir_fd=dir_fd)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return msgspec.json.decode(file.read())
+    finally:
+        os.close(fd)
+
+
+# -- walking -------------------------------------------------------------------
+
+
+class _Walk:
+    """One walk of the root, against a base manifest (by stat identity)."""
+
+    def __init__(self, root: Root, store: Store, base: dict[str, Item], plan: dict[str, Any],
+                 ignores: Ignores, max_file_bytes: int) -> None:
+        self.root, self.store, self.base, self.ignores = root, store, base, ignores
+        self.stage: bool = bool(plan.get("stage"))
+        self.token = str(plan.get("token", ""))
+        offset, budget = plan.get("offset", 0), plan.get("budget_s")
+        self.offset = offset if type(offset) is int else 0  # the copies' numbers start here
+        # past this, changed files are listed, not copied: the host asks for them again
+        # (a request must end within the call timeout; a first snapshot copies the tree)
+        self.deadline = time.monotonic() + (
+            budget if isinstance(budget, int | float) else float("inf"))
+        self.pending: list[str] = []
+        self.copied = 0
+        self.max_file_bytes = max_file_bytes
+        self.changed: list[list[Any]] = []  # [item wire, staged name or None]
+        self.seen: set[str] = set()
+        self.skipped: list[list[str]] = []
+        self.read = 0  # file bytes read
+        self.walked = 0
+
+    def run(self) -> None:
+        fd = os.open(".", _SUBDIR, dir_fd=self.root.fd)
+        stack: list[tuple[int, str]] = [(fd, "")]
+        try:
+            while stack:
+                dir_fd, prefix = stack.pop()
+                try:
+                    self._directory(dir_fd, prefix, stack)
+                finally:
+                    os.close(dir_fd)
+        finally:
+            for dir_fd, _ in stack:
+                os.close(dir_fd)
+
+    def _directory(self, dir_fd: int, prefix: str, stack: list[tuple[int, str]]) -> None:
+        with os.scandir(dir_fd) as listing:
+            found = list(listing)
+        self.ignores.entered(prefix.rstrip("/"), [entry.name for entry in found])
+        base, seen, ignored = self.base, self.seen, self.ignores.ignored
+        for entry in found:
+            path = prefix + entry.name
+            if not entry.name.isascii():
+                try:
+                    path.encode()
+                except UnicodeEncodeError:  # not UTF-8: a manifest (JSON) cannot name it
+                    self.skipped.append([path.encode("utf-8", "replace").decode(), "name"])
+                    continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone since the listing
+            mode = st.st_mode
+            if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
+                old = base.get(path)
+                if old is not None and old.ident == (
+                        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+                ) and old.mode == S_IMODE(mode) and old.type == "file" and not ignored(
+                        path, False):
+                    self.walked += 1
+                    seen.add(path)  # the same file, unchanged: not read again
+                    continue
+            is_dir = stat.S_ISDIR(mode)
+            if self.ignores.ignored(path, is_dir):
+                self.skipped.append([path, "ignored"])
+                continue
+            self.walked += 1
+            if is_dir:
+                item = _item(path, "dir", st)
+                with contextlib.suppress(OSError):  # vanished, or replaced by a link
+                    stack.append((os.open(entry.name, _SUBDIR, dir_fd=dir_fd), path + "/"))
+            elif stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(entry.name, dir_fd=dir_fd)
+                    target.encode()
+                except (OSError, UnicodeEncodeError):
+                    self.skipped.append([path, "unreadable"])
+                    continue
+                item = _item(path, "symlink", st, target)
+            elif stat.S_ISREG(st.st_mode):
+                if st.st_size > self.max_file_bytes:
+                    self.skipped.append([path, "too_large"])
+                    continue
+                self._file(dir_fd, entry.name, path, st)
+                continue
+            else:
+                self.skipped.append([path, "special"])
+                continue
+            self.seen.add(path)
+            old = self.base.get(path)
+            if old is None or old.type != item.type or old.target != item.target or (
+                    item.type == "dir" and old.mode != item.mode):
+                self.changed.append([item.wire(), None])
+
+    def _file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
+        item = _item(path, "file", st)
+        old = self.base.get(path)
+        if old is not None and old.type == "file" and old.ident == item.ident and (
+                old.mode == item.mode):
+            self.seen.add(path)  # the same file, unchanged: not read again
+            return
+        if not self.stage:
+            if old is not None and old.type == "file" and (old.size, old.mode) == (
+                    item.size, item.mode) and self._digest(dir_fd, name) == old.hash:
+                self.seen.add(path)  # touched, not changed
+                return
+            self.seen.add(path)
+            self.changed.append([item.wire(), None])
+            return
+        self.seen.add(path)
+        if self.copied and time.monotonic() > self.deadline:
+            self.pending.append(path)
+            return
+        for _ in range(_TRIES):
+            staged = self._copy(dir_fd, name, path)
+            if staged is not None:
+                self.copied += 1
+                self.changed.append([staged[0].wire(), staged[1]])
+                return
+        self.skipped.append([path, "changing"])
+
+    def copy(self, path: str) -> bool:
+        """A file the last request left pending, copied (False: it is gone)."""
+        parent, _, name = path.rpartition("/")
+        try:
+            dir_fd = _open_dir(self.root.fd, parent)
+        except OSError:
+            return False
+        try:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                return False
+            if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_file_bytes:
+                self.skipped.append([path, "changing"])
+                return True
+            self._file(dir_fd, name, path, st)
+            return True
+        finally:
+            os.close(dir_fd)
+
+    def _digest(self, dir_fd: int, name: str) -> str | None:
+        try:
+            fd = os.open(name, _READ, dir_fd=dir_fd)
+        except OSError:
+            return None
+        try:
+            digest, read = digest_file(fd)
+            self.read += read
+            return digest
+        finally:
+            os.close(fd)
+
+    def _copy(self, dir_fd: int, name: str, path: str) -> tuple[Item, str] | None:
+        """The file copied into the work directory, with the identity it had all the
+        while (None: it changed as it was copied, or is gone or not a file now)."""
+        try:
+            src = os.open(name, _READ, dir_fd=dir_fd)
+        except OSError:
+            return None
+        staged = f"{OBJECT}{self.token}-{self.offset + len(self.changed)}"
+        try:
+            before = os.fstat(src)
+            if not stat.S_ISREG(before.st_mode) or before.st_size > self.max_file_bytes:
+                return None
+            dst = os.open(staged, _NEW, 0o600, dir_fd=self.store.fd)
+            try:
+                copied = _copy_fd(src, dst)
+            finally:
+                os.close(dst)
+            self.read += copied
+            after = os.fstat(src)
+            if copied != after.st_size or _ident(before) != _ident(after):
+                os.unlink(staged, dir_fd=self.store.fd)
+                return None
+            return _item(path, "file", after), staged
+        finally:
+            os.close(src)
+
+
+def _open_dir(root_fd: int, path: str) -> int:
+    """The directory `path` beneath the root, each part opened without following."""
+    fd = os.open(".", _SUBDIR, dir_fd=root_fd)
+    for part in path.split("/") if path else ():
+        try:
+            child = os.open(part, _SUBDIR, dir_fd=fd) if part not in ("", ".", "..") else -1
+        finally:
+            os.close(fd)
+        if child < 0:
+            raise FileNotFoundError(path)
+        fd = child
+    return fd
+
+
+def _copy_fd(src: int, dst: int) -> int:
+    """copy_file_range where the kernel can (no bytes through this process), else
+    reads and writes: the copy and the tree may be separate mounts."""
+    total = 0
+    try:
+        while n := os.copy_file_range(src, dst, _CHUNK * 16):
+            total += n
+        return total
+    except OSError:
+        os.lseek(src, 0, os.SEEK_SET)
+        os.lseek(dst, 0, os.SEEK_SET)
+        os.ftruncate(dst, 0)
+    total = 0
+    while chunk := os.read(src, _CHUNK):
+        os.write(dst, chunk)
+        total += len(chunk)
+    return total
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _item(path: str, kind: str, st: os.stat_result, target: str | None = None) -> Item:
+    return Item(path, kind, stat.S_IMODE(st.st_mode), st.st_size if kind == "file" else 0,
+                None, target, _ident(st))
+
+
+def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
+            base_id: Any, max_file_bytes: int, *, checked: Any = None) -> _Walk:
+    """A walk against the manifest `base_id` (none, or a damaged one: every file is
+    new to it), or, with `checked` (the identity of the file the host checked), one
+    that must be that file, whole."""
+    base: dict[str, Item] = {}
+    if isinstance(base_id, str):
+        try:
+            data = _whole(kept, f"{MANIFEST}{base_id}{COMMITTED}", checked)
+            base = base_items(data, base_id)
+        except (OSError, ValueError) as exc:
+            if checked is not None:
+                raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
+                                  f"({exc}); nothing was written.") from None
+    spec = RootSpec(root.path, root.mode)
+
+    def readable(resolved: str) -> bool:
+        return policy.decide("list_directory", spec, resolved, write=False).action == "allow"
+
+    extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
+    walk = _Walk(root, store, base, plan, Ignores(root, readable, extra), max_file_bytes)
+    walk.run()
+    return walk
+
+
+def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
+          plan: dict[str, Any], max_file_bytes: int) -> dict[str, Any]:
+    copy = plan.get("copy")
+    if isinstance(copy, list):  # the files a walk left pending
+        walk = _Walk(root, store, {}, {**plan, "stage": True}, Ignores(root, bool, ()),
+                     max_file_bytes)
+        gone = [p for p in copy if isinstance(p, str) and not walk.copy(p)]
+        return {"items": walk.changed, "removed": gone, "skipped": walk.skipped,
+                "read_bytes": walk.read, "walked": 0, "pending": walk.pending}
+    walk = _walked(root, store, kept, policy, plan, plan.get("base"), max_file_bytes)
+    removed = [path for path in walk.base if path not in walk.seen]
+    result: dict[str, Any] = {"items": walk.changed, "removed": removed,
+                              "skipped": walk.skipped, "read_bytes": walk.read,
+                              "walked": walk.walked, "pending": walk.pending}
+    since = plan.get("since")
+    if isinstance(since, str):
+        paths = [wire[0] for wire, _ in walk.changed] + removed
+        result["by"] = _who(roots, store, policy, max_file_bytes, since, paths, root.path)
+    return result
+
+
+def _whole(dir_fd: int, name: str, checked: Any = None) -> bytes:
+    fd = os.open(name, _READ, dir_fd=dir_fd)
+    try:
+        if checked is not None:
+            st = os.fstat(fd)
+            if checked != [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]:
+                raise ValueError("not the file the host checked")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return file.read()
+    finally:
+        os.close(fd)
+
+
+def _who(roots: Roots, store: Store, policy: Policy, max_file_bytes: int, since: str,
+         paths: list[str], root: str) -> dict[str, str]:
+    """Whose change each path is: "corral" if the newest change recorded of it since
+    `since` left it as it is now (or it went with a directory corral deleted), else
+    "other"."""
+    newest: dict[str, Entry] = {}
+    made: set[str] = set()  # directories a change made on its way
+    for record in store.records():
+        if record.id <= since:
+            break
+        for entry in record.entries:
+            if entry.root == root:
+                newest.setdefault(entry.rel, entry)
+                made.update(entry.made)
+    restorer = Restorer(roots, store, policy, max_file_bytes, "rewind")
+    by: dict[str, str] = {}
+    for path in paths:
+        found = newest.get(path)
+        try:
+            if found is not None:
+                ours = restorer.matches(found, found.after)
+            elif path in made:
+                ours = root_dir_is(roots.workspace, path)
+            else:  # beneath a directory a change of corral's removed?
+                gone = next((newest[up] for up in _ancestors(path) if up in newest), None)
+                ours = gone is not None and gone.after is None and restorer.matches(gone, None)
+        except CorralError:
+            ours = False
+        by[path] = "corral" if ours else "other"
+    return by
+
+
+def root_dir_is(root: Root, path: str) -> bool:
+    info = root.info(path)
+    return info is not None and info.type == "dir"
+
+
+def _ancestors(path: str) -> Iterator[str]:
+    while (path := posixpath.dirname(path)):
+        yield path
+
+
+# -- restoring -------------------------------------------------------------------
+
+
+def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
+             max_file_bytes: int) -> dict[str, Any]:
+    """Every path that differs from the snapshot `target` now (a walk against it:
+    after the record pass, which may have changed any of them) back to its state
+    there: removals deepest first, then what comes back, parents first; through the
+    Root calls a tool uses and a Keeper, so each change is recorded (and can be
+    rewound) and a kill leaves each old or new. Without `force`, a conflict."""
+    force = bool(plan.get("force"))
+    root = roots.workspace
+    walk = _walked(root, store, kept, policy, {"ignore": plan.get("ignore", ())},
+                   plan.get("target"), max_file_bytes, checked=plan.get("checked") or [])
+    target = walk.base
+    added = sorted((wire[0] for wire, _ in walk.changed if wire[0] not in target), reverse=True)
+    back = sorted([wire[0] for wire, _ in walk.changed if wire[0] in target]
+                  + [path for path in target if path not in walk.seen])
+    restorer = Restorer(roots, store, policy, max_file_bytes, "rewind")
+    restored: list[str] = []
+    removed: list[str] = []
+    conflicts: list[str] = []
+    reasons: dict[str, str] = {}
+    skipped: list[dict[str, str]] = []
+    for path, want in [(p, None) for p in added] + [(p, target[p]) for p in back]:
+        try:
+            if _holds(root, path, want, max_file_bytes):
+                continue
+            if want is not None and want.type == "symlink":
+                skipped.append({"path": path, "reason": "link", "target": want.target or ""})
+                continue
+            if not force:
+                conflicts.append(path)
+                reasons[path] = "changed since by something other than corral"
+                continue
+            _put(restorer, root, kept, path, want)
+        except CorralError as error:
+            conflicts.append(path)
+            reasons[path] = error.message
+            continue
+        (removed if want is None else restored).append(path)
+    return {"restored": restored, "removed": removed, "conflicts": conflicts,
+            "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids}
+
+
+def _now(root: Root, path: str) -> os.stat_result | None:
+    """lstat of `path` where each parent is a directory (None: missing)."""
+    if root.resolve(path, follow=False) != path:
+        raise CorralError("conflict", f"a directory above {path} is a symlink now.")
+    try:
+        return os.stat(path, dir_fd=root.fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _holds(root: Root, path: str, want: Item | None, max_file_bytes: int) -> bool:
+    """Is `path` in the snapshot's state now?"""
+    try:
+        st = _now(root, path)
+    except CorralError as error:
+        if error.code == "not_found":
+            return want is None
+        raise
+    if st is None or want is None:
+        return st is None and want is None
+    if want.type == "dir":
+        return stat.S_ISDIR(st.st_mode)
+    if want.type == "symlink":
+        return stat.S_ISLNK(st.st_mode) and os.readlink(path, dir_fd=root.fd) == want.target
+    if not stat.S_ISREG(st.st_mode) or st.st_size != want.size or (
+            stat.S_IMODE(st.st_mode) != want.mode):
+        return False
+    return digest_bytes(root.read_bytes(path, max_file_bytes=max_file_bytes)) == want.hash
+
+
+def _put(restorer: Restorer, root: Root, kept: int, path: str, want: Item | None) -> None:
+    keep = restorer.keeper
+    write, delete = restorer.guard("write_file", root), restorer.guard("delete_file", root)
+    info = root.info(path)
+    if info is not None and (want is None or info.type != want.type):
+        # (a file is written over in place; a link is removed, never written through)
+        if info.type == "dir":
+            root.remove_tree(path, recursive=True, guard=delete, keep=keep)
+        else:
+            root.unlink(path, guard=delete, keep=keep)
+        info = None
+    if want is None:
+        return
+    if want.type == "dir":
+        if info is None or info.type != "dir":
+            root.mkdir(path, guard=write, keep=keep)
+        return
+    root.write_atomic(path, _blob(kept, want), mode=want.mode, guard=write, keep=keep)
+
+
+def _blob(kept: int, want: Item) -> bytes:
+    """The file's bytes from the kept directory, checked against the host's plan."""
+    try:
+        data = _whole(kept, f"{OBJECT}{want.hash}")
+    except OSError as exc:
+        raise CorralError("io_error", f"the snapshot's copy is gone ({exc.strerror}).") from None
+    if len(data) != want.size or digest_bytes(data) != want.hash:
+        raise CorralError("io_error", "the snapshot's copy is damaged or was replaced; "
+                          "nothing was written.")
+    return data

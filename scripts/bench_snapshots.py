@@ -1,0 +1,166 @@
+"""Workspace checkpoints on a generated tree, in one run: the first checkpoint (a
+whole snapshot) against `git add -A && git write-tree` of the same tree; a
+checkpoint after 10 changed files (and the file bytes it read, and what the store
+grew by); a forced rewind of 10 files changed behind corral's back; each beside
+the floor, a bare os.scandir + lstat walk of the tree.
+
+    python scripts/bench_snapshots.py [--files 10000] [--bytes 104857600] [--dir D]
+                                      [--changed 10] [--rounds 3]
+
+The real run is --files 100000 --bytes 2147483648 (2 GiB). The tree's files are
+unique (no two alike, so nothing is stored once for two files) and incompressible.
+Prints a Markdown table; the page cache is warm for every row (the tree was just
+written), as it is for a checkpoint an agent takes between its own edits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral import Sandbox
+from corral.config import HistoryOptions, Limits
+
+PER_DIR = 100
+
+
+def generate(root: Path, files: int, total: int) -> list[Path]:
+    """`files` unique files of about total/files bytes each, 100 to a directory."""
+    size = max(total // files, 16)
+    pool = os.urandom(size + 1 << 16)
+    paths = []
+    for index in range(files):
+        folder = root / f"d{index // (PER_DIR * PER_DIR)}" / f"e{index // PER_DIR % PER_DIR}"
+        if index % PER_DIR == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"f{index}.bin"
+        start = (index * 7919) % (1 << 16)
+        path.write_bytes(index.to_bytes(8, "little") + pool[start:start + size - 8])
+        paths.append(path)
+    return paths
+
+
+def floor_walk(root: Path) -> int:
+    """os.scandir + lstat of every entry: what any walk by stat must cost."""
+    count = 0
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                count += 1
+                if entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+                    stack.append(entry.path)
+                del st
+    return count
+
+
+def timed(run: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = run()
+    return time.perf_counter() - started, value
+
+
+def du(path: Path) -> int:
+    """Bytes of the files beneath `path`, each inode once (a manifest is linked twice)."""
+    sizes = {}
+    for item in path.rglob("*"):
+        st = item.lstat()
+        if not item.is_dir():
+            sizes[st.st_dev, st.st_ino] = st.st_size
+    return sum(sizes.values())
+
+
+def git(root: Path) -> float:
+    def run() -> None:
+        subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+        subprocess.run(["git", "write-tree"], cwd=root, check=True, stdout=subprocess.DEVNULL)
+    return timed(run)[0]
+
+
+def change(paths: list[Path], count: int, round_: int) -> list[Path]:
+    """Rewrite `count` files spread over the tree, same size, new bytes."""
+    step = max(len(paths) // count, 1)
+    chosen = paths[::step][:count]
+    for path in chosen:
+        data = bytearray(path.read_bytes())
+        data[:8] = (10**9 + round_).to_bytes(8, "little")
+        path.write_bytes(bytes(data))
+    return chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--bytes", type=int, default=100 * 1024 * 1024)
+    parser.add_argument("--changed", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", help="where to make the tree (default: a temp dir)")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-snap-", dir=args.dir))
+    tree, store = base / "ws", base / "hist"
+    tree.mkdir()
+    try:
+        made, paths = timed(lambda: generate(tree, args.files, args.bytes))
+        print(f"tree: {args.files} files, {args.bytes / 2**20:.0f} MiB, made in {made:.1f} s")
+        rows: list[tuple[str, float, float, str]] = []
+        floor = min(timed(lambda: floor_walk(tree))[0] for _ in range(3))
+        subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+        git_first = git(tree)
+        options = HistoryOptions(path=str(store), max_bytes=4 * args.bytes + (1 << 30))
+        with Sandbox(tree, history=options, limits=Limits(timeout_s=3600)) as sb:
+            first, _ = timed(lambda: sb.checkpoint("first"))
+            snap = sb.last_snapshot or {}
+            stored = du(store)
+            rows.append(("first checkpoint", first, floor,
+                         f"read {snap.get('read_bytes', 0) / 2**20:.0f} MiB; git add -A && "
+                         f"git write-tree {git_first:.2f} s ({first / git_first:.2f}x git)"))
+            incremental, rewinds, reads, grown = [], [], [], []
+            git_incremental = []
+            for round_ in range(args.rounds):
+                changed = change(paths, args.changed, 2 * round_)
+                changed_bytes = sum(p.stat().st_size for p in changed)
+                git_incremental.append(git(tree))
+                before = du(store)
+                took, cp = timed(lambda: sb.checkpoint("again"))
+                incremental.append(took)
+                snap = sb.last_snapshot or {}
+                reads.append((snap.get("read_bytes", 0), changed_bytes))
+                manifest = next(store.glob(f"*/m-{cp}.json")).stat().st_size
+                grown.append((snap.get("stored_bytes", 0), manifest, du(store) - before))
+                change(paths, args.changed, 2 * round_ + 1)  # behind corral's back
+                took, rewound = timed(lambda cp=cp: sb.rewind(cp, force=True))
+                assert rewound["ok"] and not rewound["result"]["conflicts"], rewound
+                rewinds.append(took)
+            floor = min(timed(lambda: floor_walk(tree))[0] for _ in range(3))
+            read, wanted = reads[-1]
+            blobs, manifest, growth = grown[-1]
+            rows.append((f"checkpoint after {args.changed} changed files",
+                         statistics.median(incremental), floor,
+                         f"read {read} B of the {wanted} B changed; blobs +{blobs} B, "
+                         f"manifest {manifest} B, store +{growth} B in all; git add -A "
+                         f"&& git write-tree {statistics.median(git_incremental) * 1000:.0f}"
+                         " ms"))
+            rows.append((f"rewind (force) of {args.changed} files changed by others",
+                         statistics.median(rewinds), floor,
+                         "includes its own checkpoint (a walk) and a walk after the "
+                         "record pass"))
+        print(f"\nfirst snapshot stored {stored / 2**20:.0f} MiB\n")
+        print("| step | corral | floor (scandir + lstat walk) | notes |")
+        print("|---|---:|---:|---|")
+        for name, value, floor_s, note in rows:
+            print(f"| {name} | {value * 1000:.0f} ms | {floor_s * 1000:.0f} ms | {note} |")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""Workspace checkpoints: a checkpoint snapshots the whole workspace (ignore rules
+apply), diff says what changed since and by whom, and rewind brings back what
+something other than corral changed (with force; a conflict without). Through a
+real Sandbox, confined workers; what a worker or the store hands the host is
+forged too."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import Sandbox
+from corral.calls.messages import Answer, HistoryRequest
+from corral.config import HistoryOptions
+from corral.errors import CorralError
+from corral.history.host import History
+from corral.host.checkpoints import Checkpoints
+from tests.helpers.calls import ok
+from tests.helpers.history_helpers import snapshot
+
+
+@pytest.fixture
+def tree(workspace: Path) -> Path:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("print('app')\n")
+    (workspace / "src" / "util.py").write_text("x = 1\n")
+    (workspace / "docs").mkdir()
+    (workspace / "docs" / "a.md").write_text("# a\n")
+    (workspace / "docs" / "deep").mkdir()
+    (workspace / "docs" / "deep" / "b.md").write_text("# b\n")
+    script = workspace / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o750)
+    (workspace / ".gitignore").write_text("build/\n")
+    (workspace / "build").mkdir()
+    (workspace / "build" / "out.o").write_bytes(b"\0" * 100)
+    return workspace
+
+
+def _tracked(tree: Path) -> dict[str, Any]:
+    """The tree as a snapshot sees it: without what the ignore rules leave out."""
+    return {path: state for path, state in snapshot(tree).items()
+            if not path.startswith("build")}
+
+
+def _behind_corrals_back(tree: Path) -> None:
+    """What a shell and an editor do: a plain write, a rename, a new symlink, a
+    deleted directory, a chmod, a new file."""
+    with open(tree / "src" / "app.py", "w") as file:
+        file.write("print('edited in vim')\n")
+    os.rename(tree / "src" / "util.py", tree / "src" / "helpers.py")
+    os.symlink("src/app.py", tree / "app-link")
+    shutil.rmtree(tree / "docs")
+    (tree / "run.sh").chmod(0o644)
+    (tree / "notes.txt").write_text("scratch\n")
+    (tree / "build" / "out.o").write_bytes(b"\1" * 10)  # ignored: left as it is
+
+
+def test_changes_by_others_are_conflicts_without_force_and_come_back_with_it(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        before = _tracked(tree)
+        cp = sb.checkpoint("before")
+        ok(sb, "write_file", path="made.txt", content="by corral\n")
+        _behind_corrals_back(tree)
+        changed = _tracked(tree)
+
+        kept = sb.rewind(cp)
+        assert kept["ok"], kept
+        result = kept["result"]
+        assert result["restored"] == ["made.txt"] and result["removed"] == ["made.txt"]
+        others = {"src/app.py", "src/util.py", "src/helpers.py", "app-link", "docs",
+                  "docs/a.md", "docs/deep", "docs/deep/b.md", "run.sh", "notes.txt"}
+        assert set(result["conflicts"]) == others
+        assert all(result["reasons"][p] == "changed since by something other than corral"
+                   for p in others)
+        changed.pop("made.txt")
+        assert _tracked(tree) == changed  # nothing of theirs touched
+
+        forced = sb.rewind(cp, force=True)
+        assert forced["ok"] and forced["result"]["conflicts"] == [], forced
+        assert _tracked(tree) == before
+        assert (tree / "build" / "out.o").read_bytes() == b"\1" * 10  # ignored stays
+        assert {"path": "build", "reason": "ignored"} in forced["result"]["skipped"]
+        assert {"src/helpers.py", "app-link", "notes.txt"} <= set(forced["result"]["removed"])
+
+        # nothing lost: the forced rewind's own checkpoint holds what it overwrote
+        back = sb.rewind(forced["result"]["checkpoint"], force=True)
+        assert back["ok"] and back["result"]["conflicts"] == [], back
+        # ... but the symlink it removed: a worker cannot make one, so it is listed
+        assert _tracked(tree) == {p: s for p, s in changed.items() if p != "app-link"}
+        assert back["result"]["links_not_restored"] == [
+            {"path": "app-link", "target": "src/app.py"}]
+
+
+def test_diff_says_what_changed_and_by_whom(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        assert sb.diff(cp) == {"changed": [], "added": [], "removed": []}
+        ok(sb, "write_file", path="src/util.py", content="x = 2\n")
+        ok(sb, "write_file", path="new/made.py", content="y\n")
+        (tree / "src" / "app.py").write_text("print('other')\n")
+        (tree / "docs" / "deep" / "b.md").unlink()
+        os.utime(tree / "run.sh")  # touched, not changed
+        changes = sb.diff(cp)
+    assert sorted(changes["changed"], key=str) == [
+        {"path": "src/app.py", "by": "other"}, {"path": "src/util.py", "by": "corral"}]
+    assert sorted(changes["added"], key=str) == [
+        {"path": "new", "by": "corral"}, {"path": "new/made.py", "by": "corral"}]
+    assert changes["removed"] == [{"path": "docs/deep/b.md", "by": "other"}]
+
+
+def test_a_file_corral_wrote_and_another_changed_after_is_others(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        ok(sb, "write_file", path="src/util.py", content="x = 2\n")
+        (tree / "src" / "util.py").write_text("x = 3\n")
+        assert sb.diff(cp)["changed"] == [{"path": "src/util.py", "by": "other"}]
+        rewound = sb.rewind(cp)
+        assert rewound["result"]["conflicts"] == ["src/util.py"]
+        assert (tree / "src" / "util.py").read_text() == "x = 3\n"
+        assert sb.rewind(cp, force=True)["result"]["conflicts"] == []
+        assert (tree / "src" / "util.py").read_text() == "x = 1\n"
+
+
+def test_a_second_checkpoint_reads_only_the_changed_files(tree: Path) -> None:
+    for index in range(50):
+        (tree / "src" / f"m{index}.py").write_bytes(b"m" * 4096)
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        first = sb.last_snapshot
+        assert first is not None and first["read_bytes"] >= 50 * 4096
+        (tree / "src" / "m3.py").write_bytes(b"n" * 1000)
+        (tree / "src" / "m7.py").write_bytes(b"m" * 4096)  # same bytes, new inode
+        (tree / "fresh.txt").write_bytes(b"f" * 300)
+        cp = sb.checkpoint("second")
+        second = sb.last_snapshot
+        assert second is not None and second["checkpoint"] == cp
+        assert second["read_bytes"] == 1000 + 4096 + 300
+        assert second["stored_bytes"] == 1000 + 300  # m7's bytes are stored already
+        assert second["entries"] == first["entries"] + 1
+        sb.checkpoint("third")
+        assert sb.last_snapshot is not None and sb.last_snapshot["read_bytes"] == 0
+
+
+def test_a_forged_manifest_is_refused(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        (tree / "src" / "app.py").write_text("other\n")
+        assert sb.history_path is not None
+        manifest = Path(sb.history_path) / f"m-{cp}.json"
+        wire = json.loads(manifest.read_text())
+        wire["items"][0][0] = "../outside.txt"
+        manifest.unlink()
+        manifest.write_text(json.dumps(wire))
+        refused = sb.rewind(cp, force=True)
+        assert not refused["ok"] and refused["error"]["code"] == "io_error"
+        assert "damaged or was replaced" in refused["error"]["message"]
+        with pytest.raises(CorralError, match="damaged or was replaced"):
+            sb.diff(cp)
+    assert (tree / "src" / "app.py").read_text() == "other\n"
+    assert not (tree.parent / "outside.txt").exists()
+
+
+def test_a_forged_blob_is_refused_before_anything_is_written(tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        ok(sb, "write_file", path="src/util.py", content="x = 2\n")
+        (tree / "src" / "app.py").write_text("other\n")
+        assert sb.history_path is not None
+        blobs = sorted(Path(sb.history_path).glob("k-*/o-*"))
+        for blob in blobs:  # same size, other bytes
+            size = blob.stat().st_size
+            blob.unlink()
+            blob.write_bytes(b"?" * size)
+        refused = sb.rewind(cp, force=True)
+        assert not refused["ok"] and "damaged or was replaced" in refused["error"]["message"]
+    assert (tree / "src" / "util.py").read_text() == "x = 2\n"  # not even corral's change
+    assert (tree / "src" / "app.py").read_text() == "other\n"
+
+
+def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
+    history = History(HistoryOptions(path=str(tmp_path / "hist")), str(tree), [str(tree)],
+                      writable=[str(tree)])
+    return history, Checkpoints(history, str(tree), (), budget_s=5.0)
+
+
+@pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
+                                   "a file beneath a file", "a result it did not write"])
+def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> None:
+    """What a worker answers is input: each forgery leaves no checkpoint and no blob."""
+    history, checkpoints = _checkpoints(tree, tmp_path)
+    assert history.work_path is not None
+    work = Path(history.work_path)
+
+    def answer(request: HistoryRequest) -> Answer:
+        plan = json.loads(next(Path(history.path).glob("k-*/p-*.json")).read_text())
+        token = plan["token"]
+        name = f"o-{token}-0"
+        (work / name).write_bytes(b"12345")
+        item: list[Any] = ["a.txt", "file", 0o644, 5, None, None, 1, 2, 5, 3, 4]
+        if forge == "a path out":
+            item[0] = "../a.txt"
+        if forge == "a copy not its own":
+            name = "o-0000-0"
+        if forge == "a size that lies":
+            item[3] = 4
+        items = [[item, name]]
+        if forge == "a file beneath a file":
+            items.append([["a.txt/b", "dir", 0o755, 0, None, None, 1, 3, 0, 3, 4], None])
+        answer = f"o-{token}.answer"
+        (work / answer).write_text(json.dumps({"items": items, "removed": [], "skipped": []}))
+        if forge == "a result it did not write":
+            answer = "o-0000.answer"
+        return Answer(True, "history", {"answer": answer})
+
+    try:
+        with pytest.raises(CorralError) as caught:
+            checkpoints.checkpoint(answer, "forged")
+        assert caught.value.code == "io_error"
+        assert "refused" in caught.value.message or "not the size" in caught.value.message
+        assert history.entries(None, 10) == []
+        assert list(Path(history.path).glob("k-*/o-*")) == []
+        assert list(Path(history.path).glob("m-*")) == []
+        assert [p.name for p in work.glob("o-*") if p.name != "o-0000-0"] == []
+    finally:
+        checkpoints.close()
+        history.close()
+
+
+def test_a_snapshot_over_max_bytes_is_refused_clearly(tree: Path, tmp_path: Path) -> None:
+    (tree / "big.bin").write_bytes(os.urandom(300_000))
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=100_000)
+    with Sandbox(tree, history=options) as sb:
+        with pytest.raises(CorralError) as caught:
+            sb.checkpoint("too big")
+        assert caught.value.code == "too_large"
+        assert "max_bytes" in caught.value.message and "nothing was stored" in caught.value.message
+        assert sb.history() == []
+        assert sb.history_path is not None
+        assert list(Path(sb.history_path).glob("k-*/o-*")) == []
+        assert list(Path(sb.history_path).glob("w-*/o-*")) == []
+    roomy = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=100_000,
+                           snapshot_ignore=("*.bin",))
+    with Sandbox(tree, history=roomy) as sb:
+        cp = sb.checkpoint("fits")
+        (tree / "big.bin").write_bytes(b"gone")
+        (tree / "src" / "app.py").write_text("other\n")
+        forced = sb.rewind(cp, force=True)
+        assert forced["result"]["restored"] == ["src/app.py"], forced
+        assert (tree / "big.bin").read_bytes() == b"gone"  # not snapshotted: left alone
+        assert {"path": "big.bin", "reason": "ignored"} in forced["result"]["skipped"]
+
+
+def test_a_deleted_symlink_is_listed_not_made(tree: Path) -> None:
+    os.symlink("src/app.py", tree / "link")
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        (tree / "link").unlink()
+        forced = sb.rewind(cp, force=True)
+    assert forced["ok"] and forced["result"]["conflicts"] == []
+    assert {"path": "link", "reason": "link"} in forced["result"]["skipped"]
+    assert forced["result"]["links_not_restored"] == [{"path": "link", "target": "src/app.py"}]
+    assert "link -> src/app.py" in forced["text"]
+
+
+def test_without_snapshots_a_checkpoint_is_corrals_changes_only(tree: Path) -> None:
+    with Sandbox(tree, history=HistoryOptions(snapshots=False)) as sb:
+        cp = sb.checkpoint()
+        (tree / "notes.txt").write_text("other\n")
+        forced = sb.rewind(cp, force=True)
+        assert forced["result"]["restored"] == [] and forced["result"]["conflicts"] == []
+        assert "skipped" not in forced["result"]
+        assert (tree / "notes.txt").exists()
+        with pytest.raises(CorralError) as caught:
+            sb.diff(cp)
+        assert caught.value.code == "tool_disabled"
+
+
+def test_corral_diff_on_the_command_line(tree: Path) -> None:
+    def corral(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "corral", *args,
+             "--workspace", str(tree)],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+
+    cp = corral("checkpoint", "before").stdout.strip()
+    (tree / "src" / "app.py").write_text("other\n")
+    (tree / "notes.txt").write_text("new\n")
+    shown = corral("diff", cp)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == ["A notes.txt  (other)", "M src/app.py  (other)"]
+    as_json = json.loads(corral("diff", cp, "--json").stdout)
+    assert as_json["added"] == [{"path": "notes.txt", "by": "other"}]
+    unknown = corral("diff", "0" * 26)
+    assert unknown.returncode == 2 and "no snapshot" in unknown.stderr
+
+
+def test_a_walk_out_of_time_leaves_the_rest_to_the_next_request(tree: Path) -> None:
+    """Each request must end within the call timeout: a walk past its budget lists
+    the changed files it did not copy, and the host asks for them until none is
+    left (here the budget is nil: one file a request)."""
+    for index in range(12):
+        (tree / "src" / f"m{index}.py").write_bytes(bytes([index]) * 5000)
+    with Sandbox(tree) as sb:
+        assert sb._checkpoints is not None  # (no public knob: the budget is timeout_s / 3)
+        sb._checkpoints.budget_s = 0.0
+        cp = sb.checkpoint()
+        snap = sb.last_snapshot
+        assert snap is not None and snap["read_bytes"] >= 12 * 5000
+        for index in range(12):
+            (tree / "src" / f"m{index}.py").write_bytes(b"other")
+        forced = sb.rewind(cp, force=True)
+        assert forced["ok"] and forced["result"]["conflicts"] == [], forced
+    for index in range(12):
+        assert (tree / "src" / f"m{index}.py").read_bytes() == bytes([index]) * 5000
