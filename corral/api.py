@@ -426,7 +426,8 @@ class _BaseSandbox:
             self._settle()
             since = time.time()
             try:
-                answer = self._checkpoints.rewind(self._executor.submit, checkpoint, force)
+                answer = self._relinked(
+                    self._checkpoints.rewind(self._executor.submit, checkpoint, force))
             except CorralError as error:
                 answer = error_answer("rewind", error)
             return self._ledger.history_result(answer, checkpoint, since)

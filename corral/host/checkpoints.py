@@ -265,7 +265,9 @@ def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
             "checkpoint": before, "removed": [p for p in removed if p not in conflicts],
             "reasons": {p: reasons[p] for p in conflicts if p in reasons},
             "links_not_restored": links, "skipped": skipped,
-            "records": strings(first, "records") + strings(second, "records")}
+            "records": strings(first, "records") + strings(second, "records"),
+            # the record pass's deleted links, for the host to make (relink.remake_links)
+            **({"links": first["links"]} if isinstance(first.get("links"), list) else {})}
 
 
 def _changes(result: dict[str, Any], token: str | None) -> tuple[
