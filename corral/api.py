@@ -38,7 +38,7 @@ from corral.config import (
 from corral.errors import CorralError
 from corral.history.host import History
 from corral.history.location import StoreInsideRoot, check_location, default_base
-from corral.history.relink import remake_links
+from corral.history.relink import remake_links, remake_snapshot_links
 from corral.host.checkpoints import Checkpoints
 from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.host.grants import Grants
@@ -402,6 +402,21 @@ class _BaseSandbox:
         meta = replace(answer.meta, history_ids=(*answer.meta.history_ids, *made))
         return answer._replace(result=result, meta=meta)
 
+    def _snapshot_linked(self, answer: Answer, checkpoint: str) -> Answer:
+        """A forced snapshot rewind's answer with the snapshot's symlinks that were
+        removed behind corral's back made again by the host (history/relink.py)."""
+        if (self._history is None or self._checkpoints is None or not answer.ok
+                or not isinstance(answer.result, dict)):
+            return answer
+        result = dict(answer.result)
+        skipped = [skip.get("path") for skip in result.get("skipped") or []
+                   if isinstance(skip, dict) and skip.get("reason") == "link"]
+        links = self._checkpoints.links_of(checkpoint, skipped)
+        made = remake_snapshot_links(self._history.work_path, result, self._roots[0].path,
+                                     links, self._roots, self._policy)
+        meta = replace(answer.meta, history_ids=(*answer.meta.history_ids, *made))
+        return answer._replace(result=result, meta=meta)
+
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():
             store = self._history_store()
@@ -428,6 +443,8 @@ class _BaseSandbox:
             try:
                 answer = self._relinked(
                     self._checkpoints.rewind(self._executor.submit, checkpoint, force))
+                if force:
+                    answer = self._snapshot_linked(answer, checkpoint)
             except CorralError as error:
                 answer = error_answer("rewind", error)
             return self._ledger.history_result(answer, checkpoint, since)

@@ -93,10 +93,9 @@ def test_changes_by_others_are_conflicts_without_force_and_come_back_with_it(tre
         # nothing lost: the forced rewind's own checkpoint holds what it overwrote
         back = sb.rewind(forced["result"]["checkpoint"], force=True)
         assert back["ok"] and back["result"]["conflicts"] == [], back
-        # ... but the symlink it removed: a worker cannot make one, so it is listed
-        assert _tracked(tree) == {p: s for p, s in changed.items() if p != "app-link"}
-        assert back["result"]["links_not_restored"] == [
-            {"path": "app-link", "target": "src/app.py"}]
+        # ... the symlink it removed too (the host makes it, links.py)
+        assert _tracked(tree) == changed
+        assert back["result"]["links_not_restored"] == []
 
 
 def test_diff_says_what_changed_and_by_whom(tree: Path) -> None:
@@ -258,16 +257,26 @@ def test_a_snapshot_over_max_bytes_is_refused_clearly(tree: Path, tmp_path: Path
         assert {"path": "big.bin", "reason": "ignored"} in forced["result"]["skipped"]
 
 
-def test_a_deleted_symlink_is_listed_not_made(tree: Path) -> None:
+def test_a_symlink_deleted_behind_corrals_back_comes_back_with_force(tree: Path) -> None:
     os.symlink("src/app.py", tree / "link")
+    os.symlink("../outside", tree / "src" / "out")
     with Sandbox(tree) as sb:
         cp = sb.checkpoint()
         (tree / "link").unlink()
+        (tree / "src" / "out").unlink()
+        (tree / "src" / "out").write_text("taken\n")  # its name taken since: a conflict
+        kept = sb.rewind(cp)
+        assert not (tree / "link").is_symlink()  # without force: left as it is
         forced = sb.rewind(cp, force=True)
-    assert forced["ok"] and forced["result"]["conflicts"] == []
-    assert {"path": "link", "reason": "link"} in forced["result"]["skipped"]
-    assert forced["result"]["links_not_restored"] == [{"path": "link", "target": "src/app.py"}]
-    assert "link -> src/app.py" in forced["text"]
+        assert forced["ok"], forced
+        assert os.readlink(tree / "link") == "src/app.py"  # the manifest's target, as text
+        assert "link" in forced["result"]["restored"]
+        assert forced["result"]["links_not_restored"] == []
+        assert {"path": "link", "reason": "link"} not in forced["result"]["skipped"]
+        assert sb.call("read_file", {"path": "link"})["ok"]  # resolved beneath, as any link
+        undone = sb.undo("link")  # recorded as the rewind's change
+        assert undone["ok"] and not (tree / "link").is_symlink()
+    assert kept["ok"]
 
 
 def test_without_snapshots_a_checkpoint_is_corrals_changes_only(tree: Path) -> None:

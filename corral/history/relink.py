@@ -74,6 +74,53 @@ def remake_links(work_path: str | None, result: dict[str, Any], tool: str,
     return ids
 
 
+def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: str,
+                          links: Sequence[tuple[str, str]], roots: Sequence[RootSpec],
+                          policy: Policy) -> list[str]:
+    """Make again, as a rewind's changes, the symlinks of a snapshot that were
+    removed behind corral's back: (path below `root`, target) each, the target
+    taken from the host's manifest, never from a worker. A link made moves from
+    the result's `links_not_restored` and link `skipped` to `restored`; one that
+    cannot be made (its name taken, the policy) is a conflict. The ids of the
+    records made, to promote with the rest."""
+    if work_path is None or not links:
+        return []
+    restored, conflicts = result.setdefault("restored", []), result.setdefault(
+        "conflicts", [])
+    reasons = result.setdefault("reasons", {})
+    made: set[str] = set()
+    ids: list[str] = []
+    opened: dict[str, Root] = {}
+    store = Store.open(work_path)
+    try:
+        for rel, target in links[:MAX_LINKS_ASKED]:
+            if rel in restored:  # the record pass made it again already (remake_links)
+                made.add(rel)
+                continue
+            try:
+                ids.append(_remake(store, opened, roots, policy, "rewind", None,
+                                   (root, rel, rel, target)))
+                restored.append(rel)
+                made.add(rel)
+            except CorralError as error:
+                conflicts.append(rel)
+                reasons[rel] = error.message
+    finally:
+        store.close()
+        result.setdefault("records", []).extend(ids)
+        for handle in opened.values():
+            handle.close()
+    settled = made | set(conflicts)
+    result["links_not_restored"] = [
+        link for link in result.get("links_not_restored") or []
+        if not (isinstance(link, dict) and link.get("path") in settled)]
+    result["skipped"] = [
+        skip for skip in result.get("skipped") or []
+        if not (isinstance(skip, dict) and skip.get("reason") == "link"
+                and skip.get("path") in settled)]
+    return ids
+
+
 def _recorded_link(store: Store, ask: object) -> tuple[str, str, str, str]:
     """(root, rel, path as shown, target) of the deleted link `ask` names, as the
     committed record it names holds it; not_found if it holds no such link."""

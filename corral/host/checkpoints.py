@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator, Set
 from typing import Any
 
 from corral.calls.messages import Answer, HistoryRequest, Meta
@@ -183,6 +183,14 @@ class Checkpoints:
         return {"changed": [shown(i.path) for i, _ in changed if i.path in manifest.items],
                 "added": [shown(i.path) for i, _ in changed if i.path not in manifest.items],
                 "removed": [shown(path) for path in removed if path in manifest.items]}
+
+    def links_of(self, checkpoint_id: str, paths: Iterable[object]) -> list[tuple[str, str]]:
+        """(path, target) of each of `paths` that the snapshot holds as a symlink:
+        the target as the host's manifest holds it."""
+        items = self._snapshot(checkpoint_id).items
+        return [(path, item.target) for path in dict.fromkeys(paths)
+                if isinstance(path, str) and (item := items.get(path)) is not None
+                and item.type == "symlink" and item.target is not None]
 
     def _snapshot(self, checkpoint_id: str) -> Manifest:
         manifest = self.snaps.load(checkpoint_id)
