@@ -330,3 +330,38 @@ def test_a_walk_out_of_time_leaves_the_rest_to_the_next_request(tree: Path) -> N
         assert forced["ok"] and forced["result"]["conflicts"] == [], forced
     for index in range(12):
         assert (tree / "src" / f"m{index}.py").read_bytes() == bytes([index]) * 5000
+
+
+SECRET_TEXT = "TOKEN=s3cr3t-never-stored\n"
+
+
+def test_a_file_the_policy_denies_reading_is_never_stored_nor_rewound(tree: Path) -> None:
+    (tree / ".env").write_text(SECRET_TEXT)
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        store = Path(sb.history_path)
+        assert not any(SECRET_TEXT.encode() in blob.read_bytes()
+                       for blob in store.glob("k-*/o-*"))
+        (tree / ".env").write_text("TOKEN=changed\n")
+        assert sb.diff(cp) == {"changed": [], "added": [], "removed": []}
+        forced = sb.rewind(cp, force=True)
+    assert forced["ok"], forced
+    assert (tree / ".env").read_text() == "TOKEN=changed\n"  # not the snapshot's to touch
+    assert {"path": ".env", "reason": "denied"} in forced["result"]["skipped"]
+
+
+def test_a_forced_rewind_leaves_a_new_directory_holding_what_it_may_not_touch(
+        tree: Path) -> None:
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        (tree / "app").mkdir()
+        (tree / "app" / ".env").write_text(SECRET_TEXT)
+        (tree / "app" / "main.py").write_text("print(1)\n")
+        (tree / "vendor" / "lib" / ".git").mkdir(parents=True)  # a clone since
+        (tree / "vendor" / "lib" / ".git" / "HEAD").write_text("ref: main\n")
+        forced = sb.rewind(cp, force=True)
+    assert forced["ok"], forced
+    assert (tree / "app" / ".env").read_text() == SECRET_TEXT
+    assert (tree / "vendor" / "lib" / ".git" / "HEAD").exists()
+    assert {"app", "vendor/lib"} <= set(forced["result"]["conflicts"])
+    assert "app/main.py" in forced["result"]["removed"]  # what it covers goes

@@ -51,7 +51,8 @@ VERSION = 1
 HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 TYPES = ("file", "dir", "symlink")
 # why a path is not in a snapshot (its `skipped`)
-REASONS = ("ignored", "too_large", "special", "name", "changing", "unreadable", "link")
+REASONS = ("ignored", "denied", "too_large", "special", "name", "changing", "unreadable",
+           "link")
 STAGED_STALE_S = 600.0  # a worker's copy no host took (a host killed mid-checkpoint)
 MAX_SKIPPED_SHOWN = 1000  # a manifest keeps at most this many skipped paths, to show them
 _CHUNK = 1 << 20

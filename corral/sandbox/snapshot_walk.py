@@ -13,7 +13,7 @@ import os
 import posixpath
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from stat import S_IMODE, S_ISREG
 from typing import Any
 
@@ -90,8 +90,12 @@ class _Walk:
     """One walk of the root, against a base manifest (by stat identity)."""
 
     def __init__(self, root: Root, store: Store, base: dict[str, Item], plan: dict[str, Any],
-                 ignores: Ignores, max_file_bytes: int) -> None:
+                 ignores: Ignores, max_file_bytes: int,
+                 denied: Callable[[str], bool] = lambda path: False) -> None:
         self.root, self.store, self.base, self.ignores = root, store, base, ignores
+        # a path the policy denies reading: never copied into the store, never
+        # compared or removed by a rewind (as an ignored one)
+        self.denied = denied
         self.stage: bool = bool(plan.get("stage"))
         self.token = str(plan.get("token", ""))
         offset, budget = plan.get("offset", 0), plan.get("budget_s")
@@ -153,6 +157,9 @@ class _Walk:
             is_dir = stat.S_ISDIR(mode)
             if self.ignores.ignored(path, is_dir):
                 self.skipped.append([path, "ignored"])
+                continue
+            if self.denied(path):
+                self.skipped.append([path, "denied"])
                 continue
             self.walked += 1
             if is_dir:
@@ -329,8 +336,12 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     def readable(resolved: str) -> bool:
         return policy.decide("list_directory", spec, resolved, write=False).action == "allow"
 
+    def denied(path: str) -> bool:
+        return policy.decide("read_file", spec, path, write=False).action == "deny"
+
     extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
-    walk = _Walk(root, store, base, plan, Ignores(root, readable, extra), max_file_bytes)
+    walk = _Walk(root, store, base, plan, Ignores(root, readable, extra), max_file_bytes,
+                 denied)
     walk.run()
     return walk
 
@@ -435,9 +446,15 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
     conflicts: list[str] = []
     reasons: dict[str, str] = {}
     skipped: list[dict[str, str]] = []
+    left_out = {skip[0] for skip in walk.skipped}  # ignored, denied: not the snapshot's
+    back = [path for path in back if path not in left_out]
     for path, want in [(p, None) for p in added] + [(p, target[p]) for p in back]:
         try:
             if _holds(root, path, want, max_file_bytes):
+                continue
+            if want is None and any(other.startswith(f"{path}/") for other in left_out):
+                conflicts.append(path)
+                reasons[path] = "holds entries the snapshot leaves out (ignored or denied)"
                 continue
             if want is not None and want.type == "symlink":
                 skipped.append({"path": path, "reason": "link", "target": want.target or ""})
@@ -493,7 +510,7 @@ def _put(restorer: Restorer, root: Root, kept: int, path: str, want: Item | None
     if info is not None and (want is None or info.type != want.type):
         # (a file is written over in place; a link is removed, never written through)
         if info.type == "dir":
-            root.remove_tree(path, recursive=True, guard=delete, keep=keep)
+            root.remove_tree(path, recursive=True, guard=delete, beneath=delete, keep=keep)
         else:
             root.unlink(path, guard=delete, keep=keep)
         info = None
