@@ -9,10 +9,11 @@ settle decides by the tree); a link that cannot be made is a conflict.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from corral.errors import CorralError, shown_path
@@ -42,10 +43,7 @@ def remake_links(work_path: str | None, result: dict[str, Any], tool: str,
         "conflicts", [])
     reasons = result.setdefault("reasons", {})
     undoes = result.get("undone") if tool == "undo" else None
-    ids: list[str] = []
-    opened: dict[str, Root] = {}
-    store = Store.open(work_path)  # fds of its own: History.store is its threads' (locked)
-    try:
+    with _making(work_path, result) as (store, opened, ids):
         for ask in asked[:MAX_LINKS_ASKED]:
             try:
                 root, rel, path, target = _recorded_link(store, ask)
@@ -66,11 +64,6 @@ def remake_links(work_path: str | None, result: dict[str, Any], tool: str,
             for undone in finish:
                 if is_id(undone):
                     ids.append(_finish(store, tool, undone))
-    finally:
-        store.close()
-        result.setdefault("records", []).extend(ids)
-        for handle in opened.values():
-            handle.close()
     return ids
 
 
@@ -89,10 +82,7 @@ def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: s
         "conflicts", [])
     reasons = result.setdefault("reasons", {})
     made: set[str] = set()
-    ids: list[str] = []
-    opened: dict[str, Root] = {}
-    store = Store.open(work_path)
-    try:
+    with _making(work_path, result) as (store, opened, ids):
         for rel, target in links[:MAX_LINKS_ASKED]:
             if rel in restored:  # the record pass made it again already (remake_links)
                 made.add(rel)
@@ -105,11 +95,6 @@ def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: s
             except CorralError as error:
                 conflicts.append(rel)
                 reasons[rel] = error.message
-    finally:
-        store.close()
-        result.setdefault("records", []).extend(ids)
-        for handle in opened.values():
-            handle.close()
     settled = made | set(conflicts)
     result["links_not_restored"] = [
         link for link in result.get("links_not_restored") or []
@@ -119,6 +104,24 @@ def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: s
         if not (isinstance(skip, dict) and skip.get("reason") == "link"
                 and skip.get("path") in settled)]
     return ids
+
+
+@contextlib.contextmanager
+def _making(work_path: str, result: dict[str, Any]) -> Iterator[
+        tuple[Store, dict[str, Root], list[str]]]:
+    """The store (fds of its own: History.store is its threads' and locked), the
+    roots opened on the way and the ids of the records made, for one run of links
+    made again; the ids go into the result's `records` however the run ends."""
+    ids: list[str] = []
+    opened: dict[str, Root] = {}
+    store = Store.open(work_path)
+    try:
+        yield store, opened, ids
+    finally:
+        store.close()
+        result.setdefault("records", []).extend(ids)
+        for handle in opened.values():
+            handle.close()
 
 
 def _recorded_link(store: Store, ask: object) -> tuple[str, str, str, str]:
