@@ -125,12 +125,14 @@ def check_checkpoints(sb: Sandbox) -> int:
 
 
 def host(workspace: Path, store: Path, op: str, cp: str, delay: float) -> None:
+    """A host process doing `op`, killed with its workers `delay` s after it opened
+    (corral imported from this checkout, installed or not)."""
     process = subprocess.Popen(
         [sys.executable, "-c", _HOST, str(workspace), str(store), op, cp],
-        stdout=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert process.stdout is not None
-    if process.stdout.readline() != "open\n":
-        raise SystemExit("the host did not start")
+    assert process.stdout.readline() == "open\n", "the host did not start"
     kill_after(process.pid, delay, group=True)()
     process.wait()
 

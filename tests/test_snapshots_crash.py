@@ -7,13 +7,9 @@ was before (all before). scripts/crash_snapshots.py runs the long version."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +24,7 @@ from corral.history.store import new_id
 from tests.helpers.history_helpers import snapshot
 from tests.helpers.scripts_loader import load_script
 
-crash_snapshots = load_script("crash_snapshots")  # its kill and wait steps
+crash_snapshots = load_script("crash_snapshots")  # its kill, wait and host steps
 
 FILES = 120
 SIZE = 16 * 1024
@@ -140,36 +136,6 @@ def test_a_worker_killed_during_a_rewind_all_before_or_all_after(
     assert snapshot(workspace) == at_checkpoint
 
 
-_HOST = """
-import sys
-from corral import Sandbox
-from corral.config import HistoryOptions
-workspace, store, op, cp = sys.argv[1:5]
-with Sandbox(workspace, workers=1, history=HistoryOptions(path=store)) as sb:
-    print("open", flush=True)
-    if op == "checkpoint":
-        while True:
-            sb.checkpoint("looping")
-    else:
-        sb.rewind(cp, force=True)
-        print("done", flush=True)
-"""
-
-
-def _host(workspace: Path, store: Path, op: str, cp: str, delay: float) -> None:
-    """A host process doing `op`, killed with its workers `delay` s after it opened."""
-    host = subprocess.Popen(
-        [sys.executable, "-c", _HOST, str(workspace), str(store), op, cp],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
-    assert host.stdout is not None
-    assert host.stdout.readline() == "open\n"
-    time.sleep(delay)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(host.pid, signal.SIGKILL)
-    host.wait()
-
-
 @pytest.mark.parametrize("seed", [1])
 def test_a_host_killed_during_checkpoints_and_a_rewind(
     workspace: Path, tmp_path: Path, seed: int
@@ -182,13 +148,13 @@ def test_a_host_killed_during_checkpoints_and_a_rewind(
     with Sandbox(workspace, history=options) as sb:
         cp = sb.checkpoint("before")
     _others(workspace, 0)
-    _host(workspace, store, "checkpoint", cp, draw.uniform(0.05, 0.6))
+    crash_snapshots.host(workspace, store, "checkpoint", cp, draw.uniform(0.05, 0.6))
     changed = snapshot(workspace)
     with Sandbox(workspace, history=options) as sb:
         assert snapshot(workspace) == changed
         for entry in _checkpoints(sb):
             sb.diff(entry["id"])
-    _host(workspace, store, "rewind", cp, draw.uniform(0.05, 0.6))
+    crash_snapshots.host(workspace, store, "rewind", cp, draw.uniform(0.05, 0.6))
     with Sandbox(workspace, history=options) as sb:
         again = sb.rewind(cp, force=True)
         assert again["ok"] and again["result"]["conflicts"] == [], again
