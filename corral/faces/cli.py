@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import sys
 import textwrap
 from collections.abc import Callable
@@ -690,7 +691,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     try:  # one consistent set while writers append and rotate
         with audit_verify.listed(path) as parts:
             for part in parts:
-                if not os.path.isfile(part.name):
+                # the live log by its descriptor: by now its name may be a rotation's
+                if not (stat.S_ISREG(os.fstat(part.fd).st_mode) if part.fd is not None
+                        else os.path.isfile(part.name)):
                     raise UsageError(f"{part.name}: no such audit log")
             verdict = audit_verify.verify(parts, key, args.head, continues=args.continues)
     except (FileNotFoundError, IsADirectoryError):
