@@ -21,6 +21,27 @@ if TYPE_CHECKING:
     from tests.helpers.http_helpers import Server
 
 
+SLOW_LIST = Path(__file__).with_name("slow.txt")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `slow` mark, from one table (tests/slow.txt: a test's id marks it; a
+    function's id without parameters marks all of them). A whole-suite run refuses an
+    entry that names no test, so the table cannot go stale unseen."""
+    slow = {line.strip() for line in SLOW_LIST.read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+    named = set()
+    for item in items:
+        for name in (item.nodeid, item.nodeid.partition("[")[0]):
+            if name in slow:
+                item.add_marker(pytest.mark.slow)
+                named.add(name)
+    stale = slow - named
+    if stale and config.args_source is pytest.Config.ArgsSource.TESTPATHS:
+        raise pytest.UsageError(f"{SLOW_LIST} names no such test: {', '.join(sorted(stale))}")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_user_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The tests (and the `corral` processes they start) never pick up the user

@@ -10,8 +10,6 @@ import signal
 import threading
 from pathlib import Path
 
-import pytest
-
 from corral import Sandbox, testing
 from corral.config import Limits
 
@@ -36,7 +34,6 @@ def _kill_when_growing(path: Path, old: int, pid: int, done: threading.Event) ->
     return seen
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_append_leaves_it_whole_or_cut_back(workspace: Path) -> None:
     log = workspace / "log.txt"
     log.write_bytes(b"first\n")

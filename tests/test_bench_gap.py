@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.scripts_loader import load_script
 
 bench = load_script("bench_gap")
@@ -27,7 +25,6 @@ def test_a_short_run_checks_its_answers_and_reports_cpu(tmp_path: Path) -> None:
     assert 0 < cell["host"] < cell["cpu"]  # the workers' share is counted too
 
 
-@pytest.mark.slow
 def test_the_floor_is_measured() -> None:
     python = bench.floor_python(200)
     assert set(python) == {"open + read 4 KiB", "stat", "pipe round trip"}

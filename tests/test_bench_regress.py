@@ -31,7 +31,6 @@ def test_the_count_leaves_a_spin_out() -> None:
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-@pytest.mark.slow
 def test_a_short_row_reports_every_measure(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -51,7 +51,6 @@ def test_python_block_is_valid_as_written(page: str, index: int, code: str,
     assert done.returncode == 0, done.stdout
 
 
-@pytest.mark.slow
 def test_api_examples_run(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "src").mkdir(parents=True)
@@ -150,7 +149,6 @@ def test_pool_example_approval_callback_reads_a_real_request(
     assert asked == ["write_file b.txt: allow? [y/N] "]
 
 
-@pytest.mark.slow
 def test_http_example_runs_and_a_wrong_token_is_what_the_page_says(server: Server) -> None:
     (server.alice / "README.md").write_text("# alice\n")
     code = block("http.md", "streamable_http_client")

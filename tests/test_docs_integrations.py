@@ -74,7 +74,6 @@ def run(code: str, ws: Path, prelude: str, replace: dict[str, str]) -> str:
     return done.stdout
 
 
-@pytest.mark.slow
 def test_deep_agents_example(ws: Path) -> None:
     prelude = LANGCHAIN_MODEL + ('SCRIPTED = scripted("edit_file", {"file_path": "/notes.txt", '
                                  '"old_string": "teh", "new_string": "the"})\n')
@@ -84,7 +83,6 @@ def test_deep_agents_example(ws: Path) -> None:
     assert (ws / "notes.txt").read_text() == "teh notes\n"  # and the rewind
 
 
-@pytest.mark.slow
 def test_openai_agents_example(ws: Path) -> None:
     shown = run(block("integrations.md", "Runner.run"), ws, OPENAI_MODEL,
                 {'"gpt-5.2"': "SCRIPTED"})
@@ -92,12 +90,10 @@ def test_openai_agents_example(ws: Path) -> None:
     assert (ws / "haiku.txt").read_text() == "an old pond\n"
 
 
-@pytest.mark.slow
 def test_openai_capability_example(ws: Path) -> None:
     run(block("integrations.md", "CorralFilesystem(sb), Shell()"), ws, "", {})
 
 
-@pytest.mark.slow
 def test_pydantic_ai_example(ws: Path) -> None:
     shown = run(block("integrations.md", "DeferredToolResults"), ws, PYDANTIC_MODEL,
                 {'"openai:gpt-5.2"': "SCRIPTED"})
@@ -105,7 +101,6 @@ def test_pydantic_ai_example(ws: Path) -> None:
     assert (ws / "haiku.txt").read_text() == "an old pond\n"
 
 
-@pytest.mark.slow
 def test_langchain_example(ws: Path) -> None:
     prelude = LANGCHAIN_MODEL + 'SCRIPTED = scripted("read_file", {"path": "notes.txt"})\n'
     shown = run(block("integrations.md", "create_agent("), ws, prelude,

@@ -49,7 +49,6 @@ def syncs(workspace: Path, durability: str) -> int:
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
-@pytest.mark.slow
 def test_fsync_by_default_and_none_when_configured(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -16,8 +16,8 @@ fuzz_servers = load_script("fuzz_servers")
 MESSAGES = 300  # the script sends 100,000
 
 
-@pytest.mark.parametrize("face", [pytest.param("mcp", marks=pytest.mark.slow), "jsonl",
-                                  pytest.param("http", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("face", ["mcp", "jsonl",
+                                  "http"])
 def test_malformed_messages_never_break_the_server(tmp_path: Path, face: str):
     stats = fuzz_servers.fuzz(face, tmp_path / "ws", MESSAGES, seed=1)  # raises on a failure
     assert stats["sent"] == MESSAGES

@@ -207,7 +207,6 @@ def test_the_replaced_file_is_kept_not_copied(delete_sb: Sandbox, tree: Path) ->
         assert [p.stat().st_ino for p in kept] == [inode]
 
 
-@pytest.mark.slow
 def test_cli_history_checkpoint_undo_rewind(tree: Path) -> None:
     import subprocess
 

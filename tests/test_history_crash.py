@@ -133,7 +133,7 @@ def test_a_kill_at_every_instant_of_a_change(tmp_path: Path, action: str, point:
         assert content_version(OLD) == content_version((workspace / "f.txt").read_bytes())
 
 
-@pytest.mark.parametrize("who", ["worker", pytest.param("host", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("who", ["worker", "host"])
 def test_kill_9_at_random_points_of_recorded_writes(tmp_path: Path, who: str) -> None:
     workspace, store = tmp_path / "ws", tmp_path / "store"
     workspace.mkdir()
@@ -321,7 +321,6 @@ def _restore_scene(base: Path) -> tuple[Root, Path, Store, str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("exdev", [False, True])
-@pytest.mark.slow
 def test_a_rewind_killed_at_any_step_then_run_again_gives_the_checkpoint(
     tmp_path: Path, exdev: bool
 ) -> None:

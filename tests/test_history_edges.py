@@ -80,7 +80,6 @@ def test_undo_after_a_rewind_takes_the_rewind_back(workspace: Path) -> None:
             assert target.read_text() == expected
 
 
-@pytest.mark.slow
 def test_cli_undo_after_a_forced_rewind(workspace: Path) -> None:
     target = workspace / "a.txt"
     target.write_text("v1")

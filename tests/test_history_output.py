@@ -9,8 +9,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from corral import Sandbox
 from corral.tools.render import escaped
 from tests.helpers.calls import ok
@@ -40,7 +38,6 @@ def corral(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, env=os.environ)
 
 
-@pytest.mark.slow
 def test_cli_history_undo_rewind_escape_names(workspace: Path) -> None:
     cp = corral(workspace, "checkpoint", "label\x1b[1A").stdout.strip()
     arguments = json.dumps({"path": NAME, "content": "x\n"})

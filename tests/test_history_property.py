@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,7 +47,6 @@ def _seed(workspace: Path) -> None:
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(before=st.lists(CALL, max_size=6), after=st.lists(CALL, min_size=1, max_size=30))
-@pytest.mark.slow
 def test_rewind_gives_back_the_tree_at_the_checkpoint(
     tmp_path: Path, before: list[tuple[str, dict[str, Any]]],
     after: list[tuple[str, dict[str, Any]]],

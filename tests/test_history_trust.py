@@ -206,7 +206,6 @@ def test_a_future_dated_record_from_a_worker_is_refused(
     assert not list(Path(started.history).iterdir())  # dropped, its blob too
 
 
-@pytest.mark.slow
 def test_a_change_that_took_long_to_keep_its_old_file_is_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -177,7 +177,6 @@ def test_readiness_says_why_not_in_a_few_words(
 # -- SIGTERM ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_sigterm_drains_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
     """The grep holds the one worker for its 8 s; four writes queue behind it. At
     SIGTERM /readyz is 503 at once, a new request is still served during the 2 s
@@ -217,7 +216,6 @@ def test_sigterm_drains_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
     assert "error" not in late.result() and (server.alice / "late.txt").read_text() == "late\n"
 
 
-@pytest.mark.slow
 def test_the_drain_deadline_ends_what_is_left_and_exits_0(tmp_path: Path) -> None:
     with serving(tmp_path, 60, "--drain-timeout", "1") as server:
         slow = Client(server, call("grep", SLOW))
@@ -234,7 +232,6 @@ def test_the_drain_deadline_ends_what_is_left_and_exits_0(tmp_path: Path) -> Non
 # -- SIGHUP ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_sighup_reloads_the_tenants_under_load(tmp_path: Path) -> None:
     """alice calls without a pause all along and none of her calls fails. bob is
     removed while his slow grep runs: his token is refused from then on and his

@@ -164,7 +164,6 @@ def assert_each_closed(socks: list[socket.socket]) -> None:
 # -- connections ------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_half_sent_requests_never_crowd_out_a_real_call(strict: Server) -> None:
     loris = []
     try:
@@ -198,7 +197,6 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop(process)
 
 
-@pytest.mark.slow
 def test_idle_metrics_connections_never_crowd_out_a_real_call(metered: Server) -> None:
     """The metrics port needs no token: connections that never send a request there
     are closed as on /mcp, and neither the MCP endpoint nor a scrape runs short of
@@ -220,7 +218,6 @@ def test_idle_metrics_connections_never_crowd_out_a_real_call(metered: Server) -
     assert b"Too many open files" not in (metered.alice.parent / "stderr").read_bytes()
 
 
-@pytest.mark.slow
 def test_a_body_that_never_arrives_is_answered_408(strict: Server) -> None:
     request = json.dumps(call("write_file", {"path": "late.txt", "content": "x"})).encode()
     with socket.create_connection(("127.0.0.1", strict.port), timeout=SETTLE_S) as sock:
@@ -235,7 +232,6 @@ def test_a_body_that_never_arrives_is_answered_408(strict: Server) -> None:
     assert not (strict.alice / "late.txt").exists()
 
 
-@pytest.mark.slow
 def test_a_client_that_never_takes_its_answers_is_cut_off(strict: Server) -> None:
     (strict.alice / "big.txt").write_text(("z" * 99 + "\n") * 5_000)
     request = json.dumps(call("read_file", {"path": "big.txt", "limit": 5_000})).encode()

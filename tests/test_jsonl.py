@@ -39,7 +39,6 @@ def line(request_id: Any, tool: str, **arguments: Any) -> bytes:
     return json.dumps({"id": request_id, "tool": tool, "arguments": arguments}).encode()
 
 
-@pytest.mark.slow
 def test_thousand_pipelined_requests_come_back_matched_by_id(workspace: Path) -> None:
     for index in range(100):
         (workspace / f"f{index}.txt").write_text(f"file {index}\n")

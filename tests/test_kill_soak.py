@@ -26,7 +26,6 @@ def test_worker_killed_mid_call_tears_nothing(tmp_path: Path):
     assert outcomes["worker_crashed"] == 8
 
 
-@pytest.mark.slow
 def test_host_killed_mid_call_tears_nothing(tmp_path: Path):
     outcomes = kill_soak.host_kills(tmp_path / "ws", kills=2, seed=3)  # raises as above
     assert outcomes["kills"] == 2

@@ -21,7 +21,6 @@ from corral.sandbox import hub as hub_module
 from corral.sandbox.hub import Hub
 
 
-@pytest.mark.slow
 def test_closing_a_lane_waits_for_a_fork_that_holds_its_root_fds(
     ws: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import corral
 
 PACKAGE = Path(corral.__file__).parent
@@ -84,7 +82,6 @@ def test_no_module_imports_a_floor_above_its_own() -> None:
     assert upward == []
 
 
-@pytest.mark.slow
 def test_no_modules_import_each_other_in_a_circle() -> None:
     graph = imports()
     circles = [sorted(component) for component in strongly_connected(graph)

@@ -281,7 +281,6 @@ def test_raw_protocol_errors(workspace: Path) -> None:
     assert set(responses) == {None, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, "s"}
 
 
-@pytest.mark.slow
 def test_version_negotiation(workspace: Path) -> None:
     old = dict(INIT, params=dict(INIT["params"], protocolVersion="2024-11-05"))
     future = dict(INIT, id=1, params=dict(INIT["params"], protocolVersion="2099-01-01"))

@@ -5,7 +5,6 @@ the diff's common ends, found a block at a time, are the longest."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +32,6 @@ def by_lines(text: str, anchor: str, cursor: int) -> tuple[int, int] | None:
 @given(st.booleans(), st.lists(st.tuples(st.lists(st.sampled_from(PIECES), max_size=3),
                                          st.sampled_from(ENDINGS)), max_size=8),
        st.lists(st.sampled_from(PIECES), min_size=1, max_size=3), st.integers(0, 8))
-@pytest.mark.slow
 def test_exact_rung_agrees_with_the_lines(
     bom: bool, shape: list[tuple[list[str], str]], anchor_pieces: list[str], skip: int,
 ) -> None:

@@ -632,7 +632,6 @@ def _headers(files: tuple[FilePatch, ...]) -> list[tuple[str, str, str | None]]:
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_HEADER, min_size=1, max_size=4), st.sampled_from(["\n", "\r\n"]),
        st.booleans(), st.sampled_from(["", "  "]))
-@pytest.mark.slow
 def test_files_of_reads_the_headers_parse_patch_reads(
     sections: list[tuple[str, str, str, str | None, list[str]]], ending: str,
     heredoc: bool, pad: str,

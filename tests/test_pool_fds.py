@@ -54,7 +54,6 @@ with Pool() as pool:
 """
 
 
-@pytest.mark.slow
 def test_a_pool_opens_more_sandboxes_than_the_soft_limit_of_fds_allows(tmp_path: Path) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < SANDBOXES * FDS_PER_SANDBOX * 2:

@@ -18,7 +18,7 @@ ROUNDS = 13 * 20  # twenty calls of each tool; the script runs 20,000 rounds
 @pytest.mark.parametrize(
     ("level", "resolver"),
     [("inproc", "openat2"), ("inproc", "walk"),
-     pytest.param("sandbox", "auto", marks=pytest.mark.slow)],
+     ("sandbox", "auto")],
 )
 def test_every_tool_holds_under_a_rename_race(tmp_path: Path, level: str, resolver: str):
     outcomes = race_tools.race(tmp_path, level, ROUNDS, resolver)  # raises on any leak

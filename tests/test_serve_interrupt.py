@@ -52,7 +52,6 @@ def busy_worker(server: psutil.Process, deadline: float) -> list[psutil.Process]
 
 @pytest.mark.parametrize("warm", [False, True], ids=["first call", "later calls"])
 @pytest.mark.parametrize("face", FACES)
-@pytest.mark.slow
 def test_an_interrupted_server_exits_at_once_and_takes_its_processes(
     ws: Path, face: str, warm: bool,
 ) -> None:

@@ -110,7 +110,6 @@ print("builtins compiled:", _builtin_matcher.cache_info().currsize)
 """
 
 
-@pytest.mark.slow
 def test_corral_call_compiles_no_built_in_rules_in_its_own_process(workspace: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", CALL_AND_COUNT, str(workspace)],

@@ -68,7 +68,6 @@ def finish_on(server: Server, key: str, state: str) -> dict[str, Any]:
     return dict(json.loads(body))
 
 
-@pytest.mark.slow
 def test_a_round_begun_on_one_server_completes_on_another_given_the_same_key(top: Path) -> None:
     for one, other in two_servers(top, "--state-key-file", str(top / "state.key")):
         key, state = begin_on(one)
@@ -78,7 +77,6 @@ def test_a_round_begun_on_one_server_completes_on_another_given_the_same_key(top
         assert (top / "alice" / "approved.txt").read_text() == "yes\n"
 
 
-@pytest.mark.slow
 def test_without_the_key_another_server_refuses_the_state(top: Path) -> None:
     for one, other in two_servers(top):
         key, state = begin_on(one)

@@ -81,7 +81,6 @@ def test_a_template_that_cannot_even_import_its_entry_fails_the_start() -> None:
         launch_zygote("tests_no_such_entry_module", b"")
 
 
-@pytest.mark.slow
 def test_a_template_that_hangs_fails_the_start_saying_so_and_is_replaced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -235,7 +235,6 @@ def test_idle_workers_exit_and_come_back(tenants: tuple[Path, Path]) -> None:
         assert worker_pids(sa) and set(worker_pids(sa)).isdisjoint(first)
 
 
-@pytest.mark.slow
 def test_300_sandboxes_stay_within_max_workers(tmp_path: Path) -> None:
     max_workers = 6
     peak = 0
