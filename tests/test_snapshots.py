@@ -22,7 +22,6 @@ from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history.host import History
 from corral.history.snapshots import MAX_ANSWER_BYTES
-from corral.history.store import CHECKPOINT
 from corral.host.checkpoints import Checkpoints
 from tests.helpers.calls import ok
 from tests.helpers.history_helpers import snapshot
@@ -376,40 +375,3 @@ def test_a_forced_rewind_leaves_a_new_directory_holding_what_it_may_not_touch(
     assert (tree / "vendor" / "lib" / ".git" / "HEAD").exists()
     assert {"app", "vendor/lib"} <= set(forced["result"]["conflicts"])
     assert "app/main.py" in forced["result"]["removed"]  # what it covers goes
-
-
-def test_an_evicted_checkpoints_snapshot_is_never_used(tree: Path, tmp_path: Path) -> None:
-    """Eviction takes a checkpoint's record first; its manifest goes at the next
-    collect. Meanwhile the manifest is not the checkpoint's: a diff or a rewind to it
-    is refused, never answered from it."""
-    with Sandbox(tree, history=HistoryOptions(path=str(tmp_path / "hist"))) as sb:
-        cp = sb.checkpoint("soon evicted")
-        assert sb.history_path is not None
-        records = list(Path(sb.history_path).glob(f"**/{CHECKPOINT}{cp}*"))
-        assert records
-        for record in records:  # what the store's bounds do to an old checkpoint
-            record.unlink()
-        assert list(Path(sb.history_path).glob(f"m-{cp}*"))  # its manifest is still there
-        (tree / "src" / "app.py").write_text("changed\n")
-        with pytest.raises(CorralError) as caught:
-            sb.diff(cp)
-        assert caught.value.code == "not_found"
-        rewound = sb.rewind(cp, force=True)
-        assert not rewound["ok"], rewound
-        assert (tree / "src" / "app.py").read_text() == "changed\n"
-
-
-def test_the_room_a_rewind_makes_never_takes_its_own_target(tree: Path, tmp_path: Path) -> None:
-    """A rewind first snapshots the tree as it is; making room for that snapshot
-    drops old ones, but not the one it rewinds to (nor its blobs)."""
-    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=100_000)
-    with Sandbox(tree, history=options) as sb:
-        cp = sb.checkpoint("the target")
-        (tree / "src" / "app.py").write_text("edited behind corral's back\n")
-        (tree / "huge.bin").write_bytes(os.urandom(150_000))  # no snapshot can hold it
-        refused = sb.rewind(cp, force=True)
-        assert not refused["ok"] and refused["error"]["code"] == "too_large", refused
-        (tree / "huge.bin").unlink()
-        forced = sb.rewind(cp, force=True)
-        assert forced["ok"] and forced["result"]["restored"] == ["src/app.py"], forced
-        assert (tree / "src" / "app.py").read_text() == "print('app')\n"

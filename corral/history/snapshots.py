@@ -256,13 +256,11 @@ class Snapshots:
     # -- reading -----------------------------------------------------------
 
     def has(self, checkpoint_id: str) -> bool:
-        """Whether the checkpoint exists and has a snapshot."""
-        return is_id(checkpoint_id) and self._exists(f"{MANIFEST}{checkpoint_id}{COMMITTED}") \
-            and self._checkpointed(checkpoint_id)
-
-    def _exists(self, name: str) -> bool:
+        if not is_id(checkpoint_id):
+            return False
         try:
-            os.stat(name, dir_fd=self.home, follow_symlinks=False)
+            os.stat(f"{MANIFEST}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
+                    follow_symlinks=False)
         except OSError:
             return False
         return True
@@ -270,8 +268,8 @@ class Snapshots:
     def load(self, checkpoint_id: str) -> Manifest | None:
         """The manifest of a checkpoint (None: it has none, or it is gone with its
         checkpoint); CorralError io_error if it is not a valid one."""
-        if not is_id(checkpoint_id) or not self._checkpointed(checkpoint_id):
-            return None  # a manifest outlives its evicted checkpoint until collect()
+        if not is_id(checkpoint_id):
+            return None
         try:
             fd = os.open(f"{MANIFEST}{checkpoint_id}{COMMITTED}", _READ_FLAGS, dir_fd=self.home)
         except FileNotFoundError:
@@ -316,7 +314,12 @@ class Snapshots:
         return None
 
     def _checkpointed(self, checkpoint_id: str) -> bool:
-        return self._exists(f"{CHECKPOINT}{checkpoint_id}{COMMITTED}")
+        try:
+            os.stat(f"{CHECKPOINT}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
+                    follow_symlinks=False)
+        except OSError:
+            return False
+        return self.has(checkpoint_id)
 
     def _ids(self) -> list[str]:
         return [name[len(MANIFEST):-len(COMMITTED)] for name in os.listdir(self.home)
@@ -481,10 +484,10 @@ class Snapshots:
                         if entry.stat(follow_symlinks=False).st_mtime < horizon:
                             os.unlink(entry.name, dir_fd=self.work)
 
-    def drop_oldest(self, spared: str | None = None) -> bool:
-        """Make room: the oldest snapshot but `spared` (a rewind's target) goes (its
-        checkpoint stays, as one of corral's changes only). False if there is none."""
-        ids = sorted(i for i in self._ids() if i != spared)
+    def drop_oldest(self) -> bool:
+        """Make room: the oldest snapshot goes (its checkpoint stays, as one of corral's
+        changes only). False if there is none."""
+        ids = sorted(self._ids())
         if not ids:
             return False
         for fd in (self.home, self.kept):

@@ -72,12 +72,10 @@ class Checkpoints:
         with self._kept():
             return self._checkpoint(submit, label)
 
-    def _checkpoint(self, submit: Submit, label: str | None,
-                    spared: Manifest | None = None) -> str:
+    def _checkpoint(self, submit: Submit, label: str | None) -> str:
         """Snapshot the root, then the checkpoint that names it: a checkpoint that
         exists has its whole snapshot (a kill before leaves only what the next
-        checkpoint sweeps). Making room never takes `spared` (a rewind's target) or
-        its blobs."""
+        checkpoint sweeps)."""
         checkpoint_id = new_id()
         with self.history.locked():
             self.snaps.sweep_staged()
@@ -121,13 +119,10 @@ class Checkpoints:
                               "nothing was stored.") from None
         with self.history.locked():
             keep = {i.hash for i in items.values() if i.hash}
-            if spared is not None:
-                keep |= {i.hash for i in spared.items.values() if i.hash}
             need = sum(item.size for item, _ in staged)
             if self._room() < need:
                 self.snaps.collect(keep)
-                while self._room() < need and self.snaps.drop_oldest(
-                        spared.id if spared else None):
+                while self._room() < need and self.snaps.drop_oldest():
                     self.snaps.collect(keep)
             stored = self.snaps.take(staged, self._room())
             for item, _ in staged:  # now with the hashes the host took
@@ -220,8 +215,7 @@ class Checkpoints:
         `checkpoint`), and every blob the rewind may write is hashed before anything
         changes."""
         target = self._snapshot(checkpoint_id)
-        before = self._snapshot(self._checkpoint(submit, f"before rewind to {checkpoint_id}",
-                                                 target))
+        before = self._snapshot(self._checkpoint(submit, f"before rewind to {checkpoint_id}"))
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
         first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
