@@ -21,7 +21,6 @@ from corral.calls.messages import Answer, HistoryRequest
 from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history.host import History
-from corral.history.snapshots import MAX_ANSWER_BYTES
 from corral.host.checkpoints import Checkpoints
 from tests.helpers.calls import ok
 from tests.helpers.history_helpers import snapshot
@@ -192,8 +191,7 @@ def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
 
 
 @pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
-                                   "a file beneath a file", "a result it did not write",
-                                   "tiny objects", "a field of its own", "over the bound"])
+                                   "a file beneath a file", "a result it did not write"])
 def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> None:
     """What a worker answers is input: each forgery leaves no checkpoint and no blob."""
     history, checkpoints = _checkpoints(tree, tmp_path)
@@ -216,15 +214,7 @@ def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> Non
         if forge == "a file beneath a file":
             items.append([["a.txt/b", "dir", 0o755, 0, None, None, 1, 3, 0, 3, 4], None])
         answer = f"o-{token}.answer"
-        wire: dict[str, Any] = {"items": items, "removed": [], "skipped": []}
-        if forge == "tiny objects":  # untyped, ~20 bytes of Python a byte
-            wire["skipped"] = [{}] * 1_000_000
-        if forge == "a field of its own":
-            wire["more"] = 1
-        (work / answer).write_text(json.dumps(wire))
-        if forge == "over the bound":
-            with (work / answer).open("r+b") as file:
-                file.truncate(MAX_ANSWER_BYTES + 1)  # sparse: no disk
+        (work / answer).write_text(json.dumps({"items": items, "removed": [], "skipped": []}))
         if forge == "a result it did not write":
             answer = "o-0000.answer"
         return Answer(True, "history", {"answer": answer})

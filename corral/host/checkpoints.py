@@ -22,9 +22,7 @@ from corral.history.snapshots import (
     REASONS,
     Item,
     Manifest,
-    RestoreAnswer,
     Snapshots,
-    WalkAnswer,
     check_tree,
     item_from_wire,
     plain_path,
@@ -154,8 +152,7 @@ class Checkpoints:
             raise CorralError(str(error.get("code", "io_error")),
                               f"the snapshot failed: {error.get('message', 'no answer')}")
         try:
-            return self.snaps.answer(token, answer.result,
-                                     WalkAnswer if op == "snapshot_walk" else RestoreAnswer)
+            return self.snaps.answer(token, answer.result)
         except ValueError as exc:
             _drop(self.snaps, token)
             raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
@@ -292,7 +289,7 @@ def _changes(result: dict[str, Any], token: str | None) -> tuple[
     changed: list[tuple[Item, str | None]] = []
     seen: set[str] = set()
     for entry in items:
-        if type(entry) not in (list, tuple) or len(entry) != 2:
+        if type(entry) is not list or len(entry) != 2:
             raise ValueError("an item is [item, copy]")
         item, name = item_from_wire(entry[0], hashed=False), entry[1]
         if item.path in seen:
@@ -304,7 +301,7 @@ def _changes(result: dict[str, Any], token: str | None) -> tuple[
         changed.append((item, name))
     if not all(plain_path(p) for p in removed):
         raise ValueError("a removed path that is not plain")
-    shown = [(s[0], s[1]) for s in skipped if type(s) in (list, tuple) and len(s) == 2
+    shown = [(s[0], s[1]) for s in skipped if type(s) is list and len(s) == 2
              and plain_path(s[0]) and s[1] in REASONS]
     return changed, removed, shown
 
