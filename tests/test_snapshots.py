@@ -21,6 +21,7 @@ from corral.calls.messages import Answer, HistoryRequest
 from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history.host import History
+from corral.history.snapshot_answers import MAX_ANSWER_BYTES
 from corral.host.checkpoints import Checkpoints
 from tests.helpers.calls import ok
 from tests.helpers.history_helpers import snapshot
@@ -191,9 +192,12 @@ def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
 
 
 @pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
-                                   "a file beneath a file", "a result it did not write"])
+                                   "a file beneath a file", "a result it did not write",
+                                   "a count that is not one", "a field it does not have",
+                                   "a result over the bound"])
 def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> None:
-    """What a worker answers is input: each forgery leaves no checkpoint and no blob."""
+    """What a worker answers is input: each forgery leaves no checkpoint and no blob
+    (an answer is bounded before it is read, and decoded into its typed shape)."""
     history, checkpoints = _checkpoints(tree, tmp_path)
     assert history.work_path is not None
     work = Path(history.work_path)
@@ -214,7 +218,15 @@ def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> Non
         if forge == "a file beneath a file":
             items.append([["a.txt/b", "dir", 0o755, 0, None, None, 1, 3, 0, 3, 4], None])
         answer = f"o-{token}.answer"
-        (work / answer).write_text(json.dumps({"items": items, "removed": [], "skipped": []}))
+        told: dict[str, Any] = {"items": items, "removed": [], "skipped": [], "pending": [],
+                                "read_bytes": 5, "walked": 1}
+        if forge == "a count that is not one":
+            told["read_bytes"] = {"deep": [[[[1]]]]}
+        if forge == "a field it does not have":
+            told["more"] = ["x"] * 1000
+        # valid JSON (blanks first), just over the bound
+        pad = " " * (MAX_ANSWER_BYTES + 1) if forge == "a result over the bound" else ""
+        (work / answer).write_text(pad + json.dumps(told))
         if forge == "a result it did not write":
             answer = "o-0000.answer"
         return Answer(True, "history", {"answer": answer})

@@ -46,7 +46,6 @@ MANIFEST = "m-"
 OBJECT = "o-"
 PLAN = "p-"
 ANSWER = ".answer"  # o-<token>.answer: a worker's walk or restore, for the host
-MAX_ANSWER_BYTES = 1 << 30
 VERSION = 1
 HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 TYPES = ("file", "dir", "symlink")
@@ -321,31 +320,6 @@ class Snapshots:
                               "nothing was written.")
 
     # -- writing (under the store's lock) --------------------------------------------
-
-    def answer(self, token: str, told: Any) -> dict[str, Any]:
-        """The result a worker left in the work directory for the plan `token` (its
-        answer names the file); ValueError if there is none, or it is not one."""
-        name = f"{OBJECT}{token}{ANSWER}"
-        if told != {"answer": name}:
-            raise ValueError("the answer names no result of this plan")
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=self.work)
-        except OSError as exc:
-            raise ValueError(f"no result ({exc.strerror})") from None
-        try:
-            os.unlink(name, dir_fd=self.work)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ANSWER_BYTES:
-                raise ValueError("the result is not a file of a bounded size")
-            with os.fdopen(os.dup(fd), "rb") as file:
-                result = msgspec.json.decode(file.read())
-        except msgspec.DecodeError as exc:
-            raise ValueError(f"the result is not JSON ({exc})") from None
-        finally:
-            os.close(fd)
-        if type(result) is not dict:
-            raise ValueError("the result is not an object")
-        return result
 
     def write_plan(self, token: str, plan: dict[str, Any]) -> str:
         name = f"{PLAN}{token}{COMMITTED}"
