@@ -377,3 +377,39 @@ def test_a_forced_rewind_leaves_a_new_directory_holding_what_it_may_not_touch(
     assert (tree / "vendor" / "lib" / ".git" / "HEAD").exists()
     assert {"app", "vendor/lib"} <= set(forced["result"]["conflicts"])
     assert "app/main.py" in forced["result"]["removed"]  # what it covers goes
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_copy_the_worker_changes_after_the_host_hashed_it_is_not_what_is_stored(
+        tree: Path, tmp_path: Path, shared: bool) -> None:
+    """The worker may still hold its staged copy open: the host stores a copy of its
+    own, and a blob of that hash there already (`shared`) is kept, never replaced."""
+    history, checkpoints = _checkpoints(tree, tmp_path)
+    assert history.work_path is not None
+    work = Path(history.work_path)
+    held: list[int] = []
+
+    def answer(request: HistoryRequest) -> Answer:
+        token = json.loads(next(Path(history.path).glob("k-*/p-*.json")).read_text())["token"]
+        name = f"o-{token}-0"
+        (work / name).write_bytes(b"12345")
+        held.append(os.open(work / name, os.O_WRONLY))  # kept, as a compromised worker may
+        item = ["a.txt", "file", 0o644, 5, None, None, 1, len(held), 5, 3, 4]
+        (work / f"o-{token}.answer").write_text(json.dumps({
+            "items": [[item, name]], "removed": [], "skipped": [], "pending": [],
+            "read_bytes": 5, "walked": 1}))
+        return Answer(True, "history", {"answer": f"o-{token}.answer"})
+
+    try:
+        if shared:
+            checkpoints.checkpoint(answer, "first")
+        checkpoints.checkpoint(answer, "second")
+        for fd in held:  # the worker writes through its copy, after the host took it
+            os.pwrite(fd, b"XXXXX", 0)
+        blob, = Path(history.path).glob("k-*/o-*")
+        assert blob.read_bytes() == b"12345"
+    finally:
+        for fd in held:
+            os.close(fd)
+        checkpoints.close()
+        history.close()
