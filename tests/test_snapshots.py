@@ -413,3 +413,20 @@ def test_a_copy_the_worker_changes_after_the_host_hashed_it_is_not_what_is_store
             os.close(fd)
         checkpoints.close()
         history.close()
+
+
+def test_forced_rewinds_over_rewinds_that_removed_the_same_directory(tree: Path) -> None:
+    """Each forced rewind removed a directory made behind corral's back; the third
+    one's record pass puts the second's removal back, then finds that directory in
+    the way of taking back the first's. The snapshot pass, which walks the tree
+    after it, removes it: not a conflict (it was, in the crash test's rounds)."""
+    before = _tracked(tree)
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        for round_ in range(3):
+            if round_ < 2:
+                (tree / "fresh").mkdir()
+                (tree / "fresh" / "n.txt").write_text(f"round {round_}\n")
+            forced = sb.rewind(cp, force=True)
+            assert forced["ok"] and forced["result"]["conflicts"] == [], forced["result"]
+            assert _tracked(tree) == before

@@ -7,16 +7,18 @@ what something other than corral changed too.
                                        read it to walk incrementally and to diff
     <store>/k-<root>/o-<hash>          a file's bytes, content-addressed, stored once
     <store>/k-<root>/p-<id>.json       a walk's or a restore's instructions (host's)
+    <store>/k-<root>/t-o-<token>-<n>   the host's copy of a worker's, before it is linked
     <store>/w-.../o-<token>-<n>        a changed file a worker copied for the host
 
 A worker walks the root and copies every file whose stat identity (device, inode,
 size, mtime_ns, ctime_ns, mode) differs from the base manifest's into its work
 directory; the host copies each into a file of its own (what the worker says, and
 its copy, are input), hashing as it copies, links that under its hash unless that
-blob is there already, and writes the manifest, then the checkpoint (history.host.History.checkpoint): a
-checkpoint that exists has its whole manifest. A manifest is checked when it is
-read (shape, paths plainly beneath the root, hashes), and every blob a rewind
-needs is hashed again before anything is written.
+blob is there already, and writes the manifest, then the checkpoint
+(history.host.History.checkpoint): a checkpoint that exists has its whole
+manifest. A manifest is checked when it is read (shape, paths plainly beneath the
+root, hashes), and every blob a rewind needs is hashed again before anything is
+written.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from corral.calls.messages import Answer, HistoryRequest, Meta
@@ -233,8 +234,7 @@ class Checkpoints:
             return Answer(False, "rewind", None, None, {
                 "code": code, "message": "corral's changes were taken back; the rest "
                 f"failed: {message}"}, Meta(history_ids=ids))
-        domain = target.items.keys() | before.items.keys()
-        result = _merged(first.result, second, target, before.id, domain)
+        result = _merged(first.result, second, target, before.id)
         ids += tuple(second.records)
         return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
 
@@ -246,10 +246,21 @@ def _differing(now: Manifest, then: Manifest) -> list[Item]:
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
-            before: str, domain: Set[str]) -> dict[str, Any]:
-    """One result of the two passes. A path of the snapshot that the record pass left
-    alone is the snapshot pass's to decide (it may have brought it back, or found it
-    as it was); one outside it (ignored, another root) stays a conflict."""
+            before: str) -> dict[str, Any]:
+    """One result of the two passes. A path of the workspace root that the record
+    pass left alone is the snapshot pass's to decide: it walked the tree after the
+    record pass and brought back, removed or found as it was each path there. That
+    holds for a path in neither snapshot too: one the record pass made again on its
+    way back through older changes (an older rewind's removed directory, put back as
+    a newer one's change is taken back) and then could not take further. One the
+    snapshot pass leaves out (ignored, denied, beneath such) or of another root
+    stays a conflict."""
+    left_out = set(second.left_out)
+
+    def decided(path: str) -> bool:
+        return plain_path(path) and path not in left_out and not any(
+            up in left_out for up in _ancestors(path))
+
     def strings(key: str) -> list[str]:
         value = first.get(key)
         return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
@@ -257,7 +268,7 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
     removed = list(dict.fromkeys(strings("removed") + second.removed))
     restored = list(dict.fromkeys(strings("restored") + second.restored + second.removed))
     conflicts = list(dict.fromkeys(
-        [p for p in strings("conflicts") if p not in domain] + second.conflicts))
+        [p for p in strings("conflicts") if not decided(p)] + second.conflicts))
     reasons = {**second.reasons, **(first.get("reasons") or {})}
     links = list(first.get("links_not_restored") or [])
     skipped: list[dict[str, str]] = []
@@ -274,6 +285,11 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
             "records": strings("records") + second.records,
             # the record pass's deleted links, for the host to make (relink.remake_links)
             **({"links": first["links"]} if isinstance(first.get("links"), list) else {})}
+
+
+def _ancestors(path: str) -> Iterator[str]:
+    while (path := posixpath.dirname(path)):
+        yield path
 
 
 def _changes(result: WalkAnswer, token: str | None) -> tuple[
