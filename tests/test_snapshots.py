@@ -430,3 +430,44 @@ def test_forced_rewinds_over_rewinds_that_removed_the_same_directory(tree: Path)
             forced = sb.rewind(cp, force=True)
             assert forced["ok"] and forced["result"]["conflicts"] == [], forced["result"]
             assert _tracked(tree) == before
+
+
+def test_a_checkpoint_the_bounds_evicted_is_not_rewound_to_nor_diffed(
+        tree: Path, tmp_path: Path) -> None:
+    store = tmp_path / "hist"
+    with Sandbox(tree, history=HistoryOptions(path=str(store))) as sb:
+        old = sb.checkpoint("old")
+        for n in range(2):
+            ok(sb, "write_file", path="big.txt", content=f"{n}" * 200_000)
+        live = sb.checkpoint("newest")
+    (tree / "src" / "app.py").write_text("other\n")
+    changed = _tracked(tree)
+    # reopened within bounds that evict the oldest records and checkpoints
+    with Sandbox(tree, history=HistoryOptions(path=str(store), max_bytes=150_000)) as sb:
+        assert [e["id"] for e in sb.history() if e["action"] == "checkpoint"] == [live]
+        assert sb.history_path is not None  # its manifest stays until a checkpoint collects it
+        assert (Path(sb.history_path) / f"m-{old}.json").exists()
+        rewound = sb.rewind(old, force=True)
+        assert not rewound["ok"] and rewound["error"]["code"] == "not_found", rewound
+        assert "evicted" in rewound["error"]["message"]
+        with pytest.raises(CorralError, match="evicted"):
+            sb.diff(old)
+        assert _tracked(tree) == changed  # nothing written, no checkpoint made
+        assert [e["id"] for e in sb.history() if e["action"] == "checkpoint"] == [live]
+        assert sb.diff(live)["changed"] == [{"path": "src/app.py", "by": "other"}]
+
+
+def test_a_rewinds_own_snapshot_does_not_evict_the_one_it_rewinds_to(
+        tree: Path, tmp_path: Path) -> None:
+    """The snapshot a rewind makes first may drop older snapshots for room, never its
+    target's: without room it is refused, nothing written."""
+    (tree / "data.bin").write_bytes(os.urandom(60_000))
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=100_000)
+    with Sandbox(tree, history=options) as sb:
+        cp = sb.checkpoint()
+        (tree / "data.bin").write_bytes(os.urandom(60_000))
+        changed = _tracked(tree)
+        refused = sb.rewind(cp, force=True)
+        assert not refused["ok"] and refused["error"]["code"] == "too_large", refused
+        assert _tracked(tree) == changed
+        assert sb.diff(cp)["changed"] == [{"path": "data.bin", "by": "other"}]

@@ -223,10 +223,20 @@ class Snapshots:
     # -- reading -----------------------------------------------------------
 
     def has(self, checkpoint_id: str) -> bool:
+        """A snapshot of a checkpoint that is still in the history."""
+        return self._there(CHECKPOINT, checkpoint_id) and self._there(MANIFEST, checkpoint_id)
+
+    def evicted(self, checkpoint_id: str) -> bool:
+        """A snapshot whose checkpoint the store's bounds evicted (or a killed host
+        never wrote): it is no one's, and the next collect removes it."""
+        return self._there(MANIFEST, checkpoint_id) and not self._there(
+            CHECKPOINT, checkpoint_id)
+
+    def _there(self, prefix: str, checkpoint_id: str) -> bool:
         if not is_id(checkpoint_id):
             return False
         try:
-            os.stat(f"{MANIFEST}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
+            os.stat(f"{prefix}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
                     follow_symlinks=False)
         except OSError:
             return False
@@ -234,8 +244,9 @@ class Snapshots:
 
     def load(self, checkpoint_id: str) -> Manifest | None:
         """The manifest of a checkpoint (None: it has none, or it is gone with its
-        checkpoint); CorralError io_error if it is not a valid one."""
-        if not is_id(checkpoint_id):
+        checkpoint, or its checkpoint is: evicted); CorralError io_error if it is not
+        a valid one."""
+        if not self._there(CHECKPOINT, checkpoint_id):
             return None
         try:
             fd = os.open(f"{MANIFEST}{checkpoint_id}{COMMITTED}", _READ_FLAGS, dir_fd=self.home)
@@ -259,8 +270,7 @@ class Snapshots:
                               "written.") from None
         finally:
             os.close(fd)
-        if self._checkpointed(checkpoint_id):
-            self._last, self._seen = manifest, seen
+        self._last, self._seen = manifest, seen
         return manifest
 
     def identity(self, checkpoint_id: str) -> list[int]:
@@ -272,21 +282,13 @@ class Snapshots:
 
     def newest(self) -> Manifest | None:
         """The newest manifest whose checkpoint still exists: the base of the next
-        walk (a file it lists unchanged is not read again). A damaged one: none."""
+        walk (a file it lists unchanged is not read again; the new manifest takes
+        its items). An evicted or damaged one is passed over."""
         for checkpoint_id in sorted(self._ids(), reverse=True):
-            if self._checkpointed(checkpoint_id):
-                with contextlib.suppress(CorralError):
-                    return self.load(checkpoint_id)
-                return None
+            with contextlib.suppress(CorralError):
+                if (manifest := self.load(checkpoint_id)) is not None:
+                    return manifest
         return None
-
-    def _checkpointed(self, checkpoint_id: str) -> bool:
-        try:
-            os.stat(f"{CHECKPOINT}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
-                    follow_symlinks=False)
-        except OSError:
-            return False
-        return self.has(checkpoint_id)
 
     def _ids(self) -> list[str]:
         return [name[len(MANIFEST):-len(COMMITTED)] for name in os.listdir(self.home)
@@ -451,10 +453,10 @@ class Snapshots:
                         if entry.stat(follow_symlinks=False).st_mtime < horizon:
                             os.unlink(entry.name, dir_fd=self.work)
 
-    def drop_oldest(self) -> bool:
-        """Make room: the oldest snapshot goes (its checkpoint stays, as one of corral's
-        changes only). False if there is none."""
-        ids = sorted(self._ids())
+    def drop_oldest(self, spare: str | None = None) -> bool:
+        """Make room: the oldest snapshot but `spare` (a rewind's target) goes (its
+        checkpoint stays, as one of corral's changes only). False if there is none."""
+        ids = sorted(i for i in self._ids() if i != spare)
         if not ids:
             return False
         for fd in (self.home, self.kept):
@@ -471,7 +473,7 @@ class Snapshots:
         live = set(keep)
         for checkpoint_id in self._ids():
             name = f"{MANIFEST}{checkpoint_id}{COMMITTED}"
-            if not self._checkpointed(checkpoint_id):
+            if not self._there(CHECKPOINT, checkpoint_id):
                 for fd in (self.home, self.kept):
                     with contextlib.suppress(OSError):
                         os.unlink(name, dir_fd=fd)

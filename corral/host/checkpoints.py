@@ -65,7 +65,9 @@ class Checkpoints:
             self.snaps.kept = -1
 
     def has(self, checkpoint_id: str) -> bool:
-        return self.snaps.has(checkpoint_id)
+        """A snapshot of that checkpoint is there: a rewind to it is this class's (of
+        one the store's bounds evicted too: it refuses it, clearly)."""
+        return self.snaps.has(checkpoint_id) or self.snaps.evicted(checkpoint_id)
 
     # -- checkpoint ------------------------------------------------------------
 
@@ -73,10 +75,11 @@ class Checkpoints:
         with self._kept():
             return self._checkpoint(submit, label)
 
-    def _checkpoint(self, submit: Submit, label: str | None) -> str:
+    def _checkpoint(self, submit: Submit, label: str | None, spare: str | None = None) -> str:
         """Snapshot the root, then the checkpoint that names it: a checkpoint that
         exists has its whole snapshot (a kill before leaves only what the next
-        checkpoint sweeps)."""
+        checkpoint sweeps). Room is made by dropping the oldest snapshots, never
+        `spare`'s (the rewind this snapshot comes before needs it)."""
         checkpoint_id = new_id()
         with self.history.locked():
             self.snaps.sweep_staged()
@@ -122,7 +125,7 @@ class Checkpoints:
             need = sum(item.size for item, _ in staged)
             if self._room() < need:
                 self.snaps.collect(keep)
-                while self._room() < need and self.snaps.drop_oldest():
+                while self._room() < need and self.snaps.drop_oldest(spare):
                     self.snaps.collect(keep)
             stored = self.snaps.take(staged, self._room())
             for item, _ in staged:  # now with the hashes the host took
@@ -198,6 +201,10 @@ class Checkpoints:
 
     def _snapshot(self, checkpoint_id: str) -> Manifest:
         manifest = self.snaps.load(checkpoint_id)
+        if manifest is None and self.snaps.evicted(checkpoint_id):
+            raise CorralError("not_found", f"the checkpoint {checkpoint_id!r} was evicted "
+                              "from the history (its max_bytes or max_age_days), and its "
+                              "snapshot with it; nothing was written.")
         if manifest is None:
             raise CorralError("not_found", f"there is no snapshot of {checkpoint_id!r} in the "
                               "history (a checkpoint made with [history] snapshots = true).")
@@ -216,7 +223,8 @@ class Checkpoints:
         `checkpoint`), and every blob the rewind may write is hashed before anything
         changes."""
         target = self._snapshot(checkpoint_id)
-        before = self._snapshot(self._checkpoint(submit, f"before rewind to {checkpoint_id}"))
+        before = self._snapshot(self._checkpoint(
+            submit, f"before rewind to {checkpoint_id}", spare=checkpoint_id))
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
         first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
