@@ -21,6 +21,7 @@ from corral.calls.messages import Answer, HistoryRequest
 from corral.config import HistoryOptions
 from corral.errors import CorralError
 from corral.history.host import History
+from corral.history.snapshot_answers import MAX_ANSWER_BYTES
 from corral.host.checkpoints import Checkpoints
 from tests.helpers.calls import ok
 from tests.helpers.history_helpers import snapshot
@@ -191,9 +192,12 @@ def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
 
 
 @pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
-                                   "a file beneath a file", "a result it did not write"])
+                                   "a file beneath a file", "a result it did not write",
+                                   "a count that is not one", "a field it does not have",
+                                   "a result over the bound"])
 def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> None:
-    """What a worker answers is input: each forgery leaves no checkpoint and no blob."""
+    """What a worker answers is input: each forgery leaves no checkpoint and no blob
+    (an answer is bounded before it is read, and decoded into its typed shape)."""
     history, checkpoints = _checkpoints(tree, tmp_path)
     assert history.work_path is not None
     work = Path(history.work_path)
@@ -214,7 +218,15 @@ def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> Non
         if forge == "a file beneath a file":
             items.append([["a.txt/b", "dir", 0o755, 0, None, None, 1, 3, 0, 3, 4], None])
         answer = f"o-{token}.answer"
-        (work / answer).write_text(json.dumps({"items": items, "removed": [], "skipped": []}))
+        told: dict[str, Any] = {"items": items, "removed": [], "skipped": [], "pending": [],
+                                "read_bytes": 5, "walked": 1}
+        if forge == "a count that is not one":
+            told["read_bytes"] = {"deep": [[[[1]]]]}
+        if forge == "a field it does not have":
+            told["more"] = ["x"] * 1000
+        # valid JSON (blanks first), just over the bound
+        pad = " " * (MAX_ANSWER_BYTES + 1) if forge == "a result over the bound" else ""
+        (work / answer).write_text(pad + json.dumps(told))
         if forge == "a result it did not write":
             answer = "o-0000.answer"
         return Answer(True, "history", {"answer": answer})
@@ -365,3 +377,97 @@ def test_a_forced_rewind_leaves_a_new_directory_holding_what_it_may_not_touch(
     assert (tree / "vendor" / "lib" / ".git" / "HEAD").exists()
     assert {"app", "vendor/lib"} <= set(forced["result"]["conflicts"])
     assert "app/main.py" in forced["result"]["removed"]  # what it covers goes
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_copy_the_worker_changes_after_the_host_hashed_it_is_not_what_is_stored(
+        tree: Path, tmp_path: Path, shared: bool) -> None:
+    """The worker may still hold its staged copy open: the host stores a copy of its
+    own, and a blob of that hash there already (`shared`) is kept, never replaced."""
+    history, checkpoints = _checkpoints(tree, tmp_path)
+    assert history.work_path is not None
+    work = Path(history.work_path)
+    held: list[int] = []
+
+    def answer(request: HistoryRequest) -> Answer:
+        token = json.loads(next(Path(history.path).glob("k-*/p-*.json")).read_text())["token"]
+        name = f"o-{token}-0"
+        (work / name).write_bytes(b"12345")
+        held.append(os.open(work / name, os.O_WRONLY))  # kept, as a compromised worker may
+        item = ["a.txt", "file", 0o644, 5, None, None, 1, len(held), 5, 3, 4]
+        (work / f"o-{token}.answer").write_text(json.dumps({
+            "items": [[item, name]], "removed": [], "skipped": [], "pending": [],
+            "read_bytes": 5, "walked": 1}))
+        return Answer(True, "history", {"answer": f"o-{token}.answer"})
+
+    try:
+        if shared:
+            checkpoints.checkpoint(answer, "first")
+        checkpoints.checkpoint(answer, "second")
+        for fd in held:  # the worker writes through its copy, after the host took it
+            os.pwrite(fd, b"XXXXX", 0)
+        blob, = Path(history.path).glob("k-*/o-*")
+        assert blob.read_bytes() == b"12345"
+    finally:
+        for fd in held:
+            os.close(fd)
+        checkpoints.close()
+        history.close()
+
+
+def test_forced_rewinds_over_rewinds_that_removed_the_same_directory(tree: Path) -> None:
+    """Each forced rewind removed a directory made behind corral's back; the third
+    one's record pass puts the second's removal back, then finds that directory in
+    the way of taking back the first's. The snapshot pass, which walks the tree
+    after it, removes it: not a conflict (it was, in the crash test's rounds)."""
+    before = _tracked(tree)
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        for round_ in range(3):
+            if round_ < 2:
+                (tree / "fresh").mkdir()
+                (tree / "fresh" / "n.txt").write_text(f"round {round_}\n")
+            forced = sb.rewind(cp, force=True)
+            assert forced["ok"] and forced["result"]["conflicts"] == [], forced["result"]
+            assert _tracked(tree) == before
+
+
+def test_a_checkpoint_the_bounds_evicted_is_not_rewound_to_nor_diffed(
+        tree: Path, tmp_path: Path) -> None:
+    store = tmp_path / "hist"
+    with Sandbox(tree, history=HistoryOptions(path=str(store))) as sb:
+        old = sb.checkpoint("old")
+        for n in range(2):
+            ok(sb, "write_file", path="big.txt", content=f"{n}" * 200_000)
+        live = sb.checkpoint("newest")
+    (tree / "src" / "app.py").write_text("other\n")
+    changed = _tracked(tree)
+    # reopened within bounds that evict the oldest records and checkpoints
+    with Sandbox(tree, history=HistoryOptions(path=str(store), max_bytes=150_000)) as sb:
+        assert [e["id"] for e in sb.history() if e["action"] == "checkpoint"] == [live]
+        assert sb.history_path is not None  # its manifest stays until a checkpoint collects it
+        assert (Path(sb.history_path) / f"m-{old}.json").exists()
+        rewound = sb.rewind(old, force=True)
+        assert not rewound["ok"] and rewound["error"]["code"] == "not_found", rewound
+        assert "evicted" in rewound["error"]["message"]
+        with pytest.raises(CorralError, match="evicted"):
+            sb.diff(old)
+        assert _tracked(tree) == changed  # nothing written, no checkpoint made
+        assert [e["id"] for e in sb.history() if e["action"] == "checkpoint"] == [live]
+        assert sb.diff(live)["changed"] == [{"path": "src/app.py", "by": "other"}]
+
+
+def test_a_rewinds_own_snapshot_does_not_evict_the_one_it_rewinds_to(
+        tree: Path, tmp_path: Path) -> None:
+    """The snapshot a rewind makes first may drop older snapshots for room, never its
+    target's: without room it is refused, nothing written."""
+    (tree / "data.bin").write_bytes(os.urandom(60_000))
+    options = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=100_000)
+    with Sandbox(tree, history=options) as sb:
+        cp = sb.checkpoint()
+        (tree / "data.bin").write_bytes(os.urandom(60_000))
+        changed = _tracked(tree)
+        refused = sb.rewind(cp, force=True)
+        assert not refused["ok"] and refused["error"]["code"] == "too_large", refused
+        assert _tracked(tree) == changed
+        assert sb.diff(cp)["changed"] == [{"path": "data.bin", "by": "other"}]

@@ -91,15 +91,6 @@ def test_a_worker_killed_during_a_checkpoint_leaves_a_whole_one_or_none(
     assert snapshot(workspace) == before
 
 
-def _known_in_the_way(rewound: dict[str, Any]) -> None:
-    """Known, open: a kill at some instants of a forced rewind leaves a directory
-    the rewinds removed and others made again both recorded as removed and in the
-    tree, and a later rewind's record pass then finds it in the way."""
-    reasons = rewound["result"]["reasons"] if rewound["ok"] else {}
-    if reasons and all(r.endswith(": already exists.") for r in reasons.values()):
-        pytest.xfail(f"a killed rewind's directory in the way: {reasons}")
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_worker_killed_during_a_rewind_all_before_or_all_after(
     workspace: Path, seed: int
@@ -127,11 +118,9 @@ def test_a_worker_killed_during_a_rewind_all_before_or_all_after(
         if not killed["ok"] and made:
             # all before: the rewind's own checkpoint takes the tree back as it was
             back = sb.rewind(made[0], force=True)
-            _known_in_the_way(back)
             assert back["ok"] and back["result"]["conflicts"] == [], back["result"]["reasons"]
             assert snapshot(workspace) == changed
         again = sb.rewind(cp, force=True)  # all after
-        _known_in_the_way(again)
         assert again["ok"] and again["result"]["conflicts"] == [], again["result"]["reasons"]
     assert snapshot(workspace) == at_checkpoint
 

@@ -7,16 +7,18 @@ what something other than corral changed too.
                                        read it to walk incrementally and to diff
     <store>/k-<root>/o-<hash>          a file's bytes, content-addressed, stored once
     <store>/k-<root>/p-<id>.json       a walk's or a restore's instructions (host's)
+    <store>/k-<root>/t-o-<token>-<n>   the host's copy of a worker's, before it is linked
     <store>/w-.../o-<token>-<n>        a changed file a worker copied for the host
 
 A worker walks the root and copies every file whose stat identity (device, inode,
 size, mtime_ns, ctime_ns, mode) differs from the base manifest's into its work
-directory; the host hashes each copy itself (what the worker says is input),
-moves it into the kept directory under its hash unless that blob is there already,
-and writes the manifest, then the checkpoint (history.host.History.checkpoint): a
-checkpoint that exists has its whole manifest. A manifest is checked when it is
-read (shape, paths plainly beneath the root, hashes), and every blob a rewind
-needs is hashed again before anything is written.
+directory; the host copies each into a file of its own (what the worker says, and
+its copy, are input), hashing as it copies, links that under its hash unless that
+blob is there already, and writes the manifest, then the checkpoint
+(history.host.History.checkpoint): a checkpoint that exists has its whole
+manifest. A manifest is checked when it is read (shape, paths plainly beneath the
+root, hashes), and every blob a rewind needs is hashed again before anything is
+written.
 """
 
 from __future__ import annotations
@@ -40,13 +42,12 @@ try:  # hashlib's own blake2b, without hashlib loading OpenSSL into the zygote
 except ImportError:  # pragma: no cover - a Python built without it
     from hashlib import blake2b
 from corral.history.records import is_id
-from corral.history.store import CHECKPOINT, COMMITTED, publish
+from corral.history.store import CHECKPOINT, COMMITTED, TEMP, publish, remove_temps
 
 MANIFEST = "m-"
 OBJECT = "o-"
 PLAN = "p-"
 ANSWER = ".answer"  # o-<token>.answer: a worker's walk or restore, for the host
-MAX_ANSWER_BYTES = 1 << 30
 VERSION = 1
 HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 TYPES = ("file", "dir", "symlink")
@@ -58,6 +59,7 @@ MAX_SKIPPED_SHOWN = 1000  # a manifest keeps at most this many skipped paths, to
 _CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class Item(NamedTuple):
@@ -221,10 +223,20 @@ class Snapshots:
     # -- reading -----------------------------------------------------------
 
     def has(self, checkpoint_id: str) -> bool:
+        """A snapshot of a checkpoint that is still in the history."""
+        return self._there(CHECKPOINT, checkpoint_id) and self._there(MANIFEST, checkpoint_id)
+
+    def evicted(self, checkpoint_id: str) -> bool:
+        """A snapshot whose checkpoint the store's bounds evicted (or a killed host
+        never wrote): it is no one's, and the next collect removes it."""
+        return self._there(MANIFEST, checkpoint_id) and not self._there(
+            CHECKPOINT, checkpoint_id)
+
+    def _there(self, prefix: str, checkpoint_id: str) -> bool:
         if not is_id(checkpoint_id):
             return False
         try:
-            os.stat(f"{MANIFEST}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
+            os.stat(f"{prefix}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
                     follow_symlinks=False)
         except OSError:
             return False
@@ -232,8 +244,9 @@ class Snapshots:
 
     def load(self, checkpoint_id: str) -> Manifest | None:
         """The manifest of a checkpoint (None: it has none, or it is gone with its
-        checkpoint); CorralError io_error if it is not a valid one."""
-        if not is_id(checkpoint_id):
+        checkpoint, or its checkpoint is: evicted); CorralError io_error if it is not
+        a valid one."""
+        if not self._there(CHECKPOINT, checkpoint_id):
             return None
         try:
             fd = os.open(f"{MANIFEST}{checkpoint_id}{COMMITTED}", _READ_FLAGS, dir_fd=self.home)
@@ -257,8 +270,7 @@ class Snapshots:
                               "written.") from None
         finally:
             os.close(fd)
-        if self._checkpointed(checkpoint_id):
-            self._last, self._seen = manifest, seen
+        self._last, self._seen = manifest, seen
         return manifest
 
     def identity(self, checkpoint_id: str) -> list[int]:
@@ -270,21 +282,13 @@ class Snapshots:
 
     def newest(self) -> Manifest | None:
         """The newest manifest whose checkpoint still exists: the base of the next
-        walk (a file it lists unchanged is not read again). A damaged one: none."""
+        walk (a file it lists unchanged is not read again; the new manifest takes
+        its items). An evicted or damaged one is passed over."""
         for checkpoint_id in sorted(self._ids(), reverse=True):
-            if self._checkpointed(checkpoint_id):
-                with contextlib.suppress(CorralError):
-                    return self.load(checkpoint_id)
-                return None
+            with contextlib.suppress(CorralError):
+                if (manifest := self.load(checkpoint_id)) is not None:
+                    return manifest
         return None
-
-    def _checkpointed(self, checkpoint_id: str) -> bool:
-        try:
-            os.stat(f"{CHECKPOINT}{checkpoint_id}{COMMITTED}", dir_fd=self.home,
-                    follow_symlinks=False)
-        except OSError:
-            return False
-        return self.has(checkpoint_id)
 
     def _ids(self) -> list[str]:
         return [name[len(MANIFEST):-len(COMMITTED)] for name in os.listdir(self.home)
@@ -322,31 +326,6 @@ class Snapshots:
 
     # -- writing (under the store's lock) --------------------------------------------
 
-    def answer(self, token: str, told: Any) -> dict[str, Any]:
-        """The result a worker left in the work directory for the plan `token` (its
-        answer names the file); ValueError if there is none, or it is not one."""
-        name = f"{OBJECT}{token}{ANSWER}"
-        if told != {"answer": name}:
-            raise ValueError("the answer names no result of this plan")
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=self.work)
-        except OSError as exc:
-            raise ValueError(f"no result ({exc.strerror})") from None
-        try:
-            os.unlink(name, dir_fd=self.work)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ANSWER_BYTES:
-                raise ValueError("the result is not a file of a bounded size")
-            with os.fdopen(os.dup(fd), "rb") as file:
-                result = msgspec.json.decode(file.read())
-        except msgspec.DecodeError as exc:
-            raise ValueError(f"the result is not JSON ({exc})") from None
-        finally:
-            os.close(fd)
-        if type(result) is not dict:
-            raise ValueError("the result is not an object")
-        return result
-
     def write_plan(self, token: str, plan: dict[str, Any]) -> str:
         name = f"{PLAN}{token}{COMMITTED}"
         if not publish(self.kept, name, msgspec.json.encode(plan)):
@@ -358,19 +337,25 @@ class Snapshots:
             os.unlink(name, dir_fd=self.kept)
 
     def take(self, staged: list[tuple[Item, str]], room: int) -> int:
-        """Hash each copy a worker staged (item without its hash, the copy's name in
-        the work directory), check it is the item's size, and move it into the kept
-        directory under its hash (dropped where that blob is there already). Refused
-        (too_large, nothing taken) if the new blobs are more than `room` bytes.
-        Returns the bytes added; the items come back with their hashes in place."""
-        hashed: list[tuple[int, str, str]] = []  # (index, name, hash)
+        """Copy each file a worker staged (item without its hash, the copy's name in
+        the work directory) into a file of the host's own in the kept directory,
+        hashing the bytes as they are copied, and link that under its hash: what is
+        stored is exactly what was hashed, whatever the worker does to its copy
+        meanwhile, and a blob there already is kept (the new copy dropped), never
+        replaced. Refused (too_large, nothing taken) if the new blobs are more than
+        `room` bytes. Returns the bytes added; the items come back with their hashes."""
+        taken: list[tuple[int, str | None, str]] = []  # (index, host's copy to link, hash)
         new: dict[str, int] = {}
         try:
             for index, (item, name) in enumerate(staged):
-                digest = self._hash_staged(item, name)
-                hashed.append((index, name, digest))
-                if digest not in new and not self._present(digest):
+                ours = f"{TEMP}{name}"
+                digest = self._copy_staged(item, name, ours)
+                if digest in new or self._present(digest):
+                    os.unlink(ours, dir_fd=self.kept)
+                    taken.append((index, None, digest))
+                else:
                     new[digest] = item.size
+                    taken.append((index, ours, digest))
             added = sum(new.values())
             if added > room:
                 raise CorralError(
@@ -378,11 +363,15 @@ class Snapshots:
                     f"store, which has room for {max(room, 0)} within [history] max_bytes; "
                     "nothing was stored (raise max_bytes, or add what need not come back "
                     "to [history] snapshot_ignore).")
-            for index, name, digest in hashed:
-                staged[index] = (staged[index][0]._replace(hash=digest), name)
+            for index, copy, digest in taken:
+                staged[index] = (staged[index][0]._replace(hash=digest), staged[index][1])
+                if copy is None:
+                    continue
                 try:
-                    os.rename(name, f"{OBJECT}{digest}", src_dir_fd=self.work,
-                              dst_dir_fd=self.kept)
+                    os.link(copy, f"{OBJECT}{digest}", src_dir_fd=self.kept,
+                            dst_dir_fd=self.kept, follow_symlinks=False)
+                except FileExistsError:
+                    pass  # a blob of that hash is there: it stays
                 except OSError as exc:
                     raise CorralError("io_error", "the history store cannot be written "
                                       f"({exc.strerror}); nothing was stored.") from None
@@ -390,6 +379,8 @@ class Snapshots:
             for _, name in staged:
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=self.work)
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{TEMP}{name}", dir_fd=self.kept)
         self._held = self.held() + added
         return added
 
@@ -400,20 +391,38 @@ class Snapshots:
             return False
         return True
 
-    def _hash_staged(self, item: Item, name: str) -> str:
+    def _copy_staged(self, item: Item, name: str, copy: str) -> str:
+        """The worker's copy `name` into the host's new file `copy` (kept directory),
+        of exactly the item's size: the hash of what was written."""
         try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=self.work)
+            src = os.open(name, _READ_FLAGS, dir_fd=self.work)
         except OSError as exc:
             raise CorralError("io_error", f"the copy of {item.path} the worker made is gone "
                               f"({exc.strerror}); nothing was stored.") from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != item.size:
+            if not stat.S_ISREG(os.fstat(src).st_mode):
                 raise CorralError("io_error", f"the copy of {item.path} the worker made is "
-                                  "not the size it claims; nothing was stored.")
-            return digest_file(fd)[0]
+                                  "not a file; nothing was stored.")
+            with contextlib.suppress(FileNotFoundError):  # a killed host's (locked: no one's)
+                os.unlink(copy, dir_fd=self.kept)
+            dst = os.open(copy, _NEW_FLAGS, 0o600, dir_fd=self.kept)
+            try:
+                digest, written = blake2b(digest_size=32), 0
+                while written <= item.size and (
+                        chunk := os.read(src, min(_CHUNK, item.size + 1 - written))):
+                    digest.update(chunk)
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(dst, view):]
+                    written += len(chunk)
+            finally:
+                os.close(dst)
         finally:
-            os.close(fd)
+            os.close(src)
+        if written != item.size:
+            raise CorralError("io_error", f"the copy of {item.path} the worker made is not "
+                              "the size it claims; nothing was stored.")
+        return digest.hexdigest()
 
     def publish(self, manifest: Manifest) -> None:
         """The manifest into the store, and linked into the kept directory."""
@@ -432,7 +441,10 @@ class Snapshots:
         self._seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def sweep_staged(self, now: float | None = None) -> None:
-        """Copies no host took (its host was killed mid-checkpoint), once stale."""
+        """Copies no host took (its host was killed mid-checkpoint), once stale; and
+        the host's own copies a killed host left in the kept directory (the caller
+        holds the store's lock: no other host is copying)."""
+        remove_temps(self.kept)
         horizon = (time.time() if now is None else now) - STAGED_STALE_S
         with os.scandir(self.work) as entries:
             for entry in entries:
@@ -441,10 +453,10 @@ class Snapshots:
                         if entry.stat(follow_symlinks=False).st_mtime < horizon:
                             os.unlink(entry.name, dir_fd=self.work)
 
-    def drop_oldest(self) -> bool:
-        """Make room: the oldest snapshot goes (its checkpoint stays, as one of corral's
-        changes only). False if there is none."""
-        ids = sorted(self._ids())
+    def drop_oldest(self, spare: str | None = None) -> bool:
+        """Make room: the oldest snapshot but `spare` (a rewind's target) goes (its
+        checkpoint stays, as one of corral's changes only). False if there is none."""
+        ids = sorted(i for i in self._ids() if i != spare)
         if not ids:
             return False
         for fd in (self.home, self.kept):
@@ -461,7 +473,7 @@ class Snapshots:
         live = set(keep)
         for checkpoint_id in self._ids():
             name = f"{MANIFEST}{checkpoint_id}{COMMITTED}"
-            if not self._checkpointed(checkpoint_id):
+            if not self._there(CHECKPOINT, checkpoint_id):
                 for fd in (self.home, self.kept):
                     with contextlib.suppress(OSError):
                         os.unlink(name, dir_fd=fd)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from corral.calls.messages import Answer, HistoryRequest, Meta
 from corral.errors import CorralError
 from corral.history.host import History
+from corral.history.snapshot_answers import Answer as Shape
+from corral.history.snapshot_answers import RestoreAnswer, WalkAnswer, read_answer
 from corral.history.snapshots import (
     OBJECT,
     REASONS,
@@ -62,7 +65,9 @@ class Checkpoints:
             self.snaps.kept = -1
 
     def has(self, checkpoint_id: str) -> bool:
-        return self.snaps.has(checkpoint_id)
+        """A snapshot of that checkpoint is there: a rewind to it is this class's (of
+        one the store's bounds evicted too: it refuses it, clearly)."""
+        return self.snaps.has(checkpoint_id) or self.snaps.evicted(checkpoint_id)
 
     # -- checkpoint ------------------------------------------------------------
 
@@ -70,10 +75,11 @@ class Checkpoints:
         with self._kept():
             return self._checkpoint(submit, label)
 
-    def _checkpoint(self, submit: Submit, label: str | None) -> str:
+    def _checkpoint(self, submit: Submit, label: str | None, spare: str | None = None) -> str:
         """Snapshot the root, then the checkpoint that names it: a checkpoint that
         exists has its whole snapshot (a kill before leaves only what the next
-        checkpoint sweeps)."""
+        checkpoint sweeps). Room is made by dropping the oldest snapshots, never
+        `spare`'s (the rewind this snapshot comes before needs it)."""
         checkpoint_id = new_id()
         with self.history.locked():
             self.snaps.sweep_staged()
@@ -85,7 +91,7 @@ class Checkpoints:
         staged: list[tuple[Item, str]] = []
         try:
             changed, removed, skipped = _changes(result, checkpoint_id)
-            read = result.get("read_bytes", 0)
+            read = result.read_bytes
             pending = _pending(result, None)
             while pending:  # what the walk listed but had no time to copy
                 more = self._walk(submit, checkpoint_id, {
@@ -96,9 +102,8 @@ class Checkpoints:
                 if not {i.path for i, _ in got} | set(gone) <= asked:
                     raise ValueError("a copy of a file that was not asked for")
                 changed, removed, skipped = changed + got, removed + gone, skipped + left
-                read += more.get("read_bytes", 0)
+                read += more.read_bytes
                 pending = _pending(more, asked)
-            result["read_bytes"] = read
             for path in removed:
                 items.pop(path, None)
             for item, name in changed:
@@ -120,25 +125,28 @@ class Checkpoints:
             need = sum(item.size for item, _ in staged)
             if self._room() < need:
                 self.snaps.collect(keep)
-                while self._room() < need and self.snaps.drop_oldest():
+                while self._room() < need and self.snaps.drop_oldest(spare):
                     self.snaps.collect(keep)
             stored = self.snaps.take(staged, self._room())
             for item, _ in staged:  # now with the hashes the host took
                 items[item.path] = item
             self.snaps.publish(Manifest(checkpoint_id, items, skipped))
         made = self.history.checkpoint(label, checkpoint_id)
-        self.last = {"checkpoint": made, "entries": len(items), "walked": result.get("walked"),
-                     "read_bytes": result.get("read_bytes"), "stored_bytes": stored}
+        self.last = {"checkpoint": made, "entries": len(items), "walked": result.walked,
+                     "read_bytes": read, "stored_bytes": stored}
         return made
 
     def _room(self) -> int:
         return self.history.options.max_bytes - self.history.held - self.snaps.held()
 
-    def _restore(self, submit: Submit, token: str, plan: dict[str, Any]) -> dict[str, Any]:
-        return self._walk(submit, token, plan, "snapshot_restore")
+    def _walk(self, submit: Submit, token: str, plan: dict[str, Any]) -> WalkAnswer:
+        return self._ask(submit, token, plan, "snapshot_walk", WalkAnswer)
 
-    def _walk(self, submit: Submit, token: str, plan: dict[str, Any],
-              op: str = "snapshot_walk") -> dict[str, Any]:
+    def _restore(self, submit: Submit, token: str, plan: dict[str, Any]) -> RestoreAnswer:
+        return self._ask(submit, token, plan, "snapshot_restore", RestoreAnswer)
+
+    def _ask(self, submit: Submit, token: str, plan: dict[str, Any], op: str,
+             shape: type[Shape]) -> Shape:
         with self.history.locked():
             name = self.snaps.write_plan(token, plan)
         try:
@@ -152,7 +160,7 @@ class Checkpoints:
             raise CorralError(str(error.get("code", "io_error")),
                               f"the snapshot failed: {error.get('message', 'no answer')}")
         try:
-            return self.snaps.answer(token, answer.result)
+            return read_answer(self.snaps.work, token, answer.result, shape)
         except ValueError as exc:
             _drop(self.snaps, token)
             raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
@@ -174,8 +182,7 @@ class Checkpoints:
             changed, removed, _ = _changes(result, None)
         except ValueError as exc:
             raise CorralError("io_error", f"the worker's diff was refused ({exc}).") from None
-        told = result.get("by")
-        by: dict[str, Any] = told if isinstance(told, dict) else {}
+        by = result.by or {}
 
         def shown(path: str) -> dict[str, str]:
             return {"path": path, "by": "corral" if by.get(path) == "corral" else "other"}
@@ -194,6 +201,10 @@ class Checkpoints:
 
     def _snapshot(self, checkpoint_id: str) -> Manifest:
         manifest = self.snaps.load(checkpoint_id)
+        if manifest is None and self.snaps.evicted(checkpoint_id):
+            raise CorralError("not_found", f"the checkpoint {checkpoint_id!r} was evicted "
+                              "from the history (its max_bytes or max_age_days), and its "
+                              "snapshot with it; nothing was written.")
         if manifest is None:
             raise CorralError("not_found", f"there is no snapshot of {checkpoint_id!r} in the "
                               "history (a checkpoint made with [history] snapshots = true).")
@@ -212,7 +223,8 @@ class Checkpoints:
         `checkpoint`), and every blob the rewind may write is hashed before anything
         changes."""
         target = self._snapshot(checkpoint_id)
-        before = self._snapshot(self._checkpoint(submit, f"before rewind to {checkpoint_id}"))
+        before = self._snapshot(self._checkpoint(
+            submit, f"before rewind to {checkpoint_id}", spare=checkpoint_id))
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
         first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
@@ -230,9 +242,8 @@ class Checkpoints:
             return Answer(False, "rewind", None, None, {
                 "code": code, "message": "corral's changes were taken back; the rest "
                 f"failed: {message}"}, Meta(history_ids=ids))
-        domain = target.items.keys() | before.items.keys()
-        result = _merged(first.result, second, target, before.id, domain)
-        ids += tuple(r for r in second.get("records", ()) if isinstance(r, str))
+        result = _merged(first.result, second, target, before.id)
+        ids += tuple(second.records)
         return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
 
 
@@ -242,75 +253,81 @@ def _differing(now: Manifest, then: Manifest) -> list[Item]:
         path not in now.items or not now.items[path].same_as(item))]
 
 
-def _merged(first: dict[str, Any], second: dict[str, Any], target: Manifest,
-            before: str, domain: Set[str]) -> dict[str, Any]:
-    """One result of the two passes. A path of the snapshot that the record pass left
-    alone is the snapshot pass's to decide (it may have brought it back, or found it
-    as it was); one outside it (ignored, another root) stays a conflict."""
-    def strings(result: dict[str, Any], key: str) -> list[str]:
-        value = result.get(key)
+def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
+            before: str) -> dict[str, Any]:
+    """One result of the two passes. A path of the workspace root that the record
+    pass left alone is the snapshot pass's to decide: it walked the tree after the
+    record pass and brought back, removed or found as it was each path there. That
+    holds for a path in neither snapshot too: one the record pass made again on its
+    way back through older changes (an older rewind's removed directory, put back as
+    a newer one's change is taken back) and then could not take further. One the
+    snapshot pass leaves out (ignored, denied, beneath such) or of another root
+    stays a conflict."""
+    left_out = set(second.left_out)
+
+    def decided(path: str) -> bool:
+        return plain_path(path) and path not in left_out and not any(
+            up in left_out for up in _ancestors(path))
+
+    def strings(key: str) -> list[str]:
+        value = first.get(key)
         return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
-    removed = list(dict.fromkeys(strings(first, "removed") + strings(second, "removed")))
-    restored = list(dict.fromkeys(strings(first, "restored") + strings(second, "restored")
-                                  + strings(second, "removed")))
+    removed = list(dict.fromkeys(strings("removed") + second.removed))
+    restored = list(dict.fromkeys(strings("restored") + second.restored + second.removed))
     conflicts = list(dict.fromkeys(
-        [p for p in strings(first, "conflicts") if p not in domain]
-        + strings(second, "conflicts")))
-    reasons = {**{k: v for k, v in (second.get("reasons") or {}).items()
-                  if isinstance(k, str) and isinstance(v, str)},
-               **(first.get("reasons") or {})}
+        [p for p in strings("conflicts") if not decided(p)] + second.conflicts))
+    reasons = {**second.reasons, **(first.get("reasons") or {})}
     links = list(first.get("links_not_restored") or [])
     skipped: list[dict[str, str]] = []
-    for shown in second.get("skipped") or []:
-        if isinstance(shown, dict) and isinstance(shown.get("path"), str):
-            if not any(isinstance(link, dict) and link.get("path") == shown["path"]
-                       for link in links):  # the record pass may have listed it
-                links.append({"path": shown["path"], "target": str(shown.get("target", ""))})
-            skipped.append({"path": shown["path"], "reason": "link"})
+    for shown in second.skipped:
+        if not any(isinstance(link, dict) and link.get("path") == shown.path
+                   for link in links):  # the record pass may have listed it
+            links.append({"path": shown.path, "target": shown.target})
+        skipped.append({"path": shown.path, "reason": "link"})
     skipped += [{"path": path, "reason": reason} for path, reason in target.skipped]
     return {"restored": [p for p in restored if p not in conflicts], "conflicts": conflicts,
             "checkpoint": before, "removed": [p for p in removed if p not in conflicts],
             "reasons": {p: reasons[p] for p in conflicts if p in reasons},
             "links_not_restored": links, "skipped": skipped,
-            "records": strings(first, "records") + strings(second, "records"),
+            "records": strings("records") + second.records,
             # the record pass's deleted links, for the host to make (relink.remake_links)
             **({"links": first["links"]} if isinstance(first.get("links"), list) else {})}
 
 
-def _changes(result: dict[str, Any], token: str | None) -> tuple[
+def _ancestors(path: str) -> Iterator[str]:
+    while (path := posixpath.dirname(path)):
+        yield path
+
+
+def _changes(result: WalkAnswer, token: str | None) -> tuple[
         list[tuple[Item, str | None]], list[str], list[tuple[str, str]]]:
     """A walk's answer, checked: its changed items (a file's copy named as this walk
     names them), removed paths and skipped ones. ValueError if it is not one."""
-    items, removed, skipped = result.get("items"), result.get("removed"), result.get("skipped")
-    if type(items) is not list or type(removed) is not list or type(skipped) is not list:
-        raise ValueError("not a walk's answer")
     pattern = None if token is None else re.compile(rf"{OBJECT}{token}-[0-9]+\Z")
     changed: list[tuple[Item, str | None]] = []
     seen: set[str] = set()
-    for entry in items:
-        if type(entry) is not list or len(entry) != 2:
-            raise ValueError("an item is [item, copy]")
-        item, name = item_from_wire(entry[0], hashed=False), entry[1]
+    for wire, name in result.items:
+        item = item_from_wire(list(wire), hashed=False)
         if item.path in seen:
             raise ValueError(f"{item.path!r} twice")
         seen.add(item.path)
-        if name is not None and (pattern is None or type(name) is not str
-                                 or not pattern.match(name) or item.type != "file"):
-            raise ValueError(f"a copy named {str(name)[:80]!r}")
+        if name is not None and (pattern is None or not pattern.match(name)
+                                 or item.type != "file"):
+            raise ValueError(f"a copy named {name[:80]!r}")
         changed.append((item, name))
-    if not all(plain_path(p) for p in removed):
+    if not all(plain_path(p) for p in result.removed):
         raise ValueError("a removed path that is not plain")
-    shown = [(s[0], s[1]) for s in skipped if type(s) is list and len(s) == 2
-             and plain_path(s[0]) and s[1] in REASONS]
-    return changed, removed, shown
+    if not all(plain_path(p) and r in REASONS for p, r in result.skipped):
+        raise ValueError("a skipped path that is not plain, or no reason")
+    return changed, result.removed, result.skipped
 
 
-def _pending(result: dict[str, Any], asked: set[str] | None) -> list[str]:
+def _pending(result: WalkAnswer, asked: set[str] | None) -> list[str]:
     """The files a walk left for the next request: plain paths, and (of a request
     for pending files) fewer than it was asked for, so the rounds end."""
-    pending = result.get("pending", [])
-    if type(pending) is not list or not all(plain_path(p) for p in pending):
+    pending = result.pending
+    if not all(plain_path(p) for p in pending):
         raise ValueError("pending paths that are not plain")
     if asked is not None and (not set(pending) <= asked or len(set(pending)) >= len(asked)):
         raise ValueError("pending files that were not asked for, or no progress")

@@ -23,6 +23,7 @@ from corral.errors import CorralError
 from corral.fs import Root, Roots
 from corral.history.records import Entry
 from corral.history.restore import Restorer
+from corral.history.snapshot_answers import MAX_ANSWER_BYTES
 from corral.history.snapshots import (
     ANSWER,
     MANIFEST,
@@ -63,9 +64,13 @@ def run(op: str, plan_name: str | None, roots: Roots, store: Store, policy: Poli
     # values by what a tool's answer needs): it goes to the host as a file of the work
     # directory, which the host reads as it reads every answer, as input.
     name = f"{OBJECT}{plan.get('token', '')}{ANSWER}"
+    data = msgspec.json.encode(result)
+    if len(data) > MAX_ANSWER_BYTES:  # the host would refuse it
+        raise CorralError("too_large", f"the workspace lists more entries than a snapshot "
+                          f"holds (its walk's answer is over {MAX_ANSWER_BYTES} bytes); add "
+                          "what need not come back to [history] snapshot_ignore.")
     fd = os.open(name, _NEW, 0o600, dir_fd=store.fd)
     try:
-        data = msgspec.json.encode(result)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -470,7 +475,8 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
             continue
         (removed if want is None else restored).append(path)
     return {"restored": restored, "removed": removed, "conflicts": conflicts,
-            "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids}
+            "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids,
+            "left_out": sorted(left_out)}
 
 
 def _now(root: Root, path: str) -> os.stat_result | None:
