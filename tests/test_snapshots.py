@@ -194,7 +194,7 @@ def _checkpoints(tree: Path, tmp_path: Path) -> tuple[History, Checkpoints]:
 @pytest.mark.parametrize("forge", ["a path out", "a copy not its own", "a size that lies",
                                    "a file beneath a file", "a result it did not write",
                                    "a count that is not one", "a field it does not have",
-                                   "a result over the bound"])
+                                   "a result over the bound", "a million tiny objects"])
 def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> None:
     """What a worker answers is input: each forgery leaves no checkpoint and no blob
     (an answer is bounded before it is read, and decoded into its typed shape)."""
@@ -224,6 +224,8 @@ def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> Non
             told["read_bytes"] = {"deep": [[[[1]]]]}
         if forge == "a field it does not have":
             told["more"] = ["x"] * 1000
+        if forge == "a million tiny objects":  # untyped, ~20 bytes of Python a byte
+            told["skipped"] = [{}] * 1_000_000
         # valid JSON (blanks first), just over the bound
         pad = " " * (MAX_ANSWER_BYTES + 1) if forge == "a result over the bound" else ""
         (work / answer).write_text(pad + json.dumps(told))
