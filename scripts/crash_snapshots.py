@@ -170,7 +170,9 @@ def worker_round(workspace: Path, store: Path, draw: random.Random, files: int, 
                 and e["checkpoint"] == f"before rewind to {cp}" and e["id"] > mark]
         outcome = "finished" if killed["ok"] else "killed"
         if not killed["ok"] and made:
-            back = sb.rewind(made[0], force=True)
+            # the oldest: the host's snapshot of the tree as it was (the record pass
+            # makes its own checkpoint after it, of corral's changes only)
+            back = sb.rewind(made[-1], force=True)
             assert back["ok"] and not back["result"]["conflicts"], back
             links = {link["path"] for link in back["result"]["links_not_restored"]}
             assert {k: v for k, v in tree_of(workspace).items()} == {
