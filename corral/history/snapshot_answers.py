@@ -54,7 +54,6 @@ class RestoreAnswer(msgspec.Struct, forbid_unknown_fields=True):
     reasons: dict[str, str]
     skipped: list[LinkSkip]
     records: list[str]
-    left_out: list[str]  # what its walk left out (ignored, denied...): not the snapshot's
 
 
 Answer = TypeVar("Answer", WalkAnswer, RestoreAnswer)

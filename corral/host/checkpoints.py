@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Set
 from typing import Any
 
 from corral.calls.messages import Answer, HistoryRequest, Meta
@@ -242,7 +241,8 @@ class Checkpoints:
             return Answer(False, "rewind", None, None, {
                 "code": code, "message": "corral's changes were taken back; the rest "
                 f"failed: {message}"}, Meta(history_ids=ids))
-        result = _merged(first.result, second, target, before.id)
+        domain = target.items.keys() | before.items.keys()
+        result = _merged(first.result, second, target, before.id, domain)
         ids += tuple(second.records)
         return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
 
@@ -254,20 +254,19 @@ def _differing(now: Manifest, then: Manifest) -> list[Item]:
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
-            before: str) -> dict[str, Any]:
-    """One result of the two passes. A path of the workspace root that the record
-    pass left alone is the snapshot pass's to decide: it walked the tree after the
-    record pass and brought back, removed or found as it was each path there. That
-    holds for a path in neither snapshot too: one the record pass made again on its
-    way back through older changes (an older rewind's removed directory, put back as
-    a newer one's change is taken back) and then could not take further. One the
-    snapshot pass leaves out (ignored, denied, beneath such) or of another root
-    stays a conflict."""
-    left_out = set(second.left_out)
+            before: str, domain: Set[str]) -> dict[str, Any]:
+    """One result of the two passes. A path of the snapshots (`domain`) that the
+    record pass left alone is the snapshot pass's to decide: it walked the tree after
+    the record pass and brought back, removed or found as it was each path there. So
+    is a path in neither that the snapshot pass brought back or removed: one the
+    record pass made again on its way back through older changes (an older rewind's
+    removed directory, put back as a newer one's change is taken back) and then
+    could not take further. Any other conflict of the record pass stays (a move back
+    the policy refused, a path of another root)."""
+    acted = {*second.restored, *second.removed}
 
     def decided(path: str) -> bool:
-        return plain_path(path) and path not in left_out and not any(
-            up in left_out for up in _ancestors(path))
+        return path in domain or path in acted
 
     def strings(key: str) -> list[str]:
         value = first.get(key)
@@ -293,11 +292,6 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
             "records": strings("records") + second.records,
             # the record pass's deleted links, for the host to make (relink.remake_links)
             **({"links": first["links"]} if isinstance(first.get("links"), list) else {})}
-
-
-def _ancestors(path: str) -> Iterator[str]:
-    while (path := posixpath.dirname(path)):
-        yield path
 
 
 def _changes(result: WalkAnswer, token: str | None) -> tuple[

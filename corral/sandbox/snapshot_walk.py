@@ -475,8 +475,7 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
             continue
         (removed if want is None else restored).append(path)
     return {"restored": restored, "removed": removed, "conflicts": conflicts,
-            "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids,
-            "left_out": sorted(left_out)}
+            "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids}
 
 
 def _now(root: Root, path: str) -> os.stat_result | None:
