@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from corral.errors import CorralError
+from corral.fs.syscalls import write_all
 
 try:  # hashlib's own blake2b, without hashlib loading OpenSSL into the zygote
     from _blake2 import blake2b
@@ -411,9 +412,7 @@ class Snapshots:
                 while written <= item.size and (
                         chunk := os.read(src, min(_CHUNK, item.size + 1 - written))):
                     digest.update(chunk)
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(dst, view):]
+                    write_all(dst, chunk)
                     written += len(chunk)
             finally:
                 os.close(dst)

@@ -21,6 +21,7 @@ import msgspec
 
 from corral.errors import CorralError
 from corral.fs import Root, Roots
+from corral.fs.syscalls import write_all
 from corral.history.records import Entry
 from corral.history.restore import Restorer
 from corral.history.snapshot_answers import MAX_ANSWER_BYTES
@@ -71,9 +72,7 @@ def run(op: str, plan_name: str | None, roots: Roots, store: Store, policy: Poli
                           "what need not come back to [history] snapshot_ignore.")
     fd = os.open(name, _NEW, 0o600, dir_fd=store.fd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
     finally:
         os.close(fd)
     return {"answer": name}
