@@ -25,7 +25,7 @@ from corral.history.snapshots import (
     Item,
     Manifest,
     Snapshots,
-    check_tree,
+    apply_delta,
     item_from_wire,
     plain_path,
 )
@@ -86,7 +86,6 @@ class Checkpoints:
         result = self._walk(submit, checkpoint_id, {
             "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
             "token": checkpoint_id, "budget_s": self.budget_s})
-        items = dict(base.items) if base else {}
         staged: list[tuple[Item, str]] = []
         try:
             changed, removed, skipped = _changes(result, checkpoint_id)
@@ -100,36 +99,38 @@ class Checkpoints:
                 asked = set(pending)
                 if not {i.path for i, _ in got} | set(gone) <= asked:
                     raise ValueError("a copy of a file that was not asked for")
-                changed, removed, skipped = changed + got, removed + gone, skipped + left
+                # a file gone before its copy: gone from the snapshot, if its base had it
+                removed = removed + [p for p in gone if base and p in base.items]
+                changed, skipped = changed + got, skipped + left
                 read += more.read_bytes
                 pending = _pending(more, asked)
-            for path in removed:
-                items.pop(path, None)
+            others: list[Item] = []
             for item, name in changed:
                 if item.type == "file":
                     if name is None:
                         raise ValueError(f"no copy of the changed file {item.path!r}")
                     staged.append((item, name))
                 else:
-                    items[item.path] = item
-            for item, _ in staged:
-                items[item.path] = item
-            check_tree(items)
+                    others.append(item)
+            # the base with the change, checked for the cost of the change
+            items = apply_delta(base.items if base else {},
+                                others + [item for item, _ in staged], removed)
         except ValueError as exc:
             _drop(self.snaps, checkpoint_id)
             raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
                               "nothing was stored.") from None
         with self.history.locked():
-            keep = {i.hash for i in items.values() if i.hash}
             need = sum(item.size for item, _ in staged)
             if self._room() < need:
+                keep = {i.hash for i in items.values() if i.hash}
                 self.snaps.collect(keep)
                 while self._room() < need and self.snaps.drop_oldest(spare):
                     self.snaps.collect(keep)
             stored = self.snaps.take(staged, self._room())
             for item, _ in staged:  # now with the hashes the host took
                 items[item.path] = item
-            self.snaps.publish(Manifest(checkpoint_id, items, skipped))
+            self.snaps.publish(Manifest(checkpoint_id, items, skipped), base,
+                               others + [item for item, _ in staged], removed)
         made = self.history.checkpoint(label, checkpoint_id)
         self.last = {"checkpoint": made, "entries": len(items), "walked": result.walked,
                      "read_bytes": read, "stored_bytes": stored}
@@ -248,9 +249,11 @@ class Checkpoints:
 
 
 def _differing(now: Manifest, then: Manifest) -> list[Item]:
-    """The files of `then` that `now` does not hold as they were."""
-    return [item for path, item in then.items.items() if item.type == "file" and (
-        path not in now.items or not now.items[path].same_as(item))]
+    """The files of `then` that `now` does not hold as they were (an item a chain of
+    snapshots carried over unchanged is the same object in both: no compare)."""
+    held = now.items
+    return [item for path, item in then.items.items() if held.get(path) is not item and (
+        item.type == "file" and (path not in held or not held[path].same_as(item)))]
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,

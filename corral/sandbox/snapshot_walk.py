@@ -27,11 +27,15 @@ from corral.history.restore import Restorer
 from corral.history.snapshot_answers import MAX_ANSWER_BYTES
 from corral.history.snapshots import (
     ANSWER,
+    BASE_ONLY,
     MANIFEST,
+    MAX_DELTAS,
     OBJECT,
     PLAN,
     Item,
-    base_items,
+    ItemWire,
+    ManifestWire,
+    decode_manifest,
     digest_bytes,
     digest_file,
 )
@@ -93,7 +97,7 @@ def _read(dir_fd: int, name: str) -> Any:
 class _Walk:
     """One walk of the root, against a base manifest (by stat identity)."""
 
-    def __init__(self, root: Root, store: Store, base: dict[str, Item], plan: dict[str, Any],
+    def __init__(self, root: Root, store: Store, base: dict[str, ItemWire], plan: dict[str, Any],
                  ignores: Ignores, max_file_bytes: int,
                  denied: Callable[[str], bool] = lambda path: False) -> None:
         self.root, self.store, self.base, self.ignores = root, store, base, ignores
@@ -151,9 +155,9 @@ class _Walk:
             mode = st.st_mode
             if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
                 old = base.get(path)
-                if old is not None and old.ident == (
+                if old is not None and old[6:] == (
                         st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-                ) and old.mode == S_IMODE(mode) and old.type == "file" and not ignored(
+                ) and old[2] == S_IMODE(mode) and old[1] == "file" and not ignored(
                         path, False):
                     self.walked += 1
                     seen.add(path)  # the same file, unchanged: not read again
@@ -189,20 +193,20 @@ class _Walk:
                 continue
             self.seen.add(path)
             old = self.base.get(path)
-            if old is None or old.type != item.type or old.target != item.target or (
-                    item.type == "dir" and old.mode != item.mode):
+            if old is None or old[1] != item.type or old[5] != item.target or (
+                    item.type == "dir" and old[2] != item.mode):
                 self.changed.append([item.wire(), None])
 
     def _file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
         item = _item(path, "file", st)
         old = self.base.get(path)
-        if old is not None and old.type == "file" and old.ident == item.ident and (
-                old.mode == item.mode):
+        if old is not None and old[1] == "file" and old[6:] == item.ident and (
+                old[2] == item.mode):
             self.seen.add(path)  # the same file, unchanged: not read again
             return
         if not self.stage:
-            if old is not None and old.type == "file" and (old.size, old.mode) == (
-                    item.size, item.mode) and self._digest(dir_fd, name) == old.hash:
+            if old is not None and old[1] == "file" and (old[3], old[2]) == (
+                    item.size, item.mode) and self._digest(dir_fd, name) == old[4]:
                 self.seen.add(path)  # touched, not changed
                 return
             self.seen.add(path)
@@ -326,11 +330,10 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     """A walk against the manifest `base_id` (none, or a damaged one: every file is
     new to it), or, with `checked` (the identity of the file the host checked), one
     that must be that file, whole."""
-    base: dict[str, Item] = {}
+    base: dict[str, ItemWire] = {}
     if isinstance(base_id, str):
         try:
-            data = _whole(kept, f"{MANIFEST}{base_id}{COMMITTED}", checked)
-            base = base_items(data, base_id)
+            base = _chain(kept, base_id, checked)
         except (OSError, ValueError) as exc:
             if checked is not None:
                 raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
@@ -369,6 +372,37 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
         paths = [wire[0] for wire, _ in walk.changed] + removed
         result["by"] = _who(roots, store, policy, max_file_bytes, since, paths, root.path)
     return result
+
+
+def _chain(kept: int, base_id: str, checked: Any = None) -> dict[str, ItemWire]:
+    """The items of a snapshot by path, as wires: its manifest and, of a delta, its
+    bases' down to a whole one, composed (checked for shape only: the host checks
+    every manifest it restores from, and with `checked`, the identity of each file
+    of the chain the host checked, newest first, each must be that file)."""
+    wires: list[ManifestWire] = []
+    current: str | None = base_id
+    while current is not None:
+        if len(wires) > MAX_DELTAS or (checked is not None and len(wires) >= len(checked)):
+            raise ValueError("a longer chain than the host checked")
+        try:
+            data = _whole(kept, f"{MANIFEST}{current}{COMMITTED}",
+                          None if checked is None else checked[len(wires)])
+        except FileNotFoundError:
+            if not wires:
+                raise
+            data = _whole(kept, f"{BASE_ONLY}{current}{COMMITTED}",
+                          None if checked is None else checked[len(wires)])
+        wire = decode_manifest(data, current)
+        wires.append(wire)
+        current = wire.base
+    if checked is not None and len(wires) != len(checked):
+        raise ValueError("a shorter chain than the host checked")
+    items = {w[0]: w for w in wires[-1].items}
+    for wire in reversed(wires[:-1]):
+        for path in wire.removed:
+            items.pop(path, None)
+        items.update((w[0], w) for w in wire.items)
+    return items
 
 
 def _whole(dir_fd: int, name: str, checked: Any = None) -> bytes:
@@ -452,7 +486,7 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
     skipped: list[dict[str, str]] = []
     left_out = {skip[0] for skip in walk.skipped}  # ignored, denied: not the snapshot's
     back = [path for path in back if path not in left_out]
-    for path, want in [(p, None) for p in added] + [(p, target[p]) for p in back]:
+    for path, want in [(p, None) for p in added] + [(p, _as_item(target[p])) for p in back]:
         try:
             if _holds(root, path, want, max_file_bytes):
                 continue
@@ -475,6 +509,10 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
         (removed if want is None else restored).append(path)
     return {"restored": restored, "removed": removed, "conflicts": conflicts,
             "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids}
+
+
+def _as_item(w: ItemWire) -> Item:
+    return Item(w[0], w[1], w[2], w[3], w[4], w[5], (w[6], w[7], w[8], w[9], w[10]))
 
 
 def _now(root: Root, path: str) -> os.stat_result | None:
