@@ -304,6 +304,7 @@ class Snapshots:
         # identities, newest first: used again while those files are the same
         self._cache: dict[str, tuple[Manifest, Chain]] = {}
         self._heads: dict[str, tuple[Ident, str | None]] = {}  # file name -> its base
+        self._swept = False  # the kept directory's temps, removed once
 
     # -- reading -----------------------------------------------------------
 
@@ -611,8 +612,12 @@ class Snapshots:
     def sweep_staged(self, now: float | None = None) -> None:
         """Copies no host took (its host was killed mid-checkpoint), once stale; and
         the host's own copies a killed host left in the kept directory (the caller
-        holds the store's lock: no other host is copying)."""
-        remove_temps(self.kept)
+        holds the store's lock: no other host is copying), the first time: a host
+        removes its own as it takes them, and a listing of the kept directory costs
+        as much as one of the tree."""
+        if not self._swept:
+            remove_temps(self.kept)
+            self._swept = True
         horizon = (time.time() if now is None else now) - STAGED_STALE_S
         with os.scandir(self.work) as entries:
             for entry in entries:
