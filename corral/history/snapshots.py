@@ -5,6 +5,8 @@ what something other than corral changed too.
     <store>/m-<checkpoint id>.json     the manifest, written by the host only
     <store>/k-<root>/m-<id>.json       the same file (a hard link): the root's workers
                                        read it to walk incrementally and to diff
+    <store>/n-<checkpoint id>.json     a dropped snapshot's manifest, kept (and linked)
+                                       while a newer one's chain needs it
     <store>/k-<root>/o-<hash>          a file's bytes, content-addressed, stored once
     <store>/k-<root>/p-<id>.json       a walk's or a restore's instructions (host's)
     <store>/k-<root>/t-o-<token>-<n>   the host's copy of a worker's, before it is linked
@@ -46,7 +48,7 @@ from corral.history.records import is_id
 from corral.history.store import CHECKPOINT, COMMITTED, TEMP, publish, remove_temps
 
 MANIFEST = "m-"
-BASE_ONLY = "c-"  # c-<id>.json: a dropped snapshot's manifest, kept while a delta needs it
+BASE_ONLY = "n-"  # n-<id>.json: a dropped snapshot's manifest, kept while a delta needs it
 OBJECT = "o-"
 PLAN = "p-"
 ANSWER = ".answer"  # o-<token>.answer: a worker's walk or restore, for the host
@@ -587,7 +589,7 @@ class Snapshots:
         name = f"{MANIFEST}{manifest.id}{COMMITTED}"
         entry = None if base is None or changed is None else self._valid(base.id, top=False)
         if entry is not None and base is not None and changed is not None and (
-                base.id < manifest.id and len(entry[1]) <= MAX_DELTAS - 1
+                base.id < manifest.id and len(entry[1]) <= MAX_DELTAS
                 and len(changed) + len(removed or ()) <= DELTA_MIN + len(
                     manifest.items) // DELTA_SHARE):
             data = manifest_bytes(manifest, base.id, changed, removed or ())
