@@ -16,6 +16,8 @@ import pytest
 from corral import Sandbox
 from corral.errors import CorralError
 from corral.history.snapshots import MAX_DELTAS, Snapshots
+from corral.host import checkpoints as checkpoints_module
+from tests.helpers.calls import ok
 from tests.helpers.history_helpers import snapshot
 
 
@@ -44,7 +46,7 @@ def _forge(path: Path, wire: dict[str, Any]) -> None:
 
 
 def _snaps(sb: Sandbox) -> Snapshots:
-    checkpoints = sb._checkpoints  # noqa: SLF001 - the store's part, to evict by hand
+    checkpoints = sb._checkpoints  # the store's part, to evict by hand
     assert checkpoints is not None
     return checkpoints.snaps
 
@@ -99,7 +101,7 @@ def test_eviction_keeps_the_manifests_a_kept_chain_needs(tree: Path) -> None:
         (tree / "d0" / "f0.txt").write_text("third\n")
         third = sb.checkpoint("third")
         snaps = _snaps(sb)
-        with sb._checkpoints._kept():  # type: ignore[union-attr]  # noqa: SLF001
+        with sb._checkpoints._kept():  # type: ignore[union-attr]
             assert snaps.held() == sum(  # blobs and manifests, each once
                 p.stat().st_size for p in _manifest(sb, first).parent.glob("k-*/[omn]-*"))
             assert snaps.drop_oldest()
@@ -111,7 +113,7 @@ def test_eviction_keeps_the_manifests_a_kept_chain_needs(tree: Path) -> None:
         (tree / "d0" / "f0.txt").write_text("other\n")
         forced = sb.rewind(third, force=True)  # composed through both
         assert forced["ok"] and (tree / "d0" / "f0.txt").read_text() == "third\n"
-        with sb._checkpoints._kept():  # type: ignore[union-attr]  # noqa: SLF001
+        with sb._checkpoints._kept():  # type: ignore[union-attr]
             snaps.collect(set())
             assert _manifest(sb, first, "n-").exists()  # still third's base
             while snaps.drop_oldest():
@@ -159,8 +161,9 @@ def test_a_forged_delta_is_refused(tree: Path, forge: str) -> None:
 
 
 def test_a_snapshot_of_a_forged_base_is_refused_when_a_worker_reads_it(tree: Path) -> None:
-    """The worker reads a chain through its kept links, which must be the files the
-    host checked: a replaced base is refused before anything is written."""
+    """The worker reads a chain through its kept links (a restore after a record
+    pass that wrote something walks against it), which must be the files the host
+    checked: a replaced base is refused."""
     with Sandbox(tree) as sb:
         first = sb.checkpoint("first")
         (tree / "d0" / "f0.txt").write_text("second\n")
@@ -170,7 +173,44 @@ def test_a_snapshot_of_a_forged_base_is_refused_when_a_worker_reads_it(tree: Pat
         kept.unlink()
         kept.write_text(data)  # the same bytes, another file than the host checked
         os.utime(kept, ns=(1, 1))
+        ok(sb, "write_file", path="d1/f1.txt", content="by corral\n")
         (tree / "d0" / "f0.txt").write_text("other\n")
         refused = sb.rewind(second, force=True)
-        assert not refused["ok"], refused
+        assert not refused["ok"] and "not the file the host checked" in str(refused), refused
         assert (tree / "d0" / "f0.txt").read_text() == "other\n"
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_restore_after_a_record_pass_that_wrote_nothing_needs_no_walk(
+        tree: Path, monkeypatch: pytest.MonkeyPatch, listed: bool) -> None:
+    """The tree is then as the snapshot taken first saw it: the restore takes its
+    paths from the two snapshots' differences, and decides each as after a walk
+    (`listed` False: made to walk, for the same answer)."""
+    used: list[bool] = []
+    real = checkpoints_module._listed
+
+    def spy(*args: Any) -> dict[str, Any]:
+        plan = real(*args) if listed else {}
+        used.append("paths" in plan)
+        return plan
+
+    monkeypatch.setattr(checkpoints_module, "_listed", spy)
+    (tree / ".gitignore").write_text("build/\n")
+    with Sandbox(tree) as sb:
+        cp = sb.checkpoint()
+        before = snapshot(tree)
+        (tree / "d0" / "f1.txt").write_text("changed\n")
+        os.rename(tree / "d0" / "f2.txt", tree / "d0" / "moved.txt")
+        (tree / "d0" / "f3.txt").chmod(0o600)
+        os.symlink("d0/f1.txt", tree / "link")
+        shutil.rmtree(tree / "d1")
+        (tree / "nd" / "build").mkdir(parents=True)  # holds what the ignore rules leave out
+        (tree / "nd" / "k.txt").write_text("k\n")
+        (tree / "nd" / "build" / "out.o").write_text("o\n")
+        forced = sb.rewind(cp, force=True)
+    assert used == [listed]
+    assert forced["ok"] and forced["result"]["conflicts"] == ["nd"], forced
+    assert "leaves out" in forced["result"]["reasons"]["nd"]
+    now = snapshot(tree)
+    assert {p for p in now if p not in before} == {"nd", "nd/build", "nd/build/out.o"}
+    assert {p: now[p] for p in before} == before

@@ -235,7 +235,8 @@ class Checkpoints:
         try:
             second = self._restore(submit, token, {
                 "force": force, "target": checkpoint_id, "ignore": list(self.ignore),
-                "token": token, "checked": self.snaps.identity(checkpoint_id)})
+                "token": token, "checked": self.snaps.identity(checkpoint_id),
+                **_listed(first, before, target)})
         except (CorralError, OSError) as error:
             code, message = (error.code, error.message) if isinstance(error, CorralError) else (
                 "io_error", f"the snapshot is gone ({error.strerror})")
@@ -254,6 +255,27 @@ def _differing(now: Manifest, then: Manifest) -> list[Item]:
     held = now.items
     return [item for path, item in then.items.items() if held.get(path) is not item and (
         item.type == "file" and (path not in held or not held[path].same_as(item)))]
+
+
+MAX_LISTED = 10_000  # a restore of more paths walks the tree (a plan of them is as long)
+
+
+def _listed(first: Answer, before: Manifest, target: Manifest) -> dict[str, Any]:
+    """The restore pass's paths, if the record pass wrote nothing: the tree is then
+    as the walk of the snapshot taken first saw it (a change made since, by anyone,
+    is one made while the rewind ran, which no walk orders before it or after), so
+    what differs from the target is what differs between the two snapshots, and the
+    restore need not walk the tree again. Else ({}) it walks: the record pass wrote
+    paths its answer need not list (the directories it made on its way)."""
+    result = first.result if isinstance(first.result, dict) else {}
+    if any(result.get(key) for key in ("records", "restored", "removed", "conflicts", "links")):
+        return {}
+    held = before.items
+    paths: list[list[Any]] = [
+        [path, item.wire()] for path, item in target.items.items()
+        if held.get(path) is not item and (path not in held or not held[path].same_as(item))]
+    paths += [[path, None] for path in held if path not in target.items]
+    return {"paths": paths} if len(paths) <= MAX_LISTED else {}
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
