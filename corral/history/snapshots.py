@@ -21,6 +21,21 @@ blob is there already, and writes the manifest, then the checkpoint
 manifest. A manifest is checked when it is read (shape, paths plainly beneath the
 root, hashes), and every blob a rewind needs is hashed again before anything is
 written.
+
+A manifest is whole, or a delta against the snapshot its walk was against (its
+`base`): the items changed or added, and the paths removed. A delta rather than
+chunks of a whole one: it is exactly what the walk answers (so the host checks
+only the change, against a base it checked already), its size is the change's
+(some 170 bytes a path), and there is no chunking to keep stable as paths come
+and go. Its cost is the chain: reading composes it from the newest whole
+manifest up, so a chain is bounded (a whole one is written again after
+MAX_DELTAS deltas, or for a change of more than DELTA_MIN + 1/DELTA_SHARE of the
+items), and a base is always older than its delta (no chain is a cycle). A
+dropped snapshot's manifest that a kept chain needs stays, renamed BASE_ONLY,
+until no chain does. The host keeps the last CACHED snapshots it composed, and
+uses one again while every file of its chain is the same file (inode, size,
+mtime, ctime): a checkpoint after a small change reads, checks and writes only
+the change.
 """
 
 from __future__ import annotations
