@@ -164,8 +164,9 @@ def main() -> None:
                          " ms"))
             rows.append((f"rewind (force) of {args.changed} files changed by others",
                          statistics.median(rewinds), floor,
-                         "includes its own checkpoint (a walk) and a walk after the "
-                         "record pass"))
+                         "its own checkpoint first (a walk); the record pass wrote "
+                         "nothing, so the restore takes the two snapshots' differences, "
+                         "no second walk"))
         print(f"\nfirst snapshot stored {stored / 2**20:.0f} MiB\n")
         print("| step | corral | floor (scandir + lstat walk) | notes |")
         print("|---|---:|---:|---|")

@@ -656,11 +656,14 @@ class Snapshots:
         """The snapshots some manifest (a snapshot's, or one kept as a base) is a
         delta of."""
         bases: set[str] = set()
+        names: set[str] = set()
         for prefix in (MANIFEST, BASE_ONLY):
             for checkpoint_id in self._ids(prefix):
+                names.add(f"{prefix}{checkpoint_id}{COMMITTED}")
                 with contextlib.suppress(OSError, ValueError):
                     if (base := self._base_of(prefix, checkpoint_id)) is not None:
                         bases.add(base)
+        self._heads = {name: head for name, head in self._heads.items() if name in names}
         return bases
 
     def _base_of(self, prefix: str, checkpoint_id: str) -> str | None:
