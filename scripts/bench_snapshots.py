@@ -97,13 +97,14 @@ def git(root: Path) -> float:
     return timed(run)[0]
 
 
-def change(paths: list[Path], count: int, round_: int) -> list[Path]:
-    """Rewrite `count` files spread over the tree, same size, new bytes."""
+def change(paths: list[Path], count: int) -> list[Path]:
+    """Rewrite `count` files spread over the tree, same size, new bytes (never
+    bytes stored before: a reused tree holds an earlier run's changes)."""
     step = max(len(paths) // count, 1)
     chosen = paths[::step][:count]
     for path in chosen:
         data = bytearray(path.read_bytes())
-        data[:8] = (10**9 + round_).to_bytes(8, "little")
+        data[:8] = os.urandom(8)
         path.write_bytes(bytes(data))
     return chosen
 
@@ -138,8 +139,8 @@ def main() -> None:
                          f"git write-tree {git_first:.2f} s ({first / git_first:.2f}x git)"))
             incremental, rewinds, reads, grown = [], [], [], []
             git_incremental = []
-            for round_ in range(args.rounds):
-                changed = change(paths, args.changed, 2 * round_)
+            for _ in range(args.rounds):
+                changed = change(paths, args.changed)
                 changed_bytes = sum(p.stat().st_size for p in changed)
                 git_incremental.append(git(tree))
                 before = du(store)
@@ -149,7 +150,7 @@ def main() -> None:
                 reads.append((snap.get("read_bytes", 0), changed_bytes))
                 manifest = next(store.glob(f"*/m-{cp}.json")).stat().st_size
                 grown.append((snap.get("stored_bytes", 0), manifest, du(store) - before))
-                change(paths, args.changed, 2 * round_ + 1)  # behind corral's back
+                change(paths, args.changed)  # behind corral's back
                 took, rewound = timed(lambda cp=cp: sb.rewind(cp, force=True))
                 assert rewound["ok"] and not rewound["result"]["conflicts"], rewound
                 rewinds.append(took)
