@@ -107,9 +107,20 @@ class Item(NamedTuple):
 
 
 class Manifest(NamedTuple):
+    """A snapshot. `delta`, if known: (a base's id, the paths changed, added or
+    removed since it): every other path is as the base holds it."""
+
     id: str
     items: dict[str, Item]
     skipped: list[tuple[str, str]]
+    delta: tuple[str, frozenset[str]] | None = None
+
+    def changed_since(self, base: Manifest) -> Iterable[str]:
+        """The paths that may differ from `base`'s (all of both, unless its delta
+        is against it)."""
+        if self.delta is not None and self.delta[0] == base.id:
+            return self.delta[1]
+        return self.items.keys() | base.items.keys()
 
 
 Ident = tuple[int, int, int, int]  # a manifest file's (inode, size, mtime_ns, ctime_ns)
@@ -282,7 +293,8 @@ def compose(base: Manifest | None, wire: ManifestWire) -> Manifest:
             raise ValueError("a removed path that is not plain")
         items = apply_delta(base.items, changed.values(), wire.removed)
     shown = [(p, r) for p, r in wire.skipped if plain_path(p) and r in REASONS]
-    return Manifest(wire.id, items, shown)
+    delta = None if wire.base is None else (wire.base, frozenset([*changed, *wire.removed]))
+    return Manifest(wire.id, items, shown, delta)
 
 
 def manifest_from_bytes(data: bytes, checkpoint_id: str) -> Manifest:
@@ -622,6 +634,9 @@ class Snapshots:
             raise CorralError("io_error", "the history store cannot be written "
                               f"({exc.strerror}); nothing was stored.") from None
         ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if base is not None and changed is not None:
+            manifest = manifest._replace(delta=(base.id, frozenset(
+                [*(item.path for item in changed), *(removed or ())])))
         self._remember(manifest, ((manifest.id, ident), *below))
         if self._held is not None:
             self._held += st.st_size

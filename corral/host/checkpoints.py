@@ -252,9 +252,10 @@ class Checkpoints:
 def _differing(now: Manifest, then: Manifest) -> list[Item]:
     """The files of `then` that `now` does not hold as they were (an item a chain of
     snapshots carried over unchanged is the same object in both: no compare)."""
-    held = now.items
-    return [item for path, item in then.items.items() if held.get(path) is not item and (
-        item.type == "file" and (path not in held or not held[path].same_as(item)))]
+    held, had = now.items, then.items
+    return [item for path in now.changed_since(then) if (item := had.get(path)) is not None
+            and held.get(path) is not item and item.type == "file"
+            and (path not in held or not held[path].same_as(item))]
 
 
 MAX_LISTED = 10_000  # a restore of more paths walks the tree (a plan of them is as long)
@@ -270,11 +271,13 @@ def _listed(first: Answer, before: Manifest, target: Manifest) -> dict[str, Any]
     result = first.result if isinstance(first.result, dict) else {}
     if any(result.get(key) for key in ("records", "restored", "removed", "conflicts", "links")):
         return {}
-    held = before.items
-    paths: list[list[Any]] = [
-        [path, item.wire()] for path, item in target.items.items()
-        if held.get(path) is not item and (path not in held or not held[path].same_as(item))]
-    paths += [[path, None] for path in held if path not in target.items]
+    held, had = before.items, target.items
+    paths: list[list[Any]] = []
+    for path in before.changed_since(target):
+        if (item := had.get(path)) is None:
+            paths += [[path, None]] if path in held else []
+        elif held.get(path) is not item and (path not in held or not held[path].same_as(item)):
+            paths.append([path, item.wire()])
     return {"paths": paths} if len(paths) <= MAX_LISTED else {}
 
 
