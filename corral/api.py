@@ -149,9 +149,11 @@ def _warn_once(workspace: str, why: str) -> None:
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
     history: str | None = None, observer: Observer | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Executor:
     """The one place that decides where tools run: confined workers, never the host."""
-    return Broker(roots, limits, policy, options, history, observer=observer)
+    return Broker(roots, limits, policy, options, history, observer=observer,
+                  meanwhile=meanwhile)
 
 
 def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
@@ -269,6 +271,7 @@ class _BaseSandbox:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
                 history=store.work_path if store is not None else None, observer=observer,
+                meanwhile=store.meanwhile if store is not None else None,
             )
             self._settle()
         except BaseException:

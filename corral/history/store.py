@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import sys
@@ -134,6 +135,7 @@ def work_name(writable: list[str]) -> str:
     return WORK + content_version(os.fsencode("\0".join(sorted(writable))))[:16]
 
 
+@functools.lru_cache(maxsize=256)  # every commit names its roots' (a hash each)
 def kept_name(root: str) -> str:
     """The kept directory of the root whose real path is `root` (kept.py)."""
     return KEPT + content_version(os.fsencode(root))[:16]
