@@ -83,14 +83,14 @@ def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: s
     reasons = result.setdefault("reasons", {})
     made: set[str] = set()
     with _making(work_path, result) as (store, opened, ids):
+        # None of these is the record pass's to make (Checkpoints drops its links of
+        # this root): one it took back, as a rewind's earlier making of it, is made here
         for rel, target in links[:MAX_LINKS_ASKED]:
-            if rel in restored:  # the record pass made it again already (remake_links)
-                made.add(rel)
-                continue
             try:
                 ids.append(_remake(store, opened, roots, policy, "rewind", None,
                                    (root, rel, rel, target)))
-                restored.append(rel)
+                if rel not in restored:
+                    restored.append(rel)
                 made.add(rel)
             except CorralError as error:
                 conflicts.append(rel)

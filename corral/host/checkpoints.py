@@ -53,6 +53,7 @@ class Checkpoints:
         """`budget_s`: how long one walk may copy before it leaves the rest to the next
         request (each must end within the call timeout)."""
         self.history, self.ignore, self.budget_s = history, ignore, budget_s
+        self.root = root
         self._kept_name = kept_name(root)
         self._intent = intent_name(self._kept_name)
         self.snaps = Snapshots(history.store.home, -1, history.store.fd)
@@ -325,7 +326,8 @@ class Checkpoints:
                 "code": code, "message": "corral's changes were taken back; the rest "
                 f"failed: {message}"}, Meta(history_ids=ids))
         domain = target.items.keys() | before.items.keys()
-        result = _merged(first.result, second, target, before.id, domain)
+        result = _merged(first.result, second, target, before.id, domain,
+                         self.root if force else None)
         ids += tuple(second.records)
         return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
 
@@ -342,7 +344,7 @@ def _differing(now: Manifest, then: Manifest) -> list[Item]:
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
-            before: str, domain: Set[str]) -> dict[str, Any]:
+            before: str, domain: Set[str], forced: str | None) -> dict[str, Any]:
     """One result of the two passes. A path of the snapshots (`domain`) that the
     record pass left alone is the snapshot pass's to decide: it walked the tree after
     the record pass and brought back, removed or found as it was each path there. So
@@ -350,7 +352,11 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
     record pass made again on its way back through older changes (an older rewind's
     removed directory, put back as a newer one's change is taken back) and then
     could not take further. Any other conflict of the record pass stays (a move back
-    the policy refused, a path of another root)."""
+    the policy refused, a path of another root). With force the snapshot pass
+    decides every path of the root it walked (`forced`): a deleted link there that
+    the record pass asks the host to make again is dropped (one the target holds,
+    the snapshot pass lists as lost, and the host makes that one; one it does not
+    hold, a rewind's removal taken back, made after the snapshot pass, would stay)."""
     acted = {*second.restored, *second.removed}
 
     def decided(path: str) -> bool:
@@ -379,7 +385,9 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
             "links_not_restored": links, "skipped": skipped,
             "records": strings("records") + second.records,
             # the record pass's deleted links, for the host to make (relink.remake_links)
-            **({"links": first["links"]} if isinstance(first.get("links"), list) else {})}
+            **({"links": [link for link in first["links"] if not (
+                isinstance(link, dict) and link.get("root") == forced)]}
+               if isinstance(first.get("links"), list) else {})}
 
 
 def _changes(result: WalkAnswer, token: str | None) -> tuple[
