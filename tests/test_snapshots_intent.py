@@ -94,6 +94,9 @@ def test_a_live_writers_intent_is_left_alone_until_it_dies(rewound: Rewound) -> 
             sb.history()
             assert snapshot(rewound.workspace) == mixed
             assert rewound.intent.exists()
+            beside = sb.rewind(rewound.cp, force=True)  # no second rewind alongside
+            assert beside["error"]["code"] == "conflict", beside
+            assert snapshot(rewound.workspace) == mixed
             os.close(fd)  # its writer dies
             fd = -1
             sb.history()  # the next settle finishes it
