@@ -396,7 +396,7 @@ class _BaseSandbox:
 
     @property
     def _around(self) -> Around:
-        return Around(self._settle_records, self._linked)
+        return Around(self._settle_records, self._relinked, self._snapshot_linked)
 
     def _settle_records(self) -> None:
         if self._history is None:
@@ -430,11 +430,6 @@ class _BaseSandbox:
                                      links, self._roots, self._policy)
         meta = replace(answer.meta, history_ids=(*answer.meta.history_ids, *made))
         return answer._replace(result=result, meta=meta)
-
-    def _linked(self, answer: Answer, checkpoint: str, force: bool) -> Answer:
-        """A snapshot rewind's answer with every link it needs made by the host."""
-        answer = self._relinked(answer)
-        return self._snapshot_linked(answer, checkpoint) if force else answer
 
     def _checkpoint(self, label: str | None) -> str:
         with self._lifecycle.active():

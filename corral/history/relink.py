@@ -83,8 +83,8 @@ def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: s
     reasons = result.setdefault("reasons", {})
     made: set[str] = set()
     with _making(work_path, result) as (store, opened, ids):
-        # None of these is the record pass's to make (Checkpoints drops its links of
-        # this root): one it took back, as a rewind's earlier making of it, is made here
+        # each was lost when the snapshot pass walked, after the record pass's links
+        # were made: one that pass took back (an earlier rewind's making of it) too
         for rel, target in links[:MAX_LINKS_ASKED]:
             try:
                 ids.append(_remake(store, opened, roots, policy, "rewind", None,

@@ -35,14 +35,16 @@ from corral.history.store import kept_name, new_id
 
 Submit = Callable[[HistoryRequest], Answer]
 log = logging.getLogger("corral")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class Around(NamedTuple):
-    """What the sandbox does around a rewind's passes."""
+    """What the sandbox does around a rewind's passes: the symlinks no worker can
+    make, made by the host (history/relink.py), and a killed worker's records."""
 
     settle: Callable[[], None]  # the records of a killed worker, settled
-    linked: Callable[[Answer, str, bool], Answer]  # (answer, target, force): links made
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+    relinked: Callable[[Answer], Answer]  # the record pass's deleted links made again
+    linked: Callable[[Answer, str], Answer]  # (answer, target): the snapshot's lost links
 
 
 class Checkpoints:
@@ -53,7 +55,6 @@ class Checkpoints:
         """`budget_s`: how long one walk may copy before it leaves the rest to the next
         request (each must end within the call timeout)."""
         self.history, self.ignore, self.budget_s = history, ignore, budget_s
-        self.root = root
         self._kept_name = kept_name(root)
         self._intent = intent_name(self._kept_name)
         self.snaps = Snapshots(history.store.home, -1, history.store.fd)
@@ -289,8 +290,7 @@ class Checkpoints:
                 if attempt:
                     around.settle()
                 try:
-                    answer = around.linked(self._passes(submit, target, before, force),
-                                           target.id, force)
+                    answer = self._passes(submit, target, before, force, around)
                 except CorralError as error:
                     answer = error_answer("rewind", error)
                 if not _crashed(answer):
@@ -305,12 +305,13 @@ class Checkpoints:
         return answer
 
     def _passes(self, submit: Submit, target: Manifest, before: Manifest,
-                force: bool) -> Answer:
-        """The record pass, then the snapshot pass, every blob the rewind may write
-        hashed before anything changes."""
+                force: bool, around: Around) -> Answer:
+        """The record pass (the links it took back made by the host), then the
+        snapshot pass, which sees them (with `force`, the links it finds lost made
+        after it); every blob the rewind may write hashed before anything changes."""
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
-        first = submit(HistoryRequest("rewind", to=target.id, force=force))
+        first = around.relinked(submit(HistoryRequest("rewind", to=target.id, force=force)))
         if not first.ok or not isinstance(first.result, dict):
             return first
         token = new_id()
@@ -326,10 +327,10 @@ class Checkpoints:
                 "code": code, "message": "corral's changes were taken back; the rest "
                 f"failed: {message}"}, Meta(history_ids=ids))
         domain = target.items.keys() | before.items.keys()
-        result = _merged(first.result, second, target, before.id, domain,
-                         self.root if force else None)
+        result = _merged(first.result, second, target, before.id, domain)
         ids += tuple(second.records)
-        return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
+        answer = Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
+        return around.linked(answer, target.id) if force else answer
 
 
 def _crashed(answer: Answer) -> bool:
@@ -344,7 +345,7 @@ def _differing(now: Manifest, then: Manifest) -> list[Item]:
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
-            before: str, domain: Set[str], forced: str | None) -> dict[str, Any]:
+            before: str, domain: Set[str]) -> dict[str, Any]:
     """One result of the two passes. A path of the snapshots (`domain`) that the
     record pass left alone is the snapshot pass's to decide: it walked the tree after
     the record pass and brought back, removed or found as it was each path there. So
@@ -352,11 +353,7 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
     record pass made again on its way back through older changes (an older rewind's
     removed directory, put back as a newer one's change is taken back) and then
     could not take further. Any other conflict of the record pass stays (a move back
-    the policy refused, a path of another root). With force the snapshot pass
-    decides every path of the root it walked (`forced`): a deleted link there that
-    the record pass asks the host to make again is dropped (one the target holds,
-    the snapshot pass lists as lost, and the host makes that one; one it does not
-    hold, a rewind's removal taken back, made after the snapshot pass, would stay)."""
+    the policy refused, a path of another root)."""
     acted = {*second.restored, *second.removed}
 
     def decided(path: str) -> bool:
@@ -383,11 +380,7 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
             "checkpoint": before, "removed": [p for p in removed if p not in conflicts],
             "reasons": {p: reasons[p] for p in conflicts if p in reasons},
             "links_not_restored": links, "skipped": skipped,
-            "records": strings("records") + second.records,
-            # the record pass's deleted links, for the host to make (relink.remake_links)
-            **({"links": [link for link in first["links"] if not (
-                isinstance(link, dict) and link.get("root") == forced)]}
-               if isinstance(first.get("links"), list) else {})}
+            "records": strings("records") + second.records}
 
 
 def _changes(result: WalkAnswer, token: str | None) -> tuple[
