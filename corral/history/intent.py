@@ -34,7 +34,7 @@ from corral.history.store import TEMP, read_small
 
 INTENT = "i-"
 VERSION = 1
-MAX_INTENT_BYTES = 4096
+MAX_INTENT_BYTES = 4096  # three ids and a flag: anything bigger is not one
 log = logging.getLogger("corral")
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
