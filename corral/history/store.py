@@ -9,6 +9,7 @@ store lies is location.py's; what it may hold, bounds.py's.
       r-<id>.json         a committed record (records.py), written by the host only
       c-<id>.json         a checkpoint, likewise
       t-...               one of those two being written (renamed into place once whole)
+      i-<root>.json       a whole-workspace rewind under way, or cut short (intent.py)
       w-<roots>/          the work directory of the sandboxes that may write exactly
                           these roots (a hash of their paths): their workers write here
         r-<id>.pending    a record written before its change lands, flocked by its writer
