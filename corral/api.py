@@ -39,7 +39,7 @@ from corral.errors import CorralError
 from corral.history.host import History
 from corral.history.location import StoreInsideRoot, check_location, default_base
 from corral.history.relink import remake_links, remake_snapshot_links
-from corral.host.checkpoints import Checkpoints
+from corral.host.checkpoints import Around, Checkpoints
 from corral.host.flow import NO_ONE_TO_ASK, Approval, CallFlow, CallPlan, NoApprover, adrive, drive
 from corral.host.grants import Grants
 from corral.host.ledger import FORCE_HINT, Ledger
@@ -149,9 +149,11 @@ def _warn_once(workspace: str, why: str) -> None:
 def _start_executor(
     roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
     history: str | None = None, observer: Observer | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Executor:
     """The one place that decides where tools run: confined workers, never the host."""
-    return Broker(roots, limits, policy, options, history, observer=observer)
+    return Broker(roots, limits, policy, options, history, observer=observer,
+                  meanwhile=meanwhile)
 
 
 def _open_audit(audit: str | os.PathLike[str] | Audit | AuditOptions | None,
@@ -269,6 +271,7 @@ class _BaseSandbox:
             self._executor = self._start(
                 self._roots, self._limits, self._policy, self._options,
                 history=store.work_path if store is not None else None, observer=observer,
+                meanwhile=store.meanwhile if store is not None else None,
             )
             self._settle()
         except BaseException:
@@ -383,8 +386,22 @@ class _BaseSandbox:
     def _settle(self) -> None:
         """Make the history agree with the tree: a worker settles the records of writers
         killed mid-call (a host's, whose workers may outlive it by a moment, or a
-        worker the pool lost), then the host commits what is done. Blocks on a
-        worker only when there is such a record, which is rare."""
+        worker the pool lost), then the host commits what is done; then a
+        whole-workspace rewind a killed host left part-way is finished
+        (Checkpoints.settle). Run as the sandbox opens, before any call. Blocks on
+        a worker only when there is such a record, which is rare."""
+        self._settle_records()
+        if self._checkpoints is not None:
+            since = time.time()
+            finished = self._checkpoints.settle(self._executor.submit, self._around)
+            if finished is not None:  # its records committed, and an audit line for it
+                self._ledger.history_result(*finished, since)
+
+    @property
+    def _around(self) -> Around:
+        return Around(self._settle_records, self._relinked, self._snapshot_linked)
+
+    def _settle_records(self) -> None:
         if self._history is None:
             return
         if dead := self._history.dead_writers():
@@ -441,10 +458,8 @@ class _BaseSandbox:
             self._settle()
             since = time.time()
             try:
-                answer = self._relinked(
-                    self._checkpoints.rewind(self._executor.submit, checkpoint, force))
-                if force:
-                    answer = self._snapshot_linked(answer, checkpoint)
+                answer = self._checkpoints.rewind(self._executor.submit, checkpoint, force,
+                                                  self._around)
             except CorralError as error:
                 answer = error_answer("rewind", error)
             return self._ledger.history_result(answer, checkpoint, since)

@@ -294,6 +294,9 @@ def main() -> int:
                         help="also run every row with this idle pause before each call")
     parser.add_argument("--defaults", action="store_true",
                         help="each checkout at its defaults, not at equal work")
+    parser.add_argument("--no-history", action="store_true",
+                        help="both checkouts with [history] enabled = false: the work the "
+                        "reference does, which keeps no undo copies")
     parser.add_argument("--only", help="run the rows whose name contains this")
     parser.add_argument("--dir", help="where to make the workspace (default: the temp dir)")
     args = parser.parse_args()
@@ -315,9 +318,11 @@ def main() -> int:
         ref = None
         try:
             for label, tree in (("base", base), ("new", new)):
-                servers[label] = corral_server(
-                    ws, configs(tmp, tree, label)[0 if args.defaults else 1], tree,
-                    equal=not args.defaults)
+                config = configs(tmp, tree, label)[0 if args.defaults else 1]
+                if args.no_history:
+                    config.write_text(config.read_text().replace(
+                        "[history]\n", "[history]\nenabled = false\n"))
+                servers[label] = corral_server(ws, config, tree, equal=not args.defaults)
             if ref_entry is not None:
                 ref = StdioClient(["node", str(ref_entry), str(ws)], ws)
             ops = operations(ws)
@@ -329,7 +334,8 @@ def main() -> int:
         finally:
             for server in [*servers.values(), *([ref] if ref else [])]:
                 server.close()
-    print(f"base {args.base}, new {args.new}, {'defaults' if args.defaults else 'equal work'}; "
+    print(f"base {args.base}, new {args.new}, {'defaults' if args.defaults else 'equal work'}"
+          f"{', history off' if args.no_history else ''}; "
           f"{args.calls} timed calls per small row ({args.calls // BIG_CALLS_DIVISOR} for the "
           f"1 MiB rows and the listing) and side in alternating rounds of {ROUND_CALLS}, every "
           f"answer checked; wall: median µs; CPU: µs per call of every process of the server "

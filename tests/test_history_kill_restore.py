@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
+from corral.config import HistoryOptions
 from corral.fs import TEMP_PREFIX
 from corral.history.store import id_pid
 from tests.helpers.calls import ok
@@ -98,16 +99,27 @@ def tree(workspace: Path) -> Path:
 ENABLE_DELETE = {"tool_modes": {"delete_file": "allow"}}
 
 
+@pytest.mark.parametrize("snapshots", [False, True])
 @pytest.mark.parametrize("k", [1, 2, 4, 7])
-def test_a_killed_rewind_run_again_gives_the_checkpoint(tree: Path, k: int) -> None:
+def test_a_killed_rewind_run_again_gives_the_checkpoint(
+    tree: Path, k: int, snapshots: bool
+) -> None:
+    """Without snapshots the killed rewind fails, and run again gives the
+    checkpoint; with them, the sandbox runs it again itself (its intent:
+    history/intent.py), and it answers as one."""
     from corral.policy import Policy
 
-    with Sandbox(tree, workers=1, policy=Policy(**ENABLE_DELETE)) as sb:
+    history = HistoryOptions(snapshots=snapshots)
+    with Sandbox(tree, workers=1, policy=Policy(**ENABLE_DELETE), history=history) as sb:
         at_checkpoint = snapshot(tree)
         cp = sb.checkpoint()
         _changes(sb, k)
         killed = kill_at_record(sb, k, lambda: sb.rewind(cp))
-        assert killed["error"]["code"] == "worker_crashed", killed
+        if snapshots:
+            assert killed["ok"] and killed["result"]["conflicts"] == [], killed
+            assert snapshot(tree) == at_checkpoint
+        else:
+            assert killed["error"]["code"] == "worker_crashed", killed
         assert temps(tree) == []  # the pool settled the dead worker's records, and cleaned
         again = sb.rewind(cp)
         assert again["ok"] and again["result"]["conflicts"] == [], again

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -397,7 +398,8 @@ def test_the_note_is_rewritten_at_most_once_an_interval_and_at_the_close(
     options = HistoryOptions(path=str(tmp_path / "hist"))
     with Sandbox(workspace, history=options) as sb:
         note = Path(sb.history_path, BOUND)
-        ok(sb, "write_file", path="big.txt", content="0" * 8192)  # the first commit notes
+        ok(sb, "write_file", path="big.txt", content="0" * 8192)
+        testing.history(sb).flush()  # the first commit notes
         first = note.stat().st_ino, note.read_text()
         for round_ in range(1, 3):
             ok(sb, "write_file", path="big.txt", content=f"{round_:04d}" * 2048)
@@ -416,10 +418,12 @@ def test_a_writer_reuses_the_file_of_its_last_committed_record(
         assert testing.history(sb).work_path is not None
         work = Path(testing.history(sb).work_path)
         ok(sb, "write_file", path="a.txt", content="one\n")
+        testing.history(sb).flush()  # committed while the next call runs, or now
         [spare] = [p for p in work.iterdir() if p.name.startswith("s-")]
         inode = spare.stat().st_ino
         ok(sb, "write_file", path="a.txt", content="two\n")
         ok(sb, "create_directory", path="d")
+        testing.history(sb).flush()
         assert [p.stat().st_ino for p in work.iterdir() if p.name.startswith("s-")] == [inode]
         assert [e["action"] for e in sb.history()] == ["create", "modify", "create"]
         assert sb.undo("a.txt")["ok"] and (workspace / "a.txt").read_text() == "one\n"
@@ -499,3 +503,62 @@ def test_a_spare_replaced_under_its_writer_is_not_taken_for_its_record(
         assert Record.from_wire(json.loads(pending)) == record
     finally:
         store.close()
+
+
+def _committed(store: Path) -> set[str]:
+    return {p.name[2:-5] for p in store.glob("r-*.json")}
+
+
+def _done(work: Path) -> set[str]:
+    return {p.name[2:-5] for p in work.glob("r-*.done")}
+
+
+def test_a_calls_records_are_committed_while_the_next_request_runs(
+    workspace: Path, tmp_path: Path,
+) -> None:
+    """A change's record waits, done, until the next request has gone to a worker
+    (History.meanwhile), then commits; whatever reads the history commits it first,
+    and so does the close."""
+    options = HistoryOptions(path=str(tmp_path / "hist"))
+    with Sandbox(workspace, history=options, options=SandboxOptions(workers=1)) as sb:
+        store, work = Path(sb.history_path), Path(testing.history(sb).work_path or "")
+        ok(sb, "write_file", path="a.txt", content="one\n")
+        [first] = _done(work)
+        assert first not in _committed(store)
+        ok(sb, "read_file", path="a.txt")  # changes nothing: the write's record commits
+        assert first in _committed(store) and not _done(work)
+        ok(sb, "write_file", path="a.txt", content="two\n")
+        [second] = _done(work)
+        assert [e["action"] for e in sb.history()] == ["modify", "create"]
+        assert second in _committed(store) and not _done(work)
+        ok(sb, "create_directory", path="d")
+        [third] = _done(work)
+    assert third in _committed(store) and not _done(work)
+
+
+_KILLED_WITH_A_RECORD_PENDING = """
+import os, sys
+from corral import Sandbox
+from corral.config import HistoryOptions
+sb = Sandbox(sys.argv[1], history=HistoryOptions(path=sys.argv[2]))
+assert sb.call("write_file", {"path": "a.txt", "content": "new\\n"})["ok"]
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_host_killed_before_its_records_commit_leaves_them_to_the_next(
+    workspace: Path, tmp_path: Path,
+) -> None:
+    """A host killed between a change's answer and its commit: the record is left done
+    in the work directory, and the next sandbox on the store commits it (its
+    writer is dead), so the change is in the history and can be undone."""
+    (workspace / "a.txt").write_text("old\n")
+    hist = tmp_path / "hist"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WITH_A_RECORD_PENDING,
+                             str(workspace), str(hist)], check=False)
+    assert killed.returncode == -9
+    assert (workspace / "a.txt").read_text() == "new\n"
+    with Sandbox(workspace, history=HistoryOptions(path=str(hist))) as sb:
+        assert [e["action"] for e in sb.history()] == ["modify"]
+        assert sb.undo("a.txt")["ok"]
+    assert (workspace / "a.txt").read_text() == "old\n"

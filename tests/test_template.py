@@ -267,13 +267,23 @@ def test_only_a_template_started_on_the_main_thread_dies_with_it() -> None:
     worker.join()
     started.append(launcher.Template(launcher._key(ZYGOTE_ENTRY)))
     try:
-        # the last argument of template.main(...): whether to take the death signal
-        flags = [psutil.Process(t.pid).cmdline()[-1].rstrip(")").rsplit(", ", 1)[-1]
-                 for t in started]
+        flags = [_death_flag(t.pid) for t in started]
     finally:
         for template in started:
             template.stop()
     assert flags == ["False", "True"]
+
+
+def _death_flag(pid: int) -> str:
+    """The last argument of the template's template.main(...): whether it takes the
+    death signal. Read once the process has exec'd (its command line is empty, or the
+    parent's, until then: a busy machine shows it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        line = psutil.Process(pid).cmdline()
+        if (line and "main(" in line[-1]) or time.monotonic() > deadline:
+            return line[-1].rstrip(")").rsplit(", ", 1)[-1]
+        time.sleep(0.01)
 
 
 def test_a_template_reaped_by_something_else_is_stopped_without_error() -> None:

@@ -73,6 +73,7 @@ NOTE_EVERY_S = 1.0  # the note is brought up to date at most this often, and at 
 INLINE_BYTES = 1 << 20  # a call that kept more commits off its path (see History.__init__)
 REFUSED_KEPT = 100  # a worker may send many bad records: the host keeps only the last
 MAX_CALLS_TRACKED = 10_000  # calls in flight the sweep waits for (a flow never finished stays)
+_Job = tuple[tuple[str, ...], Expect, tuple[Any, ...]]  # one call's records: History.promote
 
 
 class History:
@@ -94,13 +95,21 @@ class History:
         self._calls: dict[object, float] = {}  # calls in flight: when each began (wall clock)
         self._retry: dict[str, Expect] = {}  # ids whose commit failed, with their checks
         self._spares: set[str] = set()  # done files handed back to their writers
-        # A call's records are committed on the call's own thread: a small record is a
-        # few system calls (~100 us), less than handing it to another thread costs
-        # (~20 futex calls a call, and a wake-up). A call that stored more than
-        # INLINE_BYTES may need its kept copy hashed (~1 ms a MiB): that goes to one
-        # thread, in order, and so does every call while that thread has work (the
-        # records are committed in order); whatever reads the history waits for it
-        # first (flush).
+        # A call's records are committed on a call's own thread, but not at once: they
+        # wait (pending) until the next request has gone to a worker, and are
+        # committed while that worker runs it (meanwhile), in time the thread would
+        # otherwise spend waiting. Committed at once, they cost their ~200 us twice
+        # over: the idle worker polls for its next request all that time
+        # (calls/waiting.py), and the host then polls for its answer. Another thread
+        # would cost more than the commit (~20 futex calls a call, and a wake-up).
+        # A call that stored more than INLINE_BYTES may need its kept copy hashed
+        # (~1 ms a MiB): that goes to one thread, with what is pending before it,
+        # and so does every call while that thread has work (the records are
+        # committed in order). Whatever reads the history commits them all first
+        # (flush), and so does the close; a host killed first leaves them done in
+        # the work directory, for the next sweep.
+        self._pending: list[_Job] = []
+        self._committing = threading.Lock()  # one thread commits what is pending
         self._later = ThreadPoolExecutor(1, thread_name_prefix="corral-history")
         self._queued: Future[None] | None = None  # the thread's last job
         home = _open_dir(self.path)
@@ -131,7 +140,8 @@ class History:
                 self._bound(options.max_bytes)
 
     def close(self) -> None:
-        self._later.shutdown(wait=True)  # every answered call's records committed first
+        self.flush()  # every answered call's records committed first
+        self._later.shutdown(wait=True)
         if self._added:
             with self._locked():
                 self._note_added(at_close=True)
@@ -170,30 +180,51 @@ class History:
         done: Sequence[Any] = (), stored: int = 0,
     ) -> None:
         """A call's answer named these records (`done`: those it carried, and `stored`:
-        the bytes it kept): commit those that check out, now or, for a call that
-        kept more than INLINE_BYTES, soon."""
+        the bytes it kept): commit those that check out, while the next request
+        runs (meanwhile), or, for a call that kept more than INLINE_BYTES, soon."""
         if self.work_path is None or not ids:
             return
         job = (tuple(ids), Expect(self.writable, tool, since), tuple(done))
         with self._lock:
             busy = self._queued is not None and not self._queued.done()
             if busy or stored > INLINE_BYTES:
-                self._queued = self._later.submit(self._promote, *job)
+                jobs, self._pending = [*self._pending, job], []
+                self._queued = self._later.submit(self._commit, jobs)
                 return
-        self._promote(*job)
+            self._pending.append(job)
 
-    def _promote(self, ids: tuple[str, ...], expect: Expect, done: tuple[Any, ...]) -> None:
+    def meanwhile(self) -> None:
+        """A worker runs a request: commit what earlier calls left pending (unless
+        another thread is at it: its call waits for none of them)."""
+        if self._pending and self._committing.acquire(blocking=False):
+            try:
+                self._commit_pending()
+            finally:
+                self._committing.release()
+
+    def _commit_pending(self) -> None:
+        while True:
+            with self._lock:
+                jobs, self._pending = self._pending, []
+            if not jobs:
+                return
+            self._commit(jobs)
+
+    def _commit(self, jobs: Sequence[_Job]) -> None:
+        """Commit each job's records, under the store's lock once for them all."""
         try:
             with self._locked():
-                self._refused(promote.promote(self.store, self.work, ids, expect, done,
-                                              self._spares))
+                for ids, expect, done in jobs:
+                    try:
+                        self._refused(promote.promote(self.store, self.work, ids, expect,
+                                                      done, self._spares))
+                    except OSError as exc:  # left done: the next sweep commits it
+                        log.warning("corral: history: committing records failed (%s)",
+                                    exc.strerror)
+                        for item in ids[:REFUSED_KEPT]:
+                            self._retry[item] = expect
                 self._note_added()
-        except OSError as exc:  # left done in the work directory: the next sweep commits it
-            log.warning("corral: history: committing records failed (%s)", exc.strerror)
-            with self._lock:
-                for item in ids[:REFUSED_KEPT]:
-                    self._retry[item] = expect
-        except Exception:  # the call's change has landed: its answer must say so all the same
+        except Exception:  # the calls' changes have landed: their answers said so
             log.exception("corral: history: committing records failed")
 
     def calling(self, call: object) -> None:
@@ -211,6 +242,8 @@ class History:
         queued = self._queued
         if queued is not None:
             queued.result()
+        with self._committing:
+            self._commit_pending()
 
     def sweep(self, dead: Sequence[int] = (), tools: frozenset[str] | None = None) -> None:
         """Commit what was promoted, then the done records no answer will name (a

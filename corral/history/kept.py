@@ -54,8 +54,11 @@ def taken(home_fd: int, work_fd: int, blob: str, root: str) -> Iterator[int]:
     """The kept directory of `root`, with `blob` moved into it from the work directory
     (a host killed after the move finds it there already), as an fd for the caller's
     checks. Moved before they run: from then on no worker can change it by name."""
-    make(home_fd, [root])  # a record may name a root no sandbox here opened yet
-    where = os.open(kept_name(root), _DIR_FLAGS, dir_fd=home_fd)
+    try:
+        where = os.open(kept_name(root), _DIR_FLAGS, dir_fd=home_fd)
+    except FileNotFoundError:  # a record may name a root no sandbox here opened yet
+        make(home_fd, [root])
+        where = os.open(kept_name(root), _DIR_FLAGS, dir_fd=home_fd)
     try:
         try:
             renameat2(work_fd, blob, where, blob, RENAME_NOREPLACE)
@@ -92,10 +95,8 @@ def link(home_fd: int, name: str, roots: Iterable[str]) -> None:
     `roots`: a hard link (a copy where the file system has none)."""
     for root in dict.fromkeys(roots):
         where = kept_name(root)
-        make(home_fd, [root])  # a record may name a root no sandbox here opened yet
         try:
-            os.link(name, f"{where}/{name}", src_dir_fd=home_fd, dst_dir_fd=home_fd,
-                    follow_symlinks=False)
+            _hard_link(home_fd, name, root)
         except FileExistsError:
             continue
         except OSError as exc:
@@ -108,6 +109,15 @@ def link(home_fd: int, name: str, roots: Iterable[str]) -> None:
                     publish(fd, name, data)
             finally:
                 os.close(fd)
+
+
+def _hard_link(home_fd: int, name: str, root: str) -> None:
+    mirror = f"{kept_name(root)}/{name}"
+    try:
+        os.link(name, mirror, src_dir_fd=home_fd, dst_dir_fd=home_fd, follow_symlinks=False)
+    except FileNotFoundError:  # a record may name a root no sandbox here opened yet
+        make(home_fd, [root])
+        os.link(name, mirror, src_dir_fd=home_fd, dst_dir_fd=home_fd, follow_symlinks=False)
 
 
 def roots_of(record: Record) -> list[str]:

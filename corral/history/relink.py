@@ -83,14 +83,14 @@ def remake_snapshot_links(work_path: str | None, result: dict[str, Any], root: s
     reasons = result.setdefault("reasons", {})
     made: set[str] = set()
     with _making(work_path, result) as (store, opened, ids):
+        # each was lost when the snapshot pass walked, after the record pass's links
+        # were made: one that pass took back (an earlier rewind's making of it) too
         for rel, target in links[:MAX_LINKS_ASKED]:
-            if rel in restored:  # the record pass made it again already (remake_links)
-                made.add(rel)
-                continue
             try:
                 ids.append(_remake(store, opened, roots, policy, "rewind", None,
                                    (root, rel, rel, target)))
-                restored.append(rel)
+                if rel not in restored:
+                    restored.append(rel)
                 made.add(rel)
             except CorralError as error:
                 conflicts.append(rel)

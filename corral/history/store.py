@@ -9,6 +9,7 @@ store lies is location.py's; what it may hold, bounds.py's.
       r-<id>.json         a committed record (records.py), written by the host only
       c-<id>.json         a checkpoint, likewise
       t-...               one of those two being written (renamed into place once whole)
+      i-<root>.json       a whole-workspace rewind under way, or cut short (intent.py)
       w-<roots>/          the work directory of the sandboxes that may write exactly
                           these roots (a hash of their paths): their workers write here
         r-<id>.pending    a record written before its change lands, flocked by its writer
@@ -44,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import sys
@@ -134,6 +136,7 @@ def work_name(writable: list[str]) -> str:
     return WORK + content_version(os.fsencode("\0".join(sorted(writable))))[:16]
 
 
+@functools.lru_cache(maxsize=256)  # every commit names its roots' (a hash each)
 def kept_name(root: str) -> str:
     """The kept directory of the root whose real path is `root` (kept.py)."""
     return KEPT + content_version(os.fsencode(root))[:16]

@@ -9,14 +9,16 @@ root's kept directory; what it answers is checked here before it is stored.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Set
-from typing import Any
+from typing import Any, NamedTuple
 
-from corral.calls.messages import Answer, HistoryRequest, Meta
+from corral.calls.messages import Answer, HistoryRequest, Meta, error_answer
 from corral.errors import CorralError
 from corral.history.host import History
+from corral.history.intent import Held, Intent, begin, claim, intent_name
 from corral.history.snapshot_answers import Answer as Shape
 from corral.history.snapshot_answers import RestoreAnswer, WalkAnswer, read_answer
 from corral.history.snapshots import (
@@ -32,7 +34,17 @@ from corral.history.snapshots import (
 from corral.history.store import kept_name, new_id
 
 Submit = Callable[[HistoryRequest], Answer]
+log = logging.getLogger("corral")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class Around(NamedTuple):
+    """What the sandbox does around a rewind's passes: the symlinks no worker can
+    make, made by the host (history/relink.py), and a killed worker's records."""
+
+    settle: Callable[[], None]  # the records of a killed worker, settled
+    relinked: Callable[[Answer], Answer]  # the record pass's deleted links made again
+    linked: Callable[[Answer, str], Answer]  # (answer, target): the snapshot's lost links
 
 
 class Checkpoints:
@@ -44,6 +56,7 @@ class Checkpoints:
         request (each must end within the call timeout)."""
         self.history, self.ignore, self.budget_s = history, ignore, budget_s
         self._kept_name = kept_name(root)
+        self._intent = intent_name(self._kept_name)
         self.snaps = Snapshots(history.store.home, -1, history.store.fd)
         self.last: dict[str, Any] | None = None  # what the last checkpoint's snapshot cost
 
@@ -212,31 +225,107 @@ class Checkpoints:
 
     # -- rewind -----------------------------------------------------------------
 
-    def rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
+    def rewind(self, submit: Submit, checkpoint_id: str, force: bool, around: Around) -> Answer:
         with self._kept():
-            return self._rewind(submit, checkpoint_id, force)
+            return self._rewind(submit, checkpoint_id, force, around)
 
-    def _rewind(self, submit: Submit, checkpoint_id: str, force: bool) -> Answer:
+    def _rewind(self, submit: Submit, checkpoint_id: str, force: bool,
+                around: Around) -> Answer:
         """corral's changes since the checkpoint taken back (restore.rewind), then every
         other difference from its snapshot: a conflict, or with `force` brought back.
         A snapshot of the tree as it is comes first (its id is the result's
-        `checkpoint`), and every blob the rewind may write is hashed before anything
-        changes."""
+        `checkpoint`), then the intent that names the two (history/intent.py):
+        from there on a kill of the worker or the host leaves the rewind to be
+        finished, whole, by this sandbox or the next one opened."""
         target = self._snapshot(checkpoint_id)
         before = self._snapshot(self._checkpoint(
             submit, f"before rewind to {checkpoint_id}", spare=checkpoint_id))
+        with self.history.locked():
+            held = begin(self.history.store.home, self._intent,
+                         Intent(new_id(), checkpoint_id, before.id, force))
+        return self._finish(submit, held, target, before, force, around, fresh=True)
+
+    def settle(self, submit: Submit, around: Around) -> tuple[Answer, str] | None:
+        """Finish the rewind a dead writer's intent names, if there is one: rolled
+        forward (run again to its target, as its caller asked), or, if the target's
+        snapshot is gone since, rolled back (to the tree its "before" snapshot
+        holds). Either leaves the whole tree as one of the two. (its answer, the
+        checkpoint rewound to); None: no intent to finish (none, its writer lives,
+        or it was refused)."""
+        held = claim(self.history.store.home, self._intent)
+        if held is None:
+            return None
+        with self._kept():
+            try:
+                target, before, force = self._pair(held.intent)
+            except CorralError as error:
+                log.warning("corral: history: refused the rewind intent %s (%s); removed, "
+                            "nothing of the tree changed", held.name, error.message)
+                with self.history.locked():
+                    held.end()
+                return None
+            log.warning("corral: history: finishing a rewind to %s cut short by a crash",
+                        target.id)
+            return self._finish(submit, held, target, before, force, around), target.id
+
+    def _pair(self, intent: Intent) -> tuple[Manifest, Manifest, bool]:
+        """(the snapshot to rewind to, the "before" one, force) of an intent, checked:
+        its "before" is the checkpoint a rewind to its target made."""
+        info = self.history.store.checkpoint_info(intent.before)
+        if info is None or info.label != f"before rewind to {intent.target}":
+            raise CorralError("not_found", "its checkpoints are not a rewind's")
+        before = self._snapshot(intent.before)
+        if not self.snaps.has(intent.target):  # evicted since: all before instead
+            return before, before, True
+        return self._snapshot(intent.target), before, intent.force
+
+    def _finish(self, submit: Submit, held: Held, target: Manifest, before: Manifest,
+                force: bool, around: Around, *, fresh: bool = False) -> Answer:
+        """Run a rewind whose intent `held` is written to its end. A worker killed on
+        the way: its records settled, the rewind runs again (from where the kill
+        left the tree, it gives the same tree), once; killed again, the intent is
+        left for the next settle. Any other end is final: the intent goes.
+        `fresh`: `before` was just walked (not a crashed rewind's, finished)."""
+        final = False
+        try:
+            for attempt in range(2):
+                if attempt:
+                    around.settle()
+                try:
+                    answer = self._passes(submit, target, before, force, around,
+                                          fresh=fresh and not attempt)
+                except CorralError as error:
+                    answer = error_answer("rewind", error)
+                if not _crashed(answer):
+                    break
+            final = not _crashed(answer)
+        finally:
+            if final:
+                with self.history.locked():
+                    held.end()
+            else:
+                held.let_go()
+        return answer
+
+    def _passes(self, submit: Submit, target: Manifest, before: Manifest,
+                force: bool, around: Around, *, fresh: bool = False) -> Answer:
+        """The record pass (the links it took back made by the host), then the
+        snapshot pass, which sees them (with `force`, the links it finds lost made
+        after it); every blob the rewind may write hashed before anything changes.
+        `fresh` (the tree is as `before`'s walk saw it, unless the record pass
+        writes): the snapshot pass may take its paths from the two snapshots."""
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
-        first = submit(HistoryRequest("rewind", to=checkpoint_id, force=force))
+        first = around.relinked(submit(HistoryRequest("rewind", to=target.id, force=force)))
         if not first.ok or not isinstance(first.result, dict):
             return first
         token = new_id()
         ids = tuple(first.meta.history_ids)
         try:
             second = self._restore(submit, token, {
-                "force": force, "target": checkpoint_id, "ignore": list(self.ignore),
-                "token": token, "checked": self.snaps.identity(checkpoint_id),
-                **_listed(first, before, target)})
+                "force": force, "target": target.id, "ignore": list(self.ignore),
+                "token": token, "checked": self.snaps.identity(target.id),
+                **(_listed(first, before, target) if fresh else {})})
         except (CorralError, OSError) as error:
             code, message = (error.code, error.message) if isinstance(error, CorralError) else (
                 "io_error", f"the snapshot is gone ({error.strerror})")
@@ -246,7 +335,13 @@ class Checkpoints:
         domain = target.items.keys() | before.items.keys()
         result = _merged(first.result, second, target, before.id, domain)
         ids += tuple(second.records)
-        return Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
+        answer = Answer(True, "rewind", result, "", meta=Meta(history_ids=ids))
+        return around.linked(answer, target.id) if force else answer
+
+
+def _crashed(answer: Answer) -> bool:
+    """Its worker was killed (or outlived its timeout): the rewind may be part-way."""
+    return not answer.ok and (answer.error or {}).get("code") in ("worker_crashed", "timeout")
 
 
 def _differing(now: Manifest, then: Manifest) -> list[Item]:
@@ -317,9 +412,7 @@ def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,
             "checkpoint": before, "removed": [p for p in removed if p not in conflicts],
             "reasons": {p: reasons[p] for p in conflicts if p in reasons},
             "links_not_restored": links, "skipped": skipped,
-            "records": strings("records") + second.records,
-            # the record pass's deleted links, for the host to make (relink.remake_links)
-            **({"links": first["links"]} if isinstance(first.get("links"), list) else {})}
+            "records": strings("records") + second.records}
 
 
 def _changes(result: WalkAnswer, token: str | None) -> tuple[

@@ -85,9 +85,11 @@ class Broker:
     def __init__(
         self, roots: Sequence[RootSpec], limits: Limits, policy: Policy, options: SandboxOptions,
         history: str | None = None, hub: Hub | None = None, observer: Observer | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> None:
         """history: the workspace's history store directory (None: history off);
-        observer: hears of the deaths of its workers."""
+        observer: hears of the deaths of its workers; meanwhile: the host's work done
+        while a worker runs a request (CallPath)."""
         check_known(options.require)
         setup = SandboxSetup.of(roots, limits, policy, options, history)
         supply: SandboxSupply = (
@@ -102,7 +104,7 @@ class Broker:
             supply.close()
             raise
         self._supply = supply
-        self._calls = CallPath(supply, options, limits)
+        self._calls = CallPath(supply, options, limits, meanwhile)
         self._ids = itertools.count(1)
         self._owner = os.getpid()
         # asubmit's threads: one per worker, since no more calls can run at once

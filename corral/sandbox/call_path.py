@@ -86,8 +86,12 @@ class CallPath:
     """The one call path: checkout (Supply.take) -> exchange -> check in (give back,
     or recycle) or replace (Supply.lost). Failures of the worker become error answers."""
 
-    def __init__(self, supply: Supply, options: SandboxOptions, limits: Limits) -> None:
+    def __init__(self, supply: Supply, options: SandboxOptions, limits: Limits,
+                 meanwhile: Callable[[], None] | None = None) -> None:
+        """meanwhile: what the host does while a worker runs each request (the
+        history's commits of earlier calls: History.meanwhile)."""
         self.supply = supply
+        self.meanwhile = meanwhile
         self.options = options
         self.limits = limits
         # What a tool's answer can need under these limits (answers.py): a bigger
@@ -130,6 +134,7 @@ class CallPath:
                 wire = worker.exchange(
                     frame, time.monotonic() + timeout, self.answer_bytes, wait, spin,
                     self.answer_values, isinstance(request, CallRequest) and request.raw,
+                    self.meanwhile,
                 )
                 if wire.get("id") != request.id:
                     raise WorkerMisbehaved("it answered another request")

@@ -96,14 +96,18 @@ class Worker:
     def exchange(
         self, frame: bytes, deadline: float, max_bytes: int, wait: WaitPolicy,
         spin: bool = False, max_values: int | None = None, raw: bool = False,
+        meanwhile: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Send one encoded request and read its answer frame; WorkerLost, TimeoutError.
         The answer is untrusted: one over max_bytes or, before it is decoded,
         max_values JSON values loses the worker (so does one the caller's
         messages.*.from_wire refuses). spin: poll for the answer first (calls/waiting.py).
-        raw: a large answer's result and text may stay JSON text (decode_answer)."""
+        raw: a large answer's result and text may stay JSON text (decode_answer).
+        meanwhile: the host's own work, done while the worker runs the request."""
         try:
             send_bytes(self.sock.fileno(), frame, deadline)
+            if meanwhile is not None:
+                meanwhile()
             if spin:
                 _spin_for_answer(self.sock.fileno())
             if wait.notifies:
