@@ -5,9 +5,11 @@ grew by); a forced rewind of 10 files changed behind corral's back; each beside
 the floor, a bare os.scandir + lstat walk of the tree.
 
     python scripts/bench_snapshots.py [--files 10000] [--bytes 104857600] [--dir D]
-                                      [--changed 10] [--rounds 3]
+                                      [--changed 10] [--rounds 3] [--tree T]
 
-The real run is --files 100000 --bytes 2147483648 (2 GiB). The tree's files are
+The real run is --files 100000 --bytes 2147483648 (2 GiB). `--tree T` makes the
+tree in T once and reuses it in later runs of the same --files and --bytes (its
+.git is made again each run, so git's figure is always a first `git add`). The tree's files are
 unique (no two alike, so nothing is stored once for two files) and incompressible.
 Prints a Markdown table; the page cache is warm for every row (the tree was just
 written), as it is for a checkpoint an agent takes between its own edits.
@@ -32,19 +34,28 @@ from corral.config import HistoryOptions, Limits
 PER_DIR = 100
 
 
+def tree_paths(root: Path, files: int) -> list[Path]:
+    """The generated tree's files, 100 to a directory."""
+    return [root / f"d{index // (PER_DIR * PER_DIR)}" / f"e{index // PER_DIR % PER_DIR}"
+            / f"f{index}.bin" for index in range(files)]
+
+
 def generate(root: Path, files: int, total: int) -> list[Path]:
-    """`files` unique files of about total/files bytes each, 100 to a directory."""
+    """`files` unique files of about total/files bytes each (made once: a tree
+    whose marker names these sizes is reused)."""
+    paths = tree_paths(root, files)
+    marker = root.parent / f"{root.name}.made"
+    if marker.exists() and marker.read_text() == f"{files} {total}":
+        return paths
+    shutil.rmtree(root, ignore_errors=True)
     size = max(total // files, 16)
     pool = os.urandom(size + 1 << 16)
-    paths = []
-    for index in range(files):
-        folder = root / f"d{index // (PER_DIR * PER_DIR)}" / f"e{index // PER_DIR % PER_DIR}"
+    for index, path in enumerate(paths):
         if index % PER_DIR == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"f{index}.bin"
+            path.parent.mkdir(parents=True, exist_ok=True)
         start = (index * 7919) % (1 << 16)
         path.write_bytes(index.to_bytes(8, "little") + pool[start:start + size - 8])
-        paths.append(path)
+    marker.write_text(f"{files} {total}")
     return paths
 
 
@@ -86,13 +97,14 @@ def git(root: Path) -> float:
     return timed(run)[0]
 
 
-def change(paths: list[Path], count: int, round_: int) -> list[Path]:
-    """Rewrite `count` files spread over the tree, same size, new bytes."""
+def change(paths: list[Path], count: int) -> list[Path]:
+    """Rewrite `count` files spread over the tree, same size, new bytes (never
+    bytes stored before: a reused tree holds an earlier run's changes)."""
     step = max(len(paths) // count, 1)
     chosen = paths[::step][:count]
     for path in chosen:
         data = bytearray(path.read_bytes())
-        data[:8] = (10**9 + round_).to_bytes(8, "little")
+        data[:8] = os.urandom(8)
         path.write_bytes(bytes(data))
     return chosen
 
@@ -104,10 +116,12 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", help="where to make the tree (default: a temp dir)")
+    parser.add_argument("--tree", help="a tree to make once and reuse (kept)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-snap-", dir=args.dir))
-    tree, store = base / "ws", base / "hist"
-    tree.mkdir()
+    tree, store = (Path(args.tree) if args.tree else base / "ws"), base / "hist"
+    tree.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tree / ".git", ignore_errors=True)
     try:
         made, paths = timed(lambda: generate(tree, args.files, args.bytes))
         print(f"tree: {args.files} files, {args.bytes / 2**20:.0f} MiB, made in {made:.1f} s")
@@ -125,8 +139,8 @@ def main() -> None:
                          f"git write-tree {git_first:.2f} s ({first / git_first:.2f}x git)"))
             incremental, rewinds, reads, grown = [], [], [], []
             git_incremental = []
-            for round_ in range(args.rounds):
-                changed = change(paths, args.changed, 2 * round_)
+            for _ in range(args.rounds):
+                changed = change(paths, args.changed)
                 changed_bytes = sum(p.stat().st_size for p in changed)
                 git_incremental.append(git(tree))
                 before = du(store)
@@ -136,7 +150,7 @@ def main() -> None:
                 reads.append((snap.get("read_bytes", 0), changed_bytes))
                 manifest = next(store.glob(f"*/m-{cp}.json")).stat().st_size
                 grown.append((snap.get("stored_bytes", 0), manifest, du(store) - before))
-                change(paths, args.changed, 2 * round_ + 1)  # behind corral's back
+                change(paths, args.changed)  # behind corral's back
                 took, rewound = timed(lambda cp=cp: sb.rewind(cp, force=True))
                 assert rewound["ok"] and not rewound["result"]["conflicts"], rewound
                 rewinds.append(took)
@@ -151,14 +165,16 @@ def main() -> None:
                          " ms"))
             rows.append((f"rewind (force) of {args.changed} files changed by others",
                          statistics.median(rewinds), floor,
-                         "includes its own checkpoint (a walk) and a walk after the "
-                         "record pass"))
+                         "its own checkpoint first (a walk); the record pass wrote "
+                         "nothing, so the restore takes the two snapshots' differences, "
+                         "no second walk"))
         print(f"\nfirst snapshot stored {stored / 2**20:.0f} MiB\n")
         print("| step | corral | floor (scandir + lstat walk) | notes |")
         print("|---|---:|---:|---|")
         for name, value, floor_s, note in rows:
             print(f"| {name} | {value * 1000:.0f} ms | {floor_s * 1000:.0f} ms | {note} |")
     finally:
+        shutil.rmtree(tree / ".git", ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -27,7 +27,7 @@ from corral.history.snapshots import (
     Item,
     Manifest,
     Snapshots,
-    check_tree,
+    apply_delta,
     item_from_wire,
     plain_path,
 )
@@ -99,7 +99,6 @@ class Checkpoints:
         result = self._walk(submit, checkpoint_id, {
             "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
             "token": checkpoint_id, "budget_s": self.budget_s})
-        items = dict(base.items) if base else {}
         staged: list[tuple[Item, str]] = []
         try:
             changed, removed, skipped = _changes(result, checkpoint_id)
@@ -113,36 +112,38 @@ class Checkpoints:
                 asked = set(pending)
                 if not {i.path for i, _ in got} | set(gone) <= asked:
                     raise ValueError("a copy of a file that was not asked for")
-                changed, removed, skipped = changed + got, removed + gone, skipped + left
+                # a file gone before its copy: gone from the snapshot, if its base had it
+                removed = removed + [p for p in gone if base and p in base.items]
+                changed, skipped = changed + got, skipped + left
                 read += more.read_bytes
                 pending = _pending(more, asked)
-            for path in removed:
-                items.pop(path, None)
+            others: list[Item] = []
             for item, name in changed:
                 if item.type == "file":
                     if name is None:
                         raise ValueError(f"no copy of the changed file {item.path!r}")
                     staged.append((item, name))
                 else:
-                    items[item.path] = item
-            for item, _ in staged:
-                items[item.path] = item
-            check_tree(items)
+                    others.append(item)
+            # the base with the change, checked for the cost of the change
+            items = apply_delta(base.items if base else {},
+                                others + [item for item, _ in staged], removed)
         except ValueError as exc:
             _drop(self.snaps, checkpoint_id)
             raise CorralError("io_error", f"the worker's snapshot was refused ({exc}); "
                               "nothing was stored.") from None
         with self.history.locked():
-            keep = {i.hash for i in items.values() if i.hash}
             need = sum(item.size for item, _ in staged)
             if self._room() < need:
+                keep = {i.hash for i in items.values() if i.hash}
                 self.snaps.collect(keep)
                 while self._room() < need and self.snaps.drop_oldest(spare):
                     self.snaps.collect(keep)
             stored = self.snaps.take(staged, self._room())
             for item, _ in staged:  # now with the hashes the host took
                 items[item.path] = item
-            self.snaps.publish(Manifest(checkpoint_id, items, skipped))
+            self.snaps.publish(Manifest(checkpoint_id, items, skipped), base,
+                               others + [item for item, _ in staged], removed)
         made = self.history.checkpoint(label, checkpoint_id)
         self.last = {"checkpoint": made, "entries": len(items), "walked": result.walked,
                      "read_bytes": read, "stored_bytes": stored}
@@ -242,7 +243,7 @@ class Checkpoints:
         with self.history.locked():
             held = begin(self.history.store.home, self._intent,
                          Intent(new_id(), checkpoint_id, before.id, force))
-        return self._finish(submit, held, target, before, force, around)
+        return self._finish(submit, held, target, before, force, around, fresh=True)
 
     def settle(self, submit: Submit, around: Around) -> tuple[Answer, str] | None:
         """Finish the rewind a dead writer's intent names, if there is one: rolled
@@ -279,18 +280,20 @@ class Checkpoints:
         return self._snapshot(intent.target), before, intent.force
 
     def _finish(self, submit: Submit, held: Held, target: Manifest, before: Manifest,
-                force: bool, around: Around) -> Answer:
+                force: bool, around: Around, *, fresh: bool = False) -> Answer:
         """Run a rewind whose intent `held` is written to its end. A worker killed on
         the way: its records settled, the rewind runs again (from where the kill
         left the tree, it gives the same tree), once; killed again, the intent is
-        left for the next settle. Any other end is final: the intent goes."""
+        left for the next settle. Any other end is final: the intent goes.
+        `fresh`: `before` was just walked (not a crashed rewind's, finished)."""
         final = False
         try:
             for attempt in range(2):
                 if attempt:
                     around.settle()
                 try:
-                    answer = self._passes(submit, target, before, force, around)
+                    answer = self._passes(submit, target, before, force, around,
+                                          fresh=fresh and not attempt)
                 except CorralError as error:
                     answer = error_answer("rewind", error)
                 if not _crashed(answer):
@@ -305,10 +308,12 @@ class Checkpoints:
         return answer
 
     def _passes(self, submit: Submit, target: Manifest, before: Manifest,
-                force: bool, around: Around) -> Answer:
+                force: bool, around: Around, *, fresh: bool = False) -> Answer:
         """The record pass (the links it took back made by the host), then the
         snapshot pass, which sees them (with `force`, the links it finds lost made
-        after it); every blob the rewind may write hashed before anything changes."""
+        after it); every blob the rewind may write hashed before anything changes.
+        `fresh` (the tree is as `before`'s walk saw it, unless the record pass
+        writes): the snapshot pass may take its paths from the two snapshots."""
         for item in _differing(before, target):  # what it will write, checked first
             self.snaps.verify(item)
         first = around.relinked(submit(HistoryRequest("rewind", to=target.id, force=force)))
@@ -319,7 +324,8 @@ class Checkpoints:
         try:
             second = self._restore(submit, token, {
                 "force": force, "target": target.id, "ignore": list(self.ignore),
-                "token": token, "checked": self.snaps.identity(target.id)})
+                "token": token, "checked": self.snaps.identity(target.id),
+                **(_listed(first, before, target) if fresh else {})})
         except (CorralError, OSError) as error:
             code, message = (error.code, error.message) if isinstance(error, CorralError) else (
                 "io_error", f"the snapshot is gone ({error.strerror})")
@@ -339,9 +345,35 @@ def _crashed(answer: Answer) -> bool:
 
 
 def _differing(now: Manifest, then: Manifest) -> list[Item]:
-    """The files of `then` that `now` does not hold as they were."""
-    return [item for path, item in then.items.items() if item.type == "file" and (
-        path not in now.items or not now.items[path].same_as(item))]
+    """The files of `then` that `now` does not hold as they were (an item a chain of
+    snapshots carried over unchanged is the same object in both: no compare)."""
+    held, had = now.items, then.items
+    return [item for path in now.changed_since(then) if (item := had.get(path)) is not None
+            and held.get(path) is not item and item.type == "file"
+            and (path not in held or not held[path].same_as(item))]
+
+
+MAX_LISTED = 10_000  # a restore of more paths walks the tree (a plan of them is as long)
+
+
+def _listed(first: Answer, before: Manifest, target: Manifest) -> dict[str, Any]:
+    """The restore pass's paths, if the record pass wrote nothing: the tree is then
+    as the walk of the snapshot taken first saw it (a change made since, by anyone,
+    is one made while the rewind ran, which no walk orders before it or after), so
+    what differs from the target is what differs between the two snapshots, and the
+    restore need not walk the tree again. Else ({}) it walks: the record pass wrote
+    paths its answer need not list (the directories it made on its way)."""
+    result = first.result if isinstance(first.result, dict) else {}
+    if any(result.get(key) for key in ("records", "restored", "removed", "conflicts", "links")):
+        return {}
+    held, had = before.items, target.items
+    paths: list[list[Any]] = []
+    for path in before.changed_since(target):
+        if (item := had.get(path)) is None:
+            paths += [[path, None]] if path in held else []
+        elif held.get(path) is not item and (path not in held or not held[path].same_as(item)):
+            paths.append([path, item.wire()])
+    return {"paths": paths} if len(paths) <= MAX_LISTED else {}
 
 
 def _merged(first: dict[str, Any], second: RestoreAnswer, target: Manifest,

@@ -27,11 +27,15 @@ from corral.history.restore import Restorer
 from corral.history.snapshot_answers import MAX_ANSWER_BYTES
 from corral.history.snapshots import (
     ANSWER,
+    BASE_ONLY,
     MANIFEST,
+    MAX_DELTAS,
     OBJECT,
     PLAN,
     Item,
-    base_items,
+    ItemWire,
+    ManifestWire,
+    decode_manifest,
     digest_bytes,
     digest_file,
 )
@@ -41,7 +45,7 @@ from corral.tools.ignore import Ignores
 
 OPS = ("snapshot_walk", "snapshot_restore")
 _SUBDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 _CHUNK = 1 << 20
 _TRIES = 3  # a file that keeps changing while it is copied is skipped after this many
@@ -79,7 +83,7 @@ def run(op: str, plan_name: str | None, roots: Roots, store: Store, policy: Poli
 
 
 def _read(dir_fd: int, name: str) -> Any:
-    fd = os.open(name, _READ, dir_fd=dir_fd)
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     try:
         with os.fdopen(os.dup(fd), "rb") as file:
             return msgspec.json.decode(file.read())
@@ -93,7 +97,7 @@ def _read(dir_fd: int, name: str) -> Any:
 class _Walk:
     """One walk of the root, against a base manifest (by stat identity)."""
 
-    def __init__(self, root: Root, store: Store, base: dict[str, Item], plan: dict[str, Any],
+    def __init__(self, root: Root, store: Store, base: dict[str, ItemWire], plan: dict[str, Any],
                  ignores: Ignores, max_file_bytes: int,
                  denied: Callable[[str], bool] = lambda path: False) -> None:
         self.root, self.store, self.base, self.ignores = root, store, base, ignores
@@ -151,9 +155,9 @@ class _Walk:
             mode = st.st_mode
             if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
                 old = base.get(path)
-                if old is not None and old.ident == (
+                if old is not None and old[6:] == (
                         st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-                ) and old.mode == S_IMODE(mode) and old.type == "file" and not ignored(
+                ) and old[2] == S_IMODE(mode) and old[1] == "file" and not ignored(
                         path, False):
                     self.walked += 1
                     seen.add(path)  # the same file, unchanged: not read again
@@ -189,20 +193,20 @@ class _Walk:
                 continue
             self.seen.add(path)
             old = self.base.get(path)
-            if old is None or old.type != item.type or old.target != item.target or (
-                    item.type == "dir" and old.mode != item.mode):
+            if old is None or old[1] != item.type or old[5] != item.target or (
+                    item.type == "dir" and old[2] != item.mode):
                 self.changed.append([item.wire(), None])
 
     def _file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
         item = _item(path, "file", st)
         old = self.base.get(path)
-        if old is not None and old.type == "file" and old.ident == item.ident and (
-                old.mode == item.mode):
+        if old is not None and old[1] == "file" and old[6:] == item.ident and (
+                old[2] == item.mode):
             self.seen.add(path)  # the same file, unchanged: not read again
             return
         if not self.stage:
-            if old is not None and old.type == "file" and (old.size, old.mode) == (
-                    item.size, item.mode) and self._digest(dir_fd, name) == old.hash:
+            if old is not None and old[1] == "file" and (old[3], old[2]) == (
+                    item.size, item.mode) and self._digest(dir_fd, name) == old[4]:
                 self.seen.add(path)  # touched, not changed
                 return
             self.seen.add(path)
@@ -242,7 +246,7 @@ class _Walk:
 
     def _digest(self, dir_fd: int, name: str) -> str | None:
         try:
-            fd = os.open(name, _READ, dir_fd=dir_fd)
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
         except OSError:
             return None
         try:
@@ -256,7 +260,7 @@ class _Walk:
         """The file copied into the work directory, with the identity it had all the
         while (None: it changed as it was copied, or is gone or not a file now)."""
         try:
-            src = os.open(name, _READ, dir_fd=dir_fd)
+            src = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
         except OSError:
             return None
         staged = f"{OBJECT}{self.token}-{self.offset + len(self.changed)}"
@@ -326,11 +330,10 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     """A walk against the manifest `base_id` (none, or a damaged one: every file is
     new to it), or, with `checked` (the identity of the file the host checked), one
     that must be that file, whole."""
-    base: dict[str, Item] = {}
+    base: dict[str, ItemWire] = {}
     if isinstance(base_id, str):
         try:
-            data = _whole(kept, f"{MANIFEST}{base_id}{COMMITTED}", checked)
-            base = base_items(data, base_id)
+            base = _chain(kept, base_id, checked)
         except (OSError, ValueError) as exc:
             if checked is not None:
                 raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
@@ -360,7 +363,7 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
         return {"items": walk.changed, "removed": gone, "skipped": walk.skipped,
                 "read_bytes": walk.read, "walked": 0, "pending": walk.pending}
     walk = _walked(root, store, kept, policy, plan, plan.get("base"), max_file_bytes)
-    removed = [path for path in walk.base if path not in walk.seen]
+    removed = sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
     result: dict[str, Any] = {"items": walk.changed, "removed": removed,
                               "skipped": walk.skipped, "read_bytes": walk.read,
                               "walked": walk.walked, "pending": walk.pending}
@@ -371,8 +374,69 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
     return result
 
 
+# The files of the last chain this worker read, by name, with the identity each had:
+# a worker walks at every checkpoint against a chain whose whole manifest (some 170
+# bytes a path) it most likely read for the last one. Used again only while the
+# file is that same file (its inode, size, mtime and ctime).
+_DECODED: dict[str, tuple[list[int], ManifestWire]] = {}
+
+
+def _chain(kept: int, base_id: str, checked: Any = None) -> dict[str, ItemWire]:
+    """The items of a snapshot by path, as wires: its manifest and, of a delta, its
+    bases' down to a whole one, composed (checked for shape only: the host checks
+    every manifest it restores from, and with `checked`, the identity of each file
+    of the chain the host checked, newest first, each must be that file)."""
+    wires: list[ManifestWire] = []
+    read: dict[str, tuple[list[int], ManifestWire]] = {}
+    current: str | None = base_id
+    while current is not None:
+        if len(wires) > MAX_DELTAS or (checked is not None and len(wires) >= len(checked)):
+            raise ValueError("a longer chain than the host checked")
+        want = None if checked is None else checked[len(wires)]
+        try:
+            name, ident, wire = _manifest(kept, MANIFEST, current, want)
+        except FileNotFoundError:
+            if not wires:
+                raise
+            name, ident, wire = _manifest(kept, BASE_ONLY, current, want)
+        read[name] = (ident, wire)
+        wires.append(wire)
+        current = wire.base
+    if checked is not None and len(wires) != len(checked):
+        raise ValueError("a shorter chain than the host checked")
+    _DECODED.clear()
+    _DECODED.update(read)
+    items = {w[0]: w for w in wires[-1].items}
+    for wire in reversed(wires[:-1]):
+        for path in wire.removed:
+            items.pop(path, None)
+        items.update((w[0], w) for w in wire.items)
+    return items
+
+
+def _manifest(kept: int, prefix: str, checkpoint_id: str,
+              checked: Any) -> tuple[str, list[int], ManifestWire]:
+    """A manifest file of the kept directory, decoded (or as decoded last, if it is
+    the same file), with its identity: which must be `checked`, if given."""
+    name = f"{prefix}{checkpoint_id}{COMMITTED}"
+    fd = os.open(name, _READ_FLAGS, dir_fd=kept)
+    try:
+        st = os.fstat(fd)
+        ident = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        if checked is not None and checked != ident:
+            raise ValueError("not the file the host checked")
+        known = _DECODED.get(name)
+        if known is not None and known[0] == ident:
+            return name, ident, known[1]
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read()
+    finally:
+        os.close(fd)
+    return name, ident, decode_manifest(data, checkpoint_id)
+
+
 def _whole(dir_fd: int, name: str, checked: Any = None) -> bytes:
-    fd = os.open(name, _READ, dir_fd=dir_fd)
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     try:
         if checked is not None:
             st = os.fstat(fd)
@@ -438,21 +502,26 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
     rewound) and a kill leaves each old or new. Without `force`, a conflict."""
     force = bool(plan.get("force"))
     root = roots.workspace
-    walk = _walked(root, store, kept, policy, {"ignore": plan.get("ignore", ())},
-                   plan.get("target"), max_file_bytes, checked=plan.get("checked") or [])
-    target = walk.base
-    added = sorted((wire[0] for wire, _ in walk.changed if wire[0] not in target), reverse=True)
-    back = sorted([wire[0] for wire, _ in walk.changed if wire[0] in target]
-                  + [path for path in target if path not in walk.seen])
+    listed = plan.get("paths")
+    if isinstance(listed, list):  # the record pass wrote nothing: no walk again
+        target, added, back, left_out = _listed(root, policy, plan, listed, max_file_bytes)
+    else:
+        walk = _walked(root, store, kept, policy, {"ignore": plan.get("ignore", ())},
+                       plan.get("target"), max_file_bytes, checked=plan.get("checked") or [])
+        target = walk.base
+        added = sorted((wire[0] for wire, _ in walk.changed if wire[0] not in target),
+                       reverse=True)
+        back = sorted([wire[0] for wire, _ in walk.changed if wire[0] in target]
+                      + [path for path in target if path not in walk.seen])
+        left_out = {skip[0] for skip in walk.skipped}  # ignored, denied: not the snapshot's
     restorer = Restorer(roots, store, policy, max_file_bytes, "rewind")
     restored: list[str] = []
     removed: list[str] = []
     conflicts: list[str] = []
     reasons: dict[str, str] = {}
     skipped: list[dict[str, str]] = []
-    left_out = {skip[0] for skip in walk.skipped}  # ignored, denied: not the snapshot's
     back = [path for path in back if path not in left_out]
-    for path, want in [(p, None) for p in added] + [(p, target[p]) for p in back]:
+    for path, want in [(p, None) for p in added] + [(p, _as_item(target[p])) for p in back]:
         try:
             if _holds(root, path, want, max_file_bytes):
                 continue
@@ -475,6 +544,114 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
         (removed if want is None else restored).append(path)
     return {"restored": restored, "removed": removed, "conflicts": conflicts,
             "reasons": reasons, "skipped": skipped, "records": restorer.keeper.ids}
+
+
+def _listed(root: Root, policy: Policy, plan: dict[str, Any], listed: list[Any],
+            max_file_bytes: int) -> tuple[dict[str, ItemWire], list[str], list[str], set[str]]:
+    """The restore's paths as the host listed them: where the snapshot it took first
+    (its walk saw the tree as it is: the record pass wrote nothing since) differs
+    from the target, [path, the target's item or None]. As (target items, paths to
+    remove deepest first, paths to bring back parents first, paths left out): each
+    left out as a walk would leave it out (ignored or denied, or beneath such a
+    directory, a special file, one over max_file_bytes), and so is each such entry
+    beneath a directory that goes."""
+    leaves = _Leaves(root, policy, plan, max_file_bytes)
+    target: dict[str, ItemWire] = {}
+    added: list[str] = []
+    for path, wire in listed:
+        if wire is None:
+            added.append(path)
+        else:
+            target[path] = tuple(wire)  # the host's own items
+    left_out = {path for path in [*added, *target] if leaves.left_out(path, target.get(path))}
+    added = [path for path in added if path not in left_out]
+    for path in added:
+        left_out.update(leaves.beneath(path))
+    return target, sorted(added, reverse=True), sorted(target), left_out
+
+
+class _Leaves:
+    """What a walk of the root would leave out, asked of single paths."""
+
+    def __init__(self, root: Root, policy: Policy, plan: dict[str, Any],
+                 max_file_bytes: int) -> None:
+        spec = RootSpec(root.path, root.mode)
+
+        def readable(resolved: str) -> bool:
+            return policy.decide("list_directory", spec, resolved, write=False).action == "allow"
+
+        def denied(path: str) -> bool:
+            return policy.decide("read_file", spec, path, write=False).action == "deny"
+
+        extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
+        self.root, self.max_file_bytes, self.denied = root, max_file_bytes, denied
+        self.ignores = Ignores(root, readable, extra)
+        self._dirs: dict[str, bool] = {}  # a directory: a walk does not enter it
+
+    def left_out(self, path: str, want: ItemWire | None) -> bool:
+        parent = path.rpartition("/")[0]
+        if parent and self._unentered(parent):
+            return True
+        try:
+            st = _now(self.root, path)
+        except CorralError:
+            return False  # a link above it: the restore's to refuse, as after a walk
+        is_dir = stat.S_ISDIR(st.st_mode) if st is not None else (
+            want is not None and want[1] == "dir")
+        return self._skips(path, is_dir, st)
+
+    def _skips(self, path: str, is_dir: bool, st: os.stat_result | None) -> bool:
+        if self.ignores.ignored(path, is_dir) or self.denied(path):
+            return True
+        if st is None or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            return False
+        return not stat.S_ISREG(st.st_mode) or st.st_size > self.max_file_bytes
+
+    def _unentered(self, directory: str) -> bool:
+        if directory not in self._dirs:
+            parent = directory.rpartition("/")[0]
+            self._dirs[directory] = (bool(parent) and self._unentered(parent)) or (
+                self.ignores.ignored(directory, True) or self.denied(directory))
+        return self._dirs[directory]
+
+    def beneath(self, directory: str) -> list[str]:
+        """The entries beneath a directory (if it is one now) that a walk leaves out."""
+        found: list[str] = []
+        stack = [directory]
+        while stack:
+            current = stack.pop()
+            try:
+                fd = _open_dir(self.root.fd, current)
+            except OSError:
+                continue
+            try:
+                with os.scandir(fd) as listing:
+                    entries = list(listing)
+                self.ignores.entered(current, [entry.name for entry in entries])
+                for entry in entries:  # (each stat is of the open directory fd)
+                    self._beneath(f"{current}/{entry.name}", entry, found, stack)
+            finally:
+                os.close(fd)
+        return found
+
+    def _beneath(self, path: str, entry: os.DirEntry[str], found: list[str],
+                 stack: list[str]) -> None:
+        try:
+            path.encode()
+            st = entry.stat(follow_symlinks=False)
+        except UnicodeEncodeError:
+            found.append(path)  # a name no manifest holds
+            return
+        except OSError:
+            return  # gone since the listing
+        if self._skips(path, stat.S_ISDIR(st.st_mode), st):
+            found.append(path)
+        elif stat.S_ISDIR(st.st_mode):
+            stack.append(path)
+
+
+def _as_item(w: ItemWire) -> Item:
+    return Item(w[0], w[1], w[2], w[3], w[4], w[5], (w[6], w[7], w[8], w[9], w[10]))
 
 
 def _now(root: Root, path: str) -> os.stat_result | None:
