@@ -15,7 +15,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from stat import S_IMODE, S_ISREG
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -593,7 +593,7 @@ class _Leaves:
         if parent and self._unentered(parent):
             return True
         try:
-            st = _now(self.root, path)
+            st = _now(self.root, path).st
         except CorralError:
             return False  # a link above it: the restore's to refuse, as after a walk
         is_dir = stat.S_ISDIR(st.st_mode) if st is not None else (
@@ -654,20 +654,30 @@ def _as_item(w: ItemWire) -> Item:
     return Item(w[0], w[1], w[2], w[3], w[4], w[5], (w[6], w[7], w[8], w[9], w[10]))
 
 
-def _now(root: Root, path: str) -> os.stat_result | None:
-    """lstat of `path` where each parent is a directory (None: missing)."""
-    if root.resolve(path, follow=False) != path:
-        raise CorralError("conflict", f"a directory above {path} is a symlink now.")
-    try:
-        return os.stat(path, dir_fd=root.fd, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+class _Now(NamedTuple):
+    st: os.stat_result | None  # None: missing
+    target: str | None  # a symlink's text
+
+
+def _now(root: Root, path: str) -> _Now:
+    """`path` as it is, looked at through its parent opened beneath the root (its
+    lstat, a link's text): no name of it is looked up again from the root, so a
+    directory above it swapped for a symlink meanwhile is never followed.
+    conflict: a directory above it is a symlink now; not_found: one is missing."""
+    with root.at("stat", path, follow=False, guard=None) as t:
+        if t.rel != path:
+            raise CorralError("conflict", f"a directory above {path} is a symlink now.")
+        target = None
+        if t.st is not None and stat.S_ISLNK(t.st.st_mode):
+            with contextlib.suppress(OSError):  # replaced since the lstat: no text
+                target = os.readlink(t.name(), dir_fd=t.dir_fd)
+        return _Now(t.st, target)
 
 
 def _holds(root: Root, path: str, want: Item | None, max_file_bytes: int) -> bool:
     """Is `path` in the snapshot's state now?"""
     try:
-        st = _now(root, path)
+        st, target = _now(root, path)
     except CorralError as error:
         if error.code == "not_found":
             return want is None
@@ -677,7 +687,7 @@ def _holds(root: Root, path: str, want: Item | None, max_file_bytes: int) -> boo
     if want.type == "dir":
         return stat.S_ISDIR(st.st_mode)
     if want.type == "symlink":
-        return stat.S_ISLNK(st.st_mode) and os.readlink(path, dir_fd=root.fd) == want.target
+        return stat.S_ISLNK(st.st_mode) and target == want.target
     if not stat.S_ISREG(st.st_mode) or st.st_size != want.size or (
             stat.S_IMODE(st.st_mode) != want.mode):
         return False
