@@ -214,3 +214,25 @@ def test_a_restore_after_a_record_pass_that_wrote_nothing_needs_no_walk(
     now = snapshot(tree)
     assert {p for p in now if p not in before} == {"nd", "nd/build", "nd/build/out.o"}
     assert {p: now[p] for p in before} == before
+
+
+def test_a_walk_that_could_not_read_its_base_makes_a_whole_snapshot(tree: Path) -> None:
+    """A worker that cannot read the base (its kept link gone) walks as against
+    none and says so: the host then makes the snapshot whole, of that walk alone,
+    not the base with the change (which would keep a path gone since, for a
+    rewind to bring back); a diff against it is refused, not answered as if every
+    file were new."""
+    with Sandbox(tree) as sb:
+        first = sb.checkpoint("first")
+        (tree / "d1" / "f2.txt").unlink()
+        next(_manifest(sb, first).parent.glob(f"k-*/m-{first}.json")).unlink()
+        with pytest.raises(CorralError) as refused:
+            sb.diff(first)
+        assert refused.value.code == "io_error" and "cannot be read" in refused.value.message
+        second = sb.checkpoint("second")
+        assert "base" not in _wire(sb, second)
+        assert "d1/f2.txt" not in {item[0] for item in _wire(sb, second)["items"]}
+        (tree / "d1" / "f2.txt").write_text("made again\n")
+        forced = sb.rewind(second, force=True)
+        assert forced["ok"] and "d1/f2.txt" in forced["result"]["removed"], forced
+        assert not (tree / "d1" / "f2.txt").exists()

@@ -37,6 +37,7 @@ class WalkAnswer(msgspec.Struct, forbid_unknown_fields=True):
     read_bytes: Count
     walked: Count
     by: dict[str, Literal["corral", "other"]] | None = None  # a diff's
+    base: str | None = None  # the snapshot it walked against (None: it read none)
 
 
 class LinkSkip(msgspec.Struct, forbid_unknown_fields=True):

@@ -99,6 +99,11 @@ class Checkpoints:
         result = self._walk(submit, checkpoint_id, {
             "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
             "token": checkpoint_id, "budget_s": self.budget_s})
+        if base is not None and result.base != base.id:
+            # the worker read no base (its kept link gone or damaged): every file it
+            # walked is in its answer, none it did not, so this snapshot is whole,
+            # this walk's alone (the base's paths would keep what is gone)
+            base = None
         staged: list[tuple[Item, str]] = []
         try:
             changed, removed, skipped = _changes(result, checkpoint_id)
@@ -191,6 +196,10 @@ class Checkpoints:
         result = self._walk(submit, token, {
             "base": checkpoint_id, "stage": False, "ignore": list(self.ignore),
             "since": checkpoint_id, "token": token})
+        if result.base != checkpoint_id:
+            raise CorralError("io_error", f"the snapshot of {checkpoint_id!r} cannot be read "
+                              "by the root's workers (its copy in their kept directory is "
+                              "gone or damaged); nothing is known of what changed since.")
         try:
             changed, removed, _ = _changes(result, None)
         except ValueError as exc:

@@ -113,6 +113,7 @@ class _Walk:
         self.deadline = time.monotonic() + (
             budget if isinstance(budget, int | float) else float("inf"))
         self.pending: list[str] = []
+        self.against: str | None = None  # the id of `base`, if it was read (_walked)
         self.copied = 0
         self.max_file_bytes = max_file_bytes
         self.changed: list[list[Any]] = []  # [item wire, staged name or None]
@@ -331,9 +332,10 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     new to it), or, with `checked` (the identity of the file the host checked), one
     that must be that file, whole."""
     base: dict[str, ItemWire] = {}
+    against = None
     if isinstance(base_id, str):
         try:
-            base = _chain(kept, base_id, checked)
+            base, against = _chain(kept, base_id, checked), base_id
         except (OSError, ValueError) as exc:
             if checked is not None:
                 raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
@@ -349,6 +351,7 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
     walk = _Walk(root, store, base, plan, Ignores(root, readable, extra), max_file_bytes,
                  denied)
+    walk.against = against
     walk.run()
     return walk
 
@@ -366,7 +369,8 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
     removed = sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
     result: dict[str, Any] = {"items": walk.changed, "removed": removed,
                               "skipped": walk.skipped, "read_bytes": walk.read,
-                              "walked": walk.walked, "pending": walk.pending}
+                              "walked": walk.walked, "pending": walk.pending,
+                              "base": walk.against}
     since = plan.get("since")
     if isinstance(since, str):
         paths = [wire[0] for wire, _ in walk.changed] + removed
