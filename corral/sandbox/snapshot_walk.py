@@ -340,6 +340,18 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
             if checked is not None:
                 raise CorralError("io_error", f"the snapshot {base_id} cannot be read "
                                   f"({exc}); nothing was written.") from None
+    ignores, denied = _rules(root, policy, plan)
+    walk = _Walk(root, store, base, plan, ignores, max_file_bytes, denied)
+    walk.against = against
+    walk.run()
+    return walk
+
+
+def _rules(root: Root, policy: Policy, plan: dict[str, Any]) -> tuple[
+        Ignores, Callable[[str], bool]]:
+    """What a walk of the root leaves out: its ignore rules (the plan's globs, and
+    the directories the policy does not let it list), and the files the policy
+    denies reading."""
     spec = RootSpec(root.path, root.mode)
 
     def readable(resolved: str) -> bool:
@@ -349,11 +361,7 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
         return policy.decide("read_file", spec, path, write=False).action == "deny"
 
     extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
-    walk = _Walk(root, store, base, plan, Ignores(root, readable, extra), max_file_bytes,
-                 denied)
-    walk.against = against
-    walk.run()
-    return walk
+    return Ignores(root, readable, extra), denied
 
 
 def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
@@ -579,17 +587,8 @@ class _Leaves:
 
     def __init__(self, root: Root, policy: Policy, plan: dict[str, Any],
                  max_file_bytes: int) -> None:
-        spec = RootSpec(root.path, root.mode)
-
-        def readable(resolved: str) -> bool:
-            return policy.decide("list_directory", spec, resolved, write=False).action == "allow"
-
-        def denied(path: str) -> bool:
-            return policy.decide("read_file", spec, path, write=False).action == "deny"
-
-        extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
-        self.root, self.max_file_bytes, self.denied = root, max_file_bytes, denied
-        self.ignores = Ignores(root, readable, extra)
+        self.ignores, self.denied = _rules(root, policy, plan)
+        self.root, self.max_file_bytes = root, max_file_bytes
         self._dirs: dict[str, bool] = {}  # a directory: a walk does not enter it
 
     def left_out(self, path: str, want: ItemWire | None) -> bool:
