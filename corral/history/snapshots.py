@@ -124,6 +124,18 @@ class Manifest(NamedTuple):
 
 
 Ident = tuple[int, int, int, int]  # a manifest file's (inode, size, mtime_ns, ctime_ns)
+
+
+def file_identity(st: os.stat_result) -> Ident:
+    """A manifest file's identity: another file, or this one changed, has another."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_all(fd: int) -> bytes:
+    """An open file's bytes from where its offset is to its end (the fd stays open)."""
+    with os.fdopen(os.dup(fd), "rb") as file:
+        return file.read()
+
 Chain = tuple[tuple[str, Ident], ...]  # a snapshot's manifest and its bases', newest first
 
 
@@ -429,7 +441,7 @@ class Snapshots:
                              follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            return file_identity(st)
         return None
 
     def _read(self, checkpoint_id: str, *, top: bool) -> tuple[ManifestWire, Ident]:
@@ -438,11 +450,10 @@ class Snapshots:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError("not a regular file")
-            with os.fdopen(os.dup(fd), "rb") as file:
-                wire = decode_manifest(file.read(), checkpoint_id)
+            wire = decode_manifest(read_all(fd), checkpoint_id)
         finally:
             os.close(fd)
-        return wire, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return wire, file_identity(st)
 
     @staticmethod
     def _open(dir_fd: int, checkpoint_id: str, *, top: bool) -> int:
@@ -633,7 +644,7 @@ class Snapshots:
         except OSError as exc:
             raise CorralError("io_error", "the history store cannot be written "
                               f"({exc.strerror}); nothing was stored.") from None
-        ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        ident = file_identity(st)
         if base is not None and changed is not None:
             manifest = manifest._replace(delta=(base.id, frozenset(
                 [*(item.path for item in changed), *(removed or ())])))
@@ -685,13 +696,12 @@ class Snapshots:
         """The base a manifest file names (its last read kept while it is the same)."""
         name = f"{prefix}{checkpoint_id}{COMMITTED}"
         st = os.stat(name, dir_fd=self.home, follow_symlinks=False)
-        ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        ident = file_identity(st)
         if (known := self._heads.get(name)) is not None and known[0] == ident:
             return known[1]
         fd = os.open(name, _READ_FLAGS, dir_fd=self.home)
         try:
-            with os.fdopen(os.dup(fd), "rb") as file:
-                base = msgspec.json.decode(file.read(), type=_Head).base
+            base = msgspec.json.decode(read_all(fd), type=_Head).base
         except (msgspec.DecodeError, msgspec.ValidationError):
             base = None  # damaged: no one's base (its own chain is refused as read)
         finally:

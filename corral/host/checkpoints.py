@@ -354,12 +354,16 @@ def _crashed(answer: Answer) -> bool:
 
 
 def _differing(now: Manifest, then: Manifest) -> list[Item]:
-    """The files of `then` that `now` does not hold as they were (an item a chain of
-    snapshots carried over unchanged is the same object in both: no compare)."""
+    """The files of `then` that `now` does not hold as they were."""
     held, had = now.items, then.items
     return [item for path in now.changed_since(then) if (item := had.get(path)) is not None
-            and held.get(path) is not item and item.type == "file"
-            and (path not in held or not held[path].same_as(item))]
+            and item.type == "file" and _unlike(held, path, item)]
+
+
+def _unlike(held: dict[str, Item], path: str, item: Item) -> bool:
+    """`held` does not hold `path` as `item` (an item a chain of snapshots carried
+    over unchanged is the same object in both: no compare)."""
+    return held.get(path) is not item and (path not in held or not held[path].same_as(item))
 
 
 MAX_LISTED = 10_000  # a restore of more paths walks the tree (a plan of them is as long)
@@ -380,7 +384,7 @@ def _listed(first: Answer, before: Manifest, target: Manifest) -> dict[str, Any]
     for path in before.changed_since(target):
         if (item := had.get(path)) is None:
             paths += [[path, None]] if path in held else []
-        elif held.get(path) is not item and (path not in held or not held[path].same_as(item)):
+        elif _unlike(held, path, item):
             paths.append([path, item.wire()])
     return {"paths": paths} if len(paths) <= MAX_LISTED else {}
 

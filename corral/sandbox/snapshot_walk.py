@@ -38,6 +38,8 @@ from corral.history.snapshots import (
     decode_manifest,
     digest_bytes,
     digest_file,
+    file_identity,
+    read_all,
 )
 from corral.history.store import COMMITTED, Store, kept_name
 from corral.policy import Policy, RootSpec
@@ -83,12 +85,7 @@ def run(op: str, plan_name: str | None, roots: Roots, store: Store, policy: Poli
 
 
 def _read(dir_fd: int, name: str) -> Any:
-    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    try:
-        with os.fdopen(os.dup(fd), "rb") as file:
-            return msgspec.json.decode(file.read())
-    finally:
-        os.close(fd)
+    return msgspec.json.decode(_whole(dir_fd, name))
 
 
 # -- walking -------------------------------------------------------------------
@@ -433,29 +430,22 @@ def _manifest(kept: int, prefix: str, checkpoint_id: str,
     name = f"{prefix}{checkpoint_id}{COMMITTED}"
     fd = os.open(name, _READ_FLAGS, dir_fd=kept)
     try:
-        st = os.fstat(fd)
-        ident = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        ident = list(file_identity(os.fstat(fd)))
         if checked is not None and checked != ident:
             raise ValueError("not the file the host checked")
         known = _DECODED.get(name)
         if known is not None and known[0] == ident:
             return name, ident, known[1]
-        with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read()
+        data = read_all(fd)
     finally:
         os.close(fd)
     return name, ident, decode_manifest(data, checkpoint_id)
 
 
-def _whole(dir_fd: int, name: str, checked: Any = None) -> bytes:
+def _whole(dir_fd: int, name: str) -> bytes:
     fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     try:
-        if checked is not None:
-            st = os.fstat(fd)
-            if checked != [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]:
-                raise ValueError("not the file the host checked")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            return file.read()
+        return read_all(fd)
     finally:
         os.close(fd)
 
