@@ -174,7 +174,7 @@ def test_a_forged_blob_is_refused_before_anything_is_written(tree: Path) -> None
         ok(sb, "write_file", path="src/util.py", content="x = 2\n")
         (tree / "src" / "app.py").write_text("other\n")
         assert sb.history_path is not None
-        blobs = sorted(Path(sb.history_path).glob("k-*/o-*"))
+        blobs = sorted(Path(sb.history_path).glob("k-*/objects/o-*"))
         for blob in blobs:  # same size, other bytes
             size = blob.stat().st_size
             blob.unlink()
@@ -239,7 +239,7 @@ def test_a_forged_walk_is_refused(tree: Path, tmp_path: Path, forge: str) -> Non
         assert caught.value.code == "io_error"
         assert "refused" in caught.value.message or "not the size" in caught.value.message
         assert history.entries(None, 10) == []
-        assert list(Path(history.path).glob("k-*/o-*")) == []
+        assert list(Path(history.path).glob("k-*/objects/o-*")) == []
         assert list(Path(history.path).glob("m-*")) == []
         assert [p.name for p in work.glob("o-*") if p.name != "o-0000-0"] == []
     finally:
@@ -257,7 +257,7 @@ def test_a_snapshot_over_max_bytes_is_refused_clearly(tree: Path, tmp_path: Path
         assert "max_bytes" in caught.value.message and "nothing was stored" in caught.value.message
         assert sb.history() == []
         assert sb.history_path is not None
-        assert list(Path(sb.history_path).glob("k-*/o-*")) == []
+        assert list(Path(sb.history_path).glob("k-*/objects/o-*")) == []
         assert list(Path(sb.history_path).glob("w-*/o-*")) == []
     roomy = HistoryOptions(path=str(tmp_path / "hist"), max_bytes=100_000,
                            snapshot_ignore=("*.bin",))
@@ -355,7 +355,7 @@ def test_a_file_the_policy_denies_reading_is_never_stored_nor_rewound(tree: Path
         cp = sb.checkpoint()
         store = Path(sb.history_path)
         assert not any(SECRET_TEXT.encode() in blob.read_bytes()
-                       for blob in store.glob("k-*/o-*"))
+                       for blob in store.glob("k-*/objects/o-*"))
         (tree / ".env").write_text("TOKEN=changed\n")
         assert sb.diff(cp) == {"changed": [], "added": [], "removed": []}
         forced = sb.rewind(cp, force=True)
@@ -408,7 +408,7 @@ def test_a_copy_the_worker_changes_after_the_host_hashed_it_is_not_what_is_store
         checkpoints.checkpoint(answer, "second")
         for fd in held:  # the worker writes through its copy, after the host took it
             os.pwrite(fd, b"XXXXX", 0)
-        blob, = Path(history.path).glob("k-*/o-*")
+        blob, = Path(history.path).glob("k-*/objects/o-*")
         assert blob.read_bytes() == b"12345"
     finally:
         for fd in held:

@@ -102,8 +102,10 @@ def test_eviction_keeps_the_manifests_a_kept_chain_needs(tree: Path) -> None:
         third = sb.checkpoint("third")
         snaps = _snaps(sb)
         with sb._checkpoints._kept():  # type: ignore[union-attr]
+            store = _manifest(sb, first).parent
             assert snaps.held() == sum(  # blobs and manifests, each once
-                p.stat().st_size for p in _manifest(sb, first).parent.glob("k-*/[omn]-*"))
+                p.stat().st_size for p in [*store.glob("k-*/[mn]-*"),
+                                           *store.glob("k-*/objects/o-*")])
             assert snaps.drop_oldest()
             assert snaps.drop_oldest()
         # the dropped ones are no snapshots now, but their files stay as bases

@@ -23,6 +23,7 @@ from corral.history.snapshot_answers import Answer as Shape
 from corral.history.snapshot_answers import RestoreAnswer, WalkAnswer, read_answer
 from corral.history.snapshots import (
     OBJECT,
+    OBJECTS,
     REASONS,
     Item,
     Manifest,
@@ -71,7 +72,14 @@ class Checkpoints:
             return
         self.snaps.kept = os.open(self._kept_name, _DIR_FLAGS, dir_fd=self.history.store.home)
         try:
-            yield
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(OBJECTS, 0o700, dir_fd=self.snaps.kept)
+            self.snaps.objects = os.open(OBJECTS, _DIR_FLAGS, dir_fd=self.snaps.kept)
+            try:
+                yield
+            finally:
+                os.close(self.snaps.objects)
+                self.snaps.objects = -1
         finally:
             os.close(self.snaps.kept)
             self.snaps.kept = -1

@@ -31,6 +31,7 @@ from corral.history.snapshots import (
     MANIFEST,
     MAX_DELTAS,
     OBJECT,
+    OBJECTS,
     PLAN,
     Item,
     ItemWire,
@@ -710,7 +711,11 @@ def _put(restorer: Restorer, root: Root, kept: int, path: str, want: Item | None
 def _blob(kept: int, want: Item) -> bytes:
     """The file's bytes from the kept directory, checked against the host's plan."""
     try:
-        data = _whole(kept, f"{OBJECT}{want.hash}")
+        objects = os.open(OBJECTS, _SUBDIR, dir_fd=kept)
+        try:
+            data = _whole(objects, f"{OBJECT}{want.hash}")
+        finally:
+            os.close(objects)
     except OSError as exc:
         raise CorralError("io_error", f"the snapshot's copy is gone ({exc.strerror}).") from None
     if len(data) != want.size or digest_bytes(data) != want.hash:
