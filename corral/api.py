@@ -748,8 +748,9 @@ def _checkpoints(options: HistoryOptions, history: History | None,
     if history is None or not options.snapshots or history.work_path is None or (
             roots[0].mode != "rw" or policy.read_only):
         return None
+    # a third of the timeout for copies: the walk's stat of the tree comes on top
     return Checkpoints(history, roots[0].path, (*policy.ignore, *options.snapshot_ignore),
-                       budget_s=timeout_s / 3)  # the walk's stat of the tree comes on top
+                       budget_s=timeout_s / 3, watch=options.snapshot_watch)
 
 
 def _config_arguments(

@@ -142,6 +142,7 @@ class HistoryOptions:
     max_age_days: float = default("history", "max_age_days")
     snapshots: bool = default("history", "snapshots")
     snapshot_ignore: tuple[str, ...] = default("history", "snapshot_ignore")
+    snapshot_watch: bool = default("history", "snapshot_watch")
 
     def __post_init__(self) -> None:
         _check_fields(self, "history")

@@ -164,6 +164,9 @@ KEYS: tuple[Key, ...] = (
         "others changed too"),
     Key("history", "snapshot_ignore", "globs", (), "operator",
         "gitignore patterns snapshots leave out, beside the ignore rules"),
+    Key("history", "snapshot_watch", "bool", True, "operator",
+        "a worker watches the workspace's directories (inotify), so a checkpoint lists "
+        "again only those that changed; false: every checkpoint walks the whole tree"),
 )
 
 BY_PLACE = {(key.section, key.name): key for key in KEYS}

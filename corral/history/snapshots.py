@@ -470,6 +470,11 @@ class Snapshots:
                                dir_fd=dir_fd)
         return os.open(f"{prefixes[-1]}{checkpoint_id}{COMMITTED}", _READ_FLAGS, dir_fd=dir_fd)
 
+    def deltas(self, checkpoint_id: str) -> int:
+        """How many deltas a snapshot's chain holds (one composed lately)."""
+        entry = self._valid(checkpoint_id, top=False)
+        return MAX_DELTAS if entry is None else len(entry[1]) - 1
+
     def identity(self, checkpoint_id: str) -> list[list[int]]:
         """The identity of each file of a snapshot's chain, newest first, as the host
         checked them: a worker that finds its kept links so reads what the host

@@ -22,6 +22,7 @@ from corral.history.intent import Held, Intent, begin, claim, intent_name
 from corral.history.snapshot_answers import Answer as Shape
 from corral.history.snapshot_answers import RestoreAnswer, WalkAnswer, read_answer
 from corral.history.snapshots import (
+    MAX_DELTAS,
     OBJECT,
     OBJECTS,
     REASONS,
@@ -52,10 +53,12 @@ class Checkpoints:
     """The snapshots of one sandbox's workspace root (a writable one, history on)."""
 
     def __init__(self, history: History, root: str, ignore: tuple[str, ...],
-                 budget_s: float) -> None:
+                 budget_s: float, watch: bool = True) -> None:
         """`budget_s`: how long one walk may copy before it leaves the rest to the next
-        request (each must end within the call timeout)."""
+        request (each must end within the call timeout). `watch`: a checkpoint's walk
+        may list only the directories the worker's watch saw change."""
         self.history, self.ignore, self.budget_s = history, ignore, budget_s
+        self.watch = watch
         self._kept_name = kept_name(root)
         self._intent = intent_name(self._kept_name)
         self.snaps = Snapshots(history.store.home, -1, history.store.fd)
@@ -104,9 +107,13 @@ class Checkpoints:
         with self.history.locked():
             self.snaps.sweep_staged()
             base = self.snaps.newest()
+        # the tree walked whole when this snapshot will be written whole: what no
+        # watch reports (a write through a shared mmap) is caught every MAX_DELTAS
+        watched = base is not None and self.snaps.deltas(base.id) < MAX_DELTAS
         result = self._walk(submit, checkpoint_id, {
             "base": base.id if base else None, "stage": True, "ignore": list(self.ignore),
-            "token": checkpoint_id, "budget_s": self.budget_s})
+            "token": checkpoint_id, "budget_s": self.budget_s,
+            **({"watch": "use" if watched else "renew"} if self.watch else {})})
         if base is not None and result.base != base.id:
             # the worker read no base (its kept link gone or damaged): every file it
             # walked is in its answer, none it did not, so this snapshot is whole,

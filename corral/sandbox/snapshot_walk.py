@@ -44,7 +44,8 @@ from corral.history.snapshots import (
 )
 from corral.history.store import COMMITTED, Store, kept_name
 from corral.policy import Policy, RootSpec
-from corral.tools.ignore import Ignores
+from corral.sandbox.snapshot_watch import Rewalk, Watch, exclude_identity, rules_of
+from corral.tools.ignore import IGNORE_FILES, Ignores
 
 OPS = ("snapshot_walk", "snapshot_restore")
 _SUBDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -119,6 +120,12 @@ class _Walk:
         self.skipped: list[list[str]] = []
         self.read = 0  # file bytes read
         self.walked = 0
+        # the root's watch, kept up as this walk lists; `incremental`: a directory it
+        # holds unchanged is not entered (what it held stands, from the base)
+        self.watch: Watch | None = None
+        self.incremental = False
+        self.listed: set[str] = set()  # the directories this walk listed
+        self.gone: set[str] = set()  # paths an incremental walk found again or not
 
     def run(self) -> None:
         fd = os.open(".", _SUBDIR, dir_fd=self.root.fd)
@@ -134,10 +141,60 @@ class _Walk:
             for dir_fd, _ in stack:
                 os.close(dir_fd)
 
+    def run_dirty(self, dirty: list[str]) -> list[str]:
+        """List again the directories `dirty` names (and walk whole those new to the
+        watch); every other path stands as the base holds it. The paths removed."""
+        assert self.watch is not None
+        for directory in dirty:
+            if directory in self.listed:
+                continue  # walked whole already, beneath one listed before it
+            try:
+                fd = _open_dir(self.root.fd, directory)
+            except OSError:
+                raise Rewalk(f"{directory!r} is gone beneath its watch") from None
+            if not self.watch.holds(directory, os.fstat(fd)):
+                os.close(fd)
+                raise Rewalk(f"{directory!r} was replaced beneath its watch")
+            prefix = f"{directory}/" if directory else ""
+            self.gone.update(prefix + name for name in self.watch.names.get(directory, ()))
+            stack: list[tuple[int, str]] = [(fd, prefix)]
+            try:
+                while stack:
+                    dir_fd, at = stack.pop()
+                    try:
+                        self._directory(dir_fd, at, stack)
+                    finally:
+                        os.close(dir_fd)
+            finally:
+                for dir_fd, _ in stack:
+                    os.close(dir_fd)
+        base, seen = self.base, self.seen
+        removed = [p for p in self.gone if p not in seen and p in base]
+        for path in list(removed):  # and what was beneath a directory that went
+            removed += [p for p in self.watch.beneath(path) if p in base]
+            self.watch.drop(path)
+        return sorted(set(removed))
+
     def _directory(self, dir_fd: int, prefix: str, stack: list[tuple[int, str]]) -> None:
+        directory = prefix[:-1]
+        watch = self.watch
+        if watch is not None:  # before the listing: what changes after it is queued
+            try:
+                watch.watch(dir_fd, directory, os.fstat(dir_fd))
+            except Rewalk:
+                if self.incremental:
+                    raise
+                self.watch = watch = None  # the rest of this walk unwatched: kept by none
+            self.listed.add(directory)
         with os.scandir(dir_fd) as listing:
             found = list(listing)
-        self.ignores.entered(prefix.rstrip("/"), [entry.name for entry in found])
+        names = [entry.name for entry in found]
+        self.ignores.entered(directory, names)
+        rules = () if watch is None or not any(n in names for n in IGNORE_FILES) else (
+            rules_of(dir_fd, names))
+        if self.incremental and rules != watch.rules.get(directory, ()):  # type: ignore[union-attr]
+            raise Rewalk(f"an ignore file of {directory or '.'!r} changed")
+        first_skip, linked = len(self.skipped), False
         base, seen, ignored = self.base, self.seen, self.ignores.ignored
         for entry in found:
             path = prefix + entry.name
@@ -153,6 +210,8 @@ class _Walk:
                 continue  # gone since the listing
             mode = st.st_mode
             if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
+                if st.st_nlink > 1:
+                    linked = True
                 old = base.get(path)
                 if old is not None and old[6:] == (
                         st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
@@ -171,8 +230,11 @@ class _Walk:
             self.walked += 1
             if is_dir:
                 item = _item(path, "dir", st)
-                with contextlib.suppress(OSError):  # vanished, or replaced by a link
-                    stack.append((os.open(entry.name, _SUBDIR, dir_fd=dir_fd), path + "/"))
+                if not self.incremental:
+                    self._enter(dir_fd, entry.name, path, stack)
+                elif not watch.holds(path, st):  # type: ignore[union-attr]
+                    self.gone.update(watch.beneath(path))  # type: ignore[union-attr]
+                    self._enter(dir_fd, entry.name, path, stack)
             elif stat.S_ISLNK(st.st_mode):
                 try:
                     target = os.readlink(entry.name, dir_fd=dir_fd)
@@ -195,6 +257,13 @@ class _Walk:
             if old is None or old[1] != item.type or old[5] != item.target or (
                     item.type == "dir" and old[2] != item.mode):
                 self.changed.append([item.wire(), None])
+        if watch is not None:
+            watch.listed(directory, names, self.skipped[first_skip:], rules, linked)
+
+    @staticmethod
+    def _enter(dir_fd: int, name: str, path: str, stack: list[tuple[int, str]]) -> None:
+        with contextlib.suppress(OSError):  # vanished, or replaced by a link
+            stack.append((os.open(name, _SUBDIR, dir_fd=dir_fd), path + "/"))
 
     def _file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
         item = _item(path, "file", st)
@@ -325,7 +394,8 @@ def _item(path: str, kind: str, st: os.stat_result, target: str | None = None) -
 
 
 def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
-            base_id: Any, max_file_bytes: int, *, checked: Any = None) -> _Walk:
+            base_id: Any, max_file_bytes: int, *, checked: Any = None,
+            watch: Callable[[Ignores], Watch | None] = lambda ignores: None) -> _Walk:
     """A walk against the manifest `base_id` (none, or a damaged one: every file is
     new to it), or, with `checked` (the identity of the file the host checked), one
     that must be that file, whole."""
@@ -341,6 +411,7 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     ignores, denied = _rules(root, policy, plan)
     walk = _Walk(root, store, base, plan, ignores, max_file_bytes, denied)
     walk.against = against
+    walk.watch = watch(ignores)
     walk.run()
     return walk
 
@@ -371,8 +442,7 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
         gone = [p for p in copy if isinstance(p, str) and not walk.copy(p)]
         return {"items": walk.changed, "removed": gone, "skipped": walk.skipped,
                 "read_bytes": walk.read, "walked": 0, "pending": walk.pending}
-    walk = _walked(root, store, kept, policy, plan, plan.get("base"), max_file_bytes)
-    removed = sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
+    walk, removed = _checkpoint_walk(root, store, kept, policy, plan, max_file_bytes)
     result: dict[str, Any] = {"items": walk.changed, "removed": removed,
                               "skipped": walk.skipped, "read_bytes": walk.read,
                               "walked": walk.walked, "pending": walk.pending,
@@ -382,6 +452,69 @@ def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
         paths = [wire[0] for wire, _ in walk.changed] + removed
         result["by"] = _who(roots, store, policy, max_file_bytes, since, paths, root.path)
     return result
+
+
+# The root's watch since this worker's last checkpoint walk (snapshot_watch.py): it
+# lives as long as the worker, and stands for the tree against one snapshot only.
+_WATCH: Watch | None = None
+
+
+def _checkpoint_walk(root: Root, store: Store, kept: int, policy: Policy,
+                     plan: dict[str, Any], max_file_bytes: int) -> tuple[_Walk, list[str]]:
+    """A checkpoint's walk (or a diff's), and the paths of its base it found gone.
+    A checkpoint's plan says `watch`: "use" (of the directories the watch says
+    changed, if it is clean against the base; else whole), or "renew" (whole);
+    either watches anew when it walks whole. A diff's, or one without, walks whole
+    and leaves the watch as it is. Whatever fails, the watch is dropped."""
+    global _WATCH
+    base_id, token, asked = plan.get("base"), plan.get("token"), plan.get("watch")
+    if asked not in ("use", "renew") or not plan.get("stage") or not isinstance(token, str):
+        walk = _walked(root, store, kept, policy, plan, base_id, max_file_bytes)
+        return walk, sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
+    watch, _WATCH = _WATCH, None
+    key = (tuple(plan.get("ignore", ())), max_file_bytes)
+    if watch is not None and asked == "use" and isinstance(base_id, str) and (
+            watch.clean == base_id and watch.key == key):
+        walk = None
+        try:
+            walk = _Walk(root, store, _chain(kept, base_id), plan, watch.ignores,
+                         max_file_bytes, _rules(root, policy, plan)[1])
+            walk.against, walk.watch, walk.incremental = base_id, watch, True
+            removed = walk.run_dirty(watch.dirty(root.fd))
+        except BaseException as error:
+            watch.close()
+            for _, staged in walk.changed if walk is not None else ():
+                if staged is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(staged, dir_fd=store.fd)
+            if not isinstance(error, Rewalk | OSError | ValueError):
+                raise
+        else:
+            walk.skipped = watch.all_skipped()
+            watch.clean, _WATCH = token, watch
+            return walk, removed
+    elif watch is not None:
+        watch.close()
+    made: list[Watch] = []
+
+    def fresh(ignores: Ignores) -> Watch | None:
+        with contextlib.suppress(OSError):  # no inotify here: every walk is whole
+            made.append(Watch(key, ignores, exclude_identity(root.fd)))
+            return made[0]
+        return None
+
+    try:
+        walk = _walked(root, store, kept, policy, plan, base_id, max_file_bytes, watch=fresh)
+    except BaseException:
+        for dropped in made:
+            dropped.close()
+        raise
+    for dropped in made:
+        if walk.watch is not dropped:  # the kernel refused one of its watches
+            dropped.close()
+    if walk.watch is not None:
+        walk.watch.clean, _WATCH = token, walk.watch
+    return walk, sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
 
 
 # The files of the last chain this worker read, by name, with the identity each had:

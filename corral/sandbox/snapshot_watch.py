@@ -1,0 +1,165 @@
+"""What a worker knows of the root between two checkpoints: an inotify watch on every
+directory its last whole walk listed, and what each listing held, so the next
+checkpoint's walk lists again only the directories something changed since (as
+git's fsmonitor and watchman do) and takes every other entry from the snapshot
+it walked then.
+
+A watch is put on a directory before it is listed: a change made while or after
+it is listed is queued by the kernel, whoever makes it, while the worker is idle.
+What is known is clean against one snapshot only: the one the walk that built it
+answered for (`clean`); against any other base, after a queue overflow, or when
+an ignore file or .git/info/exclude changed (the rules of every path beneath),
+the walk is whole again, and builds it anew. Directories holding a file with more
+than one link are listed every time: a write through a link outside them is not
+reported to them. What no watch reports (a write through a shared mmap, a change
+on a network file system made by another machine) is caught by the next whole
+walk: the host asks for one when the snapshot will be written whole
+(snapshots.MAX_DELTAS), and `[history] snapshot_watch = false` asks for every one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+
+from corral.sandbox import _inotify
+from corral.tools.ignore import EXCLUDE_FILE, IGNORE_FILES, Ignores
+
+Rules = tuple[tuple[str, int, int, int, int], ...]  # a directory's ignore files' identities
+
+
+class Rewalk(Exception):
+    """What is known cannot stand for the tree: walk it whole."""
+
+
+def rules_of(dir_fd: int, names: Iterable[str]) -> Rules:
+    """The identity of each ignore file among a directory's `names`."""
+    found = []
+    for name in IGNORE_FILES:
+        if name in names:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            found.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(found)
+
+
+def exclude_identity(root_fd: int) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(EXCLUDE_FILE, dir_fd=root_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class Watch:
+    """The watches and listings of one whole walk of the root, kept up by the
+    incremental walks after it. `key`: what the walks' rules were made of (a walk
+    with other rules is whole)."""
+
+    def __init__(self, key: object, ignores: Ignores, exclude: tuple[int, ...] | None) -> None:
+        self.fd = _inotify.init()
+        self.key, self.ignores, self.exclude = key, ignores, exclude
+        self.clean: str | None = None  # the snapshot all this is clean against
+        self._wds: dict[int, str] = {}
+        self._dirs: dict[str, tuple[int, int, int]] = {}  # path -> (wd, dev, ino)
+        self.names: dict[str, list[str]] = {}  # a directory's entries, as last listed
+        self.skipped: dict[str, list[list[str]]] = {}  # and those it left out, and why
+        self.rules: dict[str, Rules] = {}  # and its ignore files
+        self.linked: set[str] = set()  # directories listed every time (hard links)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def watch(self, dir_fd: int, path: str, st: os.stat_result) -> None:
+        """A watch on the directory `path`, open as `dir_fd`, before it is listed
+        (Rewalk if the kernel refuses one: ENOSPC past max_user_watches)."""
+        try:
+            wd = _inotify.add_watch(self.fd, dir_fd, _inotify.CHANGES)
+        except OSError as error:
+            raise Rewalk(f"no watch ({error.strerror})") from None
+        old = self._wds.get(wd)
+        if old is not None and old != path:  # the same directory, moved here
+            self._dirs.pop(old, None)
+        self._wds[wd] = path
+        self._dirs[path] = (wd, st.st_dev, st.st_ino)
+
+    def listed(self, path: str, names: list[str], skipped: list[list[str]], rules: Rules,
+               linked: bool) -> None:
+        self.names[path], self.skipped[path], self.rules[path] = names, skipped, rules
+        if linked:
+            self.linked.add(path)
+        else:
+            self.linked.discard(path)
+
+    def holds(self, path: str, st: os.stat_result) -> bool:
+        """`path` is a directory watched as this same one (nothing it holds changed
+        unless its watch said so)."""
+        known = self._dirs.get(path)
+        return known is not None and known[1:] == (st.st_dev, st.st_ino)
+
+    def dirty(self, root_fd: int) -> list[str]:
+        """The directories to list again, shallowest first: those whose watch
+        reported a change since the last drain, the parent of each that went, and
+        those holding hard links. Rewalk if the queue overflowed, the root itself
+        went, or .git/info/exclude changed."""
+        dirty = set(self.linked)
+        for wd, mask in _inotify.events(self.fd):
+            if mask & _inotify.IN_Q_OVERFLOW:
+                raise Rewalk("the watch's queue overflowed")
+            path = self._wds.get(wd)
+            if path is None:
+                continue  # a watch forgotten (its directory went, or moved away)
+            if mask & _inotify.GONE:
+                if not path:
+                    raise Rewalk("the root itself moved or went")
+                # its watches beneath went with it (or stand for other paths now)
+                for below in [p for p in self._dirs if p.startswith(f"{path}/")]:
+                    self._lose(self._dirs[below][0], below)
+                self._lose(wd, path)
+                dirty.add(path.rpartition("/")[0])
+            else:
+                dirty.add(path)
+        if exclude_identity(root_fd) != self.exclude:
+            raise Rewalk(f"{EXCLUDE_FILE} changed")
+        return sorted((p for p in dirty if p in self._dirs), key=lambda p: p.count("/"))
+
+    def _lose(self, wd: int, path: str) -> None:
+        """A directory's watch is gone, or stands for it no longer (it moved): it is
+        listed whole again if it is still there (its listings stay, to say what
+        went with it)."""
+        self._wds.pop(wd, None)
+        if self._dirs.get(path, (None,))[0] == wd:
+            del self._dirs[path]
+        with contextlib.suppress(OSError):
+            _inotify.rm_watch(self.fd, wd)
+
+    def beneath(self, path: str) -> list[str]:
+        """Every path the listings hold beneath the directory `path`."""
+        found: list[str] = []
+        stack = [path]
+        while stack:
+            directory = stack.pop()
+            for name in self.names.get(directory, ()):
+                child = f"{directory}/{name}" if directory else name
+                found.append(child)
+                if child in self.names:
+                    stack.append(child)
+        return found
+
+    def drop(self, path: str) -> None:
+        """A directory that is gone, and what the listings held beneath it."""
+        for directory in [path, *self.beneath(path)]:
+            if directory in self.names:
+                del self.names[directory]
+                self.skipped.pop(directory, None)
+                self.rules.pop(directory, None)
+                self.linked.discard(directory)
+                known = self._dirs.pop(directory, None)
+                if known is not None:
+                    self._lose(known[0], directory)
+
+    def all_skipped(self) -> list[list[str]]:
+        return [skip for skips in self.skipped.values() for skip in skips]

@@ -1,0 +1,238 @@
+"""A checkpoint after the first lists again only the directories the worker's
+inotify watch saw change (sandbox/snapshot_watch.py), and is still the whole
+tree: after every change made behind corral's back, a diff against the new
+checkpoint (a whole walk, no watch) finds nothing, and a rewind brings the tree
+back. Real kernel, real confined workers."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import Sandbox
+from corral.config import HistoryOptions
+from corral.history.snapshots import MAX_DELTAS
+from tests.helpers.history_helpers import snapshot
+
+DIRS, FILES = 6, 8
+
+
+@pytest.fixture
+def tree(workspace: Path) -> Path:
+    for d in range(DIRS):
+        (workspace / f"d{d}" / "sub").mkdir(parents=True)
+        for f in range(FILES):
+            (workspace / f"d{d}" / f"f{f}.txt").write_text(f"{d} {f}\n")
+        (workspace / f"d{d}" / "sub" / "s.txt").write_text(f"sub {d}\n")
+    return workspace
+
+
+
+
+def _unchanged_since(sb: Sandbox, checkpoint: str) -> None:
+    """A whole walk against the checkpoint finds nothing changed: its snapshot, made
+    by a watched walk, is the tree."""
+    assert sb.diff(checkpoint) == {"changed": [], "added": [], "removed": []}
+
+
+def _walked(sb: Sandbox) -> int:
+    return int((sb.last_snapshot or {})["walked"])
+
+
+def test_a_checkpoint_lists_only_the_directories_that_changed(tree: Path) -> None:
+    whole = snapshot(tree)
+    with Sandbox(tree) as sb:
+        first = sb.checkpoint("first")
+        assert _walked(sb) == len(whole)
+        before = snapshot(tree)
+        with open(tree / "d2" / "f1.txt", "w") as file:  # an editor's write
+            file.write("edited\n")
+        second = sb.checkpoint("second")
+        assert _walked(sb) == FILES + 1  # d2's entries only
+        _unchanged_since(sb, second)
+        assert sb.diff(first)["changed"] == [{"path": "d2/f1.txt", "by": "other"}]
+        assert sb.rewind(first, force=True)["ok"]
+        assert snapshot(tree) == before
+
+
+def _shell_and_editor(tree: Path, outside: Path) -> None:
+    """Every kind of change a shell makes, none through corral."""
+    (tree / "d0" / "f0.txt").write_text("rewritten\n")
+    os.rename(tree / "d0" / "f1.txt", tree / "d1" / "moved.txt")
+    os.symlink("../d0/f2.txt", tree / "d1" / "link")
+    shutil.rmtree(tree / "d2")
+    os.rename(tree / "d3", tree / "d3-renamed")  # a directory moved within the tree
+    (tree / "d3-renamed" / "sub" / "new.txt").write_text("beneath a moved one\n")
+    os.rename(tree / "d4", outside / "d4")  # moved out, and another moved in its place
+    (outside / "other" / "deep").mkdir(parents=True)
+    (outside / "other" / "deep" / "x.txt").write_text("from outside\n")
+    os.rename(outside / "other", tree / "d4")
+    (tree / "new" / "a" / "b").mkdir(parents=True)
+    (tree / "new" / "a" / "b" / "c.txt").write_text("new tree\n")
+    os.chmod(tree / "d5" / "f0.txt", 0o600)
+
+
+def test_every_change_behind_corrals_back_is_in_the_next_snapshot(
+        tree: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "away"
+    outside.mkdir()
+    with Sandbox(tree) as sb:
+        first = sb.checkpoint("first")
+        before = snapshot(tree)
+        _shell_and_editor(tree, outside)
+        after = snapshot(tree)
+        second = sb.checkpoint("second")
+        assert _walked(sb) < len(after)  # the watch's walk, not a whole one
+        _unchanged_since(sb, second)
+        # the moved-in directory's watch, and the moved one's, say where they are now
+        (tree / "d4" / "deep" / "x.txt").write_text("changed again\n")
+        (tree / "d3-renamed" / "f0.txt").write_text("changed again\n")
+        third = sb.checkpoint("third")
+        _unchanged_since(sb, third)
+        assert sb.rewind(first, force=True)["ok"]
+        assert snapshot(tree) == before
+        assert sb.rewind(second, force=True)["ok"]
+        assert snapshot(tree) == after
+
+
+def test_a_changed_ignore_file_makes_the_walk_whole(tree: Path) -> None:
+    whole = snapshot(tree)
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        (tree / "d1" / ".gitignore").write_text("f*.txt\n")
+        second = sb.checkpoint("second")
+        assert _walked(sb) == len(whole) + 1 - FILES  # whole: d1's f*.txt left out now
+        _unchanged_since(sb, second)
+        assert "d1/f0.txt" not in sb._checkpoints.snaps.load(second).items  # type: ignore[union-attr]
+
+
+def test_a_file_with_a_link_outside_is_listed_every_time(tree: Path, tmp_path: Path) -> None:
+    """A write through a hard link elsewhere is not reported to the file's own
+    directory: a directory holding such a file is listed at every checkpoint."""
+    os.link(tree / "d0" / "f0.txt", tmp_path / "elsewhere.txt")
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        with open(tmp_path / "elsewhere.txt", "w") as file:
+            file.write("through the other link\n")
+        second = sb.checkpoint("second")
+        assert _walked(sb) == FILES + 1
+        _unchanged_since(sb, second)
+
+
+def test_an_overflowed_queue_makes_the_walk_whole(tree: Path) -> None:
+    whole = snapshot(tree)
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        churn = tree / "d0" / "churn"
+        for n in range(limit // 2 + 10):  # a create and a delete each: over the limit
+            (tree / "d0" / f"t{n}").touch()
+            os.unlink(tree / "d0" / f"t{n}")
+        churn.write_text("after the overflow\n")
+        second = sb.checkpoint("second")
+        assert _walked(sb) == len(whole) + 1
+        _unchanged_since(sb, second)
+
+
+def test_without_the_watch_every_walk_is_whole(tree: Path, tmp_path: Path) -> None:
+    whole = snapshot(tree)
+    options = HistoryOptions(path=str(tmp_path / "history"), snapshot_watch=False)
+    with Sandbox(tree, history=options) as sb:
+        sb.checkpoint("first")
+        (tree / "d0" / "f0.txt").write_text("x\n")
+        sb.checkpoint("second")
+        assert _walked(sb) == len(whole)
+
+
+def test_a_snapshot_written_whole_walks_the_tree_whole(tree: Path) -> None:
+    """What no watch reports (a write through a shared mmap) is caught when the
+    chain of deltas ends and the snapshot is written whole."""
+    whole = snapshot(tree)
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        walked = []
+        for n in range(MAX_DELTAS + 1):
+            (tree / "d0" / "f0.txt").write_text(f"round {n}\n")
+            sb.checkpoint(str(n))
+            walked.append(_walked(sb))
+        assert walked[:MAX_DELTAS] == [FILES + 1] * MAX_DELTAS
+        assert walked[MAX_DELTAS] == len(whole)
+
+
+def test_a_new_worker_walks_whole_then_watches(tree: Path) -> None:
+    whole = snapshot(tree)
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        killed = set(sb.pids()["workers"])
+        for pid in killed:
+            os.kill(pid, 9)
+        for _ in range(200):  # until the pool has seen them go
+            if not killed & set(sb.pids()["workers"]):
+                break
+            time.sleep(0.01)
+        (tree / "d0" / "f0.txt").write_text("x\n")
+        second = sb.checkpoint("second")
+        assert _walked(sb) == len(whole)
+        _unchanged_since(sb, second)
+        (tree / "d1" / "f0.txt").write_text("y\n")
+        sb.checkpoint("third")
+        assert _walked(sb) == FILES + 1
+
+
+def random_changes(tree: Path, rng: random.Random, count: int) -> None:
+    """`count` changes drawn from what a shell does, anywhere in the tree."""
+    for _ in range(count):
+        dirs = [Path(d) for d, _, _ in os.walk(tree)]
+        files = [Path(d) / f for d, _, names in os.walk(tree) for f in names
+                 if not (Path(d) / f).is_symlink()]
+        here = rng.choice(dirs)
+        op = rng.randrange(7)
+        if op == 0 and files:
+            rng.choice(files).write_text(f"{rng.random()}\n")
+        elif op == 1:
+            (here / f"n{rng.randrange(10**6)}").write_text("new\n")
+        elif op == 2 and files:
+            os.unlink(rng.choice(files))
+        elif op == 3 and len(dirs) > 1:
+            victim = rng.choice(dirs[1:])
+            target = rng.choice(dirs)
+            if not str(target).startswith(str(victim)):
+                os.rename(victim, target / f"m{rng.randrange(10**6)}")
+        elif op == 4:
+            (here / f"D{rng.randrange(10**6)}" / "x").mkdir(parents=True)
+        elif op == 5 and len(dirs) > 1:
+            shutil.rmtree(rng.choice(dirs[1:]))
+        elif op == 6 and files:
+            os.symlink(os.path.basename(rng.choice(files)), here / f"l{rng.randrange(10**6)}")
+
+
+def check_random_rounds(tree: Path, seed: int, rounds: int) -> dict[str, Any]:
+    """Rounds of random changes, each followed by a checkpoint that must be the
+    tree (a whole walk finds nothing since), then a rewind to a random earlier one."""
+    rng = random.Random(seed)
+    with Sandbox(tree) as sb:
+        made = [(sb.checkpoint("0"), snapshot(tree))]
+        partial = 0
+        for n in range(rounds):
+            random_changes(tree, rng, rng.randrange(1, 6))
+            made.append((sb.checkpoint(str(n)), snapshot(tree)))
+            partial += _walked(sb) < len(made[-1][1])
+            _unchanged_since(sb, made[-1][0])
+            if rng.random() < 0.2:
+                to, state = rng.choice(made)
+                assert sb.rewind(to, force=True)["ok"]
+                assert snapshot(tree) == state, f"seed {seed}, round {n}"
+    return {"rounds": rounds, "watched": partial}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_changes_behind_corrals_back(tree: Path, seed: int) -> None:
+    """The short run of scripts/watch_fuzz.py."""
+    found = check_random_rounds(tree, seed, 12)
+    assert found["watched"] > 0
