@@ -1,16 +1,17 @@
 """Workspace checkpoints on a generated tree, in one run: the first checkpoint (a
 whole snapshot) against `git add -A && git write-tree` of the same tree; a
 checkpoint after 10 changed files (and the file bytes it read, and what the store
-grew by); a forced rewind of 10 files changed behind corral's back; each beside
-the floor, a bare os.scandir + lstat walk of the tree.
+grew by), with the worker's watch and walked whole; a forced rewind of 10 files
+changed behind corral's back; each beside the floor, a bare os.scandir + lstat
+walk of the tree.
 
     python scripts/bench_snapshots.py [--files 10000] [--bytes 104857600] [--dir D]
                                       [--changed 10] [--rounds 3] [--tree T]
 
 The real run is --files 100000 --bytes 2147483648 (2 GiB). `--tree T` makes the
 tree in T once and reuses it in later runs of the same --files and --bytes (its
-.git is made again each run, so git's figure is always a first `git add`). The tree's files are
-unique (no two alike, so nothing is stored once for two files) and incompressible.
+.git is made again each run, so git's figure is always a first `git add`). The
+tree's files are unique (no two alike, so nothing is stored once for two files) and incompressible.
 Prints a Markdown table; the page cache is warm for every row (the tree was just
 written), as it is for a checkpoint an agent takes between its own edits.
 """
@@ -155,10 +156,12 @@ def main() -> None:
                 assert rewound["ok"] and not rewound["result"]["conflicts"], rewound
                 rewinds.append(took)
             floor = min(timed(lambda: floor_walk(tree))[0] for _ in range(3))
+            walked = (sb.last_snapshot or {}).get("walked", 0)
             read, wanted = reads[-1]
             blobs, manifest, growth = grown[-1]
             rows.append((f"checkpoint after {args.changed} changed files",
                          statistics.median(incremental), floor,
+                         f"listed {walked} entries (the watch's dirty directories); "
                          f"read {read} B of the {wanted} B changed; blobs +{blobs} B, "
                          f"manifest {manifest} B, store +{growth} B in all; git add -A "
                          f"&& git write-tree {statistics.median(git_incremental) * 1000:.0f}"
@@ -168,6 +171,20 @@ def main() -> None:
                          "its own checkpoint first (a walk); the record pass wrote "
                          "nothing, so the restore takes the two snapshots' differences, "
                          "no second walk"))
+        # the walk whole, as with the watch off, a new worker's first, or every
+        # (MAX_DELTAS + 1)th checkpoint, when its snapshot is written whole
+        unwatched = HistoryOptions(path=str(store), max_bytes=options.max_bytes,
+                                   snapshot_watch=False)
+        with Sandbox(tree, history=unwatched, limits=Limits(timeout_s=3600)) as sb:
+            sb.checkpoint("warm")
+            whole = []
+            for _ in range(args.rounds):
+                change(paths, args.changed)
+                whole.append(timed(lambda: sb.checkpoint("whole"))[0])
+        rows.append((f"checkpoint after {args.changed} changed files, walked whole",
+                     statistics.median(whole), floor,
+                     "[history] snapshot_watch = false; also a new worker's first "
+                     "checkpoint, and one in 17 (its snapshot written whole)"))
         print(f"\nfirst snapshot stored {stored / 2**20:.0f} MiB\n")
         print("| step | corral | floor (scandir + lstat walk) | notes |")
         print("|---|---:|---:|---|")

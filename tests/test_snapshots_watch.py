@@ -6,6 +6,8 @@ back. Real kernel, real confined workers."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import random
 import shutil
@@ -16,8 +18,11 @@ from typing import Any
 import pytest
 
 from corral import Sandbox
+from corral._syscall import call
 from corral.config import HistoryOptions
 from corral.history.snapshots import MAX_DELTAS
+from corral.sandbox import _inotify
+from tests.helpers.confined import run_confined
 from tests.helpers.history_helpers import snapshot
 
 DIRS, FILES = 6, 8
@@ -110,6 +115,18 @@ def test_a_changed_ignore_file_makes_the_walk_whole(tree: Path) -> None:
         assert _walked(sb) == len(whole) + 1 - FILES  # whole: d1's f*.txt left out now
         _unchanged_since(sb, second)
         assert "d1/f0.txt" not in sb._checkpoints.snaps.load(second).items  # type: ignore[union-attr]
+
+
+def test_a_changed_exclude_file_makes_the_walk_whole(tree: Path) -> None:
+    """.git is never watched: its info/exclude is read again at every checkpoint."""
+    (tree / ".git" / "info").mkdir(parents=True)
+    whole = snapshot(tree)
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        (tree / ".git" / "info" / "exclude").write_text("d2/\n")
+        second = sb.checkpoint("second")
+        assert _walked(sb) == len(whole) - 2 - 1 - (FILES + 2)  # no .git, no d2
+        _unchanged_since(sb, second)
 
 
 def test_a_file_with_a_link_outside_is_listed_every_time(tree: Path, tmp_path: Path) -> None:
@@ -236,3 +253,28 @@ def test_random_changes_behind_corrals_back(tree: Path, seed: int) -> None:
     """The short run of scripts/watch_fuzz.py."""
     found = check_random_rounds(tree, seed, 12)
     assert found["watched"] > 0
+
+
+def _watch_from_confined(root: str, elsewhere: str) -> tuple[bool, int | None]:
+    """In a confined child: a watch on the root (by its open fd) and one on a host
+    directory outside every root (by its name)."""
+    fd = _inotify.init()
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    watched = _inotify.add_watch(fd, root_fd, _inotify.CHANGES) > 0
+    try:
+        call(_inotify._add, ctypes.c_int(fd), elsewhere.encode(),
+             ctypes.c_uint32(_inotify.CHANGES))
+    except OSError as error:
+        return watched, error.errno
+    return watched, None
+
+
+def test_a_confined_worker_watches_its_roots_and_nothing_else(
+        workspace: Path, outside: Path) -> None:
+    roots = [(str(workspace), "rw")]
+    confined = run_confined(_watch_from_confined, str(workspace), str(outside), roots=roots)
+    assert confined.value == (True, errno.ENOENT)  # the host's tree is not in its namespace
+    # without the mount namespace the lookup reaches it (Landlock does not govern it)
+    control = run_confined(_watch_from_confined, str(workspace), str(outside), roots=roots,
+                           drop=("mount_namespace",))
+    assert control.value == (True, None)

@@ -473,33 +473,25 @@ def _checkpoint_walk(root: Root, store: Store, kept: int, policy: Policy,
         return walk, sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
     watch, _WATCH = _WATCH, None
     key = (tuple(plan.get("ignore", ())), max_file_bytes)
-    if watch is not None and asked == "use" and isinstance(base_id, str) and (
-            watch.clean == base_id and watch.key == key):
-        walk = None
+    if watch is not None:
+        found = None
         try:
-            walk = _Walk(root, store, _chain(kept, base_id), plan, watch.ignores,
-                         max_file_bytes, _rules(root, policy, plan)[1])
-            walk.against, walk.watch, walk.incremental = base_id, watch, True
-            removed = walk.run_dirty(watch.dirty(root.fd))
-        except BaseException as error:
+            if asked == "use" and isinstance(base_id, str) and (
+                    watch.clean == base_id and watch.key == key):
+                found = _incremental(root, store, kept, policy, plan, max_file_bytes, watch,
+                                     base_id)
+        except BaseException:
             watch.close()
-            for _, staged in walk.changed if walk is not None else ():
-                if staged is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(staged, dir_fd=store.fd)
-            if not isinstance(error, Rewalk | OSError | ValueError):
-                raise
-        else:
-            walk.skipped = watch.all_skipped()
+            raise
+        if found is not None:
             watch.clean, _WATCH = token, watch
-            return walk, removed
-    elif watch is not None:
+            return found
         watch.close()
     made: list[Watch] = []
 
     def fresh(ignores: Ignores) -> Watch | None:
         with contextlib.suppress(OSError):  # no inotify here: every walk is whole
-            made.append(Watch(key, ignores, exclude_identity(root.fd)))
+            made.append(Watch(key, ignores, exclude_identity(root)))
             return made[0]
         return None
 
@@ -515,6 +507,33 @@ def _checkpoint_walk(root: Root, store: Store, kept: int, policy: Policy,
     if walk.watch is not None:
         walk.watch.clean, _WATCH = token, walk.watch
     return walk, sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
+
+
+def _incremental(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str, Any],
+                 max_file_bytes: int, watch: Watch, base_id: str
+                 ) -> tuple[_Walk, list[str]] | None:
+    """The walk of what the watch says changed since `base_id` (which it is clean
+    against), and the paths gone; None if it cannot stand for the tree (what it
+    copied is removed: a whole walk comes next)."""
+    try:
+        base = _chain(kept, base_id)
+    except (OSError, ValueError):
+        return None
+    walk = _Walk(root, store, base, plan, watch.ignores, max_file_bytes,
+                 _rules(root, policy, plan)[1])
+    walk.against, walk.watch, walk.incremental = base_id, watch, True
+    try:
+        removed = walk.run_dirty(watch.dirty(root))
+    except BaseException as error:
+        for _, staged in walk.changed:
+            if staged is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(staged, dir_fd=store.fd)
+        if isinstance(error, Rewalk | OSError):
+            return None
+        raise
+    walk.skipped = watch.all_skipped()
+    return walk, removed
 
 
 # The files of the last chain this worker read, by name, with the identity each had:

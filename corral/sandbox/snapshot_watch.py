@@ -23,10 +23,13 @@ import contextlib
 import os
 from collections.abc import Iterable
 
+from corral.errors import CorralError
+from corral.fs import Root
 from corral.sandbox import _inotify
-from corral.tools.ignore import EXCLUDE_FILE, IGNORE_FILES, Ignores
+from corral.tools.ignore import EXCLUDE_FILE, IGNORE_FILES, MAX_IGNORE_BYTES, Ignores
 
 Rules = tuple[tuple[str, int, int, int, int], ...]  # a directory's ignore files' identities
+Exclude = tuple[str, int, str | None] | None  # .git/info/exclude's type, size and version
 
 
 class Rewalk(Exception):
@@ -46,12 +49,14 @@ def rules_of(dir_fd: int, names: Iterable[str]) -> Rules:
     return tuple(found)
 
 
-def exclude_identity(root_fd: int) -> tuple[int, ...] | None:
+def exclude_identity(root: Root) -> Exclude:
+    """What .git/info/exclude holds now (resolved beneath the root as the walk's
+    rules read it; its bytes' version: .git is never watched)."""
     try:
-        st = os.stat(EXCLUDE_FILE, dir_fd=root_fd, follow_symlinks=False)
-    except OSError:
+        info = root.info(EXCLUDE_FILE, version_limit=MAX_IGNORE_BYTES)
+    except (CorralError, OSError):
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return None if info is None else (info.type, info.size, info.version)
 
 
 class Watch:
@@ -59,7 +64,7 @@ class Watch:
     incremental walks after it. `key`: what the walks' rules were made of (a walk
     with other rules is whole)."""
 
-    def __init__(self, key: object, ignores: Ignores, exclude: tuple[int, ...] | None) -> None:
+    def __init__(self, key: object, ignores: Ignores, exclude: Exclude) -> None:
         self.fd = _inotify.init()
         self.key, self.ignores, self.exclude = key, ignores, exclude
         self.clean: str | None = None  # the snapshot all this is clean against
@@ -100,7 +105,7 @@ class Watch:
         known = self._dirs.get(path)
         return known is not None and known[1:] == (st.st_dev, st.st_ino)
 
-    def dirty(self, root_fd: int) -> list[str]:
+    def dirty(self, root: Root) -> list[str]:
         """The directories to list again, shallowest first: those whose watch
         reported a change since the last drain, the parent of each that went, and
         those holding hard links. Rewalk if the queue overflowed, the root itself
@@ -122,7 +127,7 @@ class Watch:
                 dirty.add(path.rpartition("/")[0])
             else:
                 dirty.add(path)
-        if exclude_identity(root_fd) != self.exclude:
+        if exclude_identity(root) != self.exclude:
             raise Rewalk(f"{EXCLUDE_FILE} changed")
         return sorted((p for p in dirty if p in self._dirs), key=lambda p: p.count("/"))
 
