@@ -6,15 +6,14 @@ back. Real kernel, real confined workers."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
-import random
 import shutil
-import time
 from pathlib import Path
-from typing import Any
 
+import psutil
 import pytest
 
 from corral import Sandbox
@@ -24,6 +23,7 @@ from corral.history.snapshots import MAX_DELTAS
 from corral.sandbox import _inotify
 from tests.helpers.confined import run_confined
 from tests.helpers.history_helpers import snapshot
+from tests.helpers.scripts_loader import load_script
 
 DIRS, FILES = 6, 8
 
@@ -186,13 +186,10 @@ def test_a_new_worker_walks_whole_then_watches(tree: Path) -> None:
     whole = snapshot(tree)
     with Sandbox(tree) as sb:
         sb.checkpoint("first")
-        killed = set(sb.pids()["workers"])
-        for pid in killed:
+        for pid in sb.pids()["workers"]:
             os.kill(pid, 9)
-        for _ in range(200):  # until the pool has seen them go
-            if not killed & set(sb.pids()["workers"]):
-                break
-            time.sleep(0.01)
+            with contextlib.suppress(psutil.NoSuchProcess):  # dead before the next call
+                psutil.Process(pid).wait(timeout=5)
         (tree / "d0" / "f0.txt").write_text("x\n")
         second = sb.checkpoint("second")
         assert _walked(sb) == len(whole)
@@ -202,56 +199,10 @@ def test_a_new_worker_walks_whole_then_watches(tree: Path) -> None:
         assert _walked(sb) == FILES + 1
 
 
-def random_changes(tree: Path, rng: random.Random, count: int) -> None:
-    """`count` changes drawn from what a shell does, anywhere in the tree."""
-    for _ in range(count):
-        dirs = [Path(d) for d, _, _ in os.walk(tree)]
-        files = [Path(d) / f for d, _, names in os.walk(tree) for f in names
-                 if not (Path(d) / f).is_symlink()]
-        here = rng.choice(dirs)
-        op = rng.randrange(7)
-        if op == 0 and files:
-            rng.choice(files).write_text(f"{rng.random()}\n")
-        elif op == 1:
-            (here / f"n{rng.randrange(10**6)}").write_text("new\n")
-        elif op == 2 and files:
-            os.unlink(rng.choice(files))
-        elif op == 3 and len(dirs) > 1:
-            victim = rng.choice(dirs[1:])
-            target = rng.choice(dirs)
-            if not str(target).startswith(str(victim)):
-                os.rename(victim, target / f"m{rng.randrange(10**6)}")
-        elif op == 4:
-            (here / f"D{rng.randrange(10**6)}" / "x").mkdir(parents=True)
-        elif op == 5 and len(dirs) > 1:
-            shutil.rmtree(rng.choice(dirs[1:]))
-        elif op == 6 and files:
-            os.symlink(os.path.basename(rng.choice(files)), here / f"l{rng.randrange(10**6)}")
-
-
-def check_random_rounds(tree: Path, seed: int, rounds: int) -> dict[str, Any]:
-    """Rounds of random changes, each followed by a checkpoint that must be the
-    tree (a whole walk finds nothing since), then a rewind to a random earlier one."""
-    rng = random.Random(seed)
-    with Sandbox(tree) as sb:
-        made = [(sb.checkpoint("0"), snapshot(tree))]
-        partial = 0
-        for n in range(rounds):
-            random_changes(tree, rng, rng.randrange(1, 6))
-            made.append((sb.checkpoint(str(n)), snapshot(tree)))
-            partial += _walked(sb) < len(made[-1][1])
-            _unchanged_since(sb, made[-1][0])
-            if rng.random() < 0.2:
-                to, state = rng.choice(made)
-                assert sb.rewind(to, force=True)["ok"]
-                assert snapshot(tree) == state, f"seed {seed}, round {n}"
-    return {"rounds": rounds, "watched": partial}
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_changes_behind_corrals_back(tree: Path, seed: int) -> None:
-    """The short run of scripts/watch_fuzz.py."""
-    found = check_random_rounds(tree, seed, 12)
+    """The short run of scripts/fuzz_watch.py."""
+    found = load_script("fuzz_watch").check_rounds(tree, seed, 12)
     assert found["watched"] > 0
 
 
