@@ -17,11 +17,12 @@ import random
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from corral import Sandbox
-from corral.config import HistoryOptions
+from corral.config import HistoryOptions, Limits
 
 
 def state(root: Path) -> dict[str, Any]:
@@ -77,9 +78,9 @@ def check_rounds(tree: Path, seed: int, rounds: int,
     (a whole walk finds nothing since), and now and then a forced rewind to a
     random earlier one. AssertionError, naming the seed and round, if not."""
     rng = random.Random(seed)
-    with Sandbox(tree, history=history) as sb:
+    with Sandbox(tree, history=history, limits=Limits(timeout_s=600)) as sb:
         made = [(sb.checkpoint("0"), state(tree))]
-        watched = 0
+        watched, slowest = 0, 0.0
         for n in range(rounds):
             random_changes(tree, rng, rng.randrange(1, 6))
             made.append((sb.checkpoint(str(n)), state(tree)))
@@ -88,9 +89,13 @@ def check_rounds(tree: Path, seed: int, rounds: int,
             assert since == {"changed": [], "added": [], "removed": []}, (seed, n, since)
             if rng.random() < 0.2:
                 to, then = rng.choice(made)
-                assert sb.rewind(to, force=True)["ok"], (seed, n)
+                started = time.perf_counter()
+                back = sb.rewind(to, force=True)
+                took = time.perf_counter() - started
+                slowest = max(slowest, took)
+                assert back["ok"], (seed, n, back)
                 assert state(tree) == then, f"seed {seed}, round {n}: rewind to {to}"
-    return {"rounds": rounds, "watched": watched}
+    return {"rounds": rounds, "watched": watched, "slowest_rewind_s": slowest}
 
 
 def seed_tree(tree: Path) -> None:
@@ -105,14 +110,19 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--dir", help="where to make the trees (default: a temp dir)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--no-watch", action="store_true",
+                        help="[history] snapshot_watch = false: every walk whole (a control)")
     args = parser.parse_args()
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         base = Path(tempfile.mkdtemp(prefix="fuzz-watch-", dir=args.dir))
         try:
             seed_tree(base / "ws")
             found = check_rounds(base / "ws", seed, args.rounds,
-                                 HistoryOptions(path=str(base / "history")))
-            print(f"seed {seed}: {found['rounds']} rounds, {found['watched']} watched: ok")
+                                 HistoryOptions(path=str(base / "history"),
+                                                snapshot_watch=not args.no_watch))
+            print(f"seed {seed}: {found['rounds']} rounds, {found['watched']} watched, slowest "
+                  f"rewind {found['slowest_rewind_s']:.1f} s: ok", flush=True)
         finally:
             shutil.rmtree(base, ignore_errors=True)
 

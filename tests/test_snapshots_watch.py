@@ -11,6 +11,7 @@ import ctypes
 import errno
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import psutil
@@ -21,6 +22,7 @@ from corral._syscall import call
 from corral.config import HistoryOptions
 from corral.history.snapshots import MAX_DELTAS
 from corral.sandbox import _inotify
+from corral.sandbox.snapshot_watch import Watch
 from tests.helpers.confined import run_confined
 from tests.helpers.history_helpers import snapshot
 from tests.helpers.scripts_loader import load_script
@@ -199,6 +201,32 @@ def test_a_new_worker_walks_whole_then_watches(tree: Path) -> None:
         assert _walked(sb) == FILES + 1
 
 
+def test_changes_while_checkpoints_walk_are_in_a_later_one(tree: Path) -> None:
+    """A shell writing while checkpoints walk: what changed after a directory was
+    listed is queued, so the checkpoint after the writer stops holds it all."""
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            (tree / f"d{n % DIRS}" / f"f{n % FILES}.txt").write_text(f"write {n}\n")
+            (tree / f"d{n % DIRS}" / "sub" / f"w{n % 3}").write_text(f"{n}\n")
+
+    thread = threading.Thread(target=writer)
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        thread.start()
+        try:
+            for n in range(5):
+                sb.checkpoint(str(n))
+        finally:
+            stop.set()
+            thread.join()
+        last = sb.checkpoint("after")
+        _unchanged_since(sb, last)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_changes_behind_corrals_back(tree: Path, seed: int) -> None:
     """The short run of scripts/fuzz_watch.py."""
@@ -229,3 +257,41 @@ def test_a_confined_worker_watches_its_roots_and_nothing_else(
     control = run_confined(_watch_from_confined, str(workspace), str(outside), roots=roots,
                            drop=("mount_namespace",))
     assert control.value == (True, None)
+
+
+def test_a_directory_replaced_while_it_was_listed_keeps_the_new_ones_watches(
+        tmp_path: Path) -> None:
+    """The kernel's word on a directory that left a name (its watch's last events)
+    can come after the walk watched the one that took the name, and the ones
+    beneath it: it must not cost those their watches (their changes would go
+    unseen). Real inotify, no worker."""
+    root = tmp_path / "root"
+    (root / "p" / "inner").mkdir(parents=True)
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    watch = Watch(None, None, None)  # type: ignore[arg-type]
+    try:
+        def watched(path: str) -> None:
+            fd = os.open(root / path if path else root, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                watch.watch(fd, path, os.fstat(fd))
+            finally:
+                os.close(fd)
+
+        for path in ("", "p", "p/inner"):
+            watched(path)
+        (tmp_path / "b" / "inner").mkdir(parents=True)
+        os.rename(root / "p", tmp_path / "old")  # p leaves, another takes its name...
+        os.rename(tmp_path / "b", root / "p")
+        for path in ("p", "p/inner"):  # ...and is watched before the old one's events
+            watched(path)
+        assert watch.dirty(_NoExclude()) == [""]
+        (root / "p" / "inner" / "x").write_text("beneath the new one\n")
+        assert watch.dirty(_NoExclude()) == ["p/inner"]
+    finally:
+        watch.close()
+        os.close(root_fd)
+
+
+class _NoExclude:
+    def info(self, *args: object, **kwargs: object) -> None:
+        return None

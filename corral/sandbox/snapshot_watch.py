@@ -86,8 +86,11 @@ class Watch:
         except OSError as error:
             raise Rewalk(f"no watch ({error.strerror})") from None
         old = self._wds.get(wd)
-        if old is not None and old != path:  # the same directory, moved here
-            self._dirs.pop(old, None)
+        if old is not None and old != path and self._dirs.get(old, (None,))[0] == wd:
+            del self._dirs[old]  # the same directory, moved here
+        before = self._dirs.get(path)
+        if before is not None and before[0] != wd:  # another directory had this name:
+            self._lose(before[0], path)  # its watch says nothing of this one
         self._wds[wd] = path
         self._dirs[path] = (wd, st.st_dev, st.st_ino)
 
@@ -120,9 +123,10 @@ class Watch:
             if mask & _inotify.GONE:
                 if not path:
                     raise Rewalk("the root itself moved or went")
-                # its watches beneath went with it (or stand for other paths now)
-                for below in [p for p in self._dirs if p.startswith(f"{path}/")]:
-                    self._lose(self._dirs[below][0], below)
+                if self._dirs.get(path, (None,))[0] == wd:  # it stood for `path`: the
+                    # watches beneath went with it (or stand for other paths now)
+                    for below in [p for p in self._dirs if p.startswith(f"{path}/")]:
+                        self._lose(self._dirs[below][0], below)
                 self._lose(wd, path)
                 dirty.add(path.rpartition("/")[0])
             else:
