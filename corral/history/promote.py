@@ -154,7 +154,10 @@ def _checked(store: Store, work: str, record_id: str, record: Record, expect: Ex
                f"a record of {record.tool!r} from a {expect.tool!r} call")
     if expect.tools is not None:
         _check(record.tool in expect.tools, f"a record of {record.tool!r}, which changes nothing")
-    if record.undoes is not None:
+    if record.undoes is not None and record.tool == "rewind":  # a rewind's closing record
+        _check(record.done and _committed(store, record.undoes, CHECKPOINT),
+               "a rewind's closing record that names no checkpoint of the history")
+    elif record.undoes is not None:
         _check(record.tool == "undo", "an undoes from something other than undo")
         _check(_committed(store, record.undoes), "an undo of a change the history does not hold")
     patch = record_kind(record.tool) == PATCH
@@ -259,9 +262,9 @@ def _tree_entry(store: Store, record_id: str, entry: Entry) -> Entry:
                                                  tree=tree))
 
 
-def _committed(store: Store, record_id: str) -> bool:
+def _committed(store: Store, record_id: str, prefix: str = RECORD) -> bool:
     try:
-        os.stat(f"{RECORD}{record_id}{COMMITTED}", dir_fd=store.home, follow_symlinks=False)
+        os.stat(f"{prefix}{record_id}{COMMITTED}", dir_fd=store.home, follow_symlinks=False)
     except FileNotFoundError:
         return False
     return True

@@ -64,6 +64,8 @@ def undo(roots: Roots, store: Store, policy: Policy, limits: Any, path: str,
     for record in records:
         seen.append(record)
         if record.undoes is not None:
+            if record.tool != "undo":
+                continue  # a rewind's closing record (rewind, below): no change
             if record.done:
                 undone.add(record.undoes)
             elif record.undoes not in undone:
@@ -113,11 +115,12 @@ def _group_of(target: Record, seen: list[Record], older: Iterator[Record],
     return [r for r in seen if r.group == group and r.id not in undone and r.undoes is None]
 
 
-def _finished(store: Store, undone: str) -> str:
+def _finished(store: Store, undone: str, tool: str = "undo") -> str:
     """The undo of `undone` is whole: a record without entries says so. Until it is
-    written, undo of the same path resumes that undo instead of stepping back."""
+    written, undo of the same path resumes that undo instead of stepping back. (A
+    rewind's: the tree's recorded paths are as at the checkpoint `undone`.)"""
     record_id = new_id()
-    store.write_pending(Record(record_id, time.time(), "undo", os.getpid(), (), undoes=undone,
+    store.write_pending(Record(record_id, time.time(), tool, os.getpid(), (), undoes=undone,
                                done=True))
     store.commit(record_id)
     return record_id
@@ -136,10 +139,21 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
     # a path this rewind has put back is as corral found it then: not a conflict
     trusted: set[tuple[str, str]] = set()
     reverted: list[Record] = []
+    closed: tuple[str, str] | None = None  # a rewind's closing record, and its checkpoint
     for record in store.records():  # newest first, listed once: this rewind's own are not in it
         if record.id <= to:
             break
         if record.id in restorer.keeper.ids:
+            continue
+        if record.tool == "rewind" and record.done and record.undoes is not None:
+            if closed is None and record.undoes >= to:
+                closed = (record.id, record.undoes)
+            continue
+        if closed is not None and record.id <= closed[1]:
+            closed = None
+        if closed is not None and all(store.mirrored(closed[0], e.root) for e in record.entries):
+            # taken back already by the rewind that closed: net, nothing of it is left
+            # (a root that rewind could not see: its records are taken back here)
             continue
         keys = _keys(record)
         if keys & poisoned:  # older than a change left alone: left too, and said so
@@ -159,9 +173,15 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
         else:
             trusted |= keys
     restored = [p for p in restored if p not in conflicts]
+    # Whole, to a checkpoint: said so, and a later rewind to it or before skips what
+    # lies between (else each rewind to an old checkpoint took back, one by one, every
+    # record the rewinds before it wrote: twice as many records each time).
+    closing = [_finished(store, to, "rewind")] if not conflicts and not restorer.links and (
+        store.checkpoint_info(to) is not None) else []
     return {"restored": restored, "conflicts": conflicts, "checkpoint": checkpoint,
             "removed": _removed(restorer, reverted, restored),
-            "reasons": reasons, "links": restorer.links, "records": restorer.keeper.ids}
+            "reasons": reasons, "links": restorer.links, "records": restorer.keeper.ids,
+            "closing": closing}
 
 
 def _left_with(paths: list[str], left: list[str], reasons: dict[str, str]) -> None:

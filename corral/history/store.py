@@ -201,6 +201,18 @@ class Store:
             os.close(fd)
         self.kept = None if self.kept is None else {}
 
+    def mirrored(self, record_id: str, root: str) -> bool:
+        """A worker's: the committed record is in the kept directory of `root` (the
+        host mirrors an entry-less one into those of its writer's roots)."""
+        fd = (self.kept or {}).get(kept_name(root))
+        if fd is None:
+            return False
+        try:
+            os.stat(f"{RECORD}{record_id}{COMMITTED}", dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
     def _readable(self) -> list[int]:
         """Where committed records and checkpoints are read: the store, or a worker's
         kept directories (which mirror it for their roots)."""

@@ -362,9 +362,11 @@ def history(request: HistoryRequest, setup: Setup) -> Answer:
     finally:
         if setup.store is not None:
             setup.store.release()
-    # the records it made, for the host to promote (a rewind's checkpoint first)
+    # the records it made, for the host to promote (a rewind's checkpoint first, its
+    # closing record last: not one of the changes its answer lists)
     made = [result["checkpoint"]] if "checkpoint" in result else []
-    meta = Meta(history_ids=tuple(made + list(result.get("records", ()))))
+    closing = list(result.pop("closing", ()))
+    meta = Meta(history_ids=tuple(made + list(result.get("records", ())) + closing))
     return Answer(True, tool, result, "", meta=meta, id=request.id)
 
 
