@@ -84,3 +84,23 @@ def test_a_closing_record_that_names_no_checkpoint_is_refused(workspace: Path) -
             assert (name in history.refused) is refused, history.refused
             if refused:
                 assert "names no checkpoint" in history.refused[name]
+
+
+def test_a_path_changed_after_the_closing_rewind_is_still_a_conflict_or_forced_back(
+        workspace: Path, tmp_path: Path) -> None:
+    """What an editor changed after a closing rewind is not passed over: without
+    force it is a conflict, as it was before closing records; with force it comes
+    back. No snapshots: the record pass alone decides."""
+    history = HistoryOptions(path=str(tmp_path / "history"), snapshots=False)
+    (workspace / "a.txt").write_text("start\n")
+    with Sandbox(workspace, history=history) as sb:
+        first = sb.checkpoint("start")
+        ok(sb, "write_file", path="a.txt", content="corral\n")
+        assert sb.rewind(first)["ok"]
+        (workspace / "a.txt").write_text("an editor's\n")  # only the span names it
+        kept = sb.rewind(first)
+        assert kept["ok"] and kept["result"]["conflicts"] == ["a.txt"], kept
+        assert (workspace / "a.txt").read_text() == "an editor's\n"
+        forced = sb.rewind(first, force=True)
+        assert forced["ok"] and not forced["result"]["conflicts"], forced
+        assert (workspace / "a.txt").read_text() == "start\n"

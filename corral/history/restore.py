@@ -139,7 +139,7 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
     # a path this rewind has put back is as corral found it then: not a conflict
     trusted: set[tuple[str, str]] = set()
     reverted: list[Record] = []
-    closed: tuple[str, str] | None = None  # a rewind's closing record, and its checkpoint
+    closed: _Closed | None = None
     for record in store.records():  # newest first, listed once: this rewind's own are not in it
         if record.id <= to:
             break
@@ -147,15 +147,13 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             continue
         if record.tool == "rewind" and record.done and record.undoes is not None:
             if closed is None and record.undoes >= to:
-                closed = (record.id, record.undoes)
+                closed = _Closed(record.id, record.undoes, store, restorer)
             continue
-        if closed is not None and record.id <= closed[1]:
+        if closed is not None and record.id <= closed.to:
             closed = None
-        if closed is not None and all(store.mirrored(closed[0], e.root) for e in record.entries):
-            # taken back already by the rewind that closed: net, nothing of it is left
-            # (a root that rewind could not see: its records are taken back here)
-            continue
         keys = _keys(record)
+        if closed is not None and closed.passes_over(record, keys & poisoned):
+            continue
         if keys & poisoned:  # older than a change left alone: left too, and said so
             poisoned |= keys
             for entry in record.entries:
@@ -164,6 +162,8 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
                     reasons.setdefault(entry.path, "not taken back to the checkpoint: an "
                                        "older change of it goes with a path left alone")
             continue
+        if closed is not None:
+            closed.taken(record)
         done, failed = _revert_one(restorer, [record], force, reasons, trusted)
         reverted.append(record)
         restored += [p for p in done if p not in restored]
@@ -182,6 +182,39 @@ def rewind(roots: Roots, store: Store, policy: Policy, limits: Any, to: str,
             "removed": _removed(restorer, reverted, restored),
             "reasons": reasons, "links": restorer.links, "records": restorer.keeper.ids,
             "closing": closing}
+
+
+class _Closed:
+    """The records between a rewind's closing record (`marker`) and the checkpoint
+    it rewound to (`to`): that rewind took each back, so a rewind going further
+    passes over them, net nothing, where the tree is as that rewind left it. A
+    path is as it left it if it is as the newest of them left it (decided once);
+    one changed since, by something other than corral, or a record of a root that
+    rewind did not have (its closing record is not in that root's kept
+    directory), is taken back one by one as ever, and so is each older record of
+    the same paths."""
+
+    def __init__(self, marker: str, to: str, store: Store, restorer: Restorer) -> None:
+        self.marker, self.to, self._store, self._restorer = marker, to, store, restorer
+        self._as_left: dict[tuple[str, str], bool] = {}
+
+    def passes_over(self, record: Record, poisoned: set[tuple[str, str]]) -> bool:
+        if poisoned or not all(self._store.mirrored(self.marker, e.root)
+                               for e in record.entries):
+            return False
+        for entry in record.entries:
+            key = (entry.root, entry.rel)
+            if key not in self._as_left:
+                try:
+                    self._as_left[key] = self._restorer.matches(entry, entry.after)
+                except (CorralError, OSError):
+                    self._as_left[key] = False
+        return all(self._as_left[(e.root, e.rel)] for e in record.entries)
+
+    def taken(self, record: Record) -> None:
+        """A record of the span taken back after all: its paths are no longer as the
+        closing rewind left them."""
+        self._as_left.update(((e.root, e.rel), False) for e in record.entries)
 
 
 def _left_with(paths: list[str], left: list[str], reasons: dict[str, str]) -> None:
