@@ -128,8 +128,11 @@ class _Walk:
         self.gone: set[str] = set()  # paths an incremental walk found again or not
 
     def run(self) -> None:
-        fd = os.open(".", _SUBDIR, dir_fd=self.root.fd)
-        stack: list[tuple[int, str]] = [(fd, "")]
+        self._descend([(os.open(".", _SUBDIR, dir_fd=self.root.fd), "")])
+
+    def _descend(self, stack: list[tuple[int, str]]) -> None:
+        """Each directory of the stack listed, and those its listing adds (each fd
+        closed)."""
         try:
             while stack:
                 dir_fd, prefix = stack.pop()
@@ -157,17 +160,7 @@ class _Walk:
                 raise Rewalk(f"{directory!r} was replaced beneath its watch")
             prefix = f"{directory}/" if directory else ""
             self.gone.update(prefix + name for name in self.watch.names.get(directory, ()))
-            stack: list[tuple[int, str]] = [(fd, prefix)]
-            try:
-                while stack:
-                    dir_fd, at = stack.pop()
-                    try:
-                        self._directory(dir_fd, at, stack)
-                    finally:
-                        os.close(dir_fd)
-            finally:
-                for dir_fd, _ in stack:
-                    os.close(dir_fd)
+            self._descend([(fd, prefix)])
         base, seen = self.base, self.seen
         removed = [p for p in self.gone if p not in seen and p in base]
         for path in list(removed):  # and what was beneath a directory that went
