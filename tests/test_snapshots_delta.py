@@ -238,3 +238,20 @@ def test_a_walk_that_could_not_read_its_base_makes_a_whole_snapshot(tree: Path) 
         forced = sb.rewind(second, force=True)
         assert forced["ok"] and "d1/f2.txt" in forced["result"]["removed"], forced
         assert not (tree / "d1" / "f2.txt").exists()
+
+
+def test_a_store_with_blobs_beside_the_records_is_moved_into_objects(tree: Path) -> None:
+    """A store an earlier corral made kept each snapshot blob in the root's kept
+    directory itself: the first sandbox to open it moves them into objects/."""
+    with Sandbox(tree) as sb:
+        first = sb.checkpoint("first")
+        store = Path(sb.history_path or "")
+    (tree / "d0" / "f0.txt").write_text("changed behind corral's back\n")
+    kept, = store.glob("k-*")
+    for blob in (kept / "objects").iterdir():
+        blob.rename(kept / blob.name)
+    (kept / "objects").rmdir()
+    with Sandbox(tree) as sb:
+        assert sb.rewind(first, force=True)["ok"]
+        assert (tree / "d0" / "f0.txt").read_text() == "0/0\n"
+    assert not list(kept.glob("o-*")) and list((kept / "objects").glob("o-*"))

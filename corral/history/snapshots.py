@@ -515,6 +515,14 @@ class Snapshots:
             self._held = total
         return self._held
 
+    def adopt(self) -> None:
+        """The blobs a store made before OBJECTS kept beside the records, moved in
+        (once: as OBJECTS is made; the caller holds the store's lock)."""
+        for name in os.listdir(self.kept):
+            if name.startswith(OBJECT) and HASH_RE.match(name[len(OBJECT):]):
+                with contextlib.suppress(OSError):
+                    os.rename(name, name, src_dir_fd=self.kept, dst_dir_fd=self.objects)
+
     def verify(self, item: Item) -> None:
         """io_error unless the blob of a file item is there, whole, with its hash."""
         try:

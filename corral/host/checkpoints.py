@@ -75,10 +75,15 @@ class Checkpoints:
             return
         self.snaps.kept = os.open(self._kept_name, _DIR_FLAGS, dir_fd=self.history.store.home)
         try:
+            made = False
             with contextlib.suppress(FileExistsError):
                 os.mkdir(OBJECTS, 0o700, dir_fd=self.snaps.kept)
+                made = True
             self.snaps.objects = os.open(OBJECTS, _DIR_FLAGS, dir_fd=self.snaps.kept)
             try:
+                if made:
+                    with self.history.locked():
+                        self.snaps.adopt()
                 yield
             finally:
                 os.close(self.snaps.objects)
