@@ -674,10 +674,10 @@ class Snapshots:
 
     def sweep_staged(self, now: float | None = None) -> None:
         """Copies no host took (its host was killed mid-checkpoint), once stale; and
-        the host's own copies a killed host left in the kept directory (the caller
-        holds the store's lock: no other host is copying), the first time: a host
-        removes its own as it takes them, and a listing of the kept directory costs
-        as much as one of the tree."""
+        the host's own copies and plans a killed host left in the kept directory
+        (the caller holds the store's lock: no other host is copying), the first
+        time: a host removes its own as it takes them, and a listing of the blobs
+        costs as much as one of the tree."""
         if not self._swept:
             remove_temps(self.kept)  # a plan's
             remove_temps(self.objects)  # a copy's
