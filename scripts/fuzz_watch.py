@@ -51,7 +51,7 @@ def random_changes(tree: Path, rng: random.Random, count: int) -> None:
         files = [Path(d) / f for d, _, names in os.walk(tree) for f in names
                  if not (Path(d) / f).is_symlink()]
         here = rng.choice(dirs)
-        op = rng.randrange(8)
+        op = rng.randrange(9)
         if op == 0 and files:
             rng.choice(files).write_text(f"{rng.random()}\n")
         elif op == 1:
@@ -70,6 +70,8 @@ def random_changes(tree: Path, rng: random.Random, count: int) -> None:
             os.symlink(os.path.basename(rng.choice(files)), here / f"l{rng.randrange(10**6)}")
         elif op == 7 and files:
             os.chmod(rng.choice(files), rng.choice((0o600, 0o644, 0o755)))
+        elif op == 8:
+            os.chmod(here, rng.choice((0o700, 0o750, 0o755)))
 
 
 def check_rounds(tree: Path, seed: int, rounds: int,

@@ -83,6 +83,7 @@ def _shell_and_editor(tree: Path, outside: Path) -> None:
     (tree / "new" / "a" / "b").mkdir(parents=True)
     (tree / "new" / "a" / "b" / "c.txt").write_text("new tree\n")
     os.chmod(tree / "d5" / "f0.txt", 0o600)
+    os.chmod(tree / "d5" / "sub", 0o700)
 
 
 def test_every_change_behind_corrals_back_is_in_the_next_snapshot(
@@ -295,3 +296,43 @@ def test_a_directory_replaced_while_it_was_listed_keeps_the_new_ones_watches(
 class _NoExclude:
     def info(self, *args: object, **kwargs: object) -> None:
         return None
+
+
+@pytest.mark.parametrize("by", ["symlink", "file"])
+def test_a_directory_replaced_by_a_link_or_a_file_loses_what_it_held(
+        tree: Path, by: str) -> None:
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        shutil.rmtree(tree / "d0")
+        if by == "symlink":
+            os.symlink("d1", tree / "d0")
+        else:
+            (tree / "d0").write_text("a file now\n")
+        second = sb.checkpoint("second")
+        _unchanged_since(sb, second)
+
+
+def test_an_ignore_file_that_is_a_link_is_read_again_each_time(tree: Path) -> None:
+    """Its target's change is reported to the target's directory, not the link's:
+    the link's directory is listed at every checkpoint, and the rules' identity is
+    the target's."""
+    (tree / "d1" / "rules").write_text("*.log\n")
+    os.symlink("../d1/rules", tree / "d0" / ".gitignore")
+    (tree / "d0" / "x.log").write_text("log\n")
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        (tree / "d1" / "rules").write_text("\n")  # d0/x.log is no longer ignored
+        second = sb.checkpoint("second")
+        _unchanged_since(sb, second)
+
+
+def test_an_exclude_file_that_is_a_link_is_read_through_it(tree: Path) -> None:
+    (tree / ".git" / "info").mkdir(parents=True)
+    (tree / "rules").write_text("*.log\n")
+    os.symlink("../../rules", tree / ".git" / "info" / "exclude")
+    (tree / "d0" / "x.log").write_text("log\n")
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        (tree / "rules").write_text("\n")
+        second = sb.checkpoint("second")
+        _unchanged_since(sb, second)

@@ -541,6 +541,23 @@ class Root:
                 raise OSError(errno.ENOTDIR, "not a directory")
             keep.remove(self, t.rel, t.dir_fd, name, t.st)
 
+    def set_dir_mode(self, rel: str, mode: int, *, guard: Guard = None) -> None:
+        """A directory's permission bits (set-id bits never: the seccomp filter
+        refuses them), by an fd of the directory itself, opened without following."""
+        with self.at("chmod", rel, follow=False, guard=guard, changes=True) as t:
+            if t.st is None:
+                raise OSError(errno.ENOENT, "missing")
+            if not stat.S_ISDIR(t.st.st_mode):
+                raise OSError(errno.ENOTDIR, "not a directory")
+            fd = t.dir_fd if t.leaf is None else os.open(
+                t.name(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=t.dir_fd)
+            try:
+                os.fchmod(fd, mode & 0o1777)
+            finally:
+                if fd != t.dir_fd:
+                    os.close(fd)
+
     def rmdir(self, rel: str, *, guard: Guard = None, keep: Keep = NO_KEEP) -> None:
         """Remove an empty directory (undo of a create_directory); a non-empty one
         fails io_error, anything else not_a_directory."""

@@ -108,7 +108,14 @@ class Item(NamedTuple):
     def same_as(self, other: Item) -> bool:
         """The same state (what a rewind would have to restore), whatever the identity."""
         return (self.type, self.hash, self.target) == (other.type, other.hash, other.target) \
-            and (self.type != "file" or (self.mode, self.size) == (other.mode, other.size))
+            and (self.type != "file" or (self.mode, self.size) == (other.mode, other.size)) \
+            and (self.type != "dir" or dir_mode(self.mode) == dir_mode(other.mode))
+
+
+def dir_mode(mode: int) -> int:
+    """What of a directory's mode a rewind brings back: not its set-id bits (no
+    worker may set them)."""
+    return mode & 0o1777
 
 
 class Manifest(NamedTuple):

@@ -39,6 +39,7 @@ from corral.history.snapshots import (
     decode_manifest,
     digest_bytes,
     digest_file,
+    dir_mode,
     file_identity,
     read_all,
 )
@@ -183,11 +184,12 @@ class _Walk:
             found = list(listing)
         names = [entry.name for entry in found]
         self.ignores.entered(directory, names)
-        rules = () if watch is None or not any(n in names for n in IGNORE_FILES) else (
-            rules_of(dir_fd, names))
-        if self.incremental and rules != watch.rules.get(directory, ()):  # type: ignore[union-attr]
+        rules, linked = ((), False) if watch is None or not any(
+            n in names for n in IGNORE_FILES) else rules_of(dir_fd, names)
+        known = watch if self.incremental else None  # what stands from before, if any
+        if known is not None and rules != known.rules.get(directory, ()):
             raise Rewalk(f"an ignore file of {directory or '.'!r} changed")
-        first_skip, linked = len(self.skipped), False
+        first_skip = len(self.skipped)
         base, seen, ignored = self.base, self.seen, self.ignores.ignored
         for entry in found:
             path = prefix + entry.name
@@ -202,6 +204,9 @@ class _Walk:
             except OSError:
                 continue  # gone since the listing
             mode = st.st_mode
+            if known is not None and path in known.names and not (
+                    stat.S_ISDIR(mode) and known.holds(path, st)):
+                self.gone.update(known.beneath(path))  # a directory replaced: what it held
             if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
                 if st.st_nlink > 1:
                     linked = True
@@ -223,10 +228,7 @@ class _Walk:
             self.walked += 1
             if is_dir:
                 item = _item(path, "dir", st)
-                if not self.incremental:
-                    self._enter(dir_fd, entry.name, path, stack)
-                elif not watch.holds(path, st):  # type: ignore[union-attr]
-                    self.gone.update(watch.beneath(path))  # type: ignore[union-attr]
+                if known is None or not known.holds(path, st):
                     self._enter(dir_fd, entry.name, path, stack)
             elif stat.S_ISLNK(st.st_mode):
                 try:
@@ -824,7 +826,7 @@ def _holds(root: Root, path: str, want: Item | None, max_file_bytes: int) -> boo
     if st is None or want is None:
         return st is None and want is None
     if want.type == "dir":
-        return stat.S_ISDIR(st.st_mode)
+        return stat.S_ISDIR(st.st_mode) and dir_mode(st.st_mode) == dir_mode(want.mode)
     if want.type == "symlink":
         return stat.S_ISLNK(st.st_mode) and target == want.target
     if not stat.S_ISREG(st.st_mode) or st.st_size != want.size or (
@@ -849,6 +851,10 @@ def _put(restorer: Restorer, root: Root, kept: int, path: str, want: Item | None
     if want.type == "dir":
         if info is None or info.type != "dir":
             root.mkdir(path, guard=write, keep=keep)
+        # its permission bits, unrecorded: nothing is lost (the snapshot the rewind
+        # takes first holds the old ones), and no tool changes a mode to record
+        if info is None or info.type != "dir" or dir_mode(info.mode) != dir_mode(want.mode):
+            root.set_dir_mode(path, want.mode, guard=write)
         return
     root.write_atomic(path, _blob(kept, want), mode=want.mode, guard=write, keep=keep)
 

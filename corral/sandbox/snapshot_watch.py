@@ -10,17 +10,19 @@ What is known is clean against one snapshot only: the one the walk that built it
 answered for (`clean`); against any other base, after a queue overflow, or when
 an ignore file or .git/info/exclude changed (the rules of every path beneath),
 the walk is whole again, and builds it anew. Directories holding a file with more
-than one link are listed every time: a write through a link outside them is not
-reported to them. What no watch reports (a write through a shared mmap, a change
-on a network file system made by another machine) is caught by the next whole
-walk: the host asks for one when the snapshot will be written whole
-(snapshots.MAX_DELTAS), and `[history] snapshot_watch = false` asks for every one.
+than one link, or an ignore file that is a symlink, are listed every time: a
+write through a link outside them is not reported to them. What no watch reports
+(a write through a shared mmap, a change on a network file system made by
+another machine) is caught by the next whole walk: the host asks for one when
+the snapshot will be written whole (snapshots.MAX_DELTAS), and `[history]
+snapshot_watch = false` asks for every one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterable
 
 from corral.errors import CorralError
@@ -36,24 +38,27 @@ class Rewalk(Exception):
     """What is known cannot stand for the tree: walk it whole."""
 
 
-def rules_of(dir_fd: int, names: Iterable[str]) -> Rules:
-    """The identity of each ignore file among a directory's `names`."""
-    found = []
+def rules_of(dir_fd: int, names: Iterable[str]) -> tuple[Rules, bool]:
+    """The identity of each ignore file among a directory's `names` (of the file a
+    symlink leads to: the rules are read through it), and whether one is a link
+    (whose target's change no watch of this directory reports)."""
+    found, linked = [], False
     for name in IGNORE_FILES:
         if name in names:
             try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                linked = linked or stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+                st = os.stat(name, dir_fd=dir_fd)
             except OSError:
                 continue
             found.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(found)
+    return tuple(found), linked
 
 
 def exclude_identity(root: Root) -> Exclude:
     """What .git/info/exclude holds now (resolved beneath the root as the walk's
     rules read it; its bytes' version: .git is never watched)."""
     try:
-        info = root.info(EXCLUDE_FILE, version_limit=MAX_IGNORE_BYTES)
+        info = root.info(EXCLUDE_FILE, follow=True, version_limit=MAX_IGNORE_BYTES)
     except (CorralError, OSError):
         return None
     return None if info is None else (info.type, info.size, info.version)
