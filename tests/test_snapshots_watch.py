@@ -336,3 +336,19 @@ def test_an_exclude_file_that_is_a_link_is_read_through_it(tree: Path) -> None:
         (tree / "rules").write_text("\n")
         second = sb.checkpoint("second")
         _unchanged_since(sb, second)
+
+
+def test_a_directory_s_permission_bits_come_back_unrecorded(tree: Path) -> None:
+    then = (tree / "d1").stat().st_mode & 0o7777
+    with Sandbox(tree) as sb:
+        first = sb.checkpoint("first")
+        os.chmod(tree / "d1", 0o700)
+        assert sb.rewind(first)["result"]["conflicts"] == ["d1"]  # someone else's
+        back = sb.rewind(first, force=True)
+        assert back["ok"] and "d1" in back["result"]["restored"], back
+        assert (tree / "d1").stat().st_mode & 0o7777 == then != 0o700
+        # no record holds it: a rewind of the rewind finds it changed by someone else
+        again = sb.rewind(back["result"]["checkpoint"])
+        assert again["ok"] and again["result"]["conflicts"] == ["d1"], again
+        assert sb.rewind(back["result"]["checkpoint"], force=True)["ok"]
+        assert (tree / "d1").stat().st_mode & 0o7777 == 0o700
