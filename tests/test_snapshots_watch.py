@@ -352,3 +352,27 @@ def test_a_directory_s_permission_bits_come_back_unrecorded(tree: Path) -> None:
         assert again["ok"] and again["result"]["conflicts"] == ["d1"], again
         assert sb.rewind(back["result"]["checkpoint"], force=True)["ok"]
         assert (tree / "d1").stat().st_mode & 0o7777 == 0o700
+
+
+def test_a_directory_with_ignore_rules_that_goes_takes_its_rules_along(tree: Path) -> None:
+    (tree / "d0" / ".gitignore").write_text("*.log\n")
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        shutil.rmtree(tree / "d0")
+        sb.checkpoint("second")
+        (tree / "d0").mkdir()
+        (tree / "d0" / "y.log").write_text("not ignored now\n")
+        third = sb.checkpoint("third")
+        _unchanged_since(sb, third)
+
+
+def test_a_new_link_in_another_directory_lists_the_first_name_s_too(tree: Path) -> None:
+    """A link made in d1 to d0's file is reported to d1 only: seeing the file's
+    second link there, the walk lists d0 too, and from then on both each time."""
+    with Sandbox(tree) as sb:
+        sb.checkpoint("first")
+        os.link(tree / "d0" / "f0.txt", tree / "d1" / "again.txt")
+        sb.checkpoint("second")
+        (tree / "d1" / "again.txt").write_text("written through the new name\n")
+        third = sb.checkpoint("third")
+        _unchanged_since(sb, third)

@@ -126,6 +126,7 @@ class _Walk:
         self.watch: Watch | None = None
         self.incremental = False
         self.listed: set[str] = set()  # the directories this walk listed
+        self.more: list[str] = []  # the directories an incremental walk lists
         self.gone: set[str] = set()  # paths an incremental walk found again or not
 
     def run(self) -> None:
@@ -149,7 +150,8 @@ class _Walk:
         """List again the directories `dirty` names (and walk whole those new to the
         watch); every other path stands as the base holds it. The paths removed."""
         assert self.watch is not None
-        for directory in dirty:
+        self.more = list(dirty)
+        for directory in self.more:  # (the listings may add: a new link's other names)
             if directory in self.listed:
                 continue  # walked whole already, beneath one listed before it
             try:
@@ -208,8 +210,13 @@ class _Walk:
                     stat.S_ISDIR(mode) and known.holds(path, st)):
                 self.gone.update(known.beneath(path))  # a directory replaced: what it held
             if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
-                if st.st_nlink > 1:
-                    linked = True
+                if watch is not None:
+                    if st.st_nlink > 1:
+                        linked = True
+                        other = watch.inodes.get(st.st_ino)
+                        if known is not None and other is not None and other != directory:
+                            self.more.append(other)  # a name of it there: listed too
+                    watch.inodes[st.st_ino] = directory
                 old = base.get(path)
                 if old is not None and old[6:] == (
                         st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

@@ -11,9 +11,11 @@ answered for (`clean`); against any other base, after a queue overflow, or when
 an ignore file or .git/info/exclude changed (the rules of every path beneath),
 the walk is whole again, and builds it anew. Directories holding a file with more
 than one link, or an ignore file that is a symlink, are listed every time: a
-write through a link outside them is not reported to them. What no watch reports
-(a write through a shared mmap, a change on a network file system made by
-another machine) is caught by the next whole walk: the host asks for one when
+write through a link outside them is not reported to them; a listing that finds
+a file's new link lists the directory it knew the file in too. What no watch
+reports (a write through a shared mmap, a link made from outside the root to a
+file in it, a change on a network file system made by another machine) is
+caught by the next whole walk: the host asks for one when
 the snapshot will be written whole (snapshots.MAX_DELTAS), and `[history]
 snapshot_watch = false` asks for every one.
 """
@@ -79,6 +81,10 @@ class Watch:
         self.skipped: dict[str, list[list[str]]] = {}  # and those it left out, and why
         self.rules: dict[str, Rules] = {}  # and its ignore files
         self.linked: set[str] = set()  # directories listed every time (hard links)
+        # a file's inode -> a directory it was listed in: a new link to it, made in
+        # another directory, is reported there only (the other is listed then too)
+        self.inodes: dict[int, str] = {}
+        self._stale = False  # a directory with ignore files went: the rules cached
 
     def close(self) -> None:
         os.close(self.fd)
@@ -138,6 +144,8 @@ class Watch:
                 dirty.add(path)
         if exclude_identity(root) != self.exclude:
             raise Rewalk(f"{EXCLUDE_FILE} changed")
+        if self._stale:  # (the Ignores caches each directory's rules by its path)
+            raise Rewalk("a directory holding ignore files went")
         return sorted((p for p in dirty if p in self._dirs), key=lambda p: p.count("/"))
 
     def _lose(self, wd: int, path: str) -> None:
@@ -169,7 +177,7 @@ class Watch:
             if directory in self.names:
                 del self.names[directory]
                 self.skipped.pop(directory, None)
-                self.rules.pop(directory, None)
+                self._stale = self._stale or bool(self.rules.pop(directory, None))
                 self.linked.discard(directory)
                 known = self._dirs.pop(directory, None)
                 if known is not None:
