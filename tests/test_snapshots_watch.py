@@ -376,3 +376,22 @@ def test_a_new_link_in_another_directory_lists_the_first_name_s_too(tree: Path) 
         (tree / "d1" / "again.txt").write_text("written through the new name\n")
         third = sb.checkpoint("third")
         _unchanged_since(sb, third)
+
+
+def test_a_forced_rewind_puts_a_link_back_where_a_directory_took_its_name(
+        tree: Path) -> None:
+    shutil.rmtree(tree / "d0")
+    os.symlink("d1", tree / "d0")
+    with Sandbox(tree) as sb:
+        first = sb.checkpoint("first")
+        os.unlink(tree / "d0")
+        (tree / "d0").mkdir()
+        (tree / "d0" / "new.txt").write_text("in its place\n")
+        left = sb.rewind(first)["result"]  # without force: left as it is
+        assert left["conflicts"] and os.path.isdir(tree / "d0"), left
+        back = sb.rewind(first, force=True)
+        assert back["ok"] and not back["result"]["conflicts"], back
+        assert os.readlink(tree / "d0") == "d1"
+        # what stood there is recorded: a rewind to the rewind's checkpoint brings it back
+        assert sb.rewind(back["result"]["checkpoint"], force=True)["ok"]
+        assert (tree / "d0" / "new.txt").read_text() == "in its place\n"

@@ -209,6 +209,8 @@ class _Walk:
             if known is not None and path in known.names and not (
                     stat.S_ISDIR(mode) and known.holds(path, st)):
                 self.gone.update(known.beneath(path))  # a directory replaced: what it held
+                if not stat.S_ISDIR(mode):
+                    known.drop(path)  # by a file or a link: its listings go now
             if S_ISREG(mode):  # the common case first, without an Item: ~1 us an entry
                 if watch is not None:
                     if st.st_nlink > 1:
@@ -490,10 +492,11 @@ def _checkpoint_walk(root: Root, store: Store, kept: int, policy: Policy,
             return found
         watch.close()
     made: list[Watch] = []
+    exclude = exclude_identity(root)  # before the walk's rules read it
 
     def fresh(ignores: Ignores) -> Watch | None:
         with contextlib.suppress(OSError):  # no inotify here: every walk is whole
-            made.append(Watch(key, ignores, exclude_identity(root)))
+            made.append(Watch(key, ignores, exclude))
             return made[0]
         return None
 
@@ -687,6 +690,8 @@ def _restore(roots: Roots, store: Store, kept: int, policy: Policy, plan: dict[s
                 reasons[path] = "holds entries the snapshot leaves out (ignored or denied)"
                 continue
             if want is not None and want.type == "symlink":
+                if force:  # what took its name goes (recorded): the host makes the link
+                    _put(restorer, root, kept, path, None)
                 skipped.append({"path": path, "reason": "link", "target": want.target or ""})
                 continue
             if not force:
