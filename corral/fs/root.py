@@ -43,7 +43,15 @@ from corral.fs._errors import (
 )
 from corral.fs._guarded import guard_at, pick_resolver, target
 from corral.fs.staged import Staged, set_aside
-from corral.fs.syscalls import RENAME_NOREPLACE, Land, fd_path, rename_into_place, renameat2
+from corral.fs.syscalls import (
+    RENAME_NOREPLACE,
+    SETID,
+    SUBDIR_FLAGS,
+    Land,
+    fd_path,
+    rename_into_place,
+    renameat2,
+)
 from corral.fs.types import (
     UNGUARDED,
     Entry,
@@ -549,11 +557,10 @@ class Root:
                 raise OSError(errno.ENOENT, "missing")
             if not stat.S_ISDIR(t.st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a directory")
-            fd = t.dir_fd if t.leaf is None else os.open(
-                t.name(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=t.dir_fd)
+            fd = t.dir_fd if t.leaf is None else os.open(t.name(), SUBDIR_FLAGS,
+                                                         dir_fd=t.dir_fd)
             try:
-                os.fchmod(fd, mode & 0o1777)
+                os.fchmod(fd, stat.S_IMODE(mode) & ~SETID)
             finally:
                 if fd != t.dir_fd:
                     os.close(fd)

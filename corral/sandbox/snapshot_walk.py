@@ -180,6 +180,7 @@ class _Walk:
             except Rewalk:
                 if self.incremental:
                     raise
+                watch.close()
                 self.watch = watch = None  # the rest of this walk unwatched: kept by none
             self.listed.add(directory)
         with os.scandir(dir_fd) as listing:
@@ -416,7 +417,12 @@ def _walked(root: Root, store: Store, kept: int, policy: Policy, plan: dict[str,
     walk = _Walk(root, store, base, plan, ignores, max_file_bytes, denied)
     walk.against = against
     walk.watch = watch(ignores)
-    walk.run()
+    try:
+        walk.run()
+    except BaseException:
+        if walk.watch is not None:
+            walk.watch.close()
+        raise
     return walk
 
 
@@ -430,11 +436,18 @@ def _rules(root: Root, policy: Policy, plan: dict[str, Any]) -> tuple[
     def readable(resolved: str) -> bool:
         return policy.decide("list_directory", spec, resolved, write=False).action == "allow"
 
+    extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
+    return Ignores(root, readable, extra), _denied(root, policy)
+
+
+def _denied(root: Root, policy: Policy) -> Callable[[str], bool]:
+    """The files of the root the policy denies reading."""
+    spec = RootSpec(root.path, root.mode)
+
     def denied(path: str) -> bool:
         return policy.decide("read_file", spec, path, write=False).action == "deny"
 
-    extra = tuple(g for g in plan.get("ignore", ()) if isinstance(g, str))
-    return Ignores(root, readable, extra), denied
+    return denied
 
 
 def _walk(root: Root, roots: Roots, store: Store, kept: int, policy: Policy,
@@ -491,25 +504,15 @@ def _checkpoint_walk(root: Root, store: Store, kept: int, policy: Policy,
             watch.clean, _WATCH = token, watch
             return found
         watch.close()
-    made: list[Watch] = []
     exclude = exclude_identity(root)  # before the walk's rules read it
 
     def fresh(ignores: Ignores) -> Watch | None:
         with contextlib.suppress(OSError):  # no inotify here: every walk is whole
-            made.append(Watch(key, ignores, exclude))
-            return made[0]
+            return Watch(key, ignores, exclude)
         return None
 
-    try:
-        walk = _walked(root, store, kept, policy, plan, base_id, max_file_bytes, watch=fresh)
-    except BaseException:
-        for dropped in made:
-            dropped.close()
-        raise
-    for dropped in made:
-        if walk.watch is not dropped:  # the kernel refused one of its watches
-            dropped.close()
-    if walk.watch is not None:
+    walk = _walked(root, store, kept, policy, plan, base_id, max_file_bytes, watch=fresh)
+    if walk.watch is not None:  # (None too if the kernel refused one of its watches)
         walk.watch.clean, _WATCH = token, walk.watch
     return walk, sorted(walk.base.keys() - walk.seen)  # (a set difference, in C)
 
@@ -524,8 +527,7 @@ def _incremental(root: Root, store: Store, kept: int, policy: Policy, plan: dict
         base = _chain(kept, base_id)
     except (OSError, ValueError):
         return None
-    walk = _Walk(root, store, base, plan, watch.ignores, max_file_bytes,
-                 _rules(root, policy, plan)[1])
+    walk = _Walk(root, store, base, plan, watch.ignores, max_file_bytes, _denied(root, policy))
     walk.against, walk.watch, walk.incremental = base_id, watch, True
     try:
         removed = walk.run_dirty(watch.dirty(root))

@@ -97,7 +97,7 @@ class Watch:
         except OSError as error:
             raise Rewalk(f"no watch ({error.strerror})") from None
         old = self._wds.get(wd)
-        if old is not None and old != path and self._dirs.get(old, (None,))[0] == wd:
+        if old is not None and old != path and self._stands(old, wd):
             del self._dirs[old]  # the same directory, moved here
         before = self._dirs.get(path)
         if before is not None and before[0] != wd:  # another directory had this name:
@@ -134,7 +134,7 @@ class Watch:
             if mask & _inotify.GONE:
                 if not path:
                     raise Rewalk("the root itself moved or went")
-                if self._dirs.get(path, (None,))[0] == wd:  # it stood for `path`: the
+                if self._stands(path, wd):  # it stood for `path`: the
                     # watches beneath went with it (or stand for other paths now)
                     for below in [p for p in self._dirs if p.startswith(f"{path}/")]:
                         self._lose(self._dirs[below][0], below)
@@ -153,10 +153,15 @@ class Watch:
         listed whole again if it is still there (its listings stay, to say what
         went with it)."""
         self._wds.pop(wd, None)
-        if self._dirs.get(path, (None,))[0] == wd:
+        if self._stands(path, wd):
             del self._dirs[path]
         with contextlib.suppress(OSError):
             _inotify.rm_watch(self.fd, wd)
+
+    def _stands(self, path: str, wd: int) -> bool:
+        """The watch `wd` is the one of the directory named `path` now."""
+        known = self._dirs.get(path)
+        return known is not None and known[0] == wd
 
     def beneath(self, path: str) -> list[str]:
         """Every path the listings hold beneath the directory `path`."""
@@ -179,8 +184,7 @@ class Watch:
                 self.skipped.pop(directory, None)
                 self._stale = self._stale or bool(self.rules.pop(directory, None))
                 self.linked.discard(directory)
-                known = self._dirs.pop(directory, None)
-                if known is not None:
+                if (known := self._dirs.get(directory)) is not None:
                     self._lose(known[0], directory)
 
     def all_skipped(self) -> list[list[str]]:
