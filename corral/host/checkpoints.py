@@ -75,15 +75,8 @@ class Checkpoints:
             return
         self.snaps.kept = os.open(self._kept_name, _DIR_FLAGS, dir_fd=self.history.store.home)
         try:
-            made = False
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(OBJECTS, 0o700, dir_fd=self.snaps.kept)
-                made = True
-            self.snaps.objects = os.open(OBJECTS, _DIR_FLAGS, dir_fd=self.snaps.kept)
+            self.snaps.objects = self._objects()
             try:
-                if made:
-                    with self.history.locked():
-                        self.snaps.adopt()
                 yield
             finally:
                 os.close(self.snaps.objects)
@@ -91,6 +84,25 @@ class Checkpoints:
         finally:
             os.close(self.snaps.kept)
             self.snaps.kept = -1
+
+    def _objects(self) -> int:
+        """The kept directory's OBJECTS, open; made the first time, and the blobs a
+        store made before it moved in."""
+        try:
+            return os.open(OBJECTS, _DIR_FLAGS, dir_fd=self.snaps.kept)
+        except FileNotFoundError:
+            pass
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(OBJECTS, 0o700, dir_fd=self.snaps.kept)
+        self.snaps.objects = os.open(OBJECTS, _DIR_FLAGS, dir_fd=self.snaps.kept)
+        try:
+            with self.history.locked():
+                self.snaps.adopt()
+        except BaseException:
+            os.close(self.snaps.objects)
+            self.snaps.objects = -1
+            raise
+        return self.snaps.objects
 
     def has(self, checkpoint_id: str) -> bool:
         """A snapshot of that checkpoint is there: a rewind to it is this class's (of
